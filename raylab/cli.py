@@ -1,0 +1,57 @@
+"""Pieces shared by the command-line entry points (``raylab.tune``, ``raylab.train``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+from raylab import experiment as experiments
+from raylab import workloads
+from raylab.errors import UserError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one ``UserError`` line (exit code 2)."""
+
+    def error(self, message: str):
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments that ``raylab.tune`` and ``raylab.train`` share."""
+    parser.add_argument("experiment", nargs="?", help="experiment name in tune_configs/ or a YAML path")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="key=value",
+        help="overrides with dotted keys, values read as YAML: config.lr=3e-4 search.loss=[mse,huber]",
+    )
+    parser.add_argument("--smoke", action="store_true", help="apply the experiment's smoke section")
+    parser.add_argument("--storage", default="results", help="results root: a path or s3://, gs:// URI")
+    parser.add_argument("--name", help="run folder name (default: EXPERIMENT[-smoke]-TIMESTAMP)")
+
+
+def list_experiments() -> str:
+    """The ``--list`` text: experiments with their workload and metric, then workloads."""
+    lines = ["experiments (tune_configs/):"]
+    for name, path in experiments.available().items():
+        try:
+            exp = experiments.load(str(path))
+            lines.append(f"  {name:<22} {exp.workload:<16} {exp.mode} {exp.metric}  {exp.description}")
+        except UserError as err:
+            lines.append(f"  {name:<22} INVALID: {err}")
+    lines.append("workloads (trainers/):")
+    for name, workload in sorted(workloads.registry().items()):
+        lines.append(f"  {name:<22} {workload.description}")
+    return "\n".join(lines)
+
+
+def quiet_third_party_warnings() -> None:
+    """Keep the terminal for raylab's own output: Ray's deprecation chatter is not for users."""
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+
+
+def stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

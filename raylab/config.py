@@ -1,0 +1,197 @@
+"""Typed configs: frozen dataclasses built from YAML dicts with strict, named errors.
+
+A workload's ``Config`` is a frozen dataclass with a docstring under each field. YAML keys are
+the field names, one to one. ``from_dict`` refuses unknown keys and ill-typed values with a
+message that names the file, the key and the valid keys; range checks live in the dataclass's
+``__post_init__`` through ``require``.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import textwrap
+import types
+import typing
+from typing import Any, Literal, Mapping, TypeVar, Union
+
+from raylab.errors import UserError
+
+T = TypeVar("T")
+
+
+class ConfigValueError(ValueError):
+    """An out-of-range or inconsistent value, raised by a Config's ``__post_init__``."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+def require(condition: bool, key: str, message: str) -> None:
+    """Raise ``ConfigValueError(key, message)`` unless ``condition`` holds.
+
+    Used in ``__post_init__``: ``require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")``.
+    """
+    if not condition:
+        raise ConfigValueError(key, message)
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any] | None, source: str, prefix: str = "") -> T:
+    """Build the dataclass ``cls`` from ``data``, checking every key and type.
+
+    ``source`` names where the values came from (a YAML path, or "command line"); ``prefix``
+    is the dotted path of ``data`` inside that source (``config``, ``resources``...).
+    Raises ``UserError`` with one line naming source, key and the valid keys.
+    """
+    data = {} if data is None else data
+    where = f"{prefix}." if prefix else ""
+    if not isinstance(data, Mapping):
+        raise UserError(f"{source}: {prefix or 'top level'}: expected a mapping, got {data!r}")
+    hints = type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise UserError(
+                f"{source}: unknown key '{where}{key}'; valid keys: {', '.join(sorted(fields))}"
+            )
+        kwargs[key] = coerce(value, hints[key], source, f"{where}{key}")
+    try:
+        return cls(**kwargs)
+    except ConfigValueError as err:
+        raise UserError(f"{source}: {where}{err.key}: {err.message}") from None
+    except (TypeError, ValueError) as err:
+        raise UserError(f"{source}: {prefix or cls.__name__}: {err}") from None
+
+
+def coerce(value: Any, annotation: Any, source: str, key: str) -> Any:
+    """Check ``value`` against a type annotation; return it in the annotated form.
+
+    Allowed conversions: int to float, list to tuple. Everything else must match exactly
+    (``True`` is not an int, ``"3"`` is not a number).
+    """
+    annotation = {list: list[Any], tuple: tuple[Any, ...], dict: dict[str, Any]}.get(annotation, annotation)
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+
+    def fail() -> typing.NoReturn:
+        raise UserError(
+            f"{source}: {key}: expected {type_name(annotation)}, got {value!r} "
+            f"({type(value).__name__})"
+        )
+
+    if annotation is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(value, arg, source, key)
+            except UserError:
+                pass
+        fail()
+    if origin is Literal:
+        if value in args and type(value) in {type(a) for a in args}:
+            return value
+        raise UserError(
+            f"{source}: {key}: {value!r} is not one of {', '.join(map(repr, args))}"
+        )
+    if dataclasses.is_dataclass(annotation):
+        return from_dict(annotation, value, source, key)
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            fail()
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            items = [coerce(v, args[0], source, f"{key}[{i}]") for i, v in enumerate(value)]
+        elif origin is tuple and args:
+            if len(value) != len(args):
+                raise UserError(f"{source}: {key}: expected {len(args)} items, got {len(value)}")
+            items = [coerce(v, a, source, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args))]
+        else:
+            item_type = args[0] if args else Any
+            items = [coerce(v, item_type, source, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            fail()
+        key_type, value_type = args if args else (Any, Any)
+        return {
+            coerce(k, key_type, source, f"{key}"): coerce(v, value_type, source, f"{key}.{k}")
+            for k, v in value.items()
+        }
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            fail()
+        return float(value)
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            fail()
+        return value
+    if annotation in (str, bool):
+        if not isinstance(value, annotation):
+            fail()
+        return value
+    raise TypeError(f"unsupported config annotation {annotation!r} for {key}")
+
+
+def type_name(annotation: Any) -> str:
+    """A short human name for a type annotation (``float``, ``'mse' | 'huber'``, ...)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " | ".join("null" if a is type(None) else type_name(a) for a in args)
+    if origin in (tuple, list):
+        return f"list of {type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return "mapping"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+@functools.cache
+def type_hints(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints`` for a dataclass, cached (configs use postponed annotations)."""
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring written under each field of a dataclass, by field name.
+
+    Reads the class source: a string literal statement right after an annotated assignment is
+    that field's docstring (the convention of Sphinx and torchtune).
+    """
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for stmt, nxt in zip(body, body[1:]):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[stmt.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A dataclass as plain YAML-friendly values (tuples become lists)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return {k: plain(v) for k, v in dataclasses.asdict(config).items()}

@@ -1,0 +1,315 @@
+"""Experiments: a YAML file in ``tune_configs/``, smoke overrides and command-line overrides.
+
+An experiment file reads::
+
+    # python -m raylab.tune dqn_softlinf
+    workload: dqn_softlinf         # a name in trainers.WORKLOADS
+    metric: eval/return_mean       # what the sweep optimizes ...
+    mode: max                      # ... and in which direction
+    config: {game: Pong}           # fixed fields of the workload's Config
+    search: {loss: [mse, huber]}   # the search space (see raylab.search_space)
+    num_samples: 1                 # repeats of the grid / samples of the space
+    scheduler: {type: asha, max_t: 100}
+    resources: {workers: 1, cpus_per_worker: 4, gpus_per_worker: 0.5}
+    stop: {env/steps: 10000000}
+    checkpoint: {every: 10, keep: 2}
+    failure: {max_failures: 3}
+    smoke: {config: {...}, resources: {...}, stop: {...}}   # what --smoke overrides
+
+``load`` merges the ``smoke`` section (with ``--smoke``) and then the command-line overrides
+into the file, and validates the result completely before anything starts.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from raylab import search_space, workloads, yaml_io
+from raylab.config import ConfigValueError, from_dict, require, to_dict
+from raylab.errors import UserError
+
+CONFIG_DIR = Path(os.environ.get("RAYLAB_CONFIG_DIR", Path(__file__).parent.parent / "tune_configs"))
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one trial asks of the cluster."""
+
+    workers: int = 1
+    """Ray Train workers per trial; more than one trains data-parallel (torch DDP)."""
+    cpus_per_worker: float = 1.0
+    """CPUs reserved for each worker (fractions allowed)."""
+    gpus_per_worker: float = 0.0
+    """GPUs for each worker; a fraction (0.5) packs several trials onto one GPU."""
+
+    def __post_init__(self):
+        require(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
+        require(self.cpus_per_worker >= 0, "cpus_per_worker", f"must be >= 0, got {self.cpus_per_worker}")
+        require(self.gpus_per_worker >= 0, "gpus_per_worker", f"must be >= 0, got {self.gpus_per_worker}")
+        require(
+            self.gpus_per_worker <= 1 or self.gpus_per_worker == int(self.gpus_per_worker),
+            "gpus_per_worker",
+            f"above 1 must be a whole number, got {self.gpus_per_worker}",
+        )
+
+    @property
+    def uses_ray_train(self) -> bool:
+        """Whether trials run as Ray Train workers rather than directly in a Tune trial."""
+        return self.workers > 1 or self.gpus_per_worker > 0
+
+    def total(self) -> dict[str, float]:
+        """The trial's whole request, e.g. ``{"CPU": 4, "GPU": 1}``."""
+        return {"CPU": self.workers * self.cpus_per_worker, "GPU": self.workers * self.gpus_per_worker}
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """The Ray Tune trial scheduler and its parameters."""
+
+    type: Literal["fifo", "asha", "pbt"] = "fifo"
+    """fifo runs every trial to its stop criteria; asha stops bad ones early; pbt mutates."""
+    time_attr: str = "training_iteration"
+    """The reported counter that measures progress (asha, pbt), e.g. ``env/steps``."""
+    max_t: float = 100.0
+    """asha: the time_attr value at which a trial is done."""
+    grace_period: float = 1.0
+    """asha: no trial is stopped before this much time_attr."""
+    reduction_factor: float = 4.0
+    """asha: keep the best 1/reduction_factor at each rung."""
+    perturbation_interval: float = 10.0
+    """pbt: time_attr between exploit/explore steps (a trial checkpoints at each)."""
+    quantile_fraction: float = 0.25
+    """pbt: the bottom fraction copies the top fraction."""
+    resample_probability: float = 0.25
+    """pbt: chance of resampling a mutated value instead of perturbing it."""
+    hyperparam_mutations: dict[str, Any] = field(default_factory=dict)
+    """pbt: config fields to mutate, each a search entry (choice list or range)."""
+
+    def __post_init__(self):
+        require(self.max_t > 0, "max_t", f"must be > 0, got {self.max_t}")
+        require(self.grace_period > 0, "grace_period", f"must be > 0, got {self.grace_period}")
+        require(self.reduction_factor > 1, "reduction_factor", f"must be > 1, got {self.reduction_factor}")
+        require(self.perturbation_interval > 0, "perturbation_interval", "must be > 0")
+        require(0 < self.quantile_fraction <= 0.5, "quantile_fraction", "must be in (0, 0.5]")
+        require(0 <= self.resample_probability <= 1, "resample_probability", "must be in [0, 1]")
+        require(
+            self.type != "pbt" or bool(self.hyperparam_mutations),
+            "hyperparam_mutations",
+            "pbt needs at least one field to mutate",
+        )
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """How often trials save their state and how many states are kept."""
+
+    every: int = 1
+    """Save a checkpoint every this many reports of a trial."""
+    keep: int | None = 2
+    """Checkpoints kept per trial (the newest); null keeps all."""
+
+    def __post_init__(self):
+        require(self.every >= 1, "every", f"must be >= 1, got {self.every}")
+        require(self.keep is None or self.keep >= 1, "keep", f"must be >= 1 or null, got {self.keep}")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What happens when a trial's worker or node dies."""
+
+    max_failures: int = 0
+    """Restarts of a failed trial from its last checkpoint (-1: without limit)."""
+
+    def __post_init__(self):
+        require(self.max_failures >= -1, "max_failures", f"must be >= -1, got {self.max_failures}")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A fully resolved and validated experiment."""
+
+    name: str
+    """The experiment's name (its file's stem)."""
+    source: str
+    """The YAML file it came from."""
+    workload: str
+    """The workload in ``trainers.WORKLOADS`` whose train loop every trial runs."""
+    metric: str
+    """The reported metric the sweep optimizes."""
+    mode: Literal["min", "max"]
+    """Whether larger (max) or smaller (min) ``metric`` is better."""
+    config: dict[str, Any]
+    """Fixed config fields (validated; the workload's defaults fill the rest)."""
+    search: dict[str, dict[str, list]] = field(default_factory=dict)
+    """The search space, normalized to ``{field: {kind: args}}``."""
+    description: str = ""
+    """One line for ``--list``."""
+    num_samples: int = 1
+    """Repeats of the grid, or samples of the random space."""
+    max_concurrent_trials: int = 0
+    """Trials run at once; 0 lets raylab fit as many as the cluster holds."""
+    scheduler: Scheduler = field(default_factory=Scheduler)
+    resources: Resources = field(default_factory=Resources)
+    stop: dict[str, float] = field(default_factory=dict)
+    """Stop a trial when a reported metric reaches this value (e.g. ``env/steps``)."""
+    checkpoint: Checkpointing = field(default_factory=Checkpointing)
+    failure: Failure = field(default_factory=Failure)
+    smoke: bool = False
+    """Whether the file's ``smoke`` overrides were applied."""
+
+    def __post_init__(self):
+        require(self.num_samples >= 1, "num_samples", f"must be >= 1, got {self.num_samples}")
+        require(self.max_concurrent_trials >= 0, "max_concurrent_trials", "must be >= 0")
+
+    def resolved_config(self) -> dict[str, Any]:
+        """The workload's full config: defaults, then fixed values (search keys left out)."""
+        cls = workloads.get(self.workload).config_class()
+        return to_dict(from_dict(cls, self.config, self.source, "config"))
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """Everything that defines this experiment, for ``--dry-run`` and the run folder."""
+        out = to_dict(self)
+        out["config"] = self.resolved_config()
+        for key in self.search:
+            out["config"].pop(key, None)
+        return out
+
+
+SECTIONS = {f.name for f in dataclasses.fields(Experiment)} - {"name", "source", "smoke"}
+
+
+def available() -> dict[str, Path]:
+    """Experiment names in the config directory, with their files."""
+    return {p.stem: p for p in sorted(CONFIG_DIR.glob("*.yaml"))}
+
+
+def find(name_or_path: str) -> Path:
+    """The YAML file of an experiment name, or the path itself if it is a file."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise UserError(f"{path}: no such experiment file")
+        return path
+    known = available()
+    if name_or_path not in known:
+        raise UserError(
+            f"unknown experiment '{name_or_path}'; available: {', '.join(known) or '(none)'} "
+            f"(in {CONFIG_DIR})"
+        )
+    return known[name_or_path]
+
+
+def load(name_or_path: str, overrides: list[str] = (), smoke: bool = False) -> Experiment:
+    """Read, merge and validate an experiment; ``UserError`` on any problem."""
+    path = find(name_or_path)
+    source = str(path)
+    raw = yaml_io.load(path)
+    if not isinstance(raw, dict):
+        raise UserError(f"{source}: expected a mapping of experiment keys, got {type(raw).__name__}")
+    _check_sections(raw, source, SECTIONS | {"smoke"})
+    smoke_section = raw.pop("smoke", None)
+    if smoke:
+        if smoke_section is None:
+            raise UserError(f"{source}: has no 'smoke' section, so --smoke has nothing to apply")
+        if not isinstance(smoke_section, dict):
+            raise UserError(f"{source}: 'smoke' must be a mapping of overrides")
+        _check_sections(smoke_section, f"{source} (smoke)", SECTIONS - {"workload"})
+        raw = merge(raw, smoke_section)
+    for text in overrides:
+        raw = merge(raw, parse_override(text))
+    return validate(raw, name=path.stem, source=source, smoke=smoke)
+
+
+def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -> Experiment:
+    """Turn a merged experiment dict into an ``Experiment``, checking every part."""
+    for key in ("workload", "metric", "mode"):
+        if key not in raw:
+            raise UserError(f"{source}: missing required key '{key}'")
+    raw = dict(raw)
+    if not isinstance(raw["workload"], str):
+        raise UserError(f"{source}: workload: expected a name, got {raw['workload']!r}")
+    workload = workloads.get(raw["workload"])
+    config_cls = workload.config_class()
+    config = raw.pop("config", None) or {}
+    search = raw.pop("search", None) or {}
+    if not isinstance(config, dict):
+        raise UserError(f"{source}: config: expected a mapping, got {config!r}")
+    if not isinstance(search, dict):
+        raise UserError(f"{source}: search: expected a mapping, got {search!r}")
+    search = {k: search_space.normalize(v, source, f"search.{k}") for k, v in search.items()}
+    from_dict(config_cls, config, source, "config")  # fixed values alone are valid
+    search_space.validate(config_cls, config, search, source)
+    experiment = from_dict(
+        Experiment,
+        {**raw, "config": config, "search": search, "name": name, "source": source, "smoke": smoke},
+        source,
+    )
+    if workload.metrics and experiment.metric not in workload.metrics:
+        raise UserError(
+            f"{source}: metric '{experiment.metric}' is not reported by workload "
+            f"'{experiment.workload}'; it reports: {', '.join(workload.metrics)}"
+        )
+    for key, spec in experiment.scheduler.hyperparam_mutations.items():
+        search_space.validate(config_cls, config, {key: search_space.normalize(
+            spec, source, f"scheduler.hyperparam_mutations.{key}")}, source)
+    return experiment
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``update`` into a copy of ``base``.
+
+    Search entries are replaced whole. Fixing a field in ``config`` removes it from
+    ``search`` and the reverse, so ``config.loss=mse`` on the command line pins ``loss``.
+    """
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if key == "search" and isinstance(value, dict):
+            out.setdefault("search", {})
+            out["search"] = {**(out["search"] or {}), **value}
+            if isinstance(out.get("config"), dict):
+                out["config"] = {k: v for k, v in out["config"].items() if k not in value}
+        elif key == "config" and isinstance(value, dict):
+            out["config"] = {**(out.get("config") or {}), **value}
+            if isinstance(out.get("search"), dict):
+                out["search"] = {k: v for k, v in out["search"].items() if k not in value}
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override(text: str) -> dict[str, Any]:
+    """``config.lr=3e-4`` as ``{"config": {"lr": 3e-4}}``; the value is read as YAML."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise UserError(f"command line: cannot parse override '{text}'; expected key=value, "
+                        f"for example config.lr=3e-4 or search.loss=[mse,huber]")
+    parsed = yaml_io.loads(value, f"command line: override '{text}'") if value.strip() else None
+    parts = key.split(".")
+    if parts[0] == "stop" and len(parts) > 2:  # metric names may contain dots
+        parts = ["stop", ".".join(parts[1:])]
+    if parts[0] not in SECTIONS:
+        raise UserError(
+            f"command line: override '{text}': unknown key '{parts[0]}'; valid keys: "
+            f"{', '.join(sorted(SECTIONS))}"
+        )
+    nested: Any = parsed
+    for part in reversed(parts):
+        nested = {part: nested}
+    return nested
+
+
+def _check_sections(raw: dict[str, Any], source: str, allowed: set[str]) -> None:
+    for key in raw:
+        if key not in allowed:
+            raise UserError(f"{source}: unknown key '{key}'; valid keys: {', '.join(sorted(allowed))}")
+
+
+__all__ = ["Experiment", "ConfigValueError", "available", "find", "load", "merge", "parse_override"]

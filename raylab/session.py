@@ -1,0 +1,213 @@
+"""What a workload's ``train_loop`` calls to talk to raylab: report, restore, rank, device.
+
+One small API for three places a train loop runs:
+
+- ``tune``: a Ray Tune function trainable (the fast path: one CPU worker per trial);
+- ``train``: a Ray Train worker (more than one worker, or GPUs), inside a Tune trial;
+- ``local``: in this process, for ``python -m raylab.train`` and tests.
+
+A loop looks like this::
+
+    def train_loop(config: dict) -> None:
+        cfg = from_dict(Config, config, "trial config")
+        state = session.restore()            # the last checkpoint's dict, or None
+        ...
+        session.report({"train/loss": loss}, state=lambda: {"model": model.state_dict(), ...})
+
+``state`` is a dict or a function returning one: it is only built when a checkpoint is due
+(every ``checkpoint.every`` reports, or when ``checkpoint=True`` is passed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping
+
+from raylab import checkpoint as ckpt
+
+State = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+
+
+class StopTrial(Exception):
+    """Raised by ``report`` in a local session once a stop criterion is met."""
+
+
+@dataclass
+class Session:
+    """The state of the trial running in this process."""
+
+    backend: Literal["local", "tune", "train"] = "local"
+    checkpoint_every: int = 1
+    keep: int | None = 2
+    trial_dir: Path | None = None
+    stop: dict[str, float] = field(default_factory=dict)
+    mode: Literal["min", "max"] = "max"
+    verbose: bool = False
+    reports: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+
+
+_session = Session()
+
+
+def start(**settings: Any) -> Session:
+    """Begin a trial in this process (called by raylab's launchers, not by workloads)."""
+    global _session
+    _session = Session(**settings)
+    if _session.trial_dir is not None:
+        _session.trial_dir.mkdir(parents=True, exist_ok=True)
+    return _session
+
+
+def current() -> Session:
+    """The session of the trial running in this process."""
+    return _session
+
+
+def report(
+    metrics: Mapping[str, Any], state: State | None = None, *, checkpoint: bool | None = None
+) -> None:
+    """Report one row of metrics; with ``state``, save a checkpoint if one is due.
+
+    Metric values may be Python or NumPy numbers, 0-d tensors, or lists of numbers. A
+    checkpoint is due every ``checkpoint.every`` reports (from the experiment YAML), or when
+    ``checkpoint=True``; ``checkpoint=False`` never saves.
+    """
+    s = _session
+    s.reports += 1
+    metrics = {k: _plain(v) for k, v in metrics.items()}
+    due = checkpoint if checkpoint is not None else s.reports % s.checkpoint_every == 0
+    stopping = s.backend == "local" and _stop_reason(s, metrics)
+    due = due or (stopping and checkpoint is not False)  # a stopped local trial can continue
+    state_dict = None
+    if state is not None and due and world_rank() == 0:
+        state_dict = state() if callable(state) else state
+    if s.backend == "local":
+        _report_local(s, metrics, state_dict)
+    else:
+        _report_ray(s, metrics, state_dict)
+
+
+def restore() -> dict[str, Any] | None:
+    """The state dict of the trial's latest good checkpoint, or ``None`` on a fresh start.
+
+    A corrupted latest checkpoint is named in a warning and the one before it is used.
+    """
+    s = _session
+    if s.backend == "local":
+        if s.trial_dir is None:
+            return None
+        found = ckpt.load_latest(sorted(s.trial_dir.glob("checkpoint_*"), reverse=True))
+        return found[0] if found else None
+    if s.backend == "tune":
+        from ray import tune
+
+        checkpoint = tune.get_checkpoint()
+    else:
+        import ray.train
+
+        checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return None
+    with checkpoint.as_directory() as directory:
+        found = ckpt.load_latest(ckpt.siblings_newest_first(Path(directory)))
+    return found[0] if found else None
+
+
+def world_rank() -> int:
+    """This worker's rank among the trial's Ray Train workers (0 outside Ray Train)."""
+    if _session.backend != "train":
+        return 0
+    import ray.train
+
+    return ray.train.get_context().get_world_rank()
+
+
+def world_size() -> int:
+    """How many Ray Train workers the trial has (1 outside Ray Train)."""
+    if _session.backend != "train":
+        return 1
+    import ray.train
+
+    return ray.train.get_context().get_world_size()
+
+
+def device():
+    """The torch device this worker should train on (the GPU Ray assigned, else the CPU)."""
+    import torch
+
+    if _session.backend == "train":
+        import ray.train.torch
+
+        return ray.train.torch.get_device()
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _report_ray(s: Session, metrics: dict, state_dict: Mapping[str, Any] | None) -> None:
+    if s.backend == "tune":
+        from ray.tune import Checkpoint, report as ray_report
+    else:
+        from ray.train import Checkpoint, report as ray_report
+    if state_dict is None:
+        ray_report(metrics)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="raylab-ckpt-"))
+    try:
+        ckpt.save(tmp, dict(state_dict))
+        ray_report(metrics, checkpoint=Checkpoint.from_directory(str(tmp)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _report_local(s: Session, metrics: dict, state_dict: Mapping[str, Any] | None) -> None:
+    row = {**metrics, "training_iteration": s.reports, "time_total_s": time.time() - s.started}
+    s.history.append(row)
+    if s.trial_dir is not None:
+        with open(s.trial_dir / "result.json", "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if state_dict is not None:
+            ckpt.save(s.trial_dir / f"checkpoint_{s.reports:06d}", dict(state_dict))
+            _prune(s.trial_dir, s.keep)
+    if s.verbose:
+        shown = " | ".join(f"{k} {_fmt(v)}" for k, v in metrics.items() if not isinstance(v, list))
+        print(f"[{s.reports:5d}] {shown}", file=sys.stderr, flush=True)
+    reason = _stop_reason(s, row)
+    if reason:
+        raise StopTrial(reason)
+
+
+def _stop_reason(s: Session, metrics: Mapping[str, Any]) -> str | None:
+    for key, threshold in s.stop.items():
+        value = s.reports if key == "training_iteration" else metrics.get(key)
+        if isinstance(value, (int, float)) and value >= threshold:
+            return f"{key} reached {threshold:g}"
+    return None
+
+
+def _prune(trial_dir: Path, keep: int | None) -> None:
+    if keep is None:
+        return
+    for old in sorted(trial_dir.glob("checkpoint_*"), reverse=True)[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "tolist"):  # tensors and numpy values
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    return str(value)

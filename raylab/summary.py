@@ -1,0 +1,78 @@
+"""The end-of-sweep table: one row per trial, printed and written as ``summary.csv``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+
+def rows(result_grid, metric: str, mode: str, swept: list[str]) -> list[dict[str, Any]]:
+    """One dict per trial: name, status, swept values, iterations, last and best metric."""
+    out = []
+    for result in result_grid:
+        metrics = result.metrics or {}
+        history = result.metrics_dataframe
+        values = (
+            [v for v in history[metric].tolist() if _finite(v)]
+            if history is not None and metric in history
+            else []
+        )
+        best = (max if mode == "max" else min)(values) if values else None
+        if result.error is not None:
+            status = "ERROR"
+        elif metrics.get("done"):
+            status = "TERMINATED"
+        else:
+            status = "STOPPED" if metrics else "PENDING"
+        out.append(
+            {
+                "trial": metrics.get("trial_id") or _dirname(result.path),
+                "status": status,
+                **{key: (result.config or {}).get(key) for key in swept},
+                "iterations": metrics.get("training_iteration"),
+                f"{metric} (last)": metrics.get(metric),
+                f"{metric} ({mode})": best,
+                "path": _dirname(result.path),
+            }
+        )
+    return sorted(out, key=lambda row: row["trial"])
+
+
+def to_csv(table: list[dict[str, Any]]) -> str:
+    """The rows as CSV text with a header."""
+    if not table:
+        return ""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(table[0]))
+    writer.writeheader()
+    writer.writerows(table)
+    return buffer.getvalue()
+
+
+def format_table(table: list[dict[str, Any]]) -> str:
+    """The rows as an aligned plain-text table."""
+    if not table:
+        return "(no trials)"
+    headers = [h for h in table[0] if h != "path"]
+    cells = [[_cell(row[h]) for h in headers] for row in table]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, cells)])
+
+
+def _dirname(path: str | None) -> str:
+    return (path or "").rstrip("/").rsplit("/", 1)[-1]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)

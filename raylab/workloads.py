@@ -1,0 +1,53 @@
+"""The workload registry: names to a Config class and a train loop, imported on first use.
+
+The registry itself is ``trainers.WORKLOADS`` (explicit, one line per workload); this module
+resolves its import paths lazily so that listing or validating experiments stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from raylab.errors import UserError
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Where a workload's pieces live, as ``module:attribute`` import paths."""
+
+    config: str
+    """The frozen Config dataclass, e.g. ``trainers.dqn_softlinf.config:Config``."""
+    loop: str
+    """The ``train_loop(config: dict)`` that a Ray Tune trial or Ray Train worker runs."""
+    metrics: tuple[str, ...] = ()
+    """Metric names the loop reports; an experiment's ``metric`` must be one of them."""
+    description: str = ""
+    """One line for ``--list``."""
+
+    def config_class(self) -> type:
+        return _resolve(self.config)
+
+    def train_loop(self) -> Callable[[dict[str, Any]], None]:
+        return _resolve(self.loop)
+
+
+def _resolve(path: str) -> Any:
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def registry() -> dict[str, Workload]:
+    """All registered workloads by name."""
+    from trainers import WORKLOADS
+
+    return WORKLOADS
+
+
+def get(name: str) -> Workload:
+    """The workload called ``name``; a ``UserError`` listing the known ones otherwise."""
+    workloads = registry()
+    if name not in workloads:
+        raise UserError(f"unknown workload '{name}'; available: {', '.join(sorted(workloads))}")
+    return workloads[name]

@@ -1,0 +1,26 @@
+"""The toy workload through real Ray Tune: metrics, summary, resume, local trials."""
+
+from conftest import assert_finite_metrics
+
+from raylab import summary
+
+
+def test_toy_smoke_sweep_reports_metrics(smoke_sweep):
+    results, run_path, experiment = smoke_sweep("toy")
+    assert len(results) == 2
+    for result in results:
+        assert result.error is None
+        assert_finite_metrics(result.metrics, ["train/loss", "eval/mse", "train/step"])
+        assert result.metrics["train/step"] == 60
+        assert result.checkpoint is not None
+    table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search))
+    assert [row["status"] for row in table] == ["TERMINATED", "TERMINATED"]
+
+
+def test_local_trial_resumes_and_matches_uninterrupted(local_trial, tmp_path):
+    full = local_trial("toy")
+    part = local_trial("toy", trial_dir=tmp_path / "resumed", stop={"train/step": 20})
+    assert part[-1]["train/step"] == 20
+    rest = local_trial("toy", trial_dir=tmp_path / "resumed")
+    assert rest[0]["train/step"] == 40  # continued from the step-20 checkpoint
+    assert rest[-1]["eval/mse"] == full[-1]["eval/mse"]

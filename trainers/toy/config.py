@@ -1,0 +1,36 @@
+"""Config of the toy workload: least-squares regression on synthetic data, trained by SGD."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raylab.config import require
+
+
+@dataclass(frozen=True)
+class Config:
+    steps: int = 200
+    """SGD steps in the trial."""
+    report_every: int = 10
+    """Steps between reports (and checkpoints, at the experiment's cadence)."""
+    lr: float = 0.05
+    """SGD learning rate."""
+    batch_size: int = 32
+    """Samples per step."""
+    dim: int = 8
+    """Input dimension."""
+    noise: float = 0.1
+    """Standard deviation of the label noise."""
+    seed: int = 0
+    """Seed of the data, the initialization and the batch order."""
+    step_time_s: float = 0.0
+    """Seconds to sleep after each step: makes a trial long enough to interrupt in tests."""
+
+    def __post_init__(self):
+        require(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
+        require(self.report_every >= 1, "report_every", f"must be >= 1, got {self.report_every}")
+        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.dim >= 1, "dim", f"must be >= 1, got {self.dim}")
+        require(self.noise >= 0, "noise", f"must be >= 0, got {self.noise}")
+        require(self.step_time_s >= 0, "step_time_s", f"must be >= 0, got {self.step_time_s}")
