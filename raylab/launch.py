@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import itertools
 import logging
 import math
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from raylab import search_space, session, workloads, yaml_io
+from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.experiment import Experiment, validate
 
@@ -105,6 +107,23 @@ def fitting_trials(experiment: Experiment, available: dict[str, float]) -> int:
         if need > 0
     ]
     return max(1, min(fits)) if fits else 1
+
+
+def preflight(experiment: Experiment, limit: int = 256) -> None:
+    """Run the workload's preflight check on each grid/choice combination (up to ``limit``)."""
+    workload = workloads.get(experiment.workload)
+    check = workload.preflight_check()
+    if check is None:
+        return
+    listed = {
+        key: args
+        for key, spec in experiment.search.items()
+        for kind, args in spec.items()
+        if kind in ("grid", "choice")
+    }
+    for combo in itertools.islice(itertools.product(*listed.values()), limit):
+        values = {**experiment.config, **dict(zip(listed, combo))}
+        check(from_dict(workload.config_class(), values, experiment.source, "config"))
 
 
 def check_storage(storage: str) -> None:

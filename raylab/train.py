@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     experiment = experiments.load(args.experiment, args.overrides, smoke=args.smoke)
     launch.check_storage(args.storage)
     launch.check_resources(experiment, launch.local_resources(), local=True)
+    launch.preflight(experiment)
     root = Path(args.storage)
     if args.resume:
         run_dir = _newest_run(root, experiment, args.name)

@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     launch.check_storage(args.storage)
     if not args.address:
         launch.check_resources(experiment, launch.local_resources(), local=True)
+        launch.preflight(experiment)
     ray_info = launch.connect(args.address, dashboard=args.dashboard)
     if ray_info["dashboard_url"]:
         cli.stderr(f"Ray dashboard: {ray_info['dashboard_url']}")

@@ -25,9 +25,16 @@ class Workload:
     """Metric names the loop reports; an experiment's ``metric`` must be one of them."""
     description: str = ""
     """One line for ``--list``."""
+    preflight: str = ""
+    """Optional ``module:function`` taking a built Config and raising ``UserError`` when this
+    machine cannot run it (dataset missing or corrupted, replay buffer larger than memory).
+    The CLI calls it before starting Ray on a local run; loops call it again at their start."""
 
     def config_class(self) -> type:
         return _resolve(self.config)
+
+    def preflight_check(self) -> Callable[[Any], None] | None:
+        return _resolve(self.preflight) if self.preflight else None
 
     def train_loop(self) -> Callable[[dict[str, Any]], None]:
         return _resolve(self.loop)
