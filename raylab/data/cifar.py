@@ -20,6 +20,7 @@ and conversion to floats happen per batch on the training device (``raylab.data.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -139,7 +140,7 @@ def load_cifar(name: Name, data_dir: str | os.PathLike, download: bool = False) 
     missing, and naming the file when a checksum does not match.
     """
     spec = _spec(name)
-    root = Path(data_dir).expanduser()
+    root = resolve_data_dir(data_dir)
     folder, archive = root / spec.folder, root / spec.archive
     if folder.is_dir():
         return _read(spec, _folder_reader(spec, folder))
@@ -155,13 +156,42 @@ def load_cifar(name: Name, data_dir: str | os.PathLike, download: bool = False) 
     )
 
 
+def resolve_data_dir(data_dir: str | os.PathLike) -> Path:
+    """``data_dir`` with ``~`` expanded; a relative path is taken from where the command ran.
+
+    Ray Tune runs each trial in its own working folder and keeps the original one in
+    ``TUNE_ORIG_WORKING_DIR``; relative paths resolve against that, else the current folder.
+    """
+    path = Path(data_dir).expanduser()
+    if path.is_absolute():
+        return path
+    return Path(os.environ.get("TUNE_ORIG_WORKING_DIR", os.getcwd())) / path
+
+
+def prepare_cifar(
+    name: Name,
+    data_dir: str | os.PathLike,
+    download: bool = False,
+    synthetic_data: bool = False,
+    synthetic_train: int = 500,
+    synthetic_test: int = 200,
+) -> ImageData:
+    """What a workload's loop calls with its config's ``dataset``/``data_dir``/``download``/
+    ``synthetic_data``: with ``synthetic_data``, write a small synthetic archive (seed 0, so
+    concurrent trials write identical bytes) into ``data_dir`` first; then ``load_cifar``."""
+    root = resolve_data_dir(data_dir)
+    if synthetic_data:
+        write_synthetic_cifar(root, name, n_train=synthetic_train, n_test=synthetic_test, seed=0)
+    return load_cifar(name, root, download=download)
+
+
 def check_cifar(name: Name, data_dir: str | os.PathLike, download: bool = False) -> Path:
     """Cheap preflight: the file ``load_cifar`` would read, or ``UserError`` if there is none.
 
     Checksums are verified by ``load_cifar`` itself (reading the whole archive costs seconds).
     """
     spec = _spec(name)
-    root = Path(data_dir).expanduser()
+    root = resolve_data_dir(data_dir)
     for path in (root / spec.folder, root / spec.archive):
         if path.exists():
             return path
@@ -336,18 +366,36 @@ def write_synthetic_cifar(
     members[spec.meta[0]] = pickle.dumps(meta, protocol=2)
 
     root = Path(data_dir)
+    archive = root / spec.archive
+    sidecar = archive.with_name(archive.name + SIDECAR_SUFFIX)
+    if archive.exists() and not sidecar.exists():
+        raise UserError(f"{archive}: exists and has no {SIDECAR_SUFFIX} sidecar, so it may be the "
+                        f"real dataset; refusing to overwrite it with synthetic data (choose "
+                        f"another data_dir)")
     root.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
         for member, data in members.items():
-            info = tarfile.TarInfo(f"{spec.folder}/{member}")
+            info = tarfile.TarInfo(f"{spec.folder}/{member}")  # mtime 0: same bytes every time
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    archive = root / spec.archive
-    archive.write_bytes(buffer.getvalue())
-    sidecar = archive.with_name(archive.name + SIDECAR_SUFFIX)
-    sidecar.write_text(f"{hashlib.md5(buffer.getvalue()).hexdigest()}  {archive.name}\n")
+    compressed = gzip.compress(buffer.getvalue(), mtime=0)
+    # Same arguments, same bytes; and atomic replacements: trials sharing data_dir may write
+    # these files at the same time.
+    _write_atomic(sidecar, f"{hashlib.md5(compressed).hexdigest()}  {archive.name}\n".encode())
+    _write_atomic(archive, compressed)
     return archive
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def _templates(rng: np.random.Generator, num_classes: int) -> np.ndarray:

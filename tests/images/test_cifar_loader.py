@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from raylab.data.cifar import SPECS, load_cifar, write_synthetic_cifar
+from raylab.data.cifar import (
+    SPECS, check_cifar, load_cifar, prepare_cifar, resolve_data_dir, write_synthetic_cifar,
+)
 from raylab.errors import UserError
 
 
@@ -105,3 +107,26 @@ def test_archive_with_wrong_members_is_a_user_error(tmp_path):
         f"{hashlib.md5(buffer.getvalue()).hexdigest()}  cifar-10-python.tar.gz\n")
     with pytest.raises(UserError, match="not a CIFAR archive"):
         load_cifar("cifar10", tmp_path)
+
+
+def test_synthetic_writes_are_byte_identical_and_never_replace_real_data(tmp_path):
+    first = write_synthetic_cifar(tmp_path, n_train=60, n_test=20).read_bytes()
+    second = write_synthetic_cifar(tmp_path, n_train=60, n_test=20).read_bytes()
+    assert first == second  # concurrent trials sharing data_dir write the same bytes
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "cifar-10-python.tar.gz").write_bytes(b"pretend this is the real archive")
+    with pytest.raises(UserError, match="refusing to overwrite"):
+        write_synthetic_cifar(real)
+
+
+def test_prepare_cifar_synthetic_and_relative_dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNE_ORIG_WORKING_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path.parent)
+    assert resolve_data_dir("data/x") == tmp_path / "data" / "x"
+    assert resolve_data_dir(tmp_path / "abs") == tmp_path / "abs"
+    data = prepare_cifar("cifar10", "data/x", synthetic_data=True, synthetic_train=40, synthetic_test=10)
+    assert len(data.train_y) == 40 and (tmp_path / "data" / "x" / "cifar-10-python.tar.gz").is_file()
+    assert check_cifar("cifar10", "data/x") == tmp_path / "data" / "x" / "cifar-10-python.tar.gz"
+    with pytest.raises(UserError, match="not found"):
+        check_cifar("cifar10", "data/elsewhere")
