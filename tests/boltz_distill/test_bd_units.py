@@ -1,0 +1,265 @@
+"""Unit tests of boltz_distill: featurization, store, splits, metrics, loss, probes, configs."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import scipy.stats
+import sklearn.metrics
+import torch
+from rdkit import Chem
+
+from raylab.config import from_dict
+from raylab.errors import UserError
+from trainers.boltz_distill import chem, data, featurize, loss, probe
+from trainers.boltz_distill.config import Config, ProbeConfig
+from trainers.boltz_distill.store import EmbeddingStore, StoreWriter
+
+F = featurize.ATOM_OFFSETS
+
+
+def one_hot_slots(row: torch.Tensor) -> list[int]:
+    return torch.nonzero(row[: F["aromatic"]]).flatten().tolist()
+
+
+def test_feature_dimensions_match_chemprop():
+    assert featurize.ATOM_DIM == 133
+    assert featurize.BOND_DIM == 13
+
+
+def test_ethanol_graph_values():
+    graph = featurize.mol_to_graph(Chem.MolFromSmiles("CCO"))
+    assert graph.x.shape == (3, 133) and graph.edge_attr.shape == (4, 13)
+    assert graph.edge_index.tolist() == [[0, 1, 1, 2], [1, 0, 2, 1]]
+    oxygen = graph.x[2]
+    assert one_hot_slots(oxygen) == [
+        F["atomic_num"] + 7,        # atomic number 8 is the 8th of 1..100
+        F["degree"] + 2,            # total degree: C and H
+        F["formal_charge"] + 4,     # charge 0 is listed last in (-1, -2, 1, 2, 0)
+        F["chiral_tag"] + 0,
+        F["num_hs"] + 1,
+        F["hybridization"] + 2,     # SP3
+    ]
+    assert oxygen[F["aromatic"]] == 0
+    assert oxygen[F["mass"]] == pytest.approx(15.999 * 0.01, abs=1e-4)
+    methyl = graph.x[0]
+    assert methyl[F["num_hs"] + 3] == 1 and methyl[F["degree"] + 4] == 1
+    single = graph.edge_attr[0]
+    assert torch.nonzero(single).flatten().tolist() == [0, 6]  # single bond, stereo none
+
+
+def test_benzene_aromatic_bond_and_atom():
+    graph = featurize.mol_to_graph(Chem.MolFromSmiles("c1ccccc1"))
+    assert graph.x[:, F["aromatic"]].tolist() == [1.0] * 6
+    assert torch.all(graph.x[:, F["hybridization"] + 1] == 1)  # SP2
+    bond = graph.edge_attr[0]
+    assert torch.nonzero(bond).flatten().tolist() == [3, 4, 5, 6]  # aromatic, conjugated, ring, none
+
+
+def test_charge_hydrogens_and_other_slots():
+    ammonium = featurize.mol_to_graph(Chem.MolFromSmiles("[NH4+]")).x[0]
+    assert ammonium[F["formal_charge"] + 2] == 1 and ammonium[F["num_hs"] + 4] == 1
+    sf6 = featurize.mol_to_graph(Chem.MolFromSmiles("FS(F)(F)(F)(F)F")).x[1]
+    assert sf6[F["degree"] + 6] == 1  # degree 6 falls in the "other" slot
+    assert sf6[F["hybridization"] + 4] == 1  # SP3D2
+
+
+def test_every_atom_has_six_one_hots_on_nci_sample():
+    graphs, keys, kept = featurize.graphs_from_smiles(chem.read_smiles_file(chem.nci_smiles_path(), limit=50))
+    assert len(graphs) == 50 and kept == list(range(50))
+    for g in graphs:
+        assert torch.all(g.x[:, : F["aromatic"]].sum(1) == 6)
+        assert g.edge_index.shape[1] == g.edge_attr.shape[0]
+
+
+def test_invalid_smiles_are_skipped_counted_and_named():
+    with pytest.warns(UserWarning, match=r"skipped 2 invalid SMILES of 4 \(e.g. 'C1CC', 'xyz'\)"):
+        graphs, keys, kept = featurize.graphs_from_smiles(["CCO", "C1CC", "xyz", "OCC"], what="test")
+    assert keys == ["CCO", "CCO"] and kept == [0, 3]
+    assert all(g.smiles == "CCO" for g in graphs)
+
+
+def test_canonical_key_and_atom_order():
+    assert chem.canonical_smiles("OCC") == "CCO"
+    assert chem.canonical_smiles("not smiles") is None
+    # element + canonical rank among all atoms after adding hydrogens, as boltz names them
+    # (checked against boltz's own parse: O=C([O-])CO gave O4 C7 O5 C8 O6)
+    assert chem.boltz_atom_names("CCO") == ["C8", "C9", "O7"]
+    assert chem.boltz_atom_names("O=C([O-])CO") == ["O4", "C7", "O5", "C8", "O6"]
+
+
+def test_read_smiles_csv_and_smi(tmp_path):
+    (tmp_path / "a.smi").write_text("smiles\nCCO 1\n\nc1ccccc1\tx\n")
+    (tmp_path / "b.csv").write_text("Drug_ID,Drug,Y\n1,CCO,0.5\n2,CCN,1.0\n")
+    assert chem.read_smiles_file(tmp_path / "a.smi") == ["CCO", "c1ccccc1"]
+    assert chem.read_smiles_file(tmp_path / "b.csv") == ["CCO", "CCN"]
+    (tmp_path / "c.csv").write_text("x,y\n1,2\n")
+    with pytest.raises(UserError, match="no SMILES column"):
+        chem.read_smiles_file(tmp_path / "c.csv")
+
+
+# ----------------------------------------------------------------------------- store
+
+
+def test_store_roundtrip_resume_and_failures(tmp_path):
+    root = tmp_path / "store"
+    a, b = np.arange(6, dtype=np.float32).reshape(3, 2), np.ones((2, 2), np.float32) * 1e6
+    with StoreWriter(root, 2, {"teacher": "t"}, shard_size=2) as w:
+        w.add("CCO", a)
+        w.fail("bad", "no conformer")
+        w.add("CC", b)  # beyond float16: clipped, with a warning at close
+    store = EmbeddingStore(root)
+    assert sorted(store.keys()) == ["CC", "CCO"] and store.failed == {"bad": "no conformer"}
+    assert store["CCO"].dtype == np.float16 and np.array_equal(store["CCO"], a)
+    assert store["CC"].max() == np.float16(65504)
+    assert sorted(p.name for p in root.iterdir() if p.suffix == ".npy") == ["shard_000000.npy", "shard_000001.npy"]
+    # reopen: done keys are skipped, a new shard continues the numbering
+    with StoreWriter(root, 2, {"teacher": "t"}, shard_size=2) as w:
+        assert "CCO" in w and "bad" in w and "CCN" not in w
+        w.add("CCO", a + 1)  # ignored: already stored
+        w.add("CCN", a)
+    store = EmbeddingStore(root)
+    assert len(store) == 3 and np.array_equal(store["CCO"], a) and store.total_rows() == 8
+    with pytest.raises(UserError, match="other settings"):
+        StoreWriter(root, 2, {"teacher": "other"})
+    with pytest.raises(ValueError):
+        StoreWriter(tmp_path / "s2", 3, {}).add("C", np.zeros((1, 2)))
+
+
+def test_store_ignores_a_shard_without_index(tmp_path):
+    root = tmp_path / "store"
+    with StoreWriter(root, 2, {}) as w:
+        w.add("C", np.zeros((1, 2)))
+    np.save(root / "shard_000001.npy", np.zeros((5, 2), np.float16))  # killed before its index
+    assert EmbeddingStore(root).keys() == ["C"]
+    assert json.loads((root / "meta.json").read_text())["dtype"] == "float16"
+
+
+# ----------------------------------------------------------------------------- scaffold split
+
+
+def test_scaffold_split_disjoint_deterministic_and_sized():
+    smiles = chem.read_smiles_file(chem.nci_smiles_path(), limit=400)
+    train, valid = data.scaffold_split(smiles, seed=1)
+    assert train == data.scaffold_split(smiles, seed=1)[0]
+    assert train != data.scaffold_split(smiles, seed=2)[0]
+    assert not set(train) & set(valid)
+    scaffolds = lambda idx: {chem.murcko_scaffold(smiles[i]) for i in idx}  # noqa: E731
+    assert not scaffolds(train) & scaffolds(valid)
+    valid_n = sum(chem.mol_from_smiles(s) is not None for s in smiles)
+    assert len(train) + len(valid) == valid_n
+    assert len(train) <= int(valid_n * 0.875) and len(train) >= int(valid_n * 0.8)
+
+
+def test_offline_tasks_load():
+    sol = data.load_task("solubility")
+    assert len(sol.train_val_smiles) + len(sol.test_smiles) == 1282 and sol.metric == "mae"
+    free = data.load_task("freesolv")
+    assert len(free.train_val_smiles) + len(free.test_smiles) == 642
+    assert data.metric_name("cyp2c9_veith") == "probe/cyp2c9_veith/auprc"
+    assert len(data.ADMET_METRICS) == 22
+
+
+def test_admet_loader_reads_local_tdc_layout(tmp_path):
+    folder = tmp_path / "admet_group" / "caco2_wang"
+    folder.mkdir(parents=True)
+    (folder / "train_val.csv").write_text("Drug_ID,Drug,Y\na,CCO,-5.1\nb,c1ccccc1,-4.2\n")
+    (folder / "test.csv").write_text("Drug_ID,Drug,Y\nc,CCN,-6.0\n")
+    task = data.load_task("caco2_wang", str(tmp_path))
+    assert task.train_val_smiles == ["CCO", "c1ccccc1"] and task.test_y.tolist() == [-6.0]
+    with pytest.raises(UserError, match=r"looked for .*herg/train_val.csv"):
+        data.load_task("herg", str(tmp_path), download=False)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_metrics_match_scipy_and_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    y = rng.normal(size=200)
+    s = np.round(y + rng.normal(size=200), 1)  # rounding makes ties
+    labels = (y > 0.3).astype(int)
+    assert probe.mae(y, s) == pytest.approx(sklearn.metrics.mean_absolute_error(y, s))
+    assert probe.spearman(y, s) == pytest.approx(scipy.stats.spearmanr(y, s)[0])
+    assert probe.roc_auc(labels, s) == pytest.approx(sklearn.metrics.roc_auc_score(labels, s))
+    assert probe.pr_auc(labels, s) == pytest.approx(sklearn.metrics.average_precision_score(labels, s))
+    assert np.allclose(probe.average_ranks(s), scipy.stats.rankdata(s))
+
+
+def test_metric_hand_values_and_direction():
+    assert probe.roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == pytest.approx(0.75)
+    # thresholds 0.8 (P=1, R=.5), 0.4 (P=.5), 0.35 (P=2/3, R=1): AP = .5*1 + .5*2/3
+    assert probe.pr_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == pytest.approx(0.5 + 1 / 3)
+    assert probe.better("mae", 0.1, 0.2) and probe.better("roc-auc", 0.9, 0.8)
+    assert not probe.better("mae", float("nan"), 0.2)
+
+
+# ----------------------------------------------------------------------------- loss
+
+
+def test_distill_loss_hand_computed():
+    pred = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    target = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
+    total, parts = loss.distill_loss(pred, target, mse_weight=2.0, cosine_weight=3.0)
+    # squared errors 1 + 1 + 0 + 1 over 4 entries; cosines 0 and 1
+    assert parts["mse"].item() == pytest.approx(0.75)
+    assert parts["cosine"].item() == pytest.approx(0.5)
+    assert total.item() == pytest.approx(2 * 0.75 + 3 * 0.5)
+    same, _ = loss.distill_loss(target, target)
+    assert same.item() == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError):
+        loss.distill_loss(pred, target[:1])
+
+
+def test_standardize_with_constant_dimension():
+    t = torch.tensor([[1.0, 5.0], [3.0, 5.0]])
+    out = loss.standardize(t, t.mean(0), t.std(0, unbiased=False))
+    assert out.tolist() == [[-1.0, 0.0], [1.0, 0.0]]
+
+
+# ----------------------------------------------------------------------------- probes
+
+
+def test_linear_probes_recover_signal():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 5, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.0, 0.5, 0.0]) + 0.01 * torch.randn(300, generator=g)
+    pred, valid, _ = probe.linear_probe(x[:200], y[:200], x[200:250], y[200:250], x[250:], "mae")
+    assert probe.mae(y[250:].numpy(), pred) < 0.05 and valid < 0.05
+    labels = (y > 0).float()
+    pred, valid, _ = probe.linear_probe(x[:200], labels[:200], x[200:250], labels[200:250], x[250:], "roc-auc")
+    assert probe.roc_auc(labels[250:].numpy(), pred) > 0.97
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+def test_config_validation_names_key():
+    with pytest.raises(UserError, match="teachers"):
+        from_dict(Config, {"teachers": ["boltz3"]}, "t.yaml", "config")
+    with pytest.raises(UserError, match="val_fraction"):
+        from_dict(Config, {"val_fraction": 0.7}, "t.yaml", "config")
+    with pytest.raises(UserError, match="task"):
+        from_dict(ProbeConfig, {"task": "tox21"}, "t.yaml", "config")
+    assert from_dict(ProbeConfig, {"task": "ames", "features": "morgan"}, "t.yaml").task == "ames"
+
+
+def test_probe_preflight_names_what_is_missing(tmp_path):
+    from trainers.boltz_distill.probe_loop import preflight
+
+    with pytest.raises(UserError, match="student_checkpoint"):
+        preflight(ProbeConfig(features="student"))
+    with pytest.raises(UserError, match=r"admet_group/herg/train_val.csv"):
+        preflight(ProbeConfig(task="herg", features="morgan", download=False, data_dir=str(tmp_path)))
+
+
+def test_distill_preflight_without_boltz_store(tmp_path):
+    from trainers.boltz_distill.loop import preflight
+
+    with pytest.raises(UserError, match=r"no Boltz-2 store at .*boltz2_trunk_s.*--teacher boltz2"):
+        preflight(Config(store_root=str(tmp_path)))
+    preflight(Config(teachers=("descriptors",), store_root=str(tmp_path)))

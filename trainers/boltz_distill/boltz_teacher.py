@@ -1,0 +1,319 @@
+"""Boltz-2 as a teacher: per-heavy-atom ligand embeddings through the real ``boltz`` package.
+
+Runs only where ``boltz`` is installed (its own environment, ``make boltz-env``). Every step is
+boltz's own code: ``parse_boltz_schema`` reads the ligand SMILES (hydrogens added, atoms named,
+an ETKDG conformer made), ``Boltz2Tokenizer`` and ``Boltz2Featurizer`` build the features,
+``collate`` batches them, and the ``Boltz2`` model class (weights from a checkpoint path) runs
+its trunk. Nothing downloads.
+
+Layers (``LAYERS``):
+
+- ``trunk_s``: the trunk's single representation ``s`` after the Pairformer (default),
+  ``token_s`` wide. Boltz tokenizes a ligand per heavy atom, so ligand token = heavy atom.
+- ``s_inputs``: the input embedder's output (before the trunk), ``token_s`` wide.
+- ``atom_encoder``: the atom encoder's per-atom output ``q`` (a forward hook on
+  ``input_embedder.atom_encoder``), ``atom_s`` wide.
+
+Atom mapping: the teacher passes the canonical SMILES (the store key) to boltz and maps each of
+boltz's ligand atoms back to the RDKit atom index by its name (element + canonical rank, as
+boltz names them; see ``chem.boltz_atom_names``). A molecule whose names do not match is
+recorded as failed, never stored misaligned.
+
+Determinism: boltz's parser embeds the reference conformer with an unseeded ETKDG and its
+featurizer randomly rotates the reference coordinates (torch's global RNG). The teacher seeds
+both per molecule (``seed``), so a molecule's embedding does not depend on the run, the order
+of molecules or a resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from raylab.errors import UserError
+from trainers.boltz_distill.chem import boltz_atom_names
+
+LAYERS = ("trunk_s", "s_inputs", "atom_encoder")
+LIGAND_CHAIN = "L"
+PROTEIN_CHAIN = "A"
+
+
+def small_hparams() -> dict[str, Any]:
+    """A small Boltz-2 configuration (about 0.25M parameters) for tests on a CPU.
+
+    The real model has token_s 384, token_z 128, 64 Pairformer blocks; these sizes only make
+    the same class run in seconds. Its weights are random: it tests the pipeline, not Boltz-2.
+    """
+    return dict(
+        atom_s=16, atom_z=8, token_s=32, token_z=16, num_bins=64,
+        training_args={}, validation_args={},
+        embedder_args=dict(atom_encoder_depth=1, atom_encoder_heads=2),
+        msa_args=dict(msa_s=8, msa_blocks=1, msa_dropout=0.0, z_dropout=0.0,
+                      pairwise_head_width=8, pairwise_num_heads=2, use_paired_feature=True),
+        pairformer_args=dict(num_blocks=2, num_heads=2, dropout=0.0, pairwise_head_width=8,
+                             pairwise_num_heads=2, v2=True),
+        score_model_args=dict(atom_encoder_depth=1, atom_encoder_heads=2, token_transformer_depth=1,
+                              token_transformer_heads=2, atom_decoder_depth=1, atom_decoder_heads=2,
+                              conditioning_transition_layers=1, dim_fourier=16, sigma_data=16),
+        diffusion_process_args=dict(num_sampling_steps=2), diffusion_loss_args={},
+        confidence_prediction=False, validate_structure=False,
+        atom_feature_dim=388,  # ref_pos 3 + charge 1 + element 128 + atom-name chars 4 x 64
+    )
+
+
+def write_random_checkpoint(path: str | Path, seed: int = 0, hparams: dict | None = None) -> Path:
+    """Save a randomly initialized ``Boltz2`` in Lightning's checkpoint layout (for tests)."""
+    import pytorch_lightning
+    from boltz.model.models.boltz2 import Boltz2
+
+    torch.manual_seed(seed)
+    model = Boltz2(**(hparams or small_hparams()))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({
+        "state_dict": model.state_dict(),
+        "hyper_parameters": dict(model.hparams),
+        "pytorch-lightning_version": pytorch_lightning.__version__,
+    }, path)
+    return path
+
+
+def load_boltz2(checkpoint: str | Path, trust_checkpoint: bool = False):
+    """A ``Boltz2`` model built from a Lightning checkpoint's hyperparameters and weights.
+
+    Loads with ``torch.load(weights_only=True)`` (no code runs from the file) unless
+    ``trust_checkpoint``. Inference-time settings follow ``boltz predict``: no EMA, no
+    cuequivariance kernels, Pairformer/MSA arguments completed with boltz's own defaults.
+    """
+    from boltz.main import BoltzSteeringParams, MSAModuleArgs, PairformerArgsV2
+    from boltz.model.models.boltz2 import Boltz2
+
+    path = Path(checkpoint).expanduser()
+    if not path.is_file():
+        raise UserError(f"--checkpoint {path}: no such file (download boltz2_conf.ckpt yourself; "
+                        f"nothing is downloaded here)")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=not trust_checkpoint)
+    except Exception as err:  # noqa: BLE001
+        hint = "" if trust_checkpoint else (
+            "; if you trust this file, --trust-checkpoint loads it with full unpickling")
+        raise UserError(f"--checkpoint {path}: cannot load: {str(err).splitlines()[0]}{hint}") from None
+    if "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
+        raise UserError(f"--checkpoint {path}: not a Lightning checkpoint (no state_dict / hyper_parameters)")
+    hparams = dict(ckpt["hyper_parameters"])
+    hparams["pairformer_args"] = {**asdict(PairformerArgsV2()), **dict(hparams.get("pairformer_args", {})),
+                                  "activation_checkpointing": False, "offload_to_cpu": False}
+    hparams["msa_args"] = {**asdict(MSAModuleArgs(use_paired_feature=True)), **dict(hparams.get("msa_args", {})),
+                           "activation_checkpointing": False, "offload_to_cpu": False,
+                           "subsample_msa": False}
+    hparams.update(ema=False, use_kernels=False, steering_args=asdict(BoltzSteeringParams()))
+    accepted = set(inspect.signature(Boltz2.__init__).parameters) - {"self"}
+    dropped = sorted(set(hparams) - accepted)
+    if dropped:
+        warnings.warn(f"{path}: ignoring hyperparameters Boltz2 does not take: {', '.join(dropped)}")
+    model = Boltz2(**{k: v for k, v in hparams.items() if k in accepted})
+    model.load_state_dict(ckpt["state_dict"], strict=True)
+    model.eval()
+    # Representation extraction needs the trunk only: no diffusion sampling, confidence, affinity.
+    model.skip_run_structure = True
+    model.confidence_prediction = False
+    model.affinity_prediction = False
+    return model
+
+
+class _SeededAllChem:
+    """``rdkit.Chem.AllChem`` whose ``ETKDGv3()`` carries a fixed random seed."""
+
+    def __init__(self, module, seed: int):
+        self._module = module
+        self._seed = seed
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+    def ETKDGv3(self):  # noqa: N802 - the name boltz calls
+        params = self._module.ETKDGv3()
+        params.randomSeed = self._seed
+        return params
+
+
+@contextlib.contextmanager
+def _seeded_boltz_conformers(seed: int):
+    from boltz.data.parse import schema
+
+    original = schema.AllChem
+    schema.AllChem = _SeededAllChem(original, seed)
+    try:
+        yield
+    finally:
+        schema.AllChem = original
+
+
+class Boltz2Teacher:
+    """Embeds ligands (alone, or with one protein) with a Boltz-2 checkpoint."""
+
+    def __init__(
+        self,
+        checkpoint: str | Path,
+        layer: str = "trunk_s",
+        device: str = "cpu",
+        recycling_steps: int = 3,
+        seed: int = 0,
+        protein: str | None = None,
+        msa: str | None = None,
+        mol_dir: str | None = None,
+        precision: str = "auto",
+        trust_checkpoint: bool = False,
+    ):
+        if layer not in LAYERS:
+            raise UserError(f"--layer {layer}: choose one of {', '.join(LAYERS)}")
+        if protein and not mol_dir:
+            raise UserError("--protein needs --mol-dir: boltz's CCD molecule folder (the 'mols' "
+                            "directory that boltz downloads to ~/.boltz/mols)")
+        self.layer = layer
+        self.device = torch.device(device)
+        self.recycling_steps = recycling_steps
+        self.seed = seed
+        self.protein = protein
+        self.msa = msa
+        self.mol_dir = Path(mol_dir).expanduser() if mol_dir else None
+        if precision == "auto":
+            precision = "bf16-mixed" if self.device.type == "cuda" else "32"
+        self.precision = precision
+        self.model = load_boltz2(checkpoint, trust_checkpoint).to(self.device)
+        hp = self.model.hparams
+        self.dim = int(hp["atom_s"] if layer == "atom_encoder" else hp["token_s"])
+        self._canonicals = None
+        self._captured: dict[str, torch.Tensor] = {}
+        if layer == "atom_encoder":
+            self.model.input_embedder.atom_encoder.register_forward_hook(
+                lambda _m, _i, out: self._captured.__setitem__("out", out[0]))
+        elif layer == "s_inputs":
+            self.model.input_embedder.register_forward_hook(
+                lambda _m, _i, out: self._captured.__setitem__("out", out))
+
+    def settings(self) -> dict[str, Any]:
+        """What determines the embeddings (written into the store's meta.json)."""
+        return {"teacher": "boltz2", "settings": {
+            "layer": self.layer, "recycling_steps": self.recycling_steps, "seed": self.seed,
+            "protein": self.protein or "", "msa": self.msa or "", "precision": self.precision,
+            "hparams_token_s": int(self.model.hparams["token_s"]),
+        }}
+
+    def _schema(self, key: str) -> dict:
+        sequences = [{"ligand": {"id": LIGAND_CHAIN, "smiles": key}}]
+        if self.protein:
+            sequences.insert(0, {"protein": {"id": PROTEIN_CHAIN, "sequence": self.protein,
+                                             "msa": self.msa or "empty"}})
+        return {"version": 1, "sequences": sequences}
+
+    def features(self, key: str) -> tuple[dict[str, Any], Any]:
+        """Boltz's collated features of the ligand ``key`` and its tokenized structure."""
+        from boltz.data import const
+        from boltz.data.feature.featurizerv2 import Boltz2Featurizer
+        from boltz.data.module.inferencev2 import collate
+        from boltz.data.mol import load_canonicals
+        from boltz.data.parse.schema import parse_boltz_schema
+        from boltz.data.tokenize.boltz2 import Boltz2Tokenizer
+        from boltz.data.types import Input
+
+        with _seeded_boltz_conformers(self.seed), contextlib.redirect_stdout(None):
+            target = parse_boltz_schema("ligand", self._schema(key), ccd={},
+                                        mol_dir=self.mol_dir, boltz_2=True)
+        msas = {}
+        if self.protein and self.msa and self.msa != "empty":
+            msas[0] = self._parse_msa(Path(self.msa).expanduser(), const.max_msa_seqs)
+            for chain in target.record.chains:
+                if chain.chain_name == PROTEIN_CHAIN:
+                    chain.msa_id = 0
+        data = Input(target.structure, msas, record=target.record,
+                     residue_constraints=target.residue_constraints, templates=None,
+                     extra_mols=target.extra_mols)
+        tokenized = Boltz2Tokenizer().tokenize(data)
+        molecules = {}
+        if self.protein:
+            if self._canonicals is None:
+                self._canonicals = load_canonicals(str(self.mol_dir))
+            molecules.update(self._canonicals)
+        molecules.update(target.extra_mols)
+        torch.manual_seed(self.seed)  # the featurizer's random rotation of reference coordinates
+        feats = Boltz2Featurizer().process(
+            tokenized, molecules=molecules, random=np.random.default_rng(self.seed), training=False,
+            max_atoms=None, max_tokens=None, max_seqs=const.max_msa_seqs, pad_to_max_seqs=False,
+            single_sequence_prop=0.0, compute_frames=True, inference_pocket_constraints=None,
+            inference_contact_constraints=None, compute_constraint_features=True,
+            override_method=None, compute_affinity=False,
+        )
+        return collate([feats]), tokenized
+
+    @staticmethod
+    def _parse_msa(path: Path, max_seqs: int):
+        from boltz.data.parse.a3m import parse_a3m
+        from boltz.data.parse.csv import parse_csv
+
+        if not path.is_file():
+            raise UserError(f"--msa {path}: no such file")
+        if path.suffix == ".a3m":
+            return parse_a3m(path, taxonomy=None, max_seqs=max_seqs)
+        if path.suffix == ".csv":
+            return parse_csv(path, max_seqs=max_seqs)
+        raise UserError(f"--msa {path}: expected an .a3m or .csv file, or 'empty'")
+
+    def ligand_rows(self, batch: dict[str, Any], tokenized) -> tuple[np.ndarray, list[str], np.ndarray]:
+        """Rows of the layer's output that hold the ligand's atoms, with boltz's names/elements.
+
+        Returns ``(rows, names, elements)`` in boltz's ligand atom order.
+        """
+        tokens = tokenized.tokens
+        chains = tokenized.structure.chains
+        asym = int(chains["asym_id"][chains["name"] == LIGAND_CHAIN][0])
+        token_rows = np.nonzero(tokens["asym_id"] == asym)[0]
+        atom_idx = tokens["atom_idx"][token_rows]
+        names = [str(n) for n in tokenized.structure.atoms["name"][atom_idx]]
+        if self.layer != "atom_encoder":
+            rows = token_rows
+        else:
+            # atom k of the featurized atoms belongs to token argmax(atom_to_token[k])
+            atom_to_token = batch["atom_to_token"][0].argmax(-1).cpu().numpy()
+            pad = batch["atom_pad_mask"][0].cpu().numpy() > 0
+            first_atom = {}
+            for k in np.nonzero(pad)[0]:
+                first_atom.setdefault(int(atom_to_token[k]), int(k))
+            rows = np.array([first_atom[int(t)] for t in token_rows])
+        ref_element = batch["ref_element"][0].argmax(-1).cpu().numpy()
+        atom_rows = rows if self.layer == "atom_encoder" else np.array([
+            int(np.nonzero(batch["atom_to_token"][0][:, t].cpu().numpy())[0][0]) for t in token_rows])
+        return rows, names, ref_element[atom_rows]
+
+    @torch.no_grad()
+    def embed(self, key: str) -> tuple[np.ndarray, dict[str, Any]]:
+        """The [heavy atoms, dim] embedding of ligand ``key`` (rows in RDKit atom order of key).
+
+        Also returns what the mapping used (boltz's atom names and elements, per RDKit atom).
+        Raises ``ValueError`` when boltz's atoms cannot be matched to RDKit's by name.
+        """
+        batch, tokenized = self.features(key)
+        batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
+        self._captured.clear()
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16,
+                                  enabled=self.precision == "bf16-mixed")
+        with autocast:
+            out = self.model(batch, recycling_steps=self.recycling_steps)
+        values = out["s"] if self.layer == "trunk_s" else self._captured["out"]
+        values = values[0].float().cpu().numpy()
+        rows, names, elements = self.ligand_rows(batch, tokenized)
+        expected = boltz_atom_names(key)
+        position = {name: i for i, name in enumerate(names)}
+        if sorted(names) != sorted(expected) or len(set(names)) != len(names):
+            raise ValueError(f"boltz atoms {names} do not match RDKit atoms {expected}")
+        order = [position[name] for name in expected]
+        embedding = values[rows[order]]
+        mapping = {"names": [names[i] for i in order], "elements": elements[order].tolist()}
+        return embedding, mapping

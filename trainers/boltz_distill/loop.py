@@ -1,0 +1,249 @@
+"""The boltz_distill train loop: a GINE student regresses teacher per-atom embeddings."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import os
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_geometric.data import Batch
+
+from raylab import session
+from raylab.checkpoint import rng_state, set_rng_state
+from raylab.config import from_dict
+from raylab.errors import UserError
+from trainers.boltz_distill.chem import nci_smiles_path, read_smiles_file
+from trainers.boltz_distill.config import Config
+from trainers.boltz_distill.featurize import graphs_from_smiles
+from trainers.boltz_distill.loss import distill_loss, standardize
+from trainers.boltz_distill.model import GINEStudent
+from trainers.boltz_distill.store import EmbeddingStore
+
+from trainers.boltz_distill import DISTILL_METRICS as METRICS  # noqa: E402,F401
+
+
+def store_path(cfg: Config, teacher: str) -> Path:
+    """Where a teacher's store lives: ``<store_root>/boltz2_<layer>``, ``conformer``, ``descriptors``."""
+    name = f"boltz2_{cfg.boltz2_layer}" if teacher == "boltz2" else teacher
+    return Path(cfg.store_root).expanduser() / name
+
+
+def corpus_smiles(cfg: Config) -> list[str]:
+    return read_smiles_file(cfg.corpus or nci_smiles_path(), limit=cfg.max_molecules)
+
+
+def preflight(cfg: Config) -> None:
+    """Refuse before Ray starts: corpus or Boltz-2 store missing, targets larger than memory."""
+    corpus = Path(cfg.corpus).expanduser() if cfg.corpus else nci_smiles_path()
+    if not corpus.is_file():
+        raise UserError(f"config.corpus: SMILES file {corpus} does not exist")
+    rows, dims = 0, 0
+    for teacher in cfg.teachers:
+        path = store_path(cfg, teacher)
+        if teacher == "boltz2" and not (path / "meta.json").is_file():
+            raise UserError(
+                f"config.teachers: no Boltz-2 store at {path}; make it with: .venv-boltz/bin/python "
+                f"-m trainers.boltz_distill.teacher --teacher boltz2 --checkpoint boltz2_conf.ckpt "
+                f"--layer {cfg.boltz2_layer} --smiles {corpus} --out {path}"
+            )
+        if (path / "meta.json").is_file():
+            store = EmbeddingStore(path)
+            dims += store.dim
+            rows = max(rows, store.total_rows())
+    need = rows * dims * 4 * 2  # float32 targets, plus room for the batches built from them
+    available = _available_memory()
+    if available and need > 0.8 * available:
+        raise UserError(f"config.corpus: the teacher targets need about {need / 2**30:.1f} GiB in "
+                        f"memory, this machine has {available / 2**30:.1f} GiB available; lower "
+                        f"config.max_molecules")
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock beside ``path``: trials sharing a store build it one at a time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def load_targets(cfg: Config, keys: list[str]) -> tuple[list[np.ndarray | None], list[int]]:
+    """Per-molecule [atoms, sum of teacher dims] targets (``None`` where a teacher lacks one)."""
+    from trainers.boltz_distill.teachers import build_rdkit_store
+
+    parts, dims = [], []
+    for teacher in cfg.teachers:
+        path = store_path(cfg, teacher)
+        if teacher != "boltz2":
+            with _locked(path):
+                build_rdkit_store(teacher, keys, str(path), cfg.num_conformers, cfg.teacher_seed)
+        store = EmbeddingStore(path)
+        dims.append(store.dim)
+        parts.append([store[k].astype(np.float32) if k in store else None for k in keys])
+    targets = []
+    for per_teacher in zip(*parts):
+        if any(p is None for p in per_teacher):
+            targets.append(None)
+        else:
+            targets.append(np.concatenate(per_teacher, axis=1))
+    return targets, dims
+
+
+def prepare(cfg: Config):
+    """Graphs with targets, the train/val split and the target statistics (deterministic)."""
+    graphs, keys, _ = graphs_from_smiles(corpus_smiles(cfg), what=cfg.corpus or "NCI corpus")
+    unique = {}
+    for graph, key in zip(graphs, keys):
+        unique.setdefault(key, graph)
+    keys, graphs = list(unique), list(unique.values())
+    targets, dims = load_targets(cfg, keys)
+    kept = []
+    for graph, target in zip(graphs, targets):
+        if target is None or target.shape[0] != graph.num_nodes:
+            continue
+        graph.y = torch.from_numpy(target)
+        kept.append(graph)
+    missing = len(graphs) - len(kept)
+    if missing:
+        warnings.warn(f"{missing} of {len(graphs)} corpus molecules have no teacher embedding "
+                      f"(failed or not in the store); training on {len(kept)}")
+    if len(kept) < 10:
+        raise UserError(f"only {len(kept)} corpus molecules have teacher embeddings; need at least 10")
+    split = torch.Generator().manual_seed(cfg.seed)
+    order = torch.randperm(len(kept), generator=split).tolist()
+    n_val = max(1, round(cfg.val_fraction * len(kept)))
+    val = [kept[i] for i in order[:n_val]]
+    train = [kept[i] for i in order[n_val:]]
+    all_y = torch.cat([g.y for g in train])
+    mean, std = all_y.mean(0), all_y.std(0, unbiased=False)
+    return train, val, mean, std, sum(dims)
+
+
+@torch.no_grad()
+def evaluate(model, graphs, mean, std, cfg: Config, device, batch_size: int = 256) -> dict[str, float]:
+    """Atom-weighted validation loss, MSE and cosine terms over ``graphs``."""
+    model.eval()
+    totals = {"loss": 0.0, "mse": 0.0, "cosine": 0.0}
+    atoms = 0
+    for start in range(0, len(graphs), batch_size):
+        batch = Batch.from_data_list(graphs[start : start + batch_size]).to(device)
+        target = standardize(batch.y, mean, std)
+        loss, parts = distill_loss(model(batch), target, cfg.mse_weight, cfg.cosine_weight)
+        n = batch.num_nodes
+        totals["loss"] += loss.item() * n
+        totals["mse"] += parts["mse"].item() * n
+        totals["cosine"] += parts["cosine"].item() * n
+        atoms += n
+    model.train()
+    return {k: v / atoms for k, v in totals.items()}
+
+
+def train_loop(config: dict) -> None:
+    cfg = from_dict(Config, config, "trial config")
+    preflight(cfg)
+    device = session.device()
+    train, val, mean, std, out_dim = prepare(cfg)
+    mean, std = mean.to(device), std.to(device)
+
+    torch.manual_seed(cfg.seed)
+    model = GINEStudent(cfg.width, cfg.depth, out_dim, cfg.dropout).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    order_gen = torch.Generator().manual_seed(cfg.seed + 1)
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total_steps = cfg.epochs * steps_per_epoch
+    step, epoch, pos = 0, 0, 0
+    perm = torch.randperm(len(train), generator=order_gen)
+    state = session.restore()
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        order_gen.set_state(state["order_rng"])
+        set_rng_state(state["rng"])
+        step, epoch, pos, perm = state["step"], state["epoch"], state["pos"], state["perm"]
+
+    model.train()
+    running, running_n, started = 0.0, 0, time.time()
+    while step < total_steps:
+        idx = perm[pos : pos + cfg.batch_size].tolist()
+        batch = Batch.from_data_list([train[i] for i in idx]).to(device)
+        loss, _ = distill_loss(model(batch), standardize(batch.y, mean, std), cfg.mse_weight, cfg.cosine_weight)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        running += loss.item()
+        running_n += 1
+        step += 1
+        pos += cfg.batch_size
+        if pos >= len(train):
+            epoch, pos = epoch + 1, 0
+            perm = torch.randperm(len(train), generator=order_gen)
+        if step % cfg.report_every == 0 or step == total_steps:
+            val_metrics = evaluate(model, val, mean, std, cfg, device)
+            session.report(
+                {
+                    "distill/loss": running / running_n,
+                    "distill/val_loss": val_metrics["loss"],
+                    "distill/val_mse": val_metrics["mse"],
+                    "distill/val_cosine": val_metrics["cosine"],
+                    "distill/step": step,
+                    "distill/epoch": step / steps_per_epoch,
+                    "distill/molecules_per_s": running_n * cfg.batch_size / (time.time() - started),
+                },
+                state=lambda: {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "order_rng": order_gen.get_state(),
+                    "rng": rng_state(),
+                    "step": step,
+                    "epoch": epoch,
+                    "pos": pos,
+                    "perm": perm,
+                    "target_mean": mean.cpu(),
+                    "target_std": std.cpu(),
+                    "out_dim": out_dim,
+                    "config": config,
+                },
+                checkpoint=True if step == total_steps else None,
+            )
+            running, running_n, started = 0.0, 0, time.time()
+
+
+def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:
+    """The distilled student from a checkpoint folder (``state.pt``) or a trial folder (newest)."""
+    from raylab import checkpoint as ckpt
+
+    path = Path(path).expanduser()
+    if (path / "state.pt").is_file():
+        candidates = [path]
+    else:
+        candidates = sorted(path.glob("checkpoint_*"), reverse=True)
+    found = ckpt.load_latest(candidates) if candidates else None
+    if found is None:
+        raise UserError(f"student_checkpoint: no boltz_distill checkpoint at {path} (expected a "
+                        f"folder with state.pt, or a trial folder with checkpoint_* folders)")
+    state = found[0]
+    cfg = from_dict(Config, state["config"], f"{found[1]}/state.pt")
+    model = GINEStudent(cfg.width, cfg.depth, state["out_dim"], cfg.dropout)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return model, state
