@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench clean
+.PHONY: test demo bench clean boltz-env
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,7 +13,22 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e ".[dev,mol]"
 	touch $(STAMP)
 
-test: $(STAMP)
+# Boltz-2 teacher environment (trainers/boltz_distill): boltz pins numpy<2, scipy 1.13.1 and
+# pytorch-lightning 2.5.0, which the main .venv cannot hold. torch stays 2.13.0: installed first
+# (local wheel), boltz then finds it satisfied. About 2 minutes; the teacher tests need it.
+BOLTZ_VENV := .venv-boltz
+BOLTZ_STAMP := $(BOLTZ_VENV)/.installed
+
+$(BOLTZ_STAMP): Makefile
+	test -x $(BOLTZ_VENV)/bin/python || $(PYTHON) -m venv $(BOLTZ_VENV)
+	$(BOLTZ_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(BOLTZ_VENV)/bin/python -m pip install --quiet boltz==2.2.1
+	$(BOLTZ_VENV)/bin/python -c "import torch, boltz.model.models.boltz2; assert torch.__version__.split('+')[0] == '2.13.0', torch.__version__"
+	touch $(BOLTZ_STAMP)
+
+boltz-env: $(BOLTZ_STAMP)
+
+test: $(STAMP) $(BOLTZ_STAMP)
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
@@ -23,4 +38,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/trial_overhead.py
 
 clean:
-	rm -rf $(VENV) results
+	rm -rf $(VENV) $(BOLTZ_VENV) results

@@ -6,6 +6,7 @@ To add a workload, make a folder here with ``config.py`` (a frozen ``Config`` da
 """
 
 from raylab.workloads import Workload
+from trainers.boltz_distill import DISTILL_METRICS, PROBE_METRICS
 
 WORKLOADS: dict[str, Workload] = {
     "toy": Workload(
@@ -13,5 +14,19 @@ WORKLOADS: dict[str, Workload] = {
         loop="trainers.toy.loop:train_loop",
         metrics=("train/loss", "eval/mse", "train/step"),
         description="linear regression by SGD: the framework's own test and overhead workload",
+    ),
+    "boltz_distill": Workload(
+        config="trainers.boltz_distill.config:Config",
+        loop="trainers.boltz_distill.loop:train_loop",
+        metrics=DISTILL_METRICS,
+        description="distil Boltz-2 (or RDKit conformer/descriptor) per-atom ligand embeddings into a GINE student",
+        preflight="trainers.boltz_distill.loop:preflight",
+    ),
+    "admet_probe": Workload(
+        config="trainers.boltz_distill.config:ProbeConfig",
+        loop="trainers.boltz_distill.probe_loop:train_loop",
+        metrics=PROBE_METRICS,
+        description="linear/MLP probes of frozen molecule representations on the TDC ADMET group",
+        preflight="trainers.boltz_distill.probe_loop:preflight",
     ),
 }
