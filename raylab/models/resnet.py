@@ -2,12 +2,13 @@
 
 The CIFAR variants: a 3x3 stride-1 stem with no max-pool, four stages of two basic blocks
 (64, 128, 256, 512 channels; strides 1, 2, 2, 2), global average pooling and one linear layer.
+``width`` (64 by default) scales the channels, for quick CPU runs.
 Input normalization ``(x - mean) / std`` is the model's first operation, with ``mean`` and
 ``std`` registered buffers, so attacks and triggers work in [0, 1] pixel space.
 
 Besides ``forward(x)`` each model has:
 
-- ``features(x)``: the penultimate representation, ``[N, 512]`` after pooling;
+- ``features(x)``: the penultimate representation, ``[N, 512]`` after pooling (``feature_dim``);
 - ``classify(features)``: the last linear layer (so features can be edited, e.g. ablated);
 - ``forward_with_activations(x)``: ``(logits, {name: activation})`` with the stem's output,
   every block's output (``layer1.0`` ... ``layer4.1``), ``features``, and for PreAct
@@ -81,25 +82,32 @@ class _CifarResNet(nn.Module):
         blocks: Sequence[int],
         mean: Sequence[float],
         std: Sequence[float],
+        width: int = 64,
     ):
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1))
-        self.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
-        in_planes = 64
+        self.conv1 = nn.Conv2d(3, width, 3, 1, 1, bias=False)
+        in_planes = width
         stages = []
-        for planes, count, stride in zip((64, 128, 256, 512), blocks, (1, 2, 2, 2)):
+        planes_per_stage = (width, 2 * width, 4 * width, 8 * width)
+        for planes, count, stride in zip(planes_per_stage, blocks, (1, 2, 2, 2)):
             layers = []
             for s in [stride] + [1] * (count - 1):
                 layers.append(self.block(in_planes, planes, s))
                 in_planes = planes
             stages.append(nn.Sequential(*layers))
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
-        self.linear = nn.Linear(512, num_classes)
+        self.linear = nn.Linear(8 * width, num_classes)
 
     @property
     def num_classes(self) -> int:
         return self.linear.out_features
+
+    @property
+    def feature_dim(self) -> int:
+        """Size of the penultimate features (512 at the standard width 64)."""
+        return self.linear.in_features
 
     def _stem(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -122,7 +130,7 @@ class _CifarResNet(nn.Module):
         return F.adaptive_avg_pool2d(out, 1).flatten(1)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        """Penultimate features ``[N, 512]`` (after global average pooling)."""
+        """Penultimate features ``[N, feature_dim]`` (after global average pooling)."""
         return self._run(x, None)
 
     def classify(self, features: torch.Tensor) -> torch.Tensor:
@@ -144,9 +152,10 @@ class ResNet(_CifarResNet):
     block = BasicBlock
     last_relu = "layer4.1"
 
-    def __init__(self, num_classes=10, blocks=(2, 2, 2, 2), mean=CIFAR10_MEAN, std=CIFAR10_STD):
-        super().__init__(num_classes, blocks, mean, std)
-        self.bn1 = nn.BatchNorm2d(64)
+    def __init__(self, num_classes=10, blocks=(2, 2, 2, 2), mean=CIFAR10_MEAN, std=CIFAR10_STD,
+                 width=64):
+        super().__init__(num_classes, blocks, mean, std, width)
+        self.bn1 = nn.BatchNorm2d(width)
 
     def _stem(self, x):
         return F.relu(self.bn1(self.conv1(x)))
@@ -156,9 +165,10 @@ class PreActResNet(_CifarResNet):
     block = PreActBlock
     last_relu = "final"
 
-    def __init__(self, num_classes=10, blocks=(2, 2, 2, 2), mean=CIFAR10_MEAN, std=CIFAR10_STD):
-        super().__init__(num_classes, blocks, mean, std)
-        self.bn = nn.BatchNorm2d(512)
+    def __init__(self, num_classes=10, blocks=(2, 2, 2, 2), mean=CIFAR10_MEAN, std=CIFAR10_STD,
+                 width=64):
+        super().__init__(num_classes, blocks, mean, std, width)
+        self.bn = nn.BatchNorm2d(8 * width)
 
     def _stem(self, x):
         return self.conv1(x)
@@ -168,14 +178,21 @@ class PreActResNet(_CifarResNet):
 
 
 def resnet18(
-    num_classes: int = 10, mean: Sequence[float] = CIFAR10_MEAN, std: Sequence[float] = CIFAR10_STD
+    num_classes: int = 10,
+    mean: Sequence[float] = CIFAR10_MEAN,
+    std: Sequence[float] = CIFAR10_STD,
+    width: int = 64,
 ) -> ResNet:
-    """The CIFAR ResNet-18 (11.2M parameters for 10 classes)."""
-    return ResNet(num_classes, (2, 2, 2, 2), mean, std)
+    """The CIFAR ResNet-18 (11.2M parameters for 10 classes at the standard ``width`` 64;
+    a smaller width scales every stage's channels down, for CPU smoke runs)."""
+    return ResNet(num_classes, (2, 2, 2, 2), mean, std, width)
 
 
 def preact_resnet18(
-    num_classes: int = 10, mean: Sequence[float] = CIFAR10_MEAN, std: Sequence[float] = CIFAR10_STD
+    num_classes: int = 10,
+    mean: Sequence[float] = CIFAR10_MEAN,
+    std: Sequence[float] = CIFAR10_STD,
+    width: int = 64,
 ) -> PreActResNet:
-    """The CIFAR PreAct-ResNet-18 (11.2M parameters for 10 classes)."""
-    return PreActResNet(num_classes, (2, 2, 2, 2), mean, std)
+    """The CIFAR PreAct-ResNet-18 (11.2M parameters for 10 classes at ``width`` 64)."""
+    return PreActResNet(num_classes, (2, 2, 2, 2), mean, std, width)

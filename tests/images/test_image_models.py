@@ -43,3 +43,12 @@ def test_gradients_reach_the_input_pixels():
     x = torch.rand(2, 3, 32, 32, requires_grad=True)
     model(x).sum().backward()
     assert x.grad is not None and x.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("make", [resnet18, preact_resnet18])
+def test_width_scales_channels(make):
+    model = make(num_classes=3, width=8).eval()
+    out, acts = model.forward_with_activations(torch.rand(2, 3, 32, 32))
+    assert out.shape == (2, 3) and model.feature_dim == 64
+    assert acts["stem"].shape == (2, 8, 32, 32) and acts["layer4.1"].shape == (2, 64, 4, 4)
+    assert acts["features"].shape == (2, 64)
