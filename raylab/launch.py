@@ -216,7 +216,9 @@ def make_trainable(experiment: Experiment, run_path: str) -> Callable:
         def trainable(config):
             drive_train_run(settings, config)
 
-        request = {"CPU": 0}  # the driver only waits; the Train workers hold the resources
+        # The driver only waits on the Train run, whose workers hold the CPUs and GPUs; Ray
+        # refuses an empty request, so the driver asks for a nominal byte of memory.
+        request = {"CPU": 0, "memory": 1}
     trainable.__name__ = experiment.workload
     return tune.with_resources(trainable, request)
 
@@ -256,6 +258,11 @@ def default_run_name(experiment: Experiment) -> str:
     """``NAME[-smoke]-YYYYmmdd-HHMMSS``: new runs never mix with old ones."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{experiment.name}{'-smoke' if experiment.smoke else ''}-{stamp}"
+
+
+def storage_root(storage: str) -> str:
+    """``--storage`` as an absolute path, or the URI as given."""
+    return storage if "://" in storage else str(Path(storage).expanduser().absolute())
 
 
 def find_run_to_resume(storage: str, experiment_name: str, smoke: bool, name: str | None) -> str:
@@ -307,7 +314,7 @@ def sweep(
     import ray
     from ray import tune
 
-    storage_uri = storage if "://" in storage else str(Path(storage).expanduser().absolute())
+    storage_uri = storage_root(storage)
     if resume:
         run_path = find_run_to_resume(storage_uri, experiment.name, experiment.smoke, name)
         experiment = saved_experiment(run_path) if "://" not in run_path else experiment
@@ -334,7 +341,7 @@ def sweep(
             scheduler=make_scheduler(experiment),
             num_samples=experiment.num_samples,
             max_concurrent_trials=max_concurrent or None,
-            reuse_actors=False,
+            reuse_actors=not experiment.resources.uses_ray_train,
         ),
         run_config=tune.RunConfig(
             name=run_name,

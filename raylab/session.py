@@ -20,6 +20,7 @@ A loop looks like this::
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shutil
@@ -151,11 +152,21 @@ def device():
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def prepare_model(model):
+    """Move ``model`` to this worker's device; wrap it for DDP when the trial has several workers."""
+    if _session.backend == "train" and world_size() > 1:
+        import ray.train.torch
+
+        return ray.train.torch.prepare_model(model)
+    return model.to(device())
+
+
 def _report_ray(s: Session, metrics: dict, state_dict: Mapping[str, Any] | None) -> None:
     if s.backend == "tune":
         from ray.tune import Checkpoint, report as ray_report
     else:
         from ray.train import Checkpoint, report as ray_report
+    metrics["node_id"] = _node_id()
     if state_dict is None:
         ray_report(metrics)
         return
@@ -165,6 +176,13 @@ def _report_ray(s: Session, metrics: dict, state_dict: Mapping[str, Any] | None)
         ray_report(metrics, checkpoint=Checkpoint.from_directory(str(tmp)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@functools.cache
+def _node_id() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
 
 
 def _report_local(s: Session, metrics: dict, state_dict: Mapping[str, Any] | None) -> None:

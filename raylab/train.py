@@ -70,7 +70,7 @@ def run_local(
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_intermixed_args(argv)
     cli.quiet_third_party_warnings()
     if not args.experiment:
         raise UserError("name an experiment (python -m raylab.tune --list shows them)")

@@ -35,7 +35,7 @@ def parser() -> cli.ArgumentParser:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_intermixed_args(argv)
     cli.quiet_third_party_warnings()
     if args.list:
         print(cli.list_experiments())
@@ -54,6 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     launch.check_storage(args.storage)
+    if args.resume:  # fail before Ray starts when there is nothing to resume
+        launch.find_run_to_resume(
+            launch.storage_root(args.storage), experiment.name, experiment.smoke, args.name
+        )
     if not args.address:
         launch.check_resources(experiment, launch.local_resources(), local=True)
         launch.preflight(experiment)
@@ -78,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         from raylab import report
 
         print(f"report: {report.write_report(run_path)}")
+    unfinished = [row["trial"] for row in table if row["status"] not in ("TERMINATED", "ERROR")]
+    if unfinished:
+        run_name = run_path.rstrip("/").rsplit("/", 1)[-1]
+        cli.stderr(
+            f"sweep interrupted with {len(unfinished)} unfinished trial(s); continue it with: "
+            f"python -m raylab.tune {experiment.name} --resume --name {run_name}"
+            + (f" --storage {args.storage}" if args.storage != "results" else "")
+        )
+        return 130
     failed = [row["trial"] for row in table if row["status"] == "ERROR"]
     if failed:
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their error.txt", file=sys.stderr)

@@ -19,8 +19,9 @@ def train_loop(config: dict) -> None:
     x_eval = torch.randn(512, cfg.dim, generator=data_gen)
     y_eval = x_eval @ true_w
 
+    data_gen.manual_seed(cfg.seed + 1000 * session.world_rank())  # each worker its own batches
     torch.manual_seed(cfg.seed)
-    model = torch.nn.Linear(cfg.dim, 1, bias=False)
+    model = session.prepare_model(torch.nn.Linear(cfg.dim, 1, bias=False))
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     step = 0
     state = session.restore()

@@ -1,0 +1,105 @@
+"""Bad input: one line on stderr, exit code 2, no traceback, no results folder left behind."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from raylab import launch
+from raylab import train as raylab_train
+from raylab import tune as raylab_tune
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str, name: str = "exp.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+TOY = "# python -m raylab.tune exp\nworkload: toy\nmetric: eval/mse\nmode: min\n"
+
+
+# Each case: (experiment file text or None, arguments, a fragment the one-line error contains).
+# In the arguments, EXP is that file's path and TMP the test's temporary folder.
+BAD_INPUTS = {
+    "unknown experiment": (None, ["no_such_experiment"], "unknown experiment 'no_such_experiment'; available: "),
+    "malformed yaml": (TOY + "config: {steps: [1, 2}\n", ["EXP"], "exp.yaml:5"),
+    "unknown key": (TOY + "config: {stepz: 3}\n", ["EXP"], "unknown key 'config.stepz'; valid keys: batch_size"),
+    "unknown section": (TOY + "serach: {}\n", ["EXP"], "unknown key 'serach'"),
+    "wrong type": (None, ["toy", "config.steps=many"], "config.steps: expected int, got 'many'"),
+    "negative learning rate": (None, ["toy", "config.lr=-0.1"], "config.lr: must be > 0"),
+    "bad search range": (None, ["toy", "search.lr={uniform: [1, 0]}"], "needs low < high"),
+    "override does not parse": (None, ["toy", "config.lr=[1,"], "YAML syntax error"),
+    "override without value": (None, ["toy", "config.lr"], "expected key=value"),
+    "unknown workload": (TOY.replace("toy", "tyo"), ["EXP"], "unknown workload 'tyo'; available: "),
+    "metric not reported": (TOY.replace("eval/mse", "eval/acc"), ["EXP"], "metric 'eval/acc' is not reported"),
+    "missing mode": (TOY.replace("mode: min\n", ""), ["EXP"], "missing required key 'mode'"),
+    "unwritable storage": (TOY, ["EXP", "--storage", "EXP/sub"], "is not a writable directory"),
+    "resume without a run": (None, ["toy", "--resume", "--storage", "TMP/empty"], "--resume: no resumable run"),
+    "bad flag": (None, ["toy", "--nmu-samples", "2"], "unrecognized arguments"),
+    "negative num samples": (None, ["toy", "--num-samples", "0"], "num_samples: must be >= 1"),
+    "smoke without section": (TOY, ["EXP", "--smoke"], "has no 'smoke' section"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text, args, fragment = BAD_INPUTS[case]
+    exp = write(tmp_path, text) if text is not None else ""
+    args = [a.replace("EXP", exp).replace("TMP", str(tmp_path)) for a in args]
+    if "--storage" not in args:
+        args = [*args, "--storage", str(tmp_path / "results")]
+    assert raylab_tune.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    assert fragment in err, err
+    assert not (tmp_path / "results").exists()
+
+
+def test_gpu_request_on_a_machine_without_gpu_is_refused(capsys, tmp_path):
+    if launch.local_resources()["GPU"] > 0:
+        pytest.skip("this machine has a GPU")
+    assert raylab_tune.main(["toy", "resources.gpus_per_worker=1", "--storage", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "1 GPU per trial, but this machine has 0 GPU" in err
+    assert raylab_train.main(["toy", "resources.gpus_per_worker=1", "--storage", str(tmp_path / "r")]) == 2
+    assert not (tmp_path / "r").exists()
+
+
+def test_resources_beyond_a_joined_cluster_only_warn(capsys):
+    from raylab import experiment as experiments
+
+    exp = experiments.load("toy", ["resources.gpus_per_worker=1"])
+    launch.check_resources(exp, {"CPU": 8, "GPU": 0}, local=False)
+    assert "wait for the autoscaler" in capsys.readouterr().out
+
+
+def test_cli_process_exit_code_and_no_traceback(tmp_path):
+    """The real entry point, as a user runs it: including an address that does not answer."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    for args, fragment in [
+        (["toy", "config.lrr=1"], "unknown key 'config.lrr'"),
+        (["toy", "--smoke", "--address", f"127.0.0.1:{dead_port}"], f"cannot reach Ray cluster at 127.0.0.1:{dead_port}"),
+    ]:
+        start = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "raylab.tune", *args, "--storage", str(tmp_path / "results")],
+            capture_output=True, text=True, cwd=REPO, env=env, timeout=120,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr and fragment in proc.stderr
+        assert proc.stderr.strip().count("\n") == 0, proc.stderr
+        assert time.monotonic() - start < 30
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,89 @@
+"""Every experiment YAML and every registered workload meets the contract."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from raylab import experiment as experiments
+from raylab import tune as raylab_tune
+from raylab import workloads
+from raylab.config import field_docs
+from raylab.experiment import Experiment
+
+EXPERIMENTS = sorted(experiments.available())
+WORKLOADS = sorted(workloads.registry())
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("smoke", [False, True])
+def test_every_experiment_yaml_validates(name, smoke):
+    exp = experiments.load(name, smoke=smoke)
+    assert exp.workload in workloads.registry()
+    assert exp.metric in workloads.get(exp.workload).metrics
+    exp.resolved_config()  # defaults + fixed values build a valid Config
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_file_starts_with_its_command_and_has_smoke(name):
+    path = experiments.available()[name]
+    first = path.read_text().splitlines()[0]
+    assert first.startswith(f"# python -m raylab.tune {name}"), first
+    smoke = experiments.load(name, smoke=True)
+    assert smoke.resources.gpus_per_worker == 0 and smoke.resources.workers == 1
+    assert smoke.resources.cpus_per_worker <= 2
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_dry_run_prints_resolved_experiment(name, capsys):
+    assert raylab_tune.main([name, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"workload: {experiments.load(name).workload}" in out and "# trials:" in out
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_every_workload_config_field_has_a_docstring(name):
+    cls = workloads.get(name).config_class()
+    assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen
+    docs = field_docs(cls)
+    missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
+    assert not missing, f"{name}: fields without a docstring: {missing}"
+    cls()  # the defaults (paper scale) are a valid config
+    assert workloads.get(name).metrics, f"{name} declares no metrics"
+    workloads.get(name).train_loop()
+
+
+def test_experiment_sections_have_docstrings():
+    for cls in (Experiment, experiments.Resources, experiments.Scheduler,
+                experiments.Checkpointing, experiments.Failure):
+        docs = field_docs(cls)
+        undocumented = [f.name for f in dataclasses.fields(cls)
+                        if not docs.get(f.name) and not dataclasses.is_dataclass(f.type)
+                        and f.name not in {"scheduler", "resources", "checkpoint", "failure"}]
+        assert not undocumented, (cls.__name__, undocumented)
+
+
+def test_list_shows_experiments_and_workloads(capsys):
+    assert raylab_tune.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for name in EXPERIMENTS + WORKLOADS:
+        assert name in out
+    assert "INVALID" not in out
+
+
+def test_overrides_and_smoke_merge_into_the_file():
+    exp = experiments.load("toy", ["config.lr=0.01", "search.seed=[3, 4, 5]", "num_samples=1"], smoke=True)
+    assert exp.config["lr"] == 0.01 and "lr" not in exp.search
+    assert exp.search["seed"] == {"grid": [3, 4, 5]} and exp.smoke
+    assert exp.config["steps"] == 60  # from the smoke section
+
+
+def test_pbt_and_asha_schedulers_build(ray_session):
+    from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
+
+    from raylab import launch
+
+    assert isinstance(launch.make_scheduler(experiments.load("toy")), ASHAScheduler)
+    pbt = experiments.load("toy", ["scheduler.type=pbt", "scheduler.hyperparam_mutations={lr: [0.01, 0.1]}"])
+    assert isinstance(launch.make_scheduler(pbt), PopulationBasedTraining)

@@ -1,0 +1,76 @@
+"""An interrupted sweep (SIGINT, or SIGKILL of the whole process group) finishes with --resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def steps_reported(trial_dir: Path) -> list[int]:
+    path = trial_dir / "result.json"
+    if not path.exists():
+        return []
+    return [json.loads(line)["train/step"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def tune_cli(*args: str, storage: Path, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--quiet", "--storage", str(storage), *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, **kwargs,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, sig):
+    storage, run = tmp_path / "results", tmp_path / "results" / "run"
+    # One short trial (40 steps) that finishes before the interrupt, one long one (400 steps).
+    proc = tune_cli(
+        "--name", "run", "search.steps=[40,400]", "search.seed=[0]", "config.step_time_s=0.05",
+        storage=storage,
+    )
+    short = long = None
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        trials = {p: steps_reported(p) for p in run.glob("toy_*") if p.is_dir()}
+        short = next((p for p, s in trials.items() if s and s[-1] == 40), None)
+        long = next((p for p, s in trials.items() if s and s[-1] >= 60 and s[-1] < 300), None)
+        if short and long and any(long.glob("checkpoint_*")):
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    else:
+        pytest.fail("the sweep never reached the point to interrupt")
+    if sig == signal.SIGKILL:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and the local Ray it started
+        proc.wait(timeout=60)
+    else:
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, err
+        assert "--resume --name run" in err
+    steps_before = steps_reported(long)
+
+    resumed = tune_cli("--resume", "--name", "run", storage=storage)
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
+
+    assert steps_reported(short) == [20, 40]  # finished trial not run again
+    steps = steps_reported(long)
+    assert steps[: len(steps_before)] == steps_before and steps[-1] == 400
+    after = steps[len(steps_before):]
+    # Continued from its last checkpoint (not from step 0): only steps since then run again.
+    assert 20 < after[0] <= steps_before[-1] + 20 and after == list(range(after[0], 401, 20))
+    rows = list(csv.DictReader((run / "summary.csv").open()))
+    assert len(rows) == 2 and {r["status"] for r in rows} == {"TERMINATED"}
