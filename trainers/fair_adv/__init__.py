@@ -1,0 +1,18 @@
+"""fair_adv: fair adversarial training (PGD-AT, TRADES, FRL, tri-regime reweighting) on CIFAR."""
+
+METRICS = (
+    "train/loss", "train/robust_acc", "train/epoch", "train/lr", "train/images_per_s",
+    "regime/outlier_frac", "regime/boundary_frac", "regime/safe_frac",
+    "eval/clean_acc", "eval/clean_acc_worst_class", "eval/clean_acc_per_class",
+    "eval/robust_acc", "eval/robust_acc_worst_class", "eval/robust_acc_per_class",
+    "val/clean_acc", "val/clean_acc_worst_class", "val/clean_acc_per_class",
+    "val/robust_acc", "val/robust_acc_worst_class", "val/robust_acc_per_class",
+    "best/epoch", "best/val_robust_acc_worst_class",
+    "best/clean_acc", "best/clean_acc_worst_class", "best/robust_acc", "best/robust_acc_worst_class",
+    "best/robust_acc_worst_class_gap",
+    "final/clean_acc", "final/clean_acc_worst_class", "final/clean_acc_per_class",
+    "final/cw_acc", "final/cw_acc_worst_class", "final/cw_acc_per_class",
+    "final/autoattack_acc", "final/autoattack_acc_worst_class", "final/autoattack_acc_per_class",
+)
+"""Every metric the loop reports (``final/*`` once, at the end; ``final/autoattack_*`` only when
+AutoAttack runs)."""

@@ -1,0 +1,180 @@
+"""Config of the fair_adv workload: adversarial training judged by worst-class robust accuracy.
+
+Defaults are the paper-scale CIFAR-10 setting for one GPU per trial: PreAct-ResNet-18, SGD
+(lr 0.1, momentum 0.9, weight decay 5e-4), batch 128, 110 epochs with the learning rate divided
+by 10 at epochs 100 and 105, L-inf eps 8/255 with PGD-10 (step 2/255) for training and PGD-20
+for evaluation. The tri-regime and FRL fields are explained with their equations in
+``trainers/fair_adv/reweight.py`` and the README.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from raylab.config import require
+
+Method = Literal["standard", "pgd_at", "trades", "frl", "tri_regime"]
+AutoAttackName = Literal["apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t"]
+
+
+@dataclass(frozen=True)
+class Config:
+    # ------------------------------------------------------------------ data
+    dataset: Literal["cifar10", "cifar100"] = "cifar10"
+    """Which CIFAR dataset (its standard python archive)."""
+    data_dir: str = "data/cifar"
+    """Folder holding the CIFAR archive or its extracted folder (relative: from where the
+    command ran)."""
+    download: bool = False
+    """Download the archive (checked against its MD5) into data_dir when it is missing."""
+    synthetic_data: bool = False
+    """Write a small synthetic archive in the real format into data_dir and train on it (smoke
+    runs and tests: no real images here)."""
+    synthetic_train: int = 500
+    """Training images of the synthetic archive."""
+    synthetic_test: int = 200
+    """Test images of the synthetic archive."""
+    val_size: int = 1000
+    """Training images held out (class-stratified, same split for every seed and method) as the
+    validation split that picks the best checkpoint and feeds FRL's class-wise errors."""
+    val_seed: int = 0
+    """Seed of the validation split (fixed, so all trials of a sweep share one split)."""
+    eval_size: int | None = None
+    """Test images evaluated every epoch (the first ones of the test set); null: all."""
+    final_eval_size: int | None = None
+    """Test images of the final CW/AutoAttack evaluation of the best checkpoint; null: all."""
+    augment: bool = True
+    """Standard CIFAR augmentation (4-pixel zero padding, random crop, horizontal flip)."""
+
+    # ------------------------------------------------------------------ model and optimizer
+    model: Literal["preact_resnet18", "resnet18", "small_cnn"] = "preact_resnet18"
+    """Network: the CIFAR PreAct-ResNet-18 or ResNet-18 (raylab.models), or a small 3-layer
+    CNN for smoke runs on a CPU."""
+    epochs: int = 110
+    """Training epochs."""
+    batch_size: int = 128
+    """Training batch size."""
+    lr: float = 0.1
+    """Initial SGD learning rate."""
+    momentum: float = 0.9
+    """SGD momentum."""
+    weight_decay: float = 5e-4
+    """SGD weight decay."""
+    lr_milestones: tuple[int, ...] = (100, 105)
+    """Epochs after which the learning rate is multiplied by lr_gamma."""
+    lr_gamma: float = 0.1
+    """Learning-rate factor at each milestone."""
+    seed: int = 0
+    """Seed of the initialization, batch order, augmentation and training attacks."""
+
+    # ------------------------------------------------------------------ method
+    method: Method = "pgd_at"
+    """standard (clean), pgd_at (Madry et al.), trades (Zhang et al.), frl (FRL-Reweight of Xu
+    et al. 2021, on TRADES) or tri_regime (the paper's per-sample reweighting on PGD-AT)."""
+    trades_beta: float = 6.0
+    """TRADES (and FRL) weight of the KL robustness term."""
+
+    # ------------------------------------------------------------------ attacks
+    eps: float = 8 / 255
+    """L-inf radius of every attack, in [0, 1] pixel units."""
+    step_size: float = 2 / 255
+    """PGD step size (training, evaluation and CW)."""
+    train_steps: int = 10
+    """PGD (or TRADES-KL) steps of the training attack."""
+    eval_steps: int = 20
+    """PGD steps of the per-epoch evaluation attack (PGD-20)."""
+    attack_bn_mode: Literal["eval", "train"] = "eval"
+    """BatchNorm mode while a training attack is generated: eval (running statistics, as in
+    TRADES's code) or train (batch statistics, as in Madry's and Rice et al.'s PGD-AT code;
+    this also moves the running statistics). Evaluation attacks always use eval mode."""
+    cw_steps: int = 30
+    """Steps of the final CW-inf attack."""
+    cw_kappa: float = 50.0
+    """Confidence cap of the CW margin loss."""
+    autoattack: Literal["auto", "on", "off"] = "auto"
+    """Final AutoAttack of the best checkpoint: auto runs it when pyautoattack is installed,
+    on requires it (preflight fails without it), off skips it."""
+    autoattack_attacks: tuple[AutoAttackName, ...] = ()
+    """Empty: AutoAttack's standard version (APGD-CE, APGD-T, FAB-T, Square). Otherwise the
+    attacks of a custom version, e.g. [apgd-ce, apgd-t]."""
+    autoattack_iters: int = 100
+    """Iterations of AutoAttack's APGD attacks (its standard value is 100)."""
+    eval_batch_size: int = 256
+    """Batch size of evaluation attacks."""
+
+    # ------------------------------------------------------------------ tri-regime
+    tri_warmup_epochs: int = 10
+    """T_w: epochs of plain PGD-AT (all weights 1) while the per-sample history builds up."""
+    tri_ema_momentum: float = 0.8
+    """mu: EMA momentum of each sample's robust correctness and adversarial loss (once per
+    epoch: memory of about 1/(1-mu) epochs)."""
+    tri_min_history: int = 3
+    """H: epochs a sample must have been seen before it can be gated as an outlier."""
+    tri_outlier_max_correct: float = 0.1
+    """rho: an outlier's EMA of robust correctness is at most this (persistently wrong)."""
+    tri_outlier_loss_quantile: float = 0.9
+    """q: an outlier's loss EMA is at least this quantile of all samples' loss EMAs."""
+    tri_outlier_weight: float = 0.1
+    """g: the reliability gate, the weight of an outlier (0 drops it)."""
+    tri_safe_margin: float = 0.3
+    """s: a sample whose adversarial probability margin p_y - max_{j!=y} p_j is at least s is
+    safe."""
+    tri_safe_weight: float = 0.5
+    """d: the weight of a safe sample."""
+    tri_boundary_gain: float = 1.0
+    """gamma: a boundary sample's weight is 1 + gamma_t * clip((s - m)/(1 + s), 0, 1)."""
+    tri_boundary_ramp_epochs: int = 10
+    """R: gamma_t grows linearly to gamma over R epochs (0: at once)."""
+    tri_normalize: bool = True
+    """Divide the weighted batch loss by the sum of the weights (else by the batch size)."""
+
+    # ------------------------------------------------------------------ FRL
+    frl_tau_nat: float = 0.05
+    """tau_nat: tolerated excess of a class's clean error over the mean."""
+    frl_tau_bndy: float = 0.05
+    """tau_bndy: tolerated excess of a class's boundary error over the mean."""
+    frl_rate_nat: float = 0.05
+    """alpha_nat: dual step size of the clean-error multipliers."""
+    frl_rate_bndy: float = 0.05
+    """alpha_bndy: dual step size of the boundary-error multipliers."""
+    frl_warmup_epochs: int = 10
+    """Epochs of plain TRADES before the multipliers start to move (the original fine-tunes a
+    pre-trained TRADES model)."""
+
+    def __post_init__(self):
+        for key in ("synthetic_train", "synthetic_test", "epochs", "batch_size",
+                    "eval_batch_size", "autoattack_iters", "cw_steps"):
+            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        for key in ("val_size", "train_steps", "eval_steps", "tri_warmup_epochs",
+                    "tri_min_history", "tri_boundary_ramp_epochs", "frl_warmup_epochs"):
+            require(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
+        for key in ("eval_size", "final_eval_size"):
+            value = getattr(self, key)
+            require(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
+        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        require(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
+        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(list(self.lr_milestones) == sorted(set(self.lr_milestones))
+                and all(m >= 1 for m in self.lr_milestones),
+                "lr_milestones", f"must be increasing epochs >= 1, got {list(self.lr_milestones)}")
+        require(0 < self.lr_gamma <= 1, "lr_gamma", f"must be in (0, 1], got {self.lr_gamma}")
+        require(self.trades_beta >= 0, "trades_beta", f"must be >= 0, got {self.trades_beta}")
+        require(0 <= self.eps <= 1, "eps", f"must be in [0, 1], got {self.eps}")
+        require(0 < self.step_size <= 1, "step_size", f"must be in (0, 1], got {self.step_size}")
+        require(self.method == "standard" or self.train_steps >= 1, "train_steps",
+                f"must be >= 1 for method {self.method}")
+        require(self.cw_kappa > 0, "cw_kappa", f"must be > 0, got {self.cw_kappa}")
+        require(0 <= self.tri_ema_momentum < 1, "tri_ema_momentum",
+                f"must be in [0, 1), got {self.tri_ema_momentum}")
+        require(0 <= self.tri_outlier_max_correct <= 1, "tri_outlier_max_correct",
+                f"must be in [0, 1], got {self.tri_outlier_max_correct}")
+        require(0 <= self.tri_outlier_loss_quantile <= 1, "tri_outlier_loss_quantile",
+                f"must be in [0, 1], got {self.tri_outlier_loss_quantile}")
+        require(-1 < self.tri_safe_margin <= 1, "tri_safe_margin",
+                f"must be in (-1, 1], got {self.tri_safe_margin}")
+        for key in ("tri_outlier_weight", "tri_safe_weight", "tri_boundary_gain",
+                    "frl_tau_nat", "frl_tau_bndy", "frl_rate_nat", "frl_rate_bndy"):
+            require(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
+        require(len(set(self.autoattack_attacks)) == len(self.autoattack_attacks),
+                "autoattack_attacks", f"lists an attack twice: {list(self.autoattack_attacks)}")
