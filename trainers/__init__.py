@@ -8,8 +8,16 @@ To add a workload, make a folder here with ``config.py`` (a frozen ``Config`` da
 from raylab.workloads import Workload
 from trainers.boltz_distill import DISTILL_METRICS, PROBE_METRICS
 from trainers.fair_adv import METRICS as FAIR_ADV_METRICS
+from trainers.dqn_softlinf import METRICS as DQN_SOFTLINF_METRICS
 
 WORKLOADS: dict[str, Workload] = {
+    "dqn_softlinf": Workload(
+        config="trainers.dqn_softlinf.config:Config",
+        loop="trainers.dqn_softlinf.loop:train_loop",
+        metrics=DQN_SOFTLINF_METRICS,
+        description="DQN on Atari with MSE, Huber or soft-linf inner-loop losses; sup-norm Bellman residual",
+        preflight="trainers.dqn_softlinf.preflight:preflight",
+    ),
     "toy": Workload(
         config="trainers.toy.config:Config",
         loop="trainers.toy.loop:train_loop",

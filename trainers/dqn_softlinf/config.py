@@ -1,0 +1,162 @@
+"""Config of the dqn_softlinf workload: DQN with an MSE, Huber or soft-linf inner-loop surrogate.
+
+Defaults are the well-known DQN Atari settings (Nature DQN as in CleanRL's ``dqn_atari.py``):
+10M agent steps, 1M replay, Adam lr 1e-4, target period 1000, one update every 4 steps from
+80k steps on, epsilon 1 -> 0.01 over the first 10%, batch 32, gamma 0.99.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from raylab.config import require
+
+
+@dataclass(frozen=True)
+class Config:
+    # ------------------------------------------------------------------ what is trained
+    backend: Literal["raylab", "rllib"] = "raylab"
+    """raylab: this workload's own loop (loop.py). rllib: RLlib's DQN with this workload's
+    losses through a DQNTorchLearner subclass (rllib_learner.py), for users who run RLlib."""
+    suite: Literal["atari", "gymnasium"] = "atari"
+    """atari: an ALE game through ale_py's AtariVectorEnv (Nature CNN on 84x84x4 frames).
+    gymnasium: a gymnasium environment with a flat observation (CartPole-v1...) and an MLP."""
+    game: str = "Pong"
+    """The ALE game (Pong, Breakout, MsPacman or ms_pacman...) or, with suite gymnasium, the
+    gymnasium id (CartPole-v1)."""
+    loss: Literal["mse", "huber", "soft_linf"] = "soft_linf"
+    """The inner-loop surrogate minimized on the TD errors against the frozen target."""
+    beta: float = 10.0
+    """soft_linf temperature: larger is closer to the max of |TD| over the batch, smaller to
+    the mean. Units: 1/reward with beta_scale reward."""
+    beta_scale: Literal["reward", "td_mean"] = "reward"
+    """How beta relates to the reward scale. reward: beta is used as given (rewards clipped
+    to [-1, 1], so |TD| is O(1)). td_mean: beta is divided by the batch's mean |TD|, a
+    scale-free temperature."""
+    huber_delta: float = 1.0
+    """Where the Huber loss turns from quadratic to linear."""
+    double_dqn: bool = False
+    """Double DQN targets: the online network picks the next action, the target network
+    values it. Off in Nature DQN."""
+    seed: int = 0
+    """Seeds the networks, exploration, replay sampling and the environments."""
+
+    # ------------------------------------------------------------------ DQN schedule
+    total_steps: int = 10_000_000
+    """Agent steps (each is frame_skip emulator frames on Atari) summed over all envs."""
+    num_envs: int = 8
+    """Environments stepped together; actions for all are chosen in one forward pass."""
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions (split evenly among the envs)."""
+    learning_starts: int = 80_000
+    """Agent steps of experience collected before the first update."""
+    train_every: int = 4
+    """Agent steps per gradient update (summed over envs)."""
+    batch_size: int = 32
+    """Transitions per gradient update."""
+    gamma: float = 0.99
+    """Discount factor."""
+    lr: float = 1e-4
+    """Adam learning rate."""
+    adam_eps: float = 1e-8
+    """Adam epsilon."""
+    max_grad_norm: float = 0.0
+    """Clip the global gradient norm to this value; 0 turns clipping off (Nature DQN)."""
+    target_period: int = 1000
+    """Agent steps between hard target-network updates: one inner regression loop each."""
+    epsilon_start: float = 1.0
+    """Exploration epsilon at the first step."""
+    epsilon_end: float = 0.01
+    """Exploration epsilon after the linear decay."""
+    epsilon_fraction: float = 0.10
+    """Fraction of total_steps over which epsilon decays linearly."""
+    reward_clip: bool = True
+    """Clip training rewards to [-1, 1] (returns are always reported unclipped)."""
+
+    # ------------------------------------------------------------------ networks
+    mlp_hidden: tuple[int, ...] = (120, 84)
+    """Hidden layer widths of the MLP Q-network (suite gymnasium only)."""
+    compile: bool = False
+    """torch.compile the Q-network (helps on GPU; on CPU it mostly adds compile time)."""
+    torch_threads: int = 0
+    """torch intra-op threads; 0 leaves torch's default (one per core)."""
+
+    # ------------------------------------------------------------------ Atari preprocessing
+    frame_skip: int = 4
+    """Emulator frames per agent step (max-pooled over the last two)."""
+    frame_stack: int = 4
+    """Frames stacked into one observation."""
+    screen_size: int = 84
+    """Observation frames are screen_size x screen_size grayscale."""
+    noop_max: int = 30
+    """Up to this many no-op actions after each reset."""
+    episodic_life: bool = True
+    """A lost life ends the TD target's bootstrap (terminal for learning) while the game goes
+    on; returns are counted over whole games."""
+    fire_reset: bool = True
+    """Press FIRE after a reset and after a lost life in games that need it."""
+    sticky_action_prob: float = 0.0
+    """Probability that the emulator repeats the previous action (0.25 per Machado et al.)."""
+    max_episode_frames: int = 108_000
+    """Emulator frames after which an episode is truncated (30 minutes of play)."""
+    env_threads: int = 0
+    """Threads stepping the Atari emulators; 0 chooses one per env up to the core count."""
+    overlap_env: bool = True
+    """Step the Atari emulators (in their own threads) while the network update runs."""
+
+    # ------------------------------------------------------------------ measurements
+    report_every: int = 50_000
+    """Agent steps between metric reports (and checkpoints, at the experiment's cadence)."""
+    probe_size: int = 512
+    """Replay transitions in the probe set on which the Bellman residual and the inner-loop
+    fit are measured; redrawn at every target-network update."""
+    eval_every: int = 250_000
+    """Agent steps between evaluations (at least one per trial: the first report)."""
+    eval_episodes: int = 10
+    """Episodes per evaluation, run in parallel, one per environment."""
+    eval_epsilon: float = 0.05
+    """Exploration epsilon during evaluation."""
+    eval_max_steps: int = 27_000
+    """Agent steps after which an evaluation episode is cut off and counted as it stands."""
+
+    # ------------------------------------------------------------------ checkpoints
+    checkpoint_replay: bool = True
+    """Save the replay contents in checkpoints, so a resumed trial continues with its data.
+    Turn off for huge buffers: a resumed trial then refills the replay from scratch."""
+
+    # ------------------------------------------------------------------ rllib backend
+    rllib_iterations_per_report: int = 1
+    """backend rllib: Algorithm.train() calls between reports."""
+
+    def __post_init__(self):
+        positive = ("total_steps", "num_envs", "buffer_size", "train_every", "batch_size",
+                    "target_period", "frame_skip", "frame_stack", "screen_size",
+                    "max_episode_frames", "report_every", "probe_size", "eval_every",
+                    "eval_episodes", "eval_max_steps", "rllib_iterations_per_report")
+        for key in positive:
+            value = getattr(self, key)
+            require(value >= 1, key, f"must be >= 1, got {value}")
+        require(self.learning_starts >= 0, "learning_starts", f"must be >= 0, got {self.learning_starts}")
+        require(self.learning_starts < self.total_steps, "learning_starts",
+                f"({self.learning_starts}) is beyond total_steps ({self.total_steps}): nothing would train")
+        require(self.beta > 0, "beta", f"must be > 0, got {self.beta}")
+        require(self.huber_delta > 0, "huber_delta", f"must be > 0, got {self.huber_delta}")
+        require(0 < self.gamma < 1, "gamma", f"must be in (0, 1), got {self.gamma}")
+        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        require(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
+        require(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
+        for key in ("epsilon_start", "epsilon_end", "eval_epsilon", "sticky_action_prob"):
+            value = getattr(self, key)
+            require(0 <= value <= 1, key, f"must be in [0, 1], got {value}")
+        require(0 < self.epsilon_fraction <= 1, "epsilon_fraction",
+                f"must be in (0, 1], got {self.epsilon_fraction}")
+        require(self.noop_max >= 0, "noop_max", f"must be >= 0, got {self.noop_max}")
+        require(self.env_threads >= 0, "env_threads", f"must be >= 0, got {self.env_threads}")
+        require(self.torch_threads >= 0, "torch_threads", f"must be >= 0, got {self.torch_threads}")
+        require(all(h >= 1 for h in self.mlp_hidden), "mlp_hidden", f"widths must be >= 1, got {self.mlp_hidden}")
+        require(self.buffer_size >= self.num_envs * (self.frame_stack + 2), "buffer_size",
+                f"({self.buffer_size}) must hold at least frame_stack + 2 = {self.frame_stack + 2} "
+                f"steps of each of the {self.num_envs} envs")
+        require(self.batch_size <= self.buffer_size, "batch_size",
+                f"({self.batch_size}) must be <= buffer_size ({self.buffer_size})")

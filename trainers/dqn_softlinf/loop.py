@@ -1,0 +1,327 @@
+"""DQN with a fixed target network and an MSE, Huber or soft-linf inner-loop surrogate.
+
+One loop, read top to bottom: N environments step together (one batched forward pass picks
+all N epsilon-greedy actions), each step's newest frames go into a frame-deduplicated replay
+(replay.py), one gradient update runs per ``train_every`` agent steps on a uniformly sampled
+batch, and every ``target_period`` agent steps the target network is replaced by the online
+one. Each target period is one inner regression loop of the paper: the frozen targets
+``T Q_target`` are regressed on with the chosen surrogate (loss.py).
+
+Measured on a probe set of ``probe_size`` replay transitions, drawn afresh at every target
+update and fixed for that period:
+
+- ``inner/regression_linf``: max |Q(s,a) - T Q_target(s,a)| at the end of a period (how well
+  the inner loop fit its frozen targets), and ``inner/progress_ratio``: that value over its
+  value at the start of the period (where Q = Q_target, so it is the target network's own
+  Bellman residual). Averaged over the periods completed since the previous report.
+- ``bellman/residual_linf|p99|l2``: the max, 99th percentile and root mean square of
+  |Q(s,a) - (r + gamma max_a' Q(s',a'))| with the current network on both sides: the empirical
+  sup-norm (and averaged) Bellman residual, at each report.
+
+On Atari the emulators step in C++ threads while the update runs (``overlap_env``): the
+updates of a vector step sample the replay as it was before that step's transitions arrive.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import math
+import time
+
+import numpy as np
+import torch
+
+from raylab import session
+from raylab.checkpoint import rng_state, set_rng_state
+from raylab.config import from_dict
+from trainers.dqn_softlinf.config import Config
+from trainers.dqn_softlinf.envs import make_envs
+from trainers.dqn_softlinf.loss import surrogate
+from trainers.dqn_softlinf.model import q_network
+from trainers.dqn_softlinf.preflight import preflight
+from trainers.dqn_softlinf.replay import FrameReplay
+
+RESUME_SEED_OFFSET = 1_000_003  # Atari envs restart with a fresh seed after a resume
+EVAL_SEED_OFFSET = 10_000_019
+
+
+def train_loop(config: dict) -> None:
+    cfg = from_dict(Config, config, "trial config")
+    if cfg.backend == "rllib":
+        from trainers.dqn_softlinf.rllib_learner import train_rllib
+
+        return train_rllib(cfg, config)
+    preflight(cfg)
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    device = session.device()
+
+    # ---------------------------------------------------------------- envs, networks, replay
+    envs = make_envs(cfg, cfg.num_envs)
+    torch.manual_seed(cfg.seed)
+    q = q_network(cfg.suite, envs.obs_shape, envs.num_actions, cfg.mlp_hidden).to(device)
+    target = copy.deepcopy(q).requires_grad_(False)
+    optimizer = torch.optim.Adam(q.parameters(), lr=cfg.lr, eps=cfg.adam_eps,
+                                 **({"fused": True} if device.type == "cuda" else {"foreach": True}))
+    q_fwd = torch.compile(q) if cfg.compile else q
+    target_fwd = torch.compile(target) if cfg.compile else target
+    replay = FrameReplay(cfg.buffer_size, cfg.num_envs, envs.frame_shape, envs.frame_dtype, envs.stack)
+    rng = np.random.default_rng(cfg.seed)  # exploration and replay sampling
+    n = cfg.num_envs
+    obs_shape = envs.obs_shape
+
+    def to_obs(frames: np.ndarray) -> torch.Tensor:  # replay stacks -> network input
+        return torch.from_numpy(frames.reshape(len(frames), *obs_shape)).to(device, non_blocking=True)
+
+    def to_batch(b: dict) -> dict:
+        return {
+            "obs": to_obs(b["obs"]), "next_obs": to_obs(b["next_obs"]),
+            "action": torch.from_numpy(b["action"]).to(device, torch.long),
+            "reward": torch.from_numpy(b["reward"]).to(device),
+            "done": torch.from_numpy(b["done"]).to(device, torch.float32),
+        }
+
+    # ---------------------------------------------------------------- state (fresh or resumed)
+    s = {
+        "env_steps": 0, "updates": 0, "next_sync": cfg.learning_starts, "next_report": cfg.report_every,
+        "next_eval": 0, "evals": 0, "eval_return": math.nan, "updates_from": cfg.learning_starts,
+        "episodes": [], "loss_sum": 0.0, "q_sum": 0.0, "loss_n": 0, "inner": [], "credit": 0,
+    }
+    probe: dict | None = None  # the current period's probe transitions and frozen targets
+    state = session.restore()
+    if state is None:
+        obs, lives = envs.reset(cfg.seed)
+        ep_return = np.zeros(n, np.float64)
+        final_prev = np.zeros(n, bool)  # the previous step ended an episode: this one resets
+        fire_next = np.zeros(n, bool)
+        replay.add_observation(envs.newest_frame(obs), first=np.ones(n, bool), final=final_prev)
+    else:
+        q.load_state_dict(state["q"])
+        target.load_state_dict(state["target"])
+        optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"])
+        rng.bit_generator.state = state["np_rng"]
+        s.update(state["counters"])
+        probe = state["probe"]
+        if "replay" in state:
+            replay.load_state_dict(state["replay"])
+        else:  # refill before learning again
+            s["updates_from"] = s["env_steps"] + cfg.learning_starts
+            probe = None
+        env_state = state.get("env")
+        if env_state is not None:  # exact continuation (gymnasium envs)
+            envs.set_state(env_state)
+            obs, lives = state["obs"].numpy(), state["lives"].numpy()
+            ep_return = state["ep_return"].numpy().copy()
+            final_prev, fire_next = state["final_prev"].numpy().copy(), state["fire_next"].numpy().copy()
+            if "replay" not in state:
+                replay.add_observation(envs.newest_frame(obs), np.ones(n, bool), final_prev)
+        else:  # ALE emulator state cannot be saved through AtariVectorEnv: start new episodes
+            obs, lives = envs.reset((cfg.seed + RESUME_SEED_OFFSET + s["env_steps"]) % 2**30)
+            ep_return = np.zeros(n, np.float64)
+            final_prev, fire_next = np.zeros(n, bool), np.zeros(n, bool)
+            replay.cut()
+            replay.add_observation(envs.newest_frame(obs), first=np.ones(n, bool), final=final_prev)
+    episodes = collections.deque(s["episodes"], maxlen=100)
+    if probe is not None:
+        probe = {k: v.to(device) if torch.is_tensor(v) else v for k, v in probe.items()}
+
+    # ---------------------------------------------------------------- the pieces of one step
+    @torch.inference_mode()
+    def act(obs: np.ndarray, epsilon: float, gen: np.random.Generator) -> np.ndarray:
+        explore = gen.random(len(obs)) < epsilon
+        actions = gen.integers(0, envs.num_actions, size=len(obs))
+        if not explore.all():
+            greedy = q_fwd(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
+            actions = np.where(explore, actions, greedy)
+        return actions
+
+    def targets(net_next: torch.Tensor, target_next: torch.Tensor, b: dict) -> torch.Tensor:
+        if cfg.double_dqn:
+            next_q = target_next.gather(1, net_next.argmax(1, keepdim=True)).squeeze(1)
+        else:
+            next_q = target_next.max(1).values
+        return b["reward"] + cfg.gamma * (1.0 - b["done"]) * next_q
+
+    def update() -> None:
+        b = to_batch(replay.sample(cfg.batch_size, rng))
+        with torch.no_grad():
+            target_next = target_fwd(b["next_obs"])
+            net_next = q_fwd(b["next_obs"]) if cfg.double_dqn else None
+            y = targets(net_next, target_next, b)
+        q_sa = q_fwd(b["obs"]).gather(1, b["action"][:, None]).squeeze(1)
+        loss = surrogate(cfg.loss, q_sa - y, beta=cfg.beta, beta_scale=cfg.beta_scale,
+                         huber_delta=cfg.huber_delta)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(q.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        sums["loss"] += loss.detach()
+        sums["q"] += q_sa.detach().mean()
+        s["loss_n"] += 1
+
+    @torch.no_grad()
+    def forward_chunks(net, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+        return torch.cat([net(x[i:i + chunk]) for i in range(0, len(x), chunk)])
+
+    def draw_probe() -> dict | None:
+        if not replay.can_sample():
+            return None
+        b = to_batch(replay.sample(cfg.probe_size, rng))
+        b["y"] = targets(forward_chunks(q_fwd, b["next_obs"]) if cfg.double_dqn else None,
+                         forward_chunks(target_fwd, b["next_obs"]), b)
+        return b
+
+    def q_taken(p: dict) -> torch.Tensor:
+        return forward_chunks(q_fwd, p["obs"]).gather(1, p["action"][:, None]).squeeze(1)
+
+    def bellman_residual(p: dict) -> torch.Tensor:
+        """|Q(s,a) - (r + gamma max_a' Q(s',a'))| with the current network on both sides."""
+        y = p["reward"] + cfg.gamma * (1.0 - p["done"]) * forward_chunks(q_fwd, p["next_obs"]).max(1).values
+        return (q_taken(p) - y).abs()
+
+    def target_update() -> None:
+        nonlocal probe
+        if probe is not None and "start_linf" in probe:  # end of the inner loop just run
+            end = (q_taken(probe) - probe["y"]).abs().max().item()
+            s["inner"].append((end, end / max(probe["start_linf"], 1e-12)))
+        target.load_state_dict(q.state_dict())
+        probe = draw_probe()
+        if probe is not None:  # start of the next inner loop: here Q = Q_target
+            probe["start_linf"] = (q_taken(probe) - probe["y"]).abs().max().item()
+
+    eval_envs = None
+
+    def evaluate() -> float:
+        """Mean unclipped return of ``eval_episodes`` episodes, one per env, run in parallel."""
+        nonlocal eval_envs
+        if eval_envs is None:
+            eval_envs = make_envs(cfg, cfg.eval_episodes)
+        gen = np.random.default_rng([cfg.seed, EVAL_SEED_OFFSET, s["evals"]])
+        o, lv = eval_envs.reset(cfg.seed + EVAL_SEED_OFFSET + 1000 * s["evals"])
+        returns = np.zeros(cfg.eval_episodes)
+        finished = np.zeros(cfg.eval_episodes, bool)
+        fire = np.zeros(cfg.eval_episodes, bool)
+        for _ in range(cfg.eval_max_steps):
+            a = act(o, cfg.eval_epsilon, gen)
+            if eval_envs.fire_action is not None:
+                a = np.where(fire, eval_envs.fire_action, a)
+            eval_envs.send(a)
+            o, r, term, trunc, lv2 = eval_envs.recv()
+            returns += np.where(finished, 0.0, r)
+            fire = (lv2 < lv) & ~(term | trunc)
+            lv = lv2
+            finished |= term | trunc
+            if finished.all():
+                break
+        return float(returns.mean())
+
+    def epsilon_at(step: int) -> float:
+        frac = min(1.0, step / (cfg.epsilon_fraction * cfg.total_steps))
+        return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
+
+    def checkpoint_state() -> dict:
+        on_cpu = {k: v.cpu() if torch.is_tensor(v) else v for k, v in (probe or {}).items()}
+        out = {
+            "q": q.state_dict(), "target": target.state_dict(), "optimizer": optimizer.state_dict(),
+            "rng": rng_state(), "np_rng": rng.bit_generator.state,
+            "counters": {**s, "episodes": list(episodes), "loss_sum": sums["loss"].item(),
+                         "q_sum": sums["q"].item()},
+            "probe": on_cpu or None, "config": config,
+        }
+        env_state = envs.state()
+        if env_state is not None:
+            out |= {"env": env_state, "obs": torch.from_numpy(obs.copy()),
+                    "lives": torch.from_numpy(lives.copy()), "ep_return": torch.from_numpy(ep_return.copy()),
+                    "final_prev": torch.from_numpy(final_prev.copy()),
+                    "fire_next": torch.from_numpy(fire_next.copy())}
+        if cfg.checkpoint_replay:
+            out["replay"] = replay.state_dict()
+        return out
+
+    sums = {"loss": torch.zeros((), device=device), "q": torch.zeros((), device=device)}
+    sums["loss"] += s["loss_sum"]
+    sums["q"] += s["q_sum"]
+    clock, steps_at_clock = time.perf_counter(), s["env_steps"]
+
+    # ---------------------------------------------------------------- the loop
+    while s["env_steps"] < cfg.total_steps:
+        actions = act(obs, epsilon_at(s["env_steps"]), rng)
+        if envs.fire_action is not None:
+            actions = np.where(fire_next, envs.fire_action, actions)
+        envs.send(actions)
+        if not cfg.overlap_env or cfg.suite != "atari":
+            step_result = envs.recv()
+        # one update per train_every agent steps; on Atari they run while the emulators step
+        if s["env_steps"] >= s["updates_from"]:
+            s["credit"] += n
+        n_updates, s["credit"] = divmod(s["credit"], cfg.train_every)
+        if replay.can_sample():
+            for _ in range(n_updates):
+                update()
+                s["updates"] += 1
+        if cfg.overlap_env and cfg.suite == "atari":
+            step_result = envs.recv()
+        next_obs, reward, terminated, truncated, next_lives = step_result
+
+        ended = terminated | truncated
+        life_lost = (next_lives < lives) & ~ended & ~final_prev
+        done = terminated | (life_lost if cfg.episodic_life else False)
+        replay.set_step(actions, np.clip(reward, -1, 1) if cfg.reward_clip else reward, done)
+        replay.add_observation(envs.newest_frame(next_obs), first=final_prev, final=ended)
+        ep_return += np.where(final_prev, 0.0, reward)
+        for i in np.flatnonzero(ended):
+            episodes.append(float(ep_return[i]))
+        ep_return[ended] = 0.0
+        fire_next = life_lost
+        final_prev, lives, obs = ended, next_lives, next_obs
+        s["env_steps"] += n
+
+        if s["env_steps"] >= s["next_sync"] and s["env_steps"] >= s["updates_from"]:
+            target_update()
+            while s["next_sync"] <= s["env_steps"]:
+                s["next_sync"] += cfg.target_period
+
+        last = s["env_steps"] >= cfg.total_steps
+        if s["env_steps"] >= s["next_report"] or last:
+            elapsed = time.perf_counter() - clock
+            metrics = {
+                "env/steps": s["env_steps"],
+                "perf/env_steps_per_s": (s["env_steps"] - steps_at_clock) / max(elapsed, 1e-9),
+                "train/epsilon": epsilon_at(s["env_steps"]),
+                "train/updates": s["updates"],
+            }
+            if s["loss_n"]:
+                metrics["train/loss"] = (sums["loss"] / s["loss_n"]).item()
+                metrics["train/q_mean"] = (sums["q"] / s["loss_n"]).item()
+            if episodes:
+                metrics["episode/return_mean"] = float(np.mean(episodes))
+                metrics["episode/count_recent"] = len(episodes)
+            if probe is None:
+                probe = draw_probe()
+            if probe is not None:
+                res = bellman_residual(probe)
+                metrics["bellman/residual_linf"] = res.max().item()
+                metrics["bellman/residual_p99"] = torch.quantile(res, 0.99).item()
+                metrics["bellman/residual_l2"] = res.square().mean().sqrt().item()
+            if s["inner"]:
+                metrics["inner/regression_linf"] = float(np.mean([e for e, _ in s["inner"]]))
+                metrics["inner/progress_ratio"] = float(np.mean([r for _, r in s["inner"]]))
+            if s["env_steps"] >= s["next_eval"] or last:
+                s["eval_return"] = evaluate()
+                s["evals"] += 1
+                s["next_eval"] = s["env_steps"] + cfg.eval_every
+            metrics["eval/return_mean"] = s["eval_return"]
+            while s["next_report"] <= s["env_steps"]:
+                s["next_report"] += cfg.report_every
+            sums["loss"].zero_()
+            sums["q"].zero_()
+            s.update(loss_n=0, loss_sum=0.0, q_sum=0.0, inner=[], episodes=list(episodes))
+            session.report(metrics, state=checkpoint_state, checkpoint=True if last else None)
+            clock, steps_at_clock = time.perf_counter(), s["env_steps"]
+
+    envs.close()
+    if eval_envs is not None:
+        eval_envs.close()

@@ -1,0 +1,58 @@
+"""Checks that must fail before Ray starts: an unknown game, a replay that would not fit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raylab.errors import UserError
+from trainers.dqn_softlinf.envs import check_game
+from trainers.dqn_softlinf.replay import bytes_per_transition
+
+MEMORY_FRACTION = 0.8
+"""At most this fraction of the memory available now may go to the replay and probe set."""
+
+
+def frame_layout(cfg) -> tuple[tuple[int, ...], type]:
+    """What the replay stores per step: an 84x84 uint8 frame, or a float32 observation."""
+    if cfg.suite == "atari":
+        return (cfg.screen_size, cfg.screen_size), np.uint8
+    import gymnasium
+
+    env = gymnasium.make(cfg.game)
+    shape = tuple(env.observation_space.shape)
+    env.close()
+    return shape, np.float32
+
+
+def replay_bytes(cfg) -> tuple[int, int]:
+    """``(total, per_transition)`` bytes of the replay and the probe set this config allocates."""
+    frame_shape, dtype = frame_layout(cfg)
+    per = bytes_per_transition(frame_shape, dtype)
+    if cfg.backend == "rllib":  # RLlib's episode replay keeps whole stacked observations
+        per = int(np.prod(frame_shape)) * np.dtype(dtype).itemsize * (cfg.frame_stack if cfg.suite == "atari" else 1) + 16
+    probe = 2 * cfg.probe_size * int(np.prod(frame_shape)) * np.dtype(dtype).itemsize * (
+        cfg.frame_stack if cfg.suite == "atari" else 1)
+    return cfg.buffer_size * per + probe, per
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation on this machine now."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def preflight(cfg, available: int | None = None) -> None:
+    """Refuse an unknown game or a replay that does not fit in this machine's memory."""
+    check_game(cfg.suite, cfg.game)
+    total, per = replay_bytes(cfg)
+    available = available_memory() if available is None else available
+    budget = MEMORY_FRACTION * available
+    if total > budget:
+        fits = max(0, int((budget - (total - cfg.buffer_size * per)) // per))
+        raise UserError(
+            f"config.buffer_size: {cfg.buffer_size:,} transitions need {total / 1e9:.2f} GB "
+            f"({per:,} bytes per transition) but this machine has {available / 1e9:.2f} GB "
+            f"available ({MEMORY_FRACTION:.0%} usable: {budget / 1e9:.2f} GB); "
+            f"use buffer_size <= {fits:,} or run on a machine with more memory"
+        )
