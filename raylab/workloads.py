@@ -29,6 +29,9 @@ class Workload:
     """Optional ``module:function`` taking a built Config and raising ``UserError`` when this
     machine cannot run it (dataset missing or corrupted, replay buffer larger than memory).
     The CLI calls it before starting Ray on a local run; loops call it again at their start."""
+    figures: str = ""
+    """Optional ``module:attribute`` of the workload's ``raylab.report_spec.Report``: the
+    figures and tables ``python -m raylab.report`` draws (``trainers/<name>/figures.py``)."""
 
     def config_class(self) -> type:
         return _resolve(self.config)
@@ -38,6 +41,10 @@ class Workload:
 
     def train_loop(self) -> Callable[[dict[str, Any]], None]:
         return _resolve(self.loop)
+
+    def report_spec(self) -> Any:
+        """The declared ``Report`` (figures and tables), or None when there is none."""
+        return _resolve(self.figures) if self.figures else None
 
 
 def _resolve(path: str) -> Any:

@@ -1,0 +1,271 @@
+"""``python -m raylab.report RUN_DIR_OR_EXPERIMENT``: a sweep's figures and tables in one report.
+
+    python -m raylab.report results/toy-smoke-20260101-120000          # a run folder
+    python -m raylab.report toy                                        # newest run of toy
+    python -m raylab.report s3://bucket/runs/dqn-20260101-120000 --out report-dqn --format md
+
+Reads the run folder (a local path, or a URI that Ray's storage reads through pyarrow), groups
+the trials by their swept hyperparameters other than the seed, and writes PNG figures, one
+report (HTML with the figures embedded, or Markdown beside them), the tables as CSV and
+``report.json`` (every number in the report). A sweep still running gives a partial report that
+says which trials have not reported, which failed (with the first line of their error) and
+which declared metrics no trial reported. The figures and tables are what the workload
+declares in its ``figures.py`` (see ``raylab.report_spec``).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from raylab import cli, workloads
+from raylab.errors import UserError, exit_on_user_error
+from raylab.report_aggregate import conditions, resolve_metric, table_blocks
+from raylab.report_data import TUNE_COUNTERS, Run, find_run, format_value, load_run
+from raylab.report_render import to_html, to_markdown
+from raylab.report_spec import Curve, Report, Table
+
+FORMATS = ("html", "md")
+
+
+def parser() -> cli.ArgumentParser:
+    p = cli.ArgumentParser(prog="python -m raylab.report", description=__doc__.split("\n")[0])
+    p.add_argument("run", help="a run folder (path or URI), or an experiment name (its newest run)")
+    p.add_argument("--out", help="report folder (default: RUN/report, or reports/RUN_NAME for a URI)")
+    p.add_argument("--format", choices=FORMATS, default="html", help="html (self-contained) or md")
+    p.add_argument("--storage", default="results", help="where to look for runs of an experiment name")
+    return p
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    cli.quiet_third_party_warnings()
+    run_path = find_run(args.run, args.storage)
+    print(f"report: {write_report(run_path, out=args.out, fmt=args.format)}")
+    return 0
+
+
+def write_report(run_path: str, out: str | Path | None = None, fmt: str = "html") -> str:
+    """Write the report of the run at ``run_path``; return the report file's path."""
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+    run = load_run(str(run_path))
+    out_dir = Path(out) if out else default_out(run)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in [*out_dir.glob("figures/*.png"), *out_dir.glob("tables/*.csv")]:
+        stale.unlink()  # from an earlier report of this run
+    spec, spec_note = declared_report(run)
+    content = build(run, spec, out_dir, spec_note)
+    (out_dir / "report.json").write_text(json.dumps(content, indent=1, default=str))
+    if fmt == "html":
+        target = out_dir / "report.html"
+        target.write_text(to_html(content, out_dir))
+    else:
+        target = out_dir / "report.md"
+        target.write_text(to_markdown(content))
+    return str(target)
+
+
+def default_out(run: Run) -> Path:
+    if "://" in run.path:
+        return Path("reports") / run.name
+    return Path(run.path) / "report"
+
+
+def declared_report(run: Run) -> tuple[Report, str]:
+    """The workload's declared Report, else a default one; and a note when it could not load."""
+    name = run.experiment.get("workload")
+    metric = run.experiment.get("metric")
+    default = Report(items=(Curve(metric),) if metric else ())
+    workload = workloads.registry().get(name) if name else None
+    if workload is None:
+        return default, f"workload '{name}' is not registered here: default figures only" if name else ""
+    try:
+        spec = workload.report_spec()
+    except Exception as err:  # a broken declaration must not cost the report
+        return default, f"could not load {workload.figures}: {type(err).__name__}: {err}"
+    if spec is None:
+        return default, ""
+    return (spec if isinstance(spec, Report) else Report(items=tuple(spec))), ""
+
+
+def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[str, Any]:
+    """Draw the figures and compute the tables; return the report's content (JSON-able)."""
+    from raylab.report_plots import draw  # matplotlib only when drawing
+
+    exp = run.experiment
+    metric, mode = exp.get("metric"), exp.get("mode", "max")
+    items = [(item.file_stem(index), item) for index, item in enumerate(spec.items, start=1)]
+    if metric and not any(isinstance(i, Table) and metric in i.metrics and not i.rows and i.at == "last"
+                          for _, i in items):
+        items.insert(0, ("00_sweep_metric", Table(
+            (metric,), best=mode if mode in ("max", "min") else "",
+            title=f"{metric} at each trial's last report (mean ± std over seeds)")))
+    stems: set[str] = set()
+    figures, tables = [], []
+    for stem, item in items:
+        stem = _unique(stem, stems)
+        if isinstance(item, Table):
+            blocks = table_blocks(run, item, spec.seeds)
+            csv_file = f"tables/{stem}.csv"
+            (out_dir / "tables").mkdir(exist_ok=True)
+            (out_dir / csv_file).write_text(_table_csv(blocks))
+            tables.append({"name": stem, "title": item.heading() + _at_note(item), "kind": "Table",
+                           "metrics": list(item.metrics), "at": item.at, "rows_key": item.rows,
+                           "columns_keys": list(item.columns), "csv": csv_file,
+                           "blocks": [b.to_json() for b in blocks]})
+        else:
+            file = f"figures/{stem}.png"
+            why = draw(item, run, spec.seeds, out_dir / file)
+            figures.append({"name": stem, "kind": item.kind, "title": item.heading(),
+                            "metrics": list(item.metric_names()), "file": "" if why else file, "note": why})
+    notes = status_notes(run, spec, figures)
+    if spec_note:
+        notes.insert(0, spec_note)
+    trial_columns, trial_rows = trial_table(run, metric)
+    return {
+        "title": f"{exp.get('name') or run.name}: {run.name}",
+        "run": run.path,
+        "generated": datetime.datetime.now().isoformat(timespec="seconds"),
+        "facts": _facts(run),
+        "swept": run.swept,
+        "conditions": conditions(run, spec.seeds),
+        "status_counts": _counts(run),
+        "expected_trials": run.expected,
+        "not_started": run.not_started,
+        "failed": [{"trial": t.name, "error": t.error} for t in run.trials if t.status == "ERROR" or t.error],
+        "unreported_metrics": unreported_metrics(run, spec),
+        "notes": notes,
+        "figures": figures,
+        "tables": tables,
+        "trial_columns": trial_columns,
+        "trial_rows": trial_rows,
+    }
+
+
+def workloads_metrics(run: Run) -> tuple[str, ...]:
+    workload = workloads.registry().get(run.experiment.get("workload"))
+    return tuple(workload.metrics) if workload else ()
+
+
+def unreported_metrics(run: Run, spec: Report) -> list[str]:
+    """Declared metrics (registry entry and report items) that no trial reported.
+
+    Patterns (``{key}``, ``*``) count as reported when they resolve for at least one trial.
+    """
+    reported = set().union(*(t.reported() for t in run.trials)) if run.trials else set()
+    with_rows = [t for t in run.trials if t.rows]
+    missing = []
+    for name in dict.fromkeys((*workloads_metrics(run), *spec.metric_names())):
+        if name in TUNE_COUNTERS:
+            continue
+        if any(c in name for c in "{*?["):
+            if not any((resolve_metric(name, t) or "") in t.reported() for t in with_rows):
+                missing.append(name)
+        elif name not in reported:
+            missing.append(name)
+    return missing
+
+
+def status_notes(run: Run, spec: Report, figures: list[dict]) -> list[str]:
+    """One line per thing a reader must know: missing, failed, unreported, not drawn."""
+    notes = []
+    with_rows = [t for t in run.trials if t.rows]
+    known = len(run.trials)
+    if run.expected is not None and known < run.expected:
+        notes.append(f"{run.expected - known} of {run.expected} trials have not started (no trial folder yet)"
+                     + (f": {'; '.join(run.not_started)}" if run.not_started else ""))
+    running = [t for t in run.trials if t.status in ("RUNNING", "PENDING", "PAUSED")]
+    if running:
+        notes.append(f"sweep still running: {len(running)} trial(s) not finished "
+                     f"({', '.join(f'{t.name} {t.status}' for t in running)}); their values are partial")
+    silent = [t for t in run.trials if not t.rows and t.status != "ERROR"]
+    if silent:
+        notes.append(f"{len(silent)} trial(s) without any result yet: {', '.join(t.name for t in silent)}")
+    for trial in run.trials:
+        if trial.status == "ERROR" or trial.error:
+            kind = "failed" if trial.status == "ERROR" else f"{trial.status}, after a failure"
+            notes.append(f"trial {trial.name} {kind}: {trial.error or '(no error.txt)'}")
+    if not with_rows:
+        notes.append("no trial has reported results yet")
+    else:
+        missing = unreported_metrics(run, spec)
+        if missing:
+            notes.append(f"declared metrics no trial reported: {', '.join(missing)}")
+    for figure in figures:
+        if figure["note"] and not figure["file"]:
+            notes.append(f"figure '{figure['title']}' not drawn: {figure['note']}")
+    return notes
+
+
+def trial_table(run: Run, metric: str | None) -> tuple[list[str], list[list[Any]]]:
+    columns = ["trial", "status", *run.swept, "reports", "training_iteration"]
+    if metric:
+        columns.append(f"{metric} (last)")
+    columns.append("error")
+    rows = []
+    for t in run.trials:
+        last = next((r[metric] for r in reversed(t.rows) if metric in r), None) if metric else None
+        rows.append([t.name, t.status, *(format_value(t.params.get(k)) for k in run.swept), len(t.rows),
+                     t.rows[-1].get("training_iteration") if t.rows else None,
+                     *([last] if metric else []), t.error])
+    return columns, rows
+
+
+def _facts(run: Run) -> list[tuple[str, Any]]:
+    exp = run.experiment
+    facts = [("run", run.path)]
+    for key in ("workload", "description"):
+        if exp.get(key):
+            facts.append((key, exp[key]))
+    if exp.get("metric"):
+        facts.append(("metric", f"{exp['metric']} ({exp.get('mode', '?')})"))
+    facts.append(("smoke", bool(exp.get("smoke"))))
+    facts.append(("swept", ", ".join(run.swept) or "(nothing)"))
+    counts = _counts(run)
+    facts.append(("trials", ", ".join(f"{v} {k}" for k, v in counts.items())
+                  + (f" (of {run.expected} expected)" if run.expected is not None else "")))
+    facts.append(("aggregate", "mean ± sample std (n = trials) over seeds and repeats"))
+    return facts
+
+
+def _counts(run: Run) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for t in run.trials:
+        counts[t.status] = counts.get(t.status, 0) + 1
+    return counts
+
+
+def _at_note(table: Table) -> str:
+    return "" if table.title or table.at == "last" else f" ({table.at} over reports)"
+
+
+def _unique(stem: str, seen: set[str]) -> str:
+    candidate, n = stem, 2
+    while candidate in seen:
+        candidate, n = f"{stem}_{n}", n + 1
+    seen.add(candidate)
+    return candidate
+
+
+def _table_csv(blocks) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    for block in blocks:
+        writer.writerow(["block", block.row_header, *(f"{c} {s}" for c in block.columns for s in ("mean", "std", "n"))])
+        for label, _, cells in block.rows:
+            values = []
+            for cell in cells:
+                values += [json.dumps(cell.mean), json.dumps(cell.std), cell.n] if cell else ["", "", 0]
+            writer.writerow([block.title, label, *values])
+    return buffer.getvalue()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""Reading a run folder for a report: the experiment, every trial's config, rows and status.
+
+A run folder is what ``python -m raylab.tune`` (one folder per Tune trial) or
+``python -m raylab.train`` (one ``trial/`` folder) writes: ``experiment.yaml``, and per trial
+``params.json``, ``result.json`` (one JSON row per report), ``error.txt`` when it failed.
+Local paths and URIs (``s3://``, ``gs://``, ``file://``) are read through pyarrow's filesystem
+layer, the one Ray's storage uses. Only JSON and YAML are read: nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raylab import search_space, yaml_io
+from raylab.errors import UserError
+
+EXPERIMENT_FILE = "experiment.yaml"
+TUNE_COUNTERS = ("training_iteration", "time_total_s")
+_STAMP = re.compile(r"(\d{8}-\d{6})$")
+
+
+@dataclass
+class Trial:
+    """One trial of a run, as its folder shows it now."""
+
+    name: str
+    """The trial folder's name."""
+    params: dict[str, Any]
+    """The trial's config (``params.json``)."""
+    rows: list[dict[str, Any]]
+    """Its reports, oldest first (``result.json``)."""
+    status: str
+    """TERMINATED, ERROR, RUNNING, PENDING, PAUSED (Tune's word), else REPORTED or NO RESULTS."""
+    error: str = ""
+    """The first line of ``error.txt`` (empty when there is none)."""
+
+    def reported(self) -> set[str]:
+        """Every metric name this trial reported at least once."""
+        return {key for row in self.rows for key in row}
+
+
+@dataclass
+class Run:
+    """A run folder, read."""
+
+    path: str
+    experiment: dict[str, Any]
+    trials: list[Trial]
+    swept: list[str]
+    """Swept config keys: the experiment's ``search`` keys, else the keys that differ."""
+    expected: int | None = None
+    """Trials the search makes (grid size x num_samples), None when it cannot be known."""
+    not_started: list[str] = field(default_factory=list)
+    """Grid points (``key=value, ...``) that no trial folder exists for yet."""
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+
+# ------------------------------------------------------------------------ filesystem
+
+
+class _Files:
+    """Listing and reading under one root, local or remote (pyarrow.fs)."""
+
+    def __init__(self, location: str):
+        import pyarrow.fs
+
+        self.fs_module = pyarrow.fs
+        if "://" in location:
+            try:
+                self.fs, self.root = pyarrow.fs.FileSystem.from_uri(location)
+            except (pyarrow.ArrowInvalid, OSError, ValueError) as err:
+                raise UserError(f"cannot open {location}: {err}") from None
+        else:
+            self.fs, self.root = pyarrow.fs.LocalFileSystem(), str(Path(location).expanduser().absolute())
+        self.root = self.root.rstrip("/") or "/"
+
+    def kind(self, relative: str = "") -> str:
+        """``dir``, ``file`` or ``missing``."""
+        try:
+            info = self.fs.get_file_info(self._join(relative))
+        except OSError as err:
+            raise UserError(f"cannot read {self._join(relative)}: {err}") from None
+        return {self.fs_module.FileType.Directory: "dir", self.fs_module.FileType.File: "file"}.get(
+            info.type, "missing")
+
+    def listdir(self, relative: str = "") -> list[tuple[str, str]]:
+        """``(name, kind)`` of the entries directly under ``relative``."""
+        selector = self.fs_module.FileSelector(self._join(relative), allow_not_found=True)
+        entries = self.fs.get_file_info(selector)
+        return sorted(
+            (e.base_name, "dir" if e.type == self.fs_module.FileType.Directory else "file")
+            for e in entries
+        )
+
+    def read_text(self, relative: str) -> str:
+        with self.fs.open_input_stream(self._join(relative)) as stream:
+            return stream.read().decode("utf-8", errors="replace")
+
+    def _join(self, relative: str) -> str:
+        return f"{self.root}/{relative}".rstrip("/") if relative else self.root
+
+
+# ------------------------------------------------------------------------ finding runs
+
+
+def find_run(target: str, storage: str = "results") -> str:
+    """The run folder ``target`` names: a path or URI of one, or an experiment name (newest run).
+
+    An experiment name matches the folders ``NAME-STAMP``, ``NAME-smoke-STAMP``,
+    ``NAME-train-STAMP`` and ``NAME-train-smoke-STAMP`` under ``storage``; the newest stamp wins.
+    """
+    looks_like_path = "://" in target or "/" in target or target.startswith(".")
+    files = _Files(target) if looks_like_path or Path(target).exists() else None
+    if files is not None:
+        kind = files.kind()
+        if kind == "missing":
+            raise UserError(f"{target}: no such run folder")
+        if kind != "dir":
+            raise UserError(f"{target}: not a run folder (a file, not a folder)")
+        return target if "://" in target else files.root
+    storage_files = _Files(storage)
+    if storage_files.kind() != "dir":
+        raise UserError(f"'{target}' is not a run folder, and --storage {storage} has no runs of it")
+    pattern = re.compile(rf"^{re.escape(target)}(-train)?(-smoke)?-\d{{8}}-\d{{6}}$")
+    runs = [name for name, kind in storage_files.listdir() if kind == "dir" and pattern.match(name)]
+    if not runs:
+        raise UserError(f"no run of experiment '{target}' under {storage_files.root} "
+                        f"(folders named {target}[-smoke]-YYYYmmdd-HHMMSS)")
+    newest = max(runs, key=lambda name: _STAMP.search(name).group(1))
+    return f"{storage.rstrip('/')}/{newest}" if "://" in storage else f"{storage_files.root}/{newest}"
+
+
+# ------------------------------------------------------------------------ reading a run
+
+
+def load_run(path: str) -> Run:
+    """Read the run folder at ``path`` (local or URI); ``UserError`` if it is not one."""
+    files = _Files(path)
+    kind = files.kind()
+    if kind == "missing":
+        raise UserError(f"{path}: no such run folder")
+    if kind != "dir":
+        raise UserError(f"{path}: not a run folder (a file, not a folder)")
+    entries = dict(files.listdir())
+    experiment = {}
+    if entries.get(EXPERIMENT_FILE) == "file":
+        experiment = yaml_io.loads(files.read_text(EXPERIMENT_FILE), f"{path}/{EXPERIMENT_FILE}") or {}
+        if not isinstance(experiment, dict):
+            raise UserError(f"{path}/{EXPERIMENT_FILE}: expected a mapping of experiment keys")
+    states = _tune_states(files, entries)
+    trial_dirs = [name for name, k in entries.items() if k == "dir" and _is_trial_dir(files, name)]
+    if not experiment and not trial_dirs and not states:
+        raise UserError(f"{path}: not a run folder (no {EXPERIMENT_FILE} and no trial folders "
+                        "with params.json or result.json)")
+    trials = [_load_trial(files, name, states.pop(name, None)) for name in sorted(trial_dirs)]
+    for name, state in sorted(states.items()):  # known to Tune, no folder yet
+        trials.append(Trial(name=name, params=state.get("params", {}), rows=[],
+                            status=state.get("status") or "PENDING"))
+    search = experiment.get("search") or {}
+    swept = list(search) or _varying_keys(trials)
+    run = Run(path=path if "://" in path else files.root, experiment=experiment, trials=trials, swept=swept)
+    if search:
+        run.expected = _expected_trials(search, int(experiment.get("num_samples") or 1))
+        run.not_started = _grid_points_without_trials(search, int(experiment.get("num_samples") or 1), trials)
+    return run
+
+
+def _is_trial_dir(files: _Files, name: str) -> bool:
+    if name.startswith(("_", ".")) or name.startswith("checkpoint_"):
+        return False
+    inside = dict(files.listdir(name))
+    return any(inside.get(f) == "file" for f in ("params.json", "result.json", "error.txt"))
+
+
+def _load_trial(files: _Files, name: str, state: dict | None) -> Trial:
+    inside = dict(files.listdir(name))
+    params = {}
+    if inside.get("params.json") == "file":
+        try:
+            params = json.loads(files.read_text(f"{name}/params.json"))
+        except json.JSONDecodeError:
+            params = {}
+    if not params and state:
+        params = state.get("params", {})
+    rows = []
+    if inside.get("result.json") == "file":
+        for line in files.read_text(f"{name}/result.json").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:  # a row being written by a running trial
+                continue
+            if isinstance(row, dict):
+                row.pop("config", None)
+                rows.append(row)
+    error = ""
+    if inside.get("error.txt") == "file":
+        lines = [line.strip() for line in files.read_text(f"{name}/error.txt").splitlines() if line.strip()]
+        error = _error_line(lines)
+    status = (state or {}).get("status")
+    if not status:
+        if error:
+            status = "ERROR"
+        elif rows and rows[-1].get("done"):
+            status = "TERMINATED"
+        else:
+            status = "REPORTED" if rows else "NO RESULTS"
+    return Trial(name=name, params=params, rows=rows, status=status, error=error)
+
+
+def _error_line(lines: list[str]) -> str:
+    """The first line of error.txt; Ray's own wrapper lines skipped for the actual exception."""
+    if not lines:
+        return "(empty error.txt)"
+    for line in lines:
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", line) and "ray::" not in line:
+            return f"{lines[0]} ... {line}" if line != lines[0] else line
+    return lines[0]
+
+
+def _tune_states(files: _Files, entries: dict[str, str]) -> dict[str, dict]:
+    """Trial statuses from Tune's newest ``experiment_state-*.json`` (read as JSON, not pickle)."""
+    names = sorted(n for n, k in entries.items() if k == "file" and n.startswith("experiment_state-"))
+    if not names:
+        return {}
+    try:
+        data = json.loads(files.read_text(names[-1]))
+    except (json.JSONDecodeError, OSError):
+        return {}
+    states = {}
+    for entry in data.get("trial_data", []):
+        try:
+            info = json.loads(entry[0]) if isinstance(entry[0], str) else entry[0]
+        except (json.JSONDecodeError, IndexError, TypeError):
+            continue
+        if isinstance(info, dict) and info.get("relative_logdir"):
+            config = info.get("config") if isinstance(info.get("config"), dict) else {}
+            states[info["relative_logdir"]] = {"status": info.get("status"), "params": config}
+    return states
+
+
+def _varying_keys(trials: list[Trial]) -> list[str]:
+    keys = sorted({k for t in trials for k in t.params})
+    return [k for k in keys if len({_hashable(t.params.get(k)) for t in trials}) > 1]
+
+
+def _expected_trials(search: dict, num_samples: int) -> int:
+    """Tune's trial count: every grid combination, ``num_samples`` times (random keys sampled)."""
+    return search_space.grid_size(search) * num_samples
+
+
+def _grid_points_without_trials(search: dict, num_samples: int, trials: list[Trial]) -> list[str]:
+    """Grid combinations with fewer known trials than ``num_samples`` (all-grid searches)."""
+    if not all("grid" in spec for spec in search.values()):
+        return []
+    import itertools
+
+    keys = list(search)
+    seen: dict[tuple, int] = {}
+    for t in trials:
+        point = tuple(_hashable(t.params.get(k)) for k in keys)
+        seen[point] = seen.get(point, 0) + 1
+    missing = []
+    for combo in itertools.product(*(search[k]["grid"] for k in keys)):
+        point = tuple(_hashable(v) for v in combo)
+        lacking = num_samples - seen.get(point, 0)
+        if lacking > 0:
+            label = ", ".join(f"{k}={format_value(v)}" for k, v in zip(keys, combo))
+            missing.append(label + (f" (x{lacking})" if num_samples > 1 else ""))
+    return missing
+
+
+def _hashable(value: Any) -> Any:
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+
+
+def format_value(value: Any) -> str:
+    """A config value as a short label."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "+".join(format_value(v) for v in value) or "[]"
+    return str(value)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_vector(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(is_number(v) for v in value)
+
+
+def finite(value: Any) -> bool:
+    return is_number(value) and math.isfinite(value)

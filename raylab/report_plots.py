@@ -1,0 +1,212 @@
+"""Drawing a declared figure (Curve, Versus, Bars, Scatter) of a run as a PNG (matplotlib, Agg).
+
+Rows of panels are the values of the swept keys a figure does not use for its series; columns
+are its metrics (unless drawn ``together``). Seed aggregates: mean line or marker, with a band
+or error bar of one sample standard deviation where there are two or more trials.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from raylab.report_aggregate import (  # noqa: E402
+    aggregate, group, label_of, series_xy, split_keys, value_at,
+)
+from raylab.report_data import Run, Trial, format_value, is_number  # noqa: E402
+from raylab.report_spec import Bars, Curve, Scatter, Versus  # noqa: E402
+
+PANEL_W, PANEL_H, MAX_PANELS = 5.0, 3.4, 36
+
+
+def draw(item, run: Run, seeds, path: Path) -> str:
+    """Draw ``item`` into ``path``; return '' when drawn, else why it was not."""
+    trials = [t for t in run.trials if t.rows]
+    if not trials:
+        return "no trial has reported results yet"
+    exclude = (item.x,) if isinstance(item, Versus) else ()
+    series_keys, panel_keys = split_keys(run, seeds, item.by, exclude)
+    panels = list(group(run, trials, panel_keys).items())[:MAX_PANELS]
+    colors = _colors(run, trials, series_keys)
+    columns = _columns(item)
+    fig, axes = plt.subplots(
+        len(panels), len(columns), figsize=(PANEL_W * len(columns), PANEL_H * len(panels)),
+        squeeze=False,
+    )
+    drawn = 0
+    for row, (panel_values, members) in enumerate(panels):
+        panel = label_of(panel_keys, panel_values) if panel_keys else ""
+        for col, metrics in enumerate(columns):
+            ax = axes[row][col]
+            drawn += _DRAW[type(item)](ax, item, run, members, metrics, series_keys, colors)
+            ax.set_title(" | ".join(p for p in (", ".join(metrics), panel) if p), fontsize=9)
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+    if not drawn:
+        plt.close(fig)
+        return f"no trial reported {', '.join(item.metric_names())} as numbers"
+    fig.suptitle(item.heading(), fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, facecolor="white")
+    plt.close(fig)
+    return ""
+
+
+def _columns(item) -> list[tuple[str, ...]]:
+    if isinstance(item, Scatter):
+        return [(item.y,)]
+    if isinstance(item, Bars):
+        return [tuple(item.y)]
+    return [tuple(item.y)] if item.together else [(m,) for m in item.y]
+
+
+def _colors(run: Run, trials: list[Trial], keys: list[str]) -> dict[tuple, str]:
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {k: cycle[i % len(cycle)] for i, k in enumerate(group(run, trials, keys))}
+
+
+def _curve(ax, item: Curve, run, members, metrics, series_keys, colors) -> int:
+    lines = 0
+    for values, trials in group(run, members, series_keys).items():
+        for m_index, metric in enumerate(metrics):
+            xs, mean, std = _mean_curve([series_xy(t, item.x, metric) for t in trials])
+            if xs.size == 0:
+                continue
+            label = label_of(series_keys, values) if series_keys else ""
+            if len(metrics) > 1:
+                label = f"{metric} {label}".strip()
+            style = ("-", "--", ":", "-.")[m_index % 4]
+            color = colors[values] if series_keys or len(metrics) == 1 else None
+            (line,) = ax.plot(xs, mean, style, color=color, label=label or None, marker="." if xs.size < 4 else None)
+            band = np.isfinite(std)
+            if band.any():
+                ax.fill_between(xs[band], (mean - std)[band], (mean + std)[band],
+                                color=line.get_color(), alpha=0.2, linewidth=0)
+            lines += 1
+    ax.set_xlabel(item.x, fontsize=8)
+    if item.logy:
+        ax.set_yscale("symlog" if _has_nonpositive(ax) else "log")
+    return lines
+
+
+def _mean_curve(pairs: list[tuple[np.ndarray, np.ndarray]]):
+    """Mean and std over trials on the union of their x values (each interpolated in its range)."""
+    pairs = [(x, y) for x, y in pairs if x.size]
+    if not pairs:
+        return np.empty(0), np.empty(0), np.empty(0)
+    grid = np.unique(np.concatenate([x for x, _ in pairs]))
+    stacked = np.full((len(pairs), grid.size), np.nan)
+    for i, (x, y) in enumerate(pairs):
+        inside = (grid >= x[0]) & (grid <= x[-1])
+        stacked[i, inside] = np.interp(grid[inside], x, y)
+    counts = np.isfinite(stacked).sum(axis=0)
+    with np.errstate(all="ignore"):
+        mean = np.nanmean(stacked, axis=0)
+        std = np.where(counts > 1, np.nanstd(stacked, axis=0, ddof=1), np.nan)
+    return grid, mean, std
+
+
+def _versus(ax, item: Versus, run, members, metrics, series_keys, colors) -> int:
+    xs_all = [t.params.get(item.x) for t in members]
+    numeric = all(is_number(x) for x in xs_all)
+    categories = [] if numeric else list(dict.fromkeys(format_value(x) for x in xs_all))
+    lines = 0
+    for values, trials in group(run, members, series_keys).items():
+        for m_index, metric in enumerate(metrics):
+            points = []
+            for (x_value,), at_x in group(run, trials, [item.x]).items():
+                agg = aggregate([value_at(t, metric, item.at) for t in at_x], [t.name for t in at_x])
+                if agg is None or not is_number(agg.mean):
+                    continue
+                x = float(x_value) if numeric else categories.index(format_value(x_value))
+                points.append((x, agg.mean, agg.std))
+            if not points:
+                continue
+            x, y, err = (np.asarray(v, dtype=float) for v in zip(*sorted(points)))
+            label = label_of(series_keys, values) if series_keys else ""
+            if len(metrics) > 1:
+                label = f"{metric} {label}".strip()
+            ax.errorbar(x, y, yerr=np.where(np.isfinite(err), err, 0), marker="o", capsize=3,
+                        linestyle=("-", "--", ":", "-.")[m_index % 4],
+                        color=colors[values] if series_keys or len(metrics) == 1 else None,
+                        label=label or None)
+            lines += 1
+    ax.set_xlabel(item.x, fontsize=8)
+    if categories:
+        ax.set_xticks(range(len(categories)), categories, fontsize=7)
+    positive = [x for x in xs_all if is_number(x) and x > 0]
+    logx = item.logx if item.logx is not None else (
+        numeric and len(positive) == len(xs_all) and len(positive) > 1 and max(positive) / min(positive) > 100)
+    if logx:
+        ax.set_xscale("log")
+    if item.logy:
+        ax.set_yscale("log")
+    return lines
+
+
+def _bars(ax, item: Bars, run, members, metrics, series_keys, colors) -> int:
+    series = list(group(run, members, series_keys).items())
+    clusters: list[str] = []
+    heights: dict[tuple, list[tuple[float, float]]] = {values: [] for values, _ in series}
+    for metric in metrics:
+        aggs = {values: aggregate([value_at(t, metric, item.at) for t in trials], [t.name for t in trials])
+                for values, trials in series}
+        sizes = [len(a.mean) for a in aggs.values() if a is not None and isinstance(a.mean, list)]
+        if sizes:  # a vector: one cluster per entry
+            size = max(sizes)
+            labels = list(item.labels[:size]) + [str(i) for i in range(len(item.labels), size)]
+            clusters += [f"{lab}" if len(metrics) == 1 else f"{metric}[{lab}]" for lab in labels]
+            for values, agg in aggs.items():
+                ok = agg is not None and isinstance(agg.mean, list) and len(agg.mean) == size
+                heights[values] += ([(agg.mean[i], agg.std[i]) for i in range(size)] if ok
+                                    else [(np.nan, np.nan)] * size)
+        else:
+            clusters.append(metric)
+            for values, agg in aggs.items():
+                heights[values].append((agg.mean, agg.std) if agg is not None else (np.nan, np.nan))
+    if not clusters or all(np.isnan(h) for hs in heights.values() for h, _ in hs):
+        return 0
+    width = 0.8 / max(1, len(series))
+    positions = np.arange(len(clusters))
+    for i, (values, _) in enumerate(series):
+        mean, std = (np.asarray(v, dtype=float) for v in zip(*heights[values]))
+        ax.bar(positions + (i - (len(series) - 1) / 2) * width, np.nan_to_num(mean), width,
+               yerr=np.where(np.isfinite(std), std, 0), capsize=2, color=colors[values],
+               label=label_of(series_keys, values) if series_keys else None)
+    ax.set_xticks(positions, clusters, fontsize=7, rotation=30 if len(clusters) > 6 else 0)
+    return 1
+
+
+def _scatter(ax, item: Scatter, run, members, metrics, series_keys, colors) -> int:
+    points = 0
+    everything = []
+    for values, trials in group(run, members, series_keys).items():
+        xy = [(value_at(t, item.x, item.at), value_at(t, item.y, item.at)) for t in trials]
+        xy = [(x, y) for x, y in xy if is_number(x) and is_number(y)]
+        if not xy:
+            continue
+        x, y = np.asarray(xy, dtype=float).T
+        ax.scatter(x, y, s=25, color=colors[values],
+                   label=label_of(series_keys, values) if series_keys else None)
+        everything += xy
+        points += len(xy)
+    if item.diagonal and everything:
+        low = float(np.nanmin(everything)), float(np.nanmax(everything))
+        ax.plot(low, low, color="0.5", linestyle="--", linewidth=1)
+    ax.set_xlabel(item.x, fontsize=8)
+    ax.set_ylabel(item.y, fontsize=8)
+    return points
+
+
+def _has_nonpositive(ax) -> bool:
+    return any(np.nanmin(line.get_ydata()) <= 0 for line in ax.get_lines() if len(line.get_ydata()))
+
+
+_DRAW = {Curve: _curve, Versus: _versus, Bars: _bars, Scatter: _scatter}

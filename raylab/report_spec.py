@@ -1,0 +1,242 @@
+"""What a workload's report shows, declared as data next to the workload's code.
+
+A workload's ``figures.py`` holds one ``Report`` and its registry entry names it
+(``figures="trainers.toy.figures:REPORT"``)::
+
+    REPORT = Report(items=(
+        Curve(("train/loss", "eval/mse"), x="train/step", logy=True),
+        Versus("lr", "eval/mse"),
+        Table(("eval/mse", "train/loss")),
+    ))
+
+How every item reads a sweep:
+
+- Trials are grouped by the swept config keys (``search:`` of the experiment) other than the
+  seed keys; each group's values are the mean and the sample standard deviation over its
+  trials (seeds and repeats). Seed keys are ``seed`` and names ending in ``_seed`` unless
+  ``Report.seeds`` names them.
+- ``by`` picks the swept keys whose values make the series (lines, bar colours, points);
+  ``None`` means every swept non-seed key. The swept keys left over make one panel each.
+- A metric name may hold ``{key}`` (filled from the trial's config) and ``*`` (matched against
+  the names the trial reported): ``probe/{task}/*`` is each trial's own task metric.
+- ``at`` says which report of a trial a figure or table uses: ``last`` (the last report that
+  has the metric), ``max`` or ``min`` (over all reports).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal, Union
+
+At = Literal["last", "max", "min"]
+_AT = ("last", "max", "min")
+
+
+def _as_tuple(value) -> tuple:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _check(ok: bool, item, message: str) -> None:
+    if not ok:
+        raise ValueError(f"{type(item).__name__}: {message}")
+
+
+class _Item:
+    """Shared normalizing: string-or-sequence fields become tuples."""
+
+    _tuples: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        for name in self._tuples:
+            object.__setattr__(self, name, _as_tuple(getattr(self, name)))
+        if getattr(self, "by", None) is not None:
+            object.__setattr__(self, "by", _as_tuple(self.by))
+        if hasattr(self, "at"):
+            _check(self.at in _AT, self, f"at must be one of {_AT}, got {self.at!r}")
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+    def metric_names(self) -> tuple[str, ...]:
+        """The metric names (or patterns) this item reads."""
+        return tuple(m for f in ("y", "x", "metrics") if f in self._metric_fields
+                     for m in _as_tuple(getattr(self, f)))
+
+    _metric_fields: tuple[str, ...] = ()
+
+    def file_stem(self, index: int) -> str:
+        """The PNG/CSV file name (without extension) of this item."""
+        if self.name:
+            return self.name
+        words = "_".join(_as_tuple(getattr(self, "y", ())) or _as_tuple(getattr(self, "metrics", ())))
+        stem = "".join(c if c.isalnum() else "_" for c in f"{self.kind.lower()}_{words}")
+        return f"{index:02d}_{stem.strip('_')[:60]}"
+
+    def heading(self) -> str:
+        """The title shown above the figure or table."""
+        if self.title:
+            return self.title
+        described = {f.name: getattr(self, f.name) for f in fields(self)}
+        y = ", ".join(_as_tuple(described.get("y") or described.get("metrics")))
+        x = described.get("x")
+        return f"{y} vs {x}" if x and self.kind in ("Curve", "Versus", "Scatter") else y
+
+
+@dataclass(frozen=True)
+class Curve(_Item):
+    """Metrics against a reported counter, one line per series, shaded over seeds (mean ± std)."""
+
+    y: tuple[str, ...] | str
+    """Metrics to draw: one panel each, or all on one axes with ``together``."""
+    x: str = "training_iteration"
+    """The reported counter on the x axis (``train/step``, ``env/steps``...)."""
+    by: tuple[str, ...] | str | None = None
+    """Swept keys whose values make the lines; None: every swept non-seed key."""
+    together: bool = False
+    """Draw all ``y`` metrics on one axes (lines labelled by metric and series)."""
+    logy: bool = False
+    """Logarithmic y axis."""
+    title: str = ""
+    name: str = ""
+
+    _tuples = ("y",)
+    _metric_fields = ("y", "x")
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check(bool(self.y), self, "needs at least one y metric")
+
+
+@dataclass(frozen=True)
+class Versus(_Item):
+    """Metrics (at ``at``) against a swept config key, one line per series, std error bars."""
+
+    x: str
+    """A config key on the x axis (``poison_ratio``, ``budget``)."""
+    y: tuple[str, ...] | str
+    """Metrics to draw: one panel each, or on one axes with ``together``."""
+    by: tuple[str, ...] | str | None = None
+    """Swept keys whose values make the lines; None: every swept non-seed key but ``x``."""
+    at: At = "last"
+    together: bool = False
+    logx: bool | None = None
+    """Logarithmic x axis; None: when positive values span more than two decades."""
+    logy: bool = False
+    title: str = ""
+    name: str = ""
+
+    _tuples = ("y",)
+    _metric_fields = ("y",)
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check(bool(self.y), self, "needs at least one y metric")
+
+
+@dataclass(frozen=True)
+class Bars(_Item):
+    """Grouped bars (mean, std error bars): one cluster per scalar metric or per vector entry."""
+
+    y: tuple[str, ...] | str
+    """Scalar metrics (a cluster each) or one per-class vector metric (a cluster per class)."""
+    by: tuple[str, ...] | str | None = None
+    """Swept keys whose values make the bar colours; None: every swept non-seed key."""
+    at: At = "last"
+    labels: tuple[str, ...] = ()
+    """Names of the vector's entries (class names); default 0, 1, 2..."""
+    title: str = ""
+    name: str = ""
+
+    _tuples = ("y", "labels")
+    _metric_fields = ("y",)
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check(bool(self.y), self, "needs at least one y metric")
+
+
+@dataclass(frozen=True)
+class Scatter(_Item):
+    """One point per trial: metric ``y`` against metric ``x`` (at ``at``), coloured by series."""
+
+    x: str
+    y: str
+    by: tuple[str, ...] | str | None = None
+    at: At = "last"
+    diagonal: bool = False
+    """Draw the line y = x (a prediction against its measurement)."""
+    title: str = ""
+    name: str = ""
+
+    _metric_fields = ("y", "x")
+
+
+@dataclass(frozen=True)
+class Table(_Item):
+    """Mean ± std (n) over seeds.
+
+    Without ``rows``: one row per group (swept non-seed values), one column per metric.
+    With ``rows`` (a swept key) and ``columns`` (swept keys): a pivot of one metric, and one
+    table per value of the swept keys left over.
+    """
+
+    metrics: tuple[str, ...] | str
+    rows: str = ""
+    columns: tuple[str, ...] | str = ()
+    at: At = "last"
+    best: Literal["", "max", "min"] = ""
+    """Mark the best cell of each row (pivot) or each column (group rows)."""
+    lower_is_better: tuple[str, ...] | str = ()
+    """Metric name patterns (``*/mae``) whose best is the minimum, overriding ``best``."""
+    title: str = ""
+    name: str = ""
+
+    _tuples = ("metrics", "columns", "lower_is_better")
+    _metric_fields = ("metrics",)
+
+    def __post_init__(self):
+        super().__post_init__()
+        _check(bool(self.metrics), self, "needs at least one metric")
+        _check(self.best in ("", "max", "min"), self, f"best must be '', max or min, got {self.best!r}")
+        _check(not self.rows or len(self.metrics) == 1, self, "a pivot (rows=...) shows one metric")
+        _check(bool(self.rows) or not self.columns, self, "columns=... needs rows=...")
+
+
+Item = Union[Curve, Versus, Bars, Scatter, Table]
+FIGURE_KINDS = (Curve, Versus, Bars, Scatter)
+
+
+@dataclass(frozen=True)
+class Report:
+    """A workload's figures and tables, in the order the report shows them."""
+
+    items: tuple[Item, ...] = ()
+    seeds: tuple[str, ...] | None = None
+    """Config keys averaged over (replicates); None: ``seed`` and keys ending in ``_seed``."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "items", tuple(self.items))
+        if self.seeds is not None:
+            object.__setattr__(self, "seeds", _as_tuple(self.seeds))
+        for item in self.items:
+            _check(isinstance(item, (*FIGURE_KINDS, Table)), self, f"not a figure or table: {item!r}")
+
+    def figures(self) -> tuple[Item, ...]:
+        return tuple(i for i in self.items if isinstance(i, FIGURE_KINDS))
+
+    def tables(self) -> tuple[Table, ...]:
+        return tuple(i for i in self.items if isinstance(i, Table))
+
+    def metric_names(self) -> tuple[str, ...]:
+        """Every metric name or pattern the items read, in order, without repeats."""
+        return tuple(dict.fromkeys(m for item in self.items for m in item.metric_names()))
+
+
+def is_seed_key(key: str, seeds: tuple[str, ...] | None) -> bool:
+    """Whether a swept config key is a replicate (averaged over) rather than a condition."""
+    if seeds is not None:
+        return key in seeds
+    return key == "seed" or key.endswith("_seed")
