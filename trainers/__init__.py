@@ -23,6 +23,7 @@ WORKLOADS: dict[str, Workload] = {
         loop="trainers.toy.loop:train_loop",
         metrics=("train/loss", "eval/mse", "train/step"),
         description="linear regression by SGD: the framework's own test and overhead workload",
+        figures="trainers.toy.figures:REPORT",
     ),
     "fair_adv": Workload(
         config="trainers.fair_adv.config:Config",
