@@ -42,6 +42,13 @@ class Config:
     """GINE layers."""
     dropout: float = 0.0
     """Dropout after each GINE layer."""
+    head_layers: int = 1
+    """Layers of the per-atom head from node embeddings to the teacher's space: 1 is a linear
+    map (as in feature distillation, FitNets), 2 or more an MLP. Not specified by the paper."""
+    global_context: bool = True
+    """Give the head each molecule's mean node embedding beside each atom's: teacher atom
+    embeddings carry whole-molecule context (Boltz-2's trunk attends over every token), which a
+    GNN of ``depth`` layers cannot see from one atom."""
     lr: float = 1e-3
     """Adam learning rate."""
     weight_decay: float = 0.0
@@ -71,6 +78,7 @@ class Config:
         require(self.width >= 1, "width", f"must be >= 1, got {self.width}")
         require(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}")
         require(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        require(self.head_layers >= 1, "head_layers", f"must be >= 1, got {self.head_layers}")
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
         require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")

@@ -166,7 +166,7 @@ def train_loop(config: dict) -> None:
     mean, std = mean.to(device), std.to(device)
 
     torch.manual_seed(cfg.seed)
-    model = GINEStudent(cfg.width, cfg.depth, out_dim, cfg.dropout).to(device)
+    model = GINEStudent(cfg.width, cfg.depth, out_dim, cfg.dropout, cfg.head_layers, cfg.global_context).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     order_gen = torch.Generator().manual_seed(cfg.seed + 1)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
@@ -182,8 +182,9 @@ def train_loop(config: dict) -> None:
         step, epoch, pos, perm = state["step"], state["epoch"], state["pos"], state["perm"]
 
     model.train()
-    running, running_n, started = 0.0, 0, time.time()
+    running, running_n, molecules, busy = 0.0, 0, 0, 0.0
     while step < total_steps:
+        started = time.perf_counter()
         idx = perm[pos : pos + cfg.batch_size].tolist()
         batch = Batch.from_data_list([train[i] for i in idx]).to(device)
         loss, _ = distill_loss(model(batch), standardize(batch.y, mean, std), cfg.mse_weight, cfg.cosine_weight)
@@ -192,6 +193,8 @@ def train_loop(config: dict) -> None:
         optimizer.step()
         running += loss.item()
         running_n += 1
+        molecules += len(idx)
+        busy += time.perf_counter() - started
         step += 1
         pos += cfg.batch_size
         if pos >= len(train):
@@ -207,7 +210,7 @@ def train_loop(config: dict) -> None:
                     "distill/val_cosine": val_metrics["cosine"],
                     "distill/step": step,
                     "distill/epoch": step / steps_per_epoch,
-                    "distill/molecules_per_s": running_n * cfg.batch_size / (time.time() - started),
+                    "distill/molecules_per_s": molecules / busy,  # training steps only
                 },
                 state=lambda: {
                     "model": model.state_dict(),
@@ -225,7 +228,7 @@ def train_loop(config: dict) -> None:
                 },
                 checkpoint=True if step == total_steps else None,
             )
-            running, running_n, started = 0.0, 0, time.time()
+            running, running_n, molecules, busy = 0.0, 0, 0, 0.0
 
 
 def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:
@@ -243,7 +246,7 @@ def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:
                         f"folder with state.pt, or a trial folder with checkpoint_* folders)")
     state = found[0]
     cfg = from_dict(Config, state["config"], f"{found[1]}/state.pt")
-    model = GINEStudent(cfg.width, cfg.depth, state["out_dim"], cfg.dropout)
+    model = GINEStudent(cfg.width, cfg.depth, state["out_dim"], cfg.dropout, cfg.head_layers, cfg.global_context)
     model.load_state_dict(state["model"])
     model.eval()
     return model, state

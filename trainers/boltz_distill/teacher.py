@@ -86,11 +86,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_boltz2(args: argparse.Namespace, smiles: list[str]) -> dict[str, int]:
     """Embed every molecule with Boltz-2 into the store ``args.out`` (resumable)."""
-    try:
-        from trainers.boltz_distill.boltz_teacher import Boltz2Teacher
-    except ImportError as err:
-        raise UserError(f"--teacher boltz2 needs the boltz package ({err}); create its "
-                        f"environment with 'make boltz-env' and run .venv-boltz/bin/python") from None
+    import importlib.util
+
+    if importlib.util.find_spec("boltz") is None:
+        raise UserError(f"--teacher boltz2 needs the boltz package, which {sys.executable} lacks; "
+                        f"create its environment with 'make boltz-env' and run .venv-boltz/bin/python")
+    from trainers.boltz_distill.boltz_teacher import Boltz2Teacher
     from trainers.boltz_distill.store import StoreWriter
 
     if not args.checkpoint:

@@ -10,7 +10,7 @@ from them exactly as from Boltz-2 (and from several at once, by concatenation):
   every atom, the radius of gyration and the MMFF energy per heavy atom. Averaged over
   ``num_conformers`` conformers (seeded: the same molecule always gives the same vector).
 - ``descriptors``: RDKit descriptors. Per atom: its Crippen logP and molar-refractivity
-  contributions, TPSA and Labute ASA contributions, EState index and Gasteiger charge; then all
+  contributions (its hydrogens' included), TPSA and Labute ASA contributions, EState index and Gasteiger charge; then all
   of RDKit's molecule descriptors (``Descriptors.descList``) broadcast to every atom. Every
   value goes through ``sign(x) * log1p(|x|)`` so that descriptors of very different scales fit
   in float16 and none dominates; students standardize targets per dimension anyway.
@@ -100,7 +100,14 @@ def conformer_features(mol: Chem.Mol, num_conformers: int = 4, seed: int = 0) ->
 def descriptor_features(mol: Chem.Mol) -> np.ndarray:
     """The descriptor teacher's [heavy atoms, DESCRIPTOR_DIM] features of one molecule."""
     n = mol.GetNumAtoms()
-    crippen = np.array(rdMolDescriptors._CalcCrippenContribs(mol))  # [n, 2]: logP, MR
+    # Crippen logP / MR contributions with each hydrogen's share folded into its heavy atom,
+    # so that a molecule's rows add up to MolLogP / MolMR
+    mol_h = Chem.AddHs(mol)
+    contribs = np.array(rdMolDescriptors._CalcCrippenContribs(mol_h))
+    crippen = contribs[:n].copy()
+    for atom in mol_h.GetAtoms():
+        if atom.GetIdx() >= n:
+            crippen[atom.GetNeighbors()[0].GetIdx()] += contribs[atom.GetIdx()]
     tpsa = np.array(rdMolDescriptors._CalcTPSAContribs(mol))
     asa = np.array(rdMolDescriptors._CalcLabuteASAContribs(mol)[0])
     estate = np.array(EState.EStateIndices(mol))
