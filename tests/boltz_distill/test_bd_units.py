@@ -263,3 +263,21 @@ def test_distill_preflight_without_boltz_store(tmp_path):
     with pytest.raises(UserError, match=r"no Boltz-2 store at .*boltz2_trunk_s.*--teacher boltz2"):
         preflight(Config(store_root=str(tmp_path)))
     preflight(Config(teachers=("descriptors",), store_root=str(tmp_path)))
+
+
+def test_table_aggregates_seeds_mean_and_population_std(tmp_path, capsys):
+    from trainers.boltz_distill import table
+
+    for i, (features, seed, value) in enumerate([("student", 1, 0.6), ("student", 2, 0.8), ("morgan", 1, 1.0)]):
+        trial = tmp_path / f"trial_{i}"
+        trial.mkdir()
+        (trial / "params.json").write_text(json.dumps({"task": "solubility", "seed": seed,
+                                                       "features": features, "probe": "linear"}))
+        (trial / "result.json").write_text(json.dumps({"probe/solubility/mae": 9.0}) + "\n"
+                                           + json.dumps({"probe/solubility/mae": value}) + "\n")
+    assert table.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "solubility (mae)" in out[0]
+    assert out[2].split()[:2] == ["student", "linear"] and "0.700 ± 0.100 (n=2)" in out[2]
+    assert "1.000 ± 0.000 (n=1)" in out[3]
+    assert table.main([str(tmp_path / "none")]) == 2
