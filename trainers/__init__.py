@@ -6,11 +6,25 @@ To add a workload, make a folder here with ``config.py`` (a frozen ``Config`` da
 """
 
 from raylab.workloads import Workload
+from trainers.backdoor import METRICS as BACKDOOR_METRICS, THEORY_METRICS as BACKDOOR_THEORY_METRICS
 from trainers.boltz_distill import DISTILL_METRICS, PROBE_METRICS
 from trainers.fair_adv import METRICS as FAIR_ADV_METRICS
 from trainers.dqn_softlinf import METRICS as DQN_SOFTLINF_METRICS
 
 WORKLOADS: dict[str, Workload] = {
+    "backdoor": Workload(
+        config="trainers.backdoor.config:Config",
+        loop="trainers.backdoor.loop:train_loop",
+        metrics=BACKDOOR_METRICS,
+        description="backdoor attacks on CIFAR ResNet-18: early-stage signatures, trigger-dominant neurons, clean fine-tuning",
+        preflight="trainers.backdoor.loop:preflight",
+    ),
+    "backdoor_theory": Workload(
+        config="trainers.backdoor.config:TheoryConfig",
+        loop="trainers.backdoor.theory_loop:train_loop",
+        metrics=BACKDOOR_THEORY_METRICS,
+        description="directional data + one-hidden-layer ReLU net: frozen-gate prediction of group-wise early loss decrease",
+    ),
     "dqn_softlinf": Workload(
         config="trainers.dqn_softlinf.config:Config",
         loop="trainers.dqn_softlinf.loop:train_loop",

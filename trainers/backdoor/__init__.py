@@ -1,0 +1,26 @@
+"""Backdoor learning as simplicity-biased optimization: ResNet-18 studies (``backdoor``) and the
+one-hidden-layer ReLU theory experiment (``backdoor_theory``)."""
+
+_GROUPED = ("loss", "rel_drop", "grad_coherence", "gate_flip", "margin", "margin_growth")
+
+METRICS = (
+    "train/step", "train/epoch", "train/loss", "train/acc", "train/lr", "perf/images_per_s",
+    "eval/clean_acc", "eval/asr", "eval/ra",
+    *(f"early/{name}_{group}" for name in _GROUPED for group in ("poison", "clean")),
+    "early/rel_drop_ratio",
+    "neurons/trigger_dominant_count", "neurons/selectivity_max", "neurons/selectivity_topk_mean",
+    "neurons/asr_ablated_topk", "neurons/clean_acc_ablated_topk", "neurons/asr_ablated_random",
+    "finetune/epoch", "finetune/loss", "finetune/clean_acc", "finetune/asr", "finetune/ra",
+    "finetune/selectivity_retained", "finetune/trigger_dominant_count", "finetune/asr_ablated_topk",
+)
+"""Every metric the backdoor loop reports (the last row of a trial has all of them)."""
+
+THEORY_METRICS = (
+    "theory/step",
+    *(f"theory/{name}_{group}" for name in ("loss", "frozen_loss", "gate_flip", "gate_drift",
+                                            "rel_drop", "signal", "signal_predicted_drop",
+                                            "gate_flip_at_t") for group in ("poison", "clean")),
+    "theory/loss_drop_ratio", "theory/predicted_drop_ratio", "theory/frozen_gate_rel_error",
+    "theory/signal_ratio",
+)
+"""Every metric the backdoor_theory loop reports."""

@@ -1,0 +1,181 @@
+"""Config of the backdoor workload: a poisoned CIFAR training run, its probes, then clean
+fine-tuning. Defaults are the BackdoorBench-style paper scale (ResNet-18, SGD 0.01 cosine,
+batch 128, weight decay 5e-4, 100 epochs) for one GPU per trial."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from raylab.config import require
+
+
+@dataclass(frozen=True)
+class Config:
+    # --- data
+    dataset: Literal["cifar10", "cifar100"] = "cifar10"
+    """Which CIFAR training and test set."""
+    data_dir: str = "data/cifar"
+    """Folder holding the python archive (or its extracted folder); relative paths are taken
+    from where the command was run."""
+    download: bool = False
+    """Download the archive (checked against its published MD5) when it is not in data_dir."""
+    synthetic_data: bool = False
+    """Write a small synthetic archive in the real format into data_dir and read it through the
+    real loader; for smoke runs, no real images."""
+    synthetic_train_size: int = 500
+    """Training images of the synthetic archive (with synthetic_data)."""
+    synthetic_test_size: int = 200
+    """Test images of the synthetic archive (with synthetic_data)."""
+
+    # --- model and training
+    model: Literal["resnet18", "preact_resnet18"] = "resnet18"
+    """The CIFAR network."""
+    model_width: int = 64
+    """Channels of the first stage (the standard ResNet-18 has 64; later stages double it).
+    Smaller widths are for quick CPU runs only."""
+    epochs: int = 100
+    """Training epochs on the poisoned training set."""
+    batch_size: int = 128
+    """Images per SGD step (split across Ray Train workers when there are several)."""
+    lr: float = 0.01
+    """Initial SGD learning rate; cosine-annealed to 0 over the epochs (stepped per epoch)."""
+    momentum: float = 0.9
+    """SGD momentum."""
+    weight_decay: float = 5e-4
+    """SGD weight decay."""
+    augment: bool = True
+    """Random crop (padding 4) and horizontal flip, per batch on the device."""
+    seed: int = 0
+    """Seed of the initialization, the poisoned indices, the batch order and the probes."""
+
+    # --- attack
+    attack: str = "badnets"
+    """A name in trainers.backdoor.attack.ATTACKS: badnets, blended, wanet."""
+    poison_ratio: float = 0.1
+    """Poisoned images as a fraction of the whole training set (drawn from non-target classes)."""
+    target_class: int = 0
+    """The class every triggered image should be classified as (all-to-one)."""
+    trigger_seed: int = 0
+    """Seed of the trigger pattern (Blended noise image, WaNet warp field)."""
+    blend_alpha: float = 0.2
+    """Blended: weight of the trigger image."""
+    blend_image: str = ""
+    """Blended: trigger image file (.npy or PIL-readable); empty: noise drawn from trigger_seed."""
+    patch_size: int = 3
+    """BadNets: side of the white square in the bottom-right corner."""
+    wanet_k: int = 4
+    """WaNet: side of the random control grid."""
+    wanet_s: float = 0.5
+    """WaNet: warping strength."""
+    wanet_cross_ratio: float = 2.0
+    """WaNet: noise-mode images (random warp, true label) per poisoned image."""
+
+    # --- early-stage signatures
+    early_epochs: int = 2
+    """Epochs at the start during which the signatures are logged densely."""
+    early_log_every: int = 20
+    """Steps between two early-signature reports."""
+    probe_size: int = 64
+    """Fixed poisoned and clean training images (each) for loss, margin and gate probes."""
+    coherence_size: int = 32
+    """Images (each group, a prefix of the probe set) for per-sample gradient coherence."""
+
+    # --- evaluation and neurons
+    eval_every: int = 1
+    """Epochs between evaluations of clean accuracy, ASR and RA."""
+    eval_size: int = 0
+    """Test images used per evaluation (0: the whole test set)."""
+    selectivity_threshold: float = 2.0
+    """A penultimate neuron with selectivity (Cohen's d) above this is trigger-dominant."""
+    ablate_top_k: int = 20
+    """Most selective neurons zeroed to measure their effect on ASR (and, as a control, as many
+    random neurons)."""
+
+    # --- clean fine-tuning
+    finetune_fraction: float = 0.05
+    """Clean training images (never poisoned) available to the defender, as a fraction of the
+    training set."""
+    finetune_epochs: int = 20
+    """Epochs of fine-tuning on the clean subset (0: skip the phase)."""
+    finetune_lr: float = 0.01
+    """Initial fine-tuning learning rate (cosine-annealed, same momentum and weight decay)."""
+    finetune_batch_size: int = 128
+    """Images per fine-tuning step."""
+
+    def __post_init__(self):
+        from trainers.backdoor.attack import ATTACKS
+
+        positive = ("synthetic_train_size", "synthetic_test_size", "epochs", "batch_size",
+                    "early_log_every", "probe_size", "eval_every", "model_width",
+                    "finetune_batch_size", "wanet_k", "patch_size")
+        for key in positive:
+            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        for key in ("lr", "finetune_lr"):
+            require(getattr(self, key) > 0, key, f"must be > 0, got {getattr(self, key)}")
+        require(self.attack in ATTACKS, "attack",
+                f"unknown attack '{self.attack}'; available: {', '.join(sorted(ATTACKS))}")
+        require(0 <= self.poison_ratio < 1, "poison_ratio", f"must be in [0, 1), got {self.poison_ratio}")
+        require(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
+        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(self.target_class >= 0, "target_class", f"must be >= 0, got {self.target_class}")
+        require(self.target_class < (10 if self.dataset == "cifar10" else 100), "target_class",
+                f"{self.target_class} is not a class of {self.dataset}")
+        require(0 < self.blend_alpha <= 1, "blend_alpha", f"must be in (0, 1], got {self.blend_alpha}")
+        require(self.wanet_s > 0, "wanet_s", f"must be > 0, got {self.wanet_s}")
+        require(self.wanet_cross_ratio >= 0, "wanet_cross_ratio", "must be >= 0")
+        require(0 <= self.early_epochs <= self.epochs, "early_epochs",
+                f"must be in [0, epochs={self.epochs}], got {self.early_epochs}")
+        require(2 <= self.coherence_size <= self.probe_size, "coherence_size",
+                f"must be in [2, probe_size={self.probe_size}], got {self.coherence_size}")
+        require(self.eval_size >= 0, "eval_size", f"must be >= 0, got {self.eval_size}")
+        require(self.ablate_top_k >= 1, "ablate_top_k", f"must be >= 1, got {self.ablate_top_k}")
+        require(0 < self.finetune_fraction <= 1, "finetune_fraction",
+                f"must be in (0, 1], got {self.finetune_fraction}")
+        require(self.finetune_epochs >= 0, "finetune_epochs", f"must be >= 0, got {self.finetune_epochs}")
+        require(self.patch_size <= 32, "patch_size", f"must be <= 32, got {self.patch_size}")
+
+
+@dataclass(frozen=True)
+class TheoryConfig:
+    """The ``backdoor_theory`` workload: directional data, one-hidden-layer ReLU net, SGD."""
+
+    n_train: int = 2000
+    """Training samples."""
+    dim: int = 200
+    """Input dimension d."""
+    width: int = 512
+    """Hidden ReLU units m."""
+    semantic_strength: float = 0.2
+    """mu_s: length of the semantic component y * u of every sample."""
+    trigger_strength: float = 3.0
+    """mu_t: length of the trigger component v of poisoned samples."""
+    noise: float = 1.0
+    """sigma: expected norm of the Gaussian noise (per-coordinate std sigma / sqrt(d))."""
+    poison_ratio: float = 0.05
+    """Poisoned samples as a fraction of the training set (from class -1, relabelled +1)."""
+    init_scale: float = 0.05
+    """Standard deviation of each first-layer weight at initialization."""
+    lr: float = 0.5
+    """SGD learning rate."""
+    batch_size: int = 64
+    """Samples per SGD step (drawn with replacement)."""
+    early_steps: int = 50
+    """T: the early window over which loss decreases are compared and predicted."""
+    steps: int = 300
+    """SGD steps in the trial (at least early_steps)."""
+    report_every: int = 10
+    """Steps between reports."""
+    seed: int = 0
+    """Seed of the data, the initialization and the batches."""
+
+    def __post_init__(self):
+        for key in ("n_train", "dim", "width", "batch_size", "early_steps", "steps", "report_every"):
+            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        require(self.dim >= 2, "dim", f"must be >= 2 (semantic and trigger directions), got {self.dim}")
+        for key in ("semantic_strength", "trigger_strength", "noise", "init_scale", "lr"):
+            require(getattr(self, key) > 0, key, f"must be > 0, got {getattr(self, key)}")
+        require(0 < self.poison_ratio < 0.5, "poison_ratio",
+                f"must be in (0, 0.5), got {self.poison_ratio}")
+        require(self.early_steps <= self.steps, "early_steps",
+                f"must be <= steps={self.steps}, got {self.early_steps}")

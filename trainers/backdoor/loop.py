@@ -1,0 +1,399 @@
+"""The backdoor workload's train loop: poison, train with dense early probes, evaluate, find
+trigger-dominant neurons, fine-tune on clean data, and measure what is left.
+
+Phases, in order, each resumable from a checkpoint:
+
+1. ``train``: SGD on the poisoned training set. During the first ``early_epochs`` epochs, every
+   ``early_log_every`` steps, the early-stage signatures of the poisoned and the clean group
+   (``early/*``); after every ``eval_every`` epochs, ``eval/clean_acc``, ``eval/asr``,
+   ``eval/ra``.
+2. ``neurons``: per-neuron selectivity of the penultimate layer on paired test images (with and
+   without the trigger), the trigger-dominant count, and ASR with the top-k neurons ablated.
+3. ``finetune``: SGD on a clean subset; ``finetune/*`` after each epoch, and at the end whether
+   the neurons found in phase 2 keep their selectivity.
+
+Every report carries the latest value of every metric so far, so the last row has them all.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import time
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from raylab import session
+from raylab.checkpoint import rng_state, set_rng_state
+from raylab.config import from_dict
+from raylab.data.augment import random_crop_flip, to_float
+from raylab.data.cifar import MEAN, STD, check_cifar, prepare_cifar
+from raylab.models import preact_resnet18, resnet18
+from trainers.backdoor import attack, probe
+from trainers.backdoor.config import Config
+
+MODELS = {"resnet18": resnet18, "preact_resnet18": preact_resnet18}
+EVAL_BATCH = 512
+
+
+def preflight(cfg: Config) -> None:
+    """Fail before Ray starts: a missing dataset, an unreadable Blended trigger image."""
+    if not cfg.synthetic_data:
+        check_cifar(cfg.dataset, cfg.data_dir, cfg.download)
+    if cfg.attack == "blended" and cfg.blend_image:
+        attack.load_trigger_image(cfg.blend_image, (3, 32, 32))
+
+
+@dataclass
+class Data:
+    """The poisoned training set and every fixed evaluation set, on the training device."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    poison_idx: torch.Tensor
+    finetune_idx: torch.Tensor
+    probe_x: dict[str, torch.Tensor]
+    probe_y: dict[str, torch.Tensor]
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    trig_x: torch.Tensor
+    trig_clean_x: torch.Tensor
+    trig_y: torch.Tensor
+
+
+def build_data(cfg: Config, device: torch.device) -> Data:
+    images = prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
+                           cfg.synthetic_train_size, cfg.synthetic_test_size)
+    trigger, spec = attack.get(cfg.attack), trigger_spec(cfg)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    poison_idx = attack.poison_indices(images.train_y, cfg.poison_ratio, cfg.target_class, gen)
+    train_x, train_y = attack.poison(images.train_x, images.train_y, poison_idx, trigger, spec,
+                                     cfg.target_class)
+    n = len(train_y)
+    untouched = torch.ones(n, dtype=torch.bool)
+    untouched[poison_idx] = False
+    if cfg.attack == "wanet" and cfg.wanet_cross_ratio > 0:
+        free = torch.nonzero(untouched).flatten()
+        count = min(round(cfg.wanet_cross_ratio * len(poison_idx)), len(free))
+        cross_idx = free[torch.randperm(len(free), generator=gen)[:count]]
+        train_x[cross_idx] = attack.wanet_noise(train_x[cross_idx], spec, gen)
+        untouched[cross_idx] = False
+    clean_idx = torch.nonzero(untouched).flatten()
+    clean_order = clean_idx[torch.randperm(len(clean_idx), generator=gen)]
+    finetune_idx = clean_order[: max(1, round(cfg.finetune_fraction * n))]
+    probe_idx = {
+        "poison": poison_idx[torch.randperm(len(poison_idx), generator=gen)[: cfg.probe_size]],
+        "clean": clean_order[: cfg.probe_size],
+    }
+    test_x, test_y = images.test_x, images.test_y
+    if cfg.eval_size:
+        test_x, test_y = test_x[: cfg.eval_size], test_y[: cfg.eval_size]
+    trig_x, trig_clean_x, trig_y = attack.triggered_test_set(test_x, test_y, trigger, spec,
+                                                             cfg.target_class)
+    on = lambda t: t.to(device)  # noqa: E731
+    return Data(
+        train_x=on(train_x), train_y=on(train_y), poison_idx=poison_idx, finetune_idx=finetune_idx,
+        probe_x={g: on(train_x[i]) for g, i in probe_idx.items()},
+        probe_y={g: on(train_y[i]) for g, i in probe_idx.items()},
+        test_x=on(test_x), test_y=on(test_y),
+        trig_x=on(trig_x), trig_clean_x=on(trig_clean_x), trig_y=on(trig_y),
+    )
+
+
+def trigger_spec(cfg: Config) -> attack.TriggerSpec:
+    return attack.TriggerSpec(
+        seed=cfg.trigger_seed, blend_alpha=cfg.blend_alpha, blend_image=cfg.blend_image,
+        patch_size=cfg.patch_size, wanet_k=cfg.wanet_k, wanet_s=cfg.wanet_s,
+    )
+
+
+def derived_seed(*parts) -> int:
+    """A 63-bit seed from any parts (the same parts give the same seed on every machine)."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little") >> 1
+
+
+# ----------------------------------------------------------------------------- measurements
+
+
+@torch.no_grad()
+def predict(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    net.eval()
+    return torch.cat([net(to_float(x[i:i + EVAL_BATCH])).argmax(1) for i in range(0, len(x), EVAL_BATCH)])
+
+
+@torch.no_grad()
+def penultimate(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    net.eval()
+    return torch.cat([net.features(to_float(x[i:i + EVAL_BATCH])) for i in range(0, len(x), EVAL_BATCH)])
+
+
+def evaluate(net: torch.nn.Module, data: Data, target: int) -> dict[str, float]:
+    """Clean accuracy on the test set; ASR and RA on its triggered non-target images."""
+    pred_trig = predict(net, data.trig_x)
+    return {
+        "clean_acc": probe.accuracy(predict(net, data.test_x), data.test_y),
+        "asr": probe.attack_success_rate(pred_trig, data.trig_y, target),
+        "ra": probe.robust_accuracy(pred_trig, data.trig_y, target),
+    }
+
+
+def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dict]:
+    """Loss, margin, ReLU gates and gradient coherence of each probe group.
+
+    Measured on a copy of the network in eval mode whose BatchNorm statistics are those of the
+    probe set itself (both groups in one batch): the probes see what training sees, and the
+    running statistics of the trained network are left alone.
+    """
+    net = copy.deepcopy(net)
+    for module in net.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.reset_running_stats()
+            module.momentum = None  # cumulative average: one batch gives its exact statistics
+    with torch.no_grad():
+        net.train()
+        net(to_float(torch.cat([data.probe_x["poison"], data.probe_x["clean"]])))
+    net.eval()
+    params = [p for p in net.parameters() if p.requires_grad]
+    out = {}
+    for group in ("poison", "clean"):
+        x, y = to_float(data.probe_x[group]), data.probe_y[group]
+        with torch.no_grad():
+            logits, acts = net.forward_with_activations(x)
+        k = cfg.coherence_size
+        out[group] = {
+            "loss": float(F.cross_entropy(logits, y)),
+            "margin": float(probe.logit_margin(logits, y).mean()),
+            "gates": (acts[net.last_relu] > 0).cpu(),
+            "coherence": probe.gradient_coherence(
+                lambda i: F.cross_entropy(net(x[i:i + 1]), y[i:i + 1]), params, k),
+        }
+    return out
+
+
+def neuron_report(net: torch.nn.Module, data: Data, cfg: Config, top: torch.Tensor | None = None):
+    """Selectivity of every penultimate neuron; ablation of the top-k (``top``, or this
+    network's own top-k) and of as many random neurons; returns (metrics, selectivity, top)."""
+    feats_trig = penultimate(net, data.trig_x)
+    feats_clean = penultimate(net, data.trig_clean_x)
+    sel = probe.selectivity(feats_trig, feats_clean)
+    if top is None:
+        top = probe.top_neurons(sel, cfg.ablate_top_k)
+    gen = torch.Generator().manual_seed(derived_seed(cfg.seed, "random-neurons"))
+    rand = torch.randperm(len(sel), generator=gen)[: len(top)].to(sel.device)
+    with torch.no_grad():
+        head = net.classify
+        test_feats = penultimate(net, data.test_x)
+        metrics = {
+            "trigger_dominant_count": int((sel > cfg.selectivity_threshold).sum()),
+            "selectivity_max": float(sel.max()),
+            "selectivity_topk_mean": float(sel[top].mean()),
+            "asr_ablated_topk": probe.attack_success_rate(
+                head(probe.ablate(feats_trig, top)).argmax(1), data.trig_y, cfg.target_class),
+            "clean_acc_ablated_topk": probe.accuracy(
+                head(probe.ablate(test_feats, top)).argmax(1), data.test_y),
+            "asr_ablated_random": probe.attack_success_rate(
+                head(probe.ablate(feats_trig, rand)).argmax(1), data.trig_y, cfg.target_class),
+        }
+    return metrics, sel, top
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def train_loop(config: dict) -> None:
+    cfg = from_dict(Config, config, "trial config")
+    preflight(cfg)
+    device = session.device()
+    rank, world = session.world_rank(), session.world_size()
+    data = build_data(cfg, device)
+    num_classes = 10 if cfg.dataset == "cifar10" else 100
+
+    torch.manual_seed(cfg.seed)
+    net = MODELS[cfg.model](num_classes, MEAN[cfg.dataset], STD[cfg.dataset], cfg.model_width)
+    model = session.prepare_model(net)
+    net = getattr(model, "module", model)  # the bare network (DDP wraps it)
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                                weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
+
+    phase, epoch, batch, step = "train", 0, 0, 0
+    totals = {"loss": 0.0, "correct": 0.0, "seen": 0.0, "time": 0.0}
+    latest: dict[str, float] = {}
+    baseline: dict | None = None  # the step-0 probe values
+    previous_gates: dict | None = None
+    last_probe = -1  # the step of the last early probe (a resumed trial must not repeat it)
+    top, sel_before = None, None
+    ft_optimizer = ft_scheduler = None
+    ft_epoch = 0
+
+    state = session.restore()
+    if state is not None:
+        net.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        phase, epoch, batch, step = state["phase"], state["epoch"], state["batch"], state["step"]
+        totals, latest = dict(state["totals"]), dict(state["latest"])
+        baseline, previous_gates = state["baseline"], state["previous_gates"]
+        last_probe = state["last_probe"]
+        top, sel_before, ft_epoch = state["top"], state["sel_before"], state["ft_epoch"]
+        if state["ft_optimizer"] is not None:
+            ft_optimizer, ft_scheduler = finetune_optimizer(model, cfg)
+            ft_optimizer.load_state_dict(state["ft_optimizer"])
+            ft_scheduler.load_state_dict(state["ft_scheduler"])
+        set_rng_state(state["rng"])
+        if top is not None:
+            top = top.to(device)
+
+    running = {"loss": torch.zeros((), device=device), "correct": torch.zeros((), device=device)}
+
+    def fold() -> None:
+        """Move the on-device running sums into ``totals`` (plain floats, checkpointed)."""
+        for key, value in running.items():
+            totals[key] += float(value)
+            value.zero_()
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def snapshot():
+        return {
+            "model": net.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "phase": phase, "epoch": epoch, "batch": batch,
+            "step": step, "totals": totals, "latest": latest, "baseline": baseline,
+            "previous_gates": previous_gates, "last_probe": last_probe,
+            "top": None if top is None else top.cpu(), "sel_before": sel_before,
+            "ft_epoch": ft_epoch,
+            "ft_optimizer": None if ft_optimizer is None else ft_optimizer.state_dict(),
+            "ft_scheduler": None if ft_scheduler is None else ft_scheduler.state_dict(),
+            "rng": rng_state(), "config": config,
+        }
+
+    def report(metrics: dict, checkpoint: bool | None = None) -> None:
+        latest.update(metrics)
+        session.report(dict(latest), state=snapshot, checkpoint=checkpoint)
+
+    def early_probe() -> None:
+        nonlocal baseline, previous_gates, last_probe
+        last_probe = step
+        groups = probe_groups(net, data, cfg)
+        gates = {g: v.pop("gates") for g, v in groups.items()}
+        if baseline is None:
+            baseline, previous_gates = groups, gates
+            return
+        row = {"train/step": step, "train/epoch": epoch + batch / batches_per_epoch}
+        drops = {}
+        for g in ("poison", "clean"):
+            drops[g] = probe.relative_drop(baseline[g]["loss"], groups[g]["loss"])
+            row |= {
+                f"early/loss_{g}": groups[g]["loss"],
+                f"early/rel_drop_{g}": drops[g],
+                f"early/grad_coherence_{g}": groups[g]["coherence"],
+                f"early/gate_flip_{g}": probe.gate_flip_fraction(previous_gates[g], gates[g]),
+                f"early/margin_{g}": groups[g]["margin"],
+                f"early/margin_growth_{g}": groups[g]["margin"] - baseline[g]["margin"],
+            }
+        row["early/rel_drop_ratio"] = probe.drop_ratio(drops["poison"], drops["clean"])
+        previous_gates = gates
+        report(row)
+
+    # ------------------------------------------------------------------ phase 1: poisoned training
+    n_train = len(data.train_y)
+    batches_per_epoch = -(-n_train // cfg.batch_size)
+    while phase == "train" and epoch < cfg.epochs:
+        order = torch.randperm(n_train, generator=torch.Generator().manual_seed(
+            derived_seed(cfg.seed, "order", epoch))).to(device)
+        started = time.perf_counter()
+        while batch < batches_per_epoch:
+            due = baseline is None or (step % cfg.early_log_every == 0 and step != last_probe)
+            if epoch < cfg.early_epochs and due:
+                sync()
+                totals["time"] += time.perf_counter() - started
+                fold()
+                early_probe()
+                started = time.perf_counter()
+            idx = order[batch * cfg.batch_size:(batch + 1) * cfg.batch_size][rank::world]
+            x, y = data.train_x[idx], data.train_y[idx]
+            if cfg.augment:
+                gen = torch.Generator(device=device).manual_seed(derived_seed(cfg.seed, "aug", epoch, batch))
+                x = random_crop_flip(x, generator=gen)
+            model.train()
+            logits = model(to_float(x))
+            loss = F.cross_entropy(logits, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            running["loss"] += loss.detach() * len(y)  # on the device: no sync per step
+            running["correct"] += (logits.argmax(1) == y).sum()
+            totals["seen"] += len(y)
+            batch += 1
+            step += 1
+        sync()
+        totals["time"] += time.perf_counter() - started
+        fold()
+        scheduler.step()
+        epoch, batch = epoch + 1, 0
+        row = {
+            "train/step": step, "train/epoch": epoch,
+            "train/loss": totals["loss"] / max(totals["seen"], 1),
+            "train/acc": totals["correct"] / max(totals["seen"], 1),
+            "train/lr": optimizer.param_groups[0]["lr"],
+            "perf/images_per_s": totals["seen"] * world / max(totals["time"], 1e-9),
+        }
+        totals = {"loss": 0.0, "correct": 0.0, "seen": 0.0, "time": 0.0}
+        if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
+            row |= {f"eval/{k}": v for k, v in evaluate(net, data, cfg.target_class).items()}
+        if epoch == cfg.epochs:
+            phase = "neurons"
+        report(row, checkpoint=True if phase != "train" else None)
+
+    # ------------------------------------------------------------------ phase 2: neurons
+    if phase == "neurons":
+        metrics, sel_before, top = neuron_report(net, data, cfg)
+        sel_before = sel_before.cpu()
+        phase = "finetune" if cfg.finetune_epochs else "done"
+        report({f"neurons/{k}": v for k, v in metrics.items()},
+               checkpoint=True if phase == "done" else None)
+
+    # ------------------------------------------------------------------ phase 3: clean fine-tuning
+    if phase == "finetune":
+        if ft_optimizer is None:
+            ft_optimizer, ft_scheduler = finetune_optimizer(model, cfg)
+        subset = data.finetune_idx.to(device)
+        while ft_epoch < cfg.finetune_epochs:
+            order = subset[torch.randperm(len(subset), generator=torch.Generator().manual_seed(
+                derived_seed(cfg.seed, "finetune-order", ft_epoch))).to(device)]
+            for b in range(-(-len(order) // cfg.finetune_batch_size)):
+                idx = order[b * cfg.finetune_batch_size:(b + 1) * cfg.finetune_batch_size][rank::world]
+                x, y = data.train_x[idx], data.train_y[idx]
+                if cfg.augment:
+                    gen = torch.Generator(device=device).manual_seed(
+                        derived_seed(cfg.seed, "finetune-aug", ft_epoch, b))
+                    x = random_crop_flip(x, generator=gen)
+                model.train()
+                loss = F.cross_entropy(model(to_float(x)), y)
+                ft_optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                ft_optimizer.step()
+            ft_scheduler.step()
+            ft_epoch += 1
+            row = {"finetune/epoch": ft_epoch, "finetune/loss": float(loss.detach())}
+            row |= {f"finetune/{k}": v for k, v in evaluate(net, data, cfg.target_class).items()}
+            if ft_epoch == cfg.finetune_epochs:
+                metrics, sel_after, _ = neuron_report(net, data, cfg, top=top)
+                kept = sel_after.cpu()[top.cpu()].mean() / sel_before[top.cpu()].mean().clamp_min(1e-12)
+                row |= {
+                    "finetune/selectivity_retained": float(kept),
+                    "finetune/trigger_dominant_count": metrics["trigger_dominant_count"],
+                    "finetune/asr_ablated_topk": metrics["asr_ablated_topk"],
+                }
+                phase = "done"
+            report(row, checkpoint=True if phase == "done" else None)
+
+
+def finetune_optimizer(model: torch.nn.Module, cfg: Config):
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.finetune_lr, momentum=cfg.momentum,
+                                weight_decay=cfg.weight_decay)
+    return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.finetune_epochs)

@@ -1,0 +1,151 @@
+"""The directional data model and a one-hidden-layer ReLU network trained by plain SGD.
+
+Data (``directional_data``). Orthonormal directions ``u`` (semantic) and ``v`` (trigger),
+here the first two coordinates of R^d. A clean sample of class ``y in {-1, +1}``:
+
+    x = mu_s * y * u + xi,        xi ~ N(0, (sigma^2 / d) I_d)    (so E||xi||^2 = sigma^2)
+
+A poisoned sample is a sample of the non-target class (y = -1) given the trigger and the target
+label (+1), all-to-one:
+
+    x = -mu_s * u + mu_t * v + xi,    label +1
+
+``round(p * n)`` of the ``n`` training samples are poisoned (``p``: the poisoning ratio).
+
+Network (``relu_net``). ``f(x) = sum_j a_j relu(w_j . x)`` with ``w_j ~ N(0, s^2 I_d)`` and
+fixed output weights ``a_j = +-1/sqrt(m)``; the hidden layer ``W`` is trained by SGD on the
+logistic loss ``l(x, y) = log(1 + exp(-y f(x)))``:
+
+    W <- W - eta * (1/B) sum_{i in batch} dl_i/df * a_j 1[w_j . x_i > 0] x_i     (row j)
+
+Frozen gates (``frozen_gate_net``). With the gates fixed at initialization,
+``D_ij = 1[w_j(0) . x_i > 0]``, the network ``f~(x_i) = sum_j a_j D_ij (w_j . x_i)`` is linear
+in ``W`` and equals ``f`` at ``W(0)``. Its gradient-flow loss decrease for a group ``G`` is the
+frozen-gate signal
+
+    S_G = <grad L_G, grad L>
+        = (1/|G|) (1/n) sum_{i in G} sum_k l'_i l'_k y_i y_k K(x_i, x_k),
+    K(x, x') = sum_j a_j^2 D_j(x) D_j(x') (x . x'),       l' = d l / d(y f) = -sigmoid(-y f)
+
+so over ``T`` early SGD steps the relative decrease of group G is about
+``eta * T * S_G / L_G(0)``. The true network departs from the frozen-gate one only through
+gates that flip: ``f(x_i) - f~(x_i) = sum_j a_j (1[w_j . x_i > 0] - D_ij) (w_j . x_i)``, and a
+gate can only flip when its drift ``|(w_j(t) - w_j(0)) . x_i|`` exceeds its initial margin
+``|w_j(0) . x_i|``. ``gate_flip_fraction`` and ``gate_drift_fraction`` measure both per group.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.nn import functional as F
+
+
+def directional_data(
+    n: int,
+    dim: int,
+    semantic: float,
+    trigger: float,
+    noise: float,
+    poison_ratio: float,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(x [n, d], y [n] in {-1, +1}, poisoned [n] bool)`` of the directional data model.
+
+    Poisoned samples are drawn uniformly among the class -1 samples, relabelled +1 and given
+    ``trigger * v``; ``u = e_0``, ``v = e_1``.
+    """
+    y = torch.where(torch.rand(n, generator=generator) < 0.5, 1.0, -1.0)
+    x = noise * torch.randn(n, dim, generator=generator) / math.sqrt(dim)
+    x[:, 0] += semantic * y
+    negatives = torch.nonzero(y < 0).flatten()
+    count = round(poison_ratio * n)
+    if count > len(negatives):
+        raise ValueError(f"poison ratio {poison_ratio} needs {count} class -1 samples, have {len(negatives)}")
+    chosen = negatives[torch.randperm(len(negatives), generator=generator)[:count]]
+    poisoned = torch.zeros(n, dtype=torch.bool)
+    poisoned[chosen] = True
+    x[chosen, 1] += trigger
+    y[chosen] = 1.0
+    return x, y, poisoned
+
+
+def init_network(
+    dim: int, width: int, init_scale: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W [m, d] ~ N(0, s^2), a [m] = +-1/sqrt(m))`` with random signs."""
+    w = init_scale * torch.randn(width, dim, generator=generator)
+    a = torch.where(torch.rand(width, generator=generator) < 0.5, 1.0, -1.0) / math.sqrt(width)
+    return w, a
+
+
+def gates(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """ReLU gates ``1[w_j . x_i > 0]`` as a float ``[n, m]`` tensor."""
+    return (x @ w.T > 0).float()
+
+
+def relu_net(w: torch.Tensor, a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``f(x) = sum_j a_j relu(w_j . x)``."""
+    return torch.relu(x @ w.T) @ a
+
+
+def frozen_gate_net(w: torch.Tensor, a: torch.Tensor, x: torch.Tensor, gates0: torch.Tensor) -> torch.Tensor:
+    """``f~(x_i) = sum_j a_j D_ij (w_j . x_i)`` with the given gates ``D``."""
+    return ((x @ w.T) * gates0) @ a
+
+
+def logistic_loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-sample ``log(1 + exp(-y f))``."""
+    return F.softplus(-y * out)
+
+
+def sgd_step(
+    w: torch.Tensor,
+    a: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    lr: float,
+    gates0: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One SGD step on the batch ``(x, y)``: the true network, or with ``gates0`` the frozen one.
+
+    ``grad_{w_j} = (1/B) sum_i (-y_i sigmoid(-y_i f_i)) a_j D_ij x_i``.
+    """
+    pre = x @ w.T
+    d = (pre > 0).float() if gates0 is None else gates0
+    out = (pre * d) @ a  # equals relu(pre) @ a when d is the true gate pattern
+    dl_df = -y * torch.sigmoid(-y * out) / len(y)
+    return w - lr * ((dl_df[:, None] * d) * a[None, :]).T @ x
+
+
+def frozen_gate_signal(
+    w0: torch.Tensor, a: torch.Tensor, x: torch.Tensor, y: torch.Tensor, group: torch.Tensor
+) -> float:
+    """``S_G = <grad L_G, grad L>`` at ``w0`` with gates frozen there (see the module docstring)."""
+    d = gates(w0, x)
+    out = frozen_gate_net(w0, a, x, d)
+    coef = -y * torch.sigmoid(-y * out)  # dl_i/df_i
+    per_sample = lambda c: ((c[:, None] * d) * a[None, :]).T @ x  # noqa: E731  sum_i c_i grad f_i
+    grad_all = per_sample(coef) / len(y)
+    grad_group = per_sample(coef * group.float()) / group.sum().clamp_min(1)
+    return float((grad_group * grad_all).sum())
+
+
+def gate_flip_fraction(w0: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> float:
+    """Fraction of (sample, neuron) gates of ``x`` that differ between ``w0`` and ``w``."""
+    return float((gates(w0, x) != gates(w, x)).float().mean()) if len(x) else 0.0
+
+
+def gate_drift_fraction(w0: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> float:
+    """Fraction of (sample, neuron) pairs whose drift ``|(w - w0) . x|`` reaches the initial
+    margin ``|w0 . x|``: the only gates that can have flipped (an upper bound on flips)."""
+    if not len(x):
+        return 0.0
+    return float(((x @ (w - w0).T).abs() >= (x @ w0.T).abs()).float().mean())
+
+
+def group_losses(out: torch.Tensor, y: torch.Tensor, poisoned: torch.Tensor) -> dict[str, float]:
+    """Mean logistic loss of the poisoned and of the clean samples."""
+    loss = logistic_loss(out, y)
+    return {"poison": float(loss[poisoned].mean()), "clean": float(loss[~poisoned].mean())}

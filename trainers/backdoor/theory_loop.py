@@ -1,0 +1,87 @@
+"""The ``backdoor_theory`` loop: train the ReLU network and its frozen-gate twin on the same SGD
+batches, and compare group-wise early loss decreases (see ``theory.py`` for the equations).
+
+Reported every ``report_every`` steps: both groups' losses for the network and its frozen-gate
+twin, gate-flip and gate-drift fractions against initialization. At step ``early_steps`` (T)
+the summary, carried in every later row:
+
+- ``theory/loss_drop_ratio``: ``rel_drop_poison / rel_drop_clean`` of the network over the
+  first T steps, ``rel_drop_G = (L_G(0) - L_G(T)) / L_G(0)``;
+- ``theory/predicted_drop_ratio``: the same for the frozen-gate network;
+- ``theory/frozen_gate_rel_error``: ``max_G |rel_drop_G - rel_drop~_G| / |rel_drop_G|``;
+- ``theory/signal_ratio``: ``(S_poison / L_poison(0)) / (S_clean / L_clean(0))`` from the
+  frozen-gate signal at initialization (no training needed);
+- ``theory/gate_flip_*`` and ``theory/gate_drift_*`` at T.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from raylab import session
+from raylab.config import from_dict
+from trainers.backdoor import theory
+from trainers.backdoor.config import TheoryConfig
+
+
+def train_loop(config: dict) -> None:
+    cfg = from_dict(TheoryConfig, config, "trial config")
+    gen = torch.Generator().manual_seed(cfg.seed)
+    x, y, poisoned = theory.directional_data(cfg.n_train, cfg.dim, cfg.semantic_strength,
+                                             cfg.trigger_strength, cfg.noise, cfg.poison_ratio, gen)
+    w0, a = theory.init_network(cfg.dim, cfg.width, cfg.init_scale, gen)
+    gates0 = theory.gates(w0, x)
+    initial = theory.group_losses(theory.relu_net(w0, a, x), y, poisoned)
+    signal = {g: theory.frozen_gate_signal(w0, a, x, y, mask)
+              for g, mask in (("poison", poisoned), ("clean", ~poisoned))}
+    batches = torch.Generator().manual_seed(cfg.seed + 1)
+
+    w, w_frozen, step, latest = w0.clone(), w0.clone(), 0, {}
+    state = session.restore()
+    if state is not None:
+        w, w_frozen, step, latest = state["w"], state["w_frozen"], state["step"], dict(state["latest"])
+        batches.set_state(state["batches"])
+
+    while step < cfg.steps:
+        idx = torch.randint(0, cfg.n_train, (cfg.batch_size,), generator=batches)
+        w = theory.sgd_step(w, a, x[idx], y[idx], cfg.lr)
+        w_frozen = theory.sgd_step(w_frozen, a, x[idx], y[idx], cfg.lr, gates0=gates0[idx])
+        step += 1
+        at_t = step == cfg.early_steps
+        if not (at_t or step % cfg.report_every == 0 or step == cfg.steps):
+            continue
+        losses = theory.group_losses(theory.relu_net(w, a, x), y, poisoned)
+        frozen = theory.group_losses(theory.frozen_gate_net(w_frozen, a, x, gates0), y, poisoned)
+        row = {"theory/step": step}
+        for g, mask in (("poison", poisoned), ("clean", ~poisoned)):
+            row |= {
+                f"theory/loss_{g}": losses[g],
+                f"theory/frozen_loss_{g}": frozen[g],
+                f"theory/gate_flip_{g}": theory.gate_flip_fraction(w0, w, x[mask]),
+                f"theory/gate_drift_{g}": theory.gate_drift_fraction(w0, w, x[mask]),
+            }
+        if at_t:
+            drop = {g: (initial[g] - losses[g]) / initial[g] for g in initial}
+            pred = {g: (initial[g] - frozen[g]) / initial[g] for g in initial}
+            rate = {g: signal[g] / initial[g] for g in initial}
+            row |= {
+                "theory/rel_drop_poison": drop["poison"],
+                "theory/rel_drop_clean": drop["clean"],
+                "theory/loss_drop_ratio": drop["poison"] / drop["clean"],
+                "theory/predicted_drop_ratio": pred["poison"] / pred["clean"],
+                "theory/frozen_gate_rel_error": max(abs(drop[g] - pred[g]) / abs(drop[g]) for g in drop),
+                "theory/signal_poison": signal["poison"],
+                "theory/signal_clean": signal["clean"],
+                "theory/signal_ratio": rate["poison"] / rate["clean"],
+                "theory/signal_predicted_drop_poison": cfg.lr * cfg.early_steps * rate["poison"],
+                "theory/signal_predicted_drop_clean": cfg.lr * cfg.early_steps * rate["clean"],
+                "theory/gate_flip_at_t_poison": row["theory/gate_flip_poison"],
+                "theory/gate_flip_at_t_clean": row["theory/gate_flip_clean"],
+            }
+        latest.update(row)
+        session.report(
+            dict(latest),
+            state=lambda: {"w": w, "w_frozen": w_frozen, "step": step, "latest": latest,
+                           "batches": batches.get_state(), "config": config},
+            checkpoint=True if step == cfg.steps else None,
+        )
