@@ -14,6 +14,7 @@ Conventions used across the workload:
 from __future__ import annotations
 
 import csv
+import os
 import warnings
 from pathlib import Path
 from typing import Iterable
@@ -25,6 +26,18 @@ from raylab.errors import UserError
 
 SMILES_COLUMNS = ("smiles", "SMILES", "Smiles", "Drug", "canonical_smiles")
 """CSV columns read as SMILES, first match wins (``Drug`` is the TDC ADMET column)."""
+
+
+def user_path(path: str | os.PathLike) -> Path:
+    """``path`` with ``~`` expanded; a relative one is taken from where the command ran.
+
+    Ray Tune runs trials in their own folders and records the launch folder in
+    ``TUNE_ORIG_WORKING_DIR`` (as ``raylab.data.cifar.resolve_data_dir`` does for images).
+    """
+    path = Path(path).expanduser()
+    if path.is_absolute():
+        return path
+    return Path(os.environ.get("TUNE_ORIG_WORKING_DIR", os.getcwd())) / path
 
 
 def nci_smiles_path() -> Path:
@@ -85,7 +98,7 @@ def read_smiles_file(path: str | Path, limit: int = 0) -> list[str]:
 
     A CSV needs one of the columns in ``SMILES_COLUMNS``. ``limit > 0`` keeps the first ``limit``.
     """
-    path = Path(path).expanduser()
+    path = user_path(path)
     if not path.is_file():
         raise UserError(f"SMILES file {path} does not exist")
     out: list[str] = []

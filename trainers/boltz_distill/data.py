@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from raylab.errors import UserError
-from trainers.boltz_distill import ADMET_METRICS, OFFLINE_METRICS, TASK_METRICS, metric_name  # noqa: F401
-from trainers.boltz_distill.chem import murcko_scaffold
+from trainers.boltz_distill import ADMET_METRICS, TASK_METRICS, metric_name  # noqa: F401 (re-exported)
+from trainers.boltz_distill.chem import murcko_scaffold, user_path
 
 ADMET_URL = "https://dataverse.harvard.edu/api/access/datafile/4426004"
 ADMET_ARCHIVE = "admet_group.zip"
@@ -134,7 +134,7 @@ def load_freesolv() -> Task:
 
 
 def admet_folder(data_dir: str | os.PathLike) -> Path:
-    return Path(data_dir).expanduser() / "admet_group"
+    return user_path(data_dir) / "admet_group"
 
 
 def admet_missing(data_dir: str | os.PathLike, tasks: list[str] | None = None) -> list[Path]:
@@ -146,7 +146,7 @@ def admet_missing(data_dir: str | os.PathLike, tasks: list[str] | None = None) -
 
 def download_admet_group(data_dir: str | os.PathLike, expected_sha256: str = "", timeout_s: float = 60) -> Path:
     """Download and unpack the TDC ADMET group archive into ``data_dir``; return its folder."""
-    root = Path(data_dir).expanduser()
+    root = user_path(data_dir)
     root.mkdir(parents=True, exist_ok=True)
     archive = root / ADMET_ARCHIVE
     if not archive.is_file():
@@ -204,7 +204,7 @@ def admet_missing_message(data_dir: str | os.PathLike, name: str) -> str:
     folder = admet_folder(data_dir) / name
     return (f"TDC ADMET task '{name}' not found: looked for {folder}/train_val.csv and test.csv; "
             f"set download: true (online) or unzip admet_group.zip ({ADMET_URL}) into "
-            f"{Path(data_dir).expanduser()}")
+            f"{user_path(data_dir)}")
 
 
 def load_task(name: str, data_dir: str = "", download: bool = False, expected_sha256: str = "") -> Task:

@@ -18,20 +18,19 @@ from raylab import session
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.errors import UserError
-from trainers.boltz_distill.chem import nci_smiles_path, read_smiles_file
+from trainers.boltz_distill.chem import nci_smiles_path, read_smiles_file, user_path
 from trainers.boltz_distill.config import Config
 from trainers.boltz_distill.featurize import graphs_from_smiles
 from trainers.boltz_distill.loss import distill_loss, standardize
 from trainers.boltz_distill.model import GINEStudent
 from trainers.boltz_distill.store import EmbeddingStore
 
-from trainers.boltz_distill import DISTILL_METRICS as METRICS  # noqa: E402,F401
 
 
 def store_path(cfg: Config, teacher: str) -> Path:
     """Where a teacher's store lives: ``<store_root>/boltz2_<layer>``, ``conformer``, ``descriptors``."""
     name = f"boltz2_{cfg.boltz2_layer}" if teacher == "boltz2" else teacher
-    return Path(cfg.store_root).expanduser() / name
+    return user_path(cfg.store_root) / name
 
 
 def corpus_smiles(cfg: Config) -> list[str]:
@@ -40,7 +39,7 @@ def corpus_smiles(cfg: Config) -> list[str]:
 
 def preflight(cfg: Config) -> None:
     """Refuse before Ray starts: corpus or Boltz-2 store missing, targets larger than memory."""
-    corpus = Path(cfg.corpus).expanduser() if cfg.corpus else nci_smiles_path()
+    corpus = user_path(cfg.corpus) if cfg.corpus else nci_smiles_path()
     if not corpus.is_file():
         raise UserError(f"config.corpus: SMILES file {corpus} does not exist")
     rows, dims = 0, 0
@@ -235,7 +234,7 @@ def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:
     """The distilled student from a checkpoint folder (``state.pt``) or a trial folder (newest)."""
     from raylab import checkpoint as ckpt
 
-    path = Path(path).expanduser()
+    path = user_path(path)
     if (path / "state.pt").is_file():
         candidates = [path]
     else:

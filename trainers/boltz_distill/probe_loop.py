@@ -16,7 +16,7 @@ from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.errors import UserError
 from trainers.boltz_distill import data as tasks
-from trainers.boltz_distill.chem import parse_smiles
+from trainers.boltz_distill.chem import parse_smiles, user_path
 from trainers.boltz_distill.config import ProbeConfig
 from trainers.boltz_distill.featurize import mol_to_graph
 from trainers.boltz_distill.model import GINEStudent
@@ -29,8 +29,6 @@ from trainers.boltz_distill.teachers import signed_log
 
 def preflight(cfg: ProbeConfig) -> None:
     """Refuse before Ray starts: ADMET data missing offline, checkpoint or store missing."""
-    from pathlib import Path
-
     if cfg.task in tasks.ADMET_METRICS and not cfg.download and tasks.admet_missing(cfg.data_dir, [cfg.task]):
         raise UserError(tasks.admet_missing_message(cfg.data_dir, cfg.task))
     if cfg.features == "student" and not cfg.student_checkpoint:
@@ -39,10 +37,10 @@ def preflight(cfg: ProbeConfig) -> None:
     if cfg.features == "teacher" and not cfg.teacher_store:
         raise UserError("config.teacher_store: features=teacher needs a teacher embedding store")
     if cfg.features == "student":
-        path = Path(cfg.student_checkpoint).expanduser()
+        path = user_path(cfg.student_checkpoint)
         if not path.exists():
             raise UserError(f"config.student_checkpoint: {path} does not exist")
-    if cfg.features == "teacher" and not (Path(cfg.teacher_store).expanduser() / "meta.json").is_file():
+    if cfg.features == "teacher" and not (user_path(cfg.teacher_store) / "meta.json").is_file():
         raise UserError(f"config.teacher_store: no embedding store at {cfg.teacher_store}")
 
 
@@ -79,7 +77,7 @@ def descriptor_features(mols: list[Chem.Mol]) -> torch.Tensor:
 def teacher_features(store_dir: str, keys: list[str]) -> torch.Tensor:
     from trainers.boltz_distill.store import EmbeddingStore
 
-    store = EmbeddingStore(store_dir)
+    store = EmbeddingStore(user_path(store_dir))
     missing = store.missing(keys)
     if missing:
         raise UserError(

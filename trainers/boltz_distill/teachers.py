@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 from rdkit import Chem, RDLogger
-from rdkit.Chem import AllChem, Crippen, Descriptors, rdMolDescriptors
+from rdkit.Chem import AllChem, Descriptors, rdMolDescriptors
 from rdkit.Chem.EState import EState
 
 from trainers.boltz_distill.chem import parse_smiles
