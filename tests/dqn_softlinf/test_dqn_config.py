@@ -1,0 +1,81 @@
+"""Config validation, the preflight refusals, and every dqn_softlinf experiment file."""
+
+import pytest
+
+from raylab import experiment as experiments
+from raylab.config import from_dict
+from raylab.errors import UserError
+from trainers.dqn_softlinf.config import Config
+from trainers.dqn_softlinf.preflight import preflight, replay_bytes
+
+EXPERIMENTS = ["dqn_softlinf", "dqn_softlinf_beta", "dqn_softlinf_small", "dqn_softlinf_rllib"]
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("smoke", [False, True])
+def test_experiment_files_validate(name, smoke):
+    experiment = experiments.load(name, smoke=smoke)
+    assert experiment.workload == "dqn_softlinf" and experiment.metric == "eval/return_mean"
+    config = experiment.resolved_config()
+    if smoke:
+        assert experiment.resources.gpus_per_worker == 0 and experiment.resources.cpus_per_worker == 1
+        assert config["total_steps"] <= 4000
+
+
+def test_paper_scale_defaults():
+    cfg = Config()
+    assert (cfg.total_steps, cfg.buffer_size, cfg.lr, cfg.target_period, cfg.train_every) == (
+        10_000_000, 1_000_000, 1e-4, 1000, 4)
+    assert (cfg.learning_starts, cfg.epsilon_start, cfg.epsilon_end, cfg.epsilon_fraction) == (80_000, 1.0, 0.01, 0.1)
+    assert (cfg.batch_size, cfg.gamma, cfg.frame_skip, cfg.frame_stack, cfg.screen_size) == (32, 0.99, 4, 4, 84)
+    total, per = replay_bytes(cfg)
+    assert per == 7067 and 7.0e9 < total < 7.2e9  # 1M transitions: about 7 GB
+
+
+@pytest.mark.parametrize("values, key", [
+    ({"beta": 0.0}, "beta"),
+    ({"learning_starts": 20, "total_steps": 10}, "learning_starts"),
+    ({"loss": "l1"}, "loss"),
+    ({"gamma": 1.0}, "gamma"),
+    ({"buffer_size": 16, "num_envs": 8}, "buffer_size"),
+    ({"epsilon_end": 1.5}, "epsilon_end"),
+])
+def test_invalid_values_name_their_key(values, key):
+    with pytest.raises(UserError, match=key):
+        from_dict(Config, values, "test.yaml", "config")
+
+
+def test_preflight_refuses_a_replay_larger_than_memory():
+    cfg = Config(buffer_size=1_000_000)
+    with pytest.raises(UserError) as err:
+        preflight(cfg, available=4 * 10**9)
+    message = str(err.value)
+    assert "buffer_size" in message and "1,000,000" in message and "7,067 bytes per transition" in message
+    assert "7.10 GB" in message and "4.00 GB" in message
+    fits = int(message.split("buffer_size <= ")[1].split(" ")[0].replace(",", ""))
+    preflight(Config(buffer_size=fits), available=4 * 10**9)  # the suggested size passes
+    preflight(cfg, available=64 * 10**9)
+
+
+def test_preflight_refuses_unknown_games():
+    with pytest.raises(UserError, match="'Pongg' is not an ALE game; valid names include pong, breakout"):
+        preflight(Config(game="Pongg"), available=10**12)
+    for game in ("Pong", "MsPacman", "space_invaders", "BeamRider"):
+        preflight(Config(game=game), available=10**12)
+    with pytest.raises(UserError, match="CartPole-v1"):
+        preflight(Config(suite="gymnasium", game="CartPole-v7"), available=10**12)
+    preflight(Config(suite="gymnasium", game="raylab/FeatureMDP-v0"), available=10**12)
+
+
+def test_cli_refuses_before_starting_ray(capsys):
+    import ray
+
+    from raylab import tune as raylab_tune
+
+    was_running = ray.is_initialized()
+    assert raylab_tune.main(["dqn_softlinf", "--smoke", "config.buffer_size=100000000"]) == 2
+    err = capsys.readouterr().err
+    assert "config.buffer_size: 100,000,000 transitions need 706.7" in err
+    assert raylab_tune.main(["dqn_softlinf", "--smoke", "config.game=Pongg"]) == 2
+    assert "'Pongg' is not an ALE game" in capsys.readouterr().err
+    assert ray.is_initialized() == was_running  # refused before Ray started

@@ -1,0 +1,249 @@
+"""The same three surrogates inside RLlib's DQN, for users who already run RLlib.
+
+``SurrogateDQNLearner`` subclasses RLlib's ``DQNTorchLearner`` (its public extension point,
+passed as ``learner_class``) and replaces only the regression loss on the TD errors: the
+Q-values, the (double-)DQN targets, the importance weights of prioritized replay and the
+per-sample TD-error logging that prioritized replay reads back are computed as RLlib does.
+The loss, beta, beta_scale and huber_delta travel in ``learner_config_dict``.
+
+``train_rllib`` is what ``backend: rllib`` runs: it maps this workload's Config onto a
+``DQNConfig`` (same network shapes, schedule and replay size), builds the Algorithm in the
+trial's process (no extra Ray actors: one trial stays one CPU bundle) and reports the metrics
+RLlib measures under this workload's names.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from raylab import session
+from trainers.dqn_softlinf.loss import surrogate
+
+try:  # RLlib is a dependency of raylab; importing it costs seconds, so only here
+    from ray.rllib.algorithms.dqn.dqn_learner import (
+        QF_LOSS_KEY, QF_MAX_KEY, QF_MEAN_KEY, QF_MIN_KEY, QF_NEXT_PREDS, QF_PREDS,
+        QF_TARGET_NEXT_PREDS, TD_ERROR_MEAN_KEY,
+    )
+    from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.utils.metrics import TD_ERROR_KEY
+except ImportError as err:  # pragma: no cover - a broken install
+    raise ImportError(f"backend rllib needs ray[rllib]: {err}") from err
+
+import torch
+
+TD_ERROR_MAX_KEY = "td_error_max"
+
+
+class SurrogateDQNLearner(DQNTorchLearner):
+    """RLlib's DQN learner with the regression loss chosen by ``learner_config_dict['loss']``."""
+
+    def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
+        if config.num_atoms > 1:  # distributional DQN has its own loss; leave it to RLlib
+            return super().compute_loss_for_module(
+                module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+        settings = config.learner_config_dict
+        q_selected = torch.gather(
+            fwd_out[QF_PREDS], -1, batch[Columns.ACTIONS].view(-1, 1).long()
+        ).squeeze(-1)
+        q_target_next = fwd_out[QF_TARGET_NEXT_PREDS]
+        if config.double_q:
+            best = fwd_out[QF_NEXT_PREDS].argmax(-1, keepdim=True)
+        else:
+            best = q_target_next.argmax(-1, keepdim=True)
+        q_next = torch.gather(q_target_next, -1, best).squeeze(-1)
+        q_next = torch.nan_to_num(q_next, neginf=0.0)
+        y = (batch[Columns.REWARDS]
+             + config.gamma ** batch["n_step"] * (1.0 - batch[Columns.TERMINATEDS].float()) * q_next).detach()
+        td = q_selected - y
+        weights = batch.get("weights")
+        if Columns.LOSS_MASK in batch:
+            mask = batch[Columns.LOSS_MASK]
+            td_used, weights = td[mask], (weights[mask] if weights is not None else None)
+        else:
+            td_used = td
+        loss = surrogate(
+            settings.get("loss", "huber"), td_used,
+            beta=settings.get("beta", 10.0), beta_scale=settings.get("beta_scale", "reward"),
+            huber_delta=settings.get("huber_delta", 1.0), weights=weights,
+        )
+        td_error = td.abs()
+        # Per-sample |TD| as RLlib logs it: prioritized replay updates its priorities from it.
+        self.metrics.log_value(key=(module_id, TD_ERROR_KEY), value=td_error, reduce="item_series")
+        self.metrics.log_dict(
+            {
+                QF_LOSS_KEY: loss,
+                QF_MEAN_KEY: q_selected.mean(),
+                QF_MAX_KEY: q_selected.max(),
+                QF_MIN_KEY: q_selected.min(),
+                TD_ERROR_MEAN_KEY: td_error.mean(),
+                TD_ERROR_MAX_KEY: td_error.max(),
+            },
+            key=module_id,
+            window=1,
+        )
+        return loss
+
+
+def _env_creator(env_config: dict):
+    """An RLlib env: an Atari game with RLlib's DQN preprocessing, or a gymnasium id."""
+    import gymnasium
+
+    if env_config["suite"] != "atari":
+        from trainers.dqn_softlinf import envs  # registers raylab/FeatureMDP-v0
+
+        return gymnasium.make(env_config["game"])
+    import ale_py
+    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
+
+    from trainers.dqn_softlinf.envs import ale_rom_name
+
+    gymnasium.register_envs(ale_py)
+    env = gymnasium.make(
+        f"ALE/{_ale_env_name(ale_rom_name(env_config['game']))}-v5",
+        frameskip=1, repeat_action_probability=env_config["sticky_action_prob"],
+        full_action_space=False,
+    )
+    return wrap_atari_for_new_api_stack(
+        env, dim=env_config["screen_size"], frameskip=env_config["frame_skip"],
+        framestack=env_config["frame_stack"],
+    )
+
+
+def _ale_env_name(rom: str) -> str:
+    return "".join(part.capitalize() for part in rom.split("_"))
+
+
+def dqn_config(cfg):
+    """This workload's Config as an RLlib ``DQNConfig`` (one process: no remote env runners)."""
+    from ray.rllib.algorithms.dqn import DQNConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    from ray.tune.registry import register_env
+
+    register_env("raylab_dqn_env", _env_creator)
+    atari = cfg.suite == "atari"
+    if atari:
+        model = DefaultModelConfig(
+            conv_filters=[[32, [8, 8], 4], [64, [4, 4], 2], [64, [3, 3], 1]],
+            conv_activation="relu", head_fcnet_hiddens=[512], head_fcnet_activation="relu")
+    else:
+        model = DefaultModelConfig(fcnet_hiddens=list(cfg.mlp_hidden), fcnet_activation="relu",
+                                   head_fcnet_hiddens=[])
+    eps_steps = max(1, int(cfg.epsilon_fraction * cfg.total_steps))
+    config = (
+        DQNConfig()
+        .environment(
+            "raylab_dqn_env",
+            env_config={
+                "suite": cfg.suite, "game": cfg.game, "sticky_action_prob": cfg.sticky_action_prob,
+                "screen_size": cfg.screen_size, "frame_skip": cfg.frame_skip, "frame_stack": cfg.frame_stack,
+            },
+            clip_rewards=cfg.reward_clip if atari else None,
+        )
+        .framework("torch")
+        .env_runners(
+            num_env_runners=0,
+            num_envs_per_env_runner=cfg.num_envs,
+            rollout_fragment_length=max(1, cfg.train_every // cfg.num_envs) if cfg.train_every >= cfg.num_envs else 1,
+        )
+        .learners(
+            num_learners=0,
+            learner_class=SurrogateDQNLearner,
+            learner_config_dict={"loss": cfg.loss, "beta": cfg.beta, "beta_scale": cfg.beta_scale,
+                                 "huber_delta": cfg.huber_delta},
+        )
+        .rl_module(model_config=model)
+        .training(
+            gamma=cfg.gamma, lr=cfg.lr, adam_epsilon=cfg.adam_eps,
+            train_batch_size_per_learner=cfg.batch_size,
+            grad_clip=cfg.max_grad_norm or None,
+            target_network_update_freq=cfg.target_period,
+            num_steps_sampled_before_learning_starts=cfg.learning_starts,
+            double_q=cfg.double_dqn, dueling=False, n_step=1, noisy=False, num_atoms=1,
+            epsilon=[(0, cfg.epsilon_start), (eps_steps, cfg.epsilon_end)],
+            replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": cfg.buffer_size},
+            training_intensity=cfg.batch_size / cfg.train_every,
+        )
+        .reporting(min_sample_timesteps_per_iteration=cfg.report_every, min_time_s_per_iteration=0)
+        .evaluation(
+            evaluation_interval=max(1, cfg.eval_every // cfg.report_every),
+            evaluation_duration=cfg.eval_episodes, evaluation_duration_unit="episodes",
+            evaluation_num_env_runners=0,
+            evaluation_config=DQNConfig.overrides(explore=False),
+        )
+        .debugging(seed=cfg.seed)
+    )
+    return config
+
+
+def train_rllib(cfg, raw_config: dict) -> None:
+    """Run RLlib's DQN with the chosen surrogate, reporting under this workload's metric names.
+
+    Reported: env/steps, perf/env_steps_per_s, episode/return_mean, eval/return_mean (RLlib's
+    training episodes with exploration off is not available without extra env runners, so the
+    last 100 training episodes' mean is reported under both names until an evaluation runs),
+    train/loss, train/q_mean, bellman/td_error_max (the largest |TD| of the last batch).
+    Checkpoints hold RLlib's full Algorithm state (networks, optimizer, counters); the replay
+    buffer is not included (RLlib's default), so a resumed trial refills it.
+    """
+    from trainers.dqn_softlinf.preflight import preflight
+
+    preflight(cfg)
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    algo = dqn_config(cfg).build_algo()
+    state = session.restore()
+    if state is not None:
+        algo.set_state(_from_checkpoint(state["algorithm"]))
+    steps, clock = 0, time.perf_counter()
+    try:
+        while steps < cfg.total_steps:
+            for _ in range(cfg.rllib_iterations_per_report):
+                result = algo.train()
+            runners = result.get("env_runners", {})
+            learner = result.get("learners", {}).get("default_policy", {})
+            before, steps = steps, int(runners.get("num_env_steps_sampled_lifetime", 0))
+            elapsed, clock = time.perf_counter() - clock, time.perf_counter()
+            metrics = {"env/steps": steps, "perf/env_steps_per_s": (steps - before) / max(elapsed, 1e-9)}
+            if "episode_return_mean" in runners and np.isfinite(runners["episode_return_mean"]):
+                metrics["episode/return_mean"] = float(runners["episode_return_mean"])
+                metrics["eval/return_mean"] = float(runners["episode_return_mean"])
+            if "qf_loss" in learner:
+                metrics["train/loss"] = float(learner["qf_loss"])
+                metrics["train/q_mean"] = float(learner["qf_mean"])
+                metrics["bellman/td_error_max"] = float(learner.get(TD_ERROR_MAX_KEY, np.nan))
+            last = steps >= cfg.total_steps
+            session.report(metrics, state=lambda: {"algorithm": _to_checkpoint(algo.get_state()),
+                                                   "config": raw_config},
+                           checkpoint=True if last else None)
+    finally:
+        algo.stop()
+
+
+def _to_checkpoint(value: Any) -> Any:
+    """RLlib state as checkpoint-safe values: numpy arrays become tensors (tagged)."""
+    if isinstance(value, dict):
+        return {k: _to_checkpoint(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        out = [_to_checkpoint(v) for v in value]
+        return {"__tuple__": out} if isinstance(value, tuple) else out
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(value).copy()), "dtype": str(value.dtype)}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _from_checkpoint(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            return value["__ndarray__"].numpy().astype(value["dtype"])
+        if "__tuple__" in value:
+            return tuple(_from_checkpoint(v) for v in value["__tuple__"])
+        return {k: _from_checkpoint(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_checkpoint(v) for v in value]
+    return value
