@@ -15,6 +15,7 @@ declares in its ``figures.py`` (see ``raylab.report_spec``).
 
 from __future__ import annotations
 
+import argparse
 import csv
 import datetime
 import io
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from raylab import cli, workloads
+from raylab import workloads
 from raylab.errors import UserError, exit_on_user_error
 from raylab.report_aggregate import conditions, resolve_metric, table_blocks
 from raylab.report_data import TUNE_COUNTERS, Run, find_run, format_value, load_run
@@ -33,8 +34,15 @@ from raylab.report_spec import Curve, Report, Table
 FORMATS = ("html", "md")
 
 
-def parser() -> cli.ArgumentParser:
-    p = cli.ArgumentParser(prog="python -m raylab.report", description=__doc__.split("\n")[0])
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one ``UserError`` line (as ``raylab.cli``'s, without importing Ray)."""
+
+    def error(self, message: str):
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m raylab.report", description=__doc__.split("\n")[0])
     p.add_argument("run", help="a run folder (path or URI), or an experiment name (its newest run)")
     p.add_argument("--out", help="report folder (default: RUN/report, or reports/RUN_NAME for a URI)")
     p.add_argument("--format", choices=FORMATS, default="html", help="html (self-contained) or md")
@@ -45,7 +53,6 @@ def parser() -> cli.ArgumentParser:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    cli.quiet_third_party_warnings()
     run_path = find_run(args.run, args.storage)
     print(f"report: {write_report(run_path, out=args.out, fmt=args.format)}")
     return 0
@@ -122,9 +129,10 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
                            "blocks": [b.to_json() for b in blocks]})
         else:
             file = f"figures/{stem}.png"
-            why = draw(item, run, spec.seeds, out_dir / file)
+            drawn, note = draw(item, run, spec.seeds, out_dir / file)
             figures.append({"name": stem, "kind": item.kind, "title": item.heading(),
-                            "metrics": list(item.metric_names()), "file": "" if why else file, "note": why})
+                            "metrics": list(item.metric_names()), "y": item.plotted(),
+                            "file": file if drawn else "", "note": note})
     notes = status_notes(run, spec, figures)
     if spec_note:
         notes.insert(0, spec_note)

@@ -57,11 +57,20 @@ def value_at(trial: Trial, pattern: str, at: str = "last") -> Any:
     return picked.tolist()
 
 
-def series_xy(trial: Trial, x: str, y_pattern: str) -> tuple[np.ndarray, np.ndarray]:
-    """The trial's (x, y) pairs for a curve, from the rows that hold both as numbers."""
+def series_xy(trial: Trial, x: str, y_pattern: str, skip_repeats: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """The trial's (x, y) pairs for a curve, from the rows that hold both as numbers.
+
+    With ``skip_repeats``, a row whose y equals the previous row's y is left out (a value
+    carried over from an earlier report, not measured again).
+    """
     y = resolve_metric(y_pattern, trial)
-    pairs = [(row[x], row[y]) for row in trial.rows
-             if y and is_number(row.get(x)) and is_number(row.get(y))]
+    pairs, previous = [], None
+    for row in trial.rows:
+        if not (y and is_number(row.get(x)) and is_number(row.get(y))):
+            continue
+        if not (skip_repeats and row[y] == previous):
+            pairs.append((row[x], row[y]))
+        previous = row[y]
     if not pairs:
         return np.empty(0), np.empty(0)
     xs, ys = np.asarray(pairs, dtype=float).T
@@ -171,6 +180,10 @@ class TableBlock:
     row_header: str
     columns: list[str]
     rows: list[tuple[str, dict[str, Any], list[Agg | None]]]
+    column_values: list[dict[str, Any]] = field(default_factory=list)
+    """The swept values each column stands for (pivot), or {} per metric column."""
+    block_values: dict[str, Any] = field(default_factory=dict)
+    """The leftover swept values this block of a pivot is for."""
     best: list[tuple[int, int]] = field(default_factory=list)
     """(row, column) of the cells marked best."""
     metrics: list[list[str]] = field(default_factory=list)
@@ -179,6 +192,7 @@ class TableBlock:
     def to_json(self) -> dict[str, Any]:
         return {
             "title": self.title, "row_header": self.row_header, "columns": self.columns,
+            "column_values": self.column_values, "block_values": self.block_values,
             "rows": [{"label": label, "values": values,
                       "cells": [c.to_json() if c else None for c in cells],
                       "metrics": self.metrics[i] if i < len(self.metrics) else []}
@@ -198,7 +212,9 @@ def table_blocks(run: Run, table: Table, seeds) -> list[TableBlock]:
     blocks = []
     for values, members in group(run, trials, leftover).items():
         title = label_of(leftover, values) if leftover else ""
-        blocks.append(_pivot_block(run, table, members, column_keys, title))
+        block = _pivot_block(run, table, members, column_keys, title)
+        block.block_values = _values_dict(leftover, values)
+        blocks.append(block)
     return blocks
 
 
@@ -215,7 +231,7 @@ def _group_rows_block(run: Run, table: Table, trials: list[Trial], conds: list[s
         rows.append((label_of(conds, values), _values_dict(conds, values), [c for c, _ in cells]))
         names.append([n for _, n in cells])
     block = TableBlock(title="", row_header=", ".join(conds) or "trials", columns=list(table.metrics),
-                       rows=rows, metrics=names)
+                       rows=rows, metrics=names, column_values=[{} for _ in table.metrics])
     if table.best:
         for j, metric in enumerate(table.metrics):
             direction = _direction(table, metric)
@@ -242,7 +258,7 @@ def _pivot_block(run, table: Table, trials: list[Trial], column_keys: list[str],
     block = TableBlock(
         title=title, row_header=table.rows,
         columns=[label_of(column_keys, c) if column_keys else metric for c in columns],
-        rows=rows, metrics=names,
+        rows=rows, metrics=names, column_values=[_values_dict(column_keys, c) for c in columns],
     )
     if table.best:
         for i, (_, _, cells) in enumerate(rows):

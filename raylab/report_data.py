@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raylab import search_space, yaml_io
+from raylab import yaml_io
 from raylab.errors import UserError
 
 EXPERIMENT_FILE = "experiment.yaml"
@@ -252,8 +252,11 @@ def _varying_keys(trials: list[Trial]) -> list[str]:
 
 
 def _expected_trials(search: dict, num_samples: int) -> int:
-    """Tune's trial count: every grid combination, ``num_samples`` times (random keys sampled)."""
-    return search_space.grid_size(search) * num_samples
+    """Tune's trial count: every grid combination, ``num_samples`` times (random keys sampled).
+
+    The same count as ``raylab.search_space.grid_size``, without importing Ray.
+    """
+    return math.prod(len(spec["grid"]) for spec in search.values() if "grid" in spec) * num_samples
 
 
 def _grid_points_without_trials(search: dict, num_samples: int, trials: list[Trial]) -> list[str]:

@@ -24,11 +24,13 @@ from raylab.report_spec import Bars, Curve, Scatter, Versus  # noqa: E402
 PANEL_W, PANEL_H, MAX_PANELS = 5.0, 3.4, 36
 
 
-def draw(item, run: Run, seeds, path: Path) -> str:
-    """Draw ``item`` into ``path``; return '' when drawn, else why it was not."""
+def draw(item, run: Run, seeds, path: Path) -> tuple[bool, str]:
+    """Draw ``item`` into ``path``; return whether it was drawn, and what is missing from it."""
     trials = [t for t in run.trials if t.rows]
     if not trials:
-        return "no trial has reported results yet"
+        return False, "no trial has reported results yet"
+    absent = [m for m in item.plotted() if all(value_at(t, m) is None for t in trials)]
+    note = f"no trial reported {', '.join(absent)}" if absent else ""
     exclude = (item.x,) if isinstance(item, Versus) else ()
     series_keys, panel_keys = split_keys(run, seeds, item.by, exclude)
     panels = list(group(run, trials, panel_keys).items())[:MAX_PANELS]
@@ -50,13 +52,13 @@ def draw(item, run: Run, seeds, path: Path) -> str:
                 ax.legend(fontsize=7)
     if not drawn:
         plt.close(fig)
-        return f"no trial reported {', '.join(item.metric_names())} as numbers"
+        return False, note or f"no trial reported {', '.join(item.plotted())} as numbers"
     fig.suptitle(item.heading(), fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90, facecolor="white")
     plt.close(fig)
-    return ""
+    return True, note
 
 
 def _columns(item) -> list[tuple[str, ...]]:
@@ -76,7 +78,7 @@ def _curve(ax, item: Curve, run, members, metrics, series_keys, colors) -> int:
     lines = 0
     for values, trials in group(run, members, series_keys).items():
         for m_index, metric in enumerate(metrics):
-            xs, mean, std = _mean_curve([series_xy(t, item.x, metric) for t in trials])
+            xs, mean, std = _mean_curve([series_xy(t, item.x, metric, item.skip_repeats) for t in trials])
             if xs.size == 0:
                 continue
             label = label_of(series_keys, values) if series_keys else ""
@@ -107,9 +109,10 @@ def _mean_curve(pairs: list[tuple[np.ndarray, np.ndarray]]):
         inside = (grid >= x[0]) & (grid <= x[-1])
         stacked[i, inside] = np.interp(grid[inside], x, y)
     counts = np.isfinite(stacked).sum(axis=0)
-    with np.errstate(all="ignore"):
-        mean = np.nanmean(stacked, axis=0)
-        std = np.where(counts > 1, np.nanstd(stacked, axis=0, ddof=1), np.nan)
+    mean = np.nanmean(stacked, axis=0)
+    std = np.full(grid.size, np.nan)
+    several = counts > 1
+    std[several] = np.nanstd(stacked[:, several], axis=0, ddof=1)
     return grid, mean, std
 
 

@@ -67,6 +67,11 @@ class _Item:
 
     _metric_fields: tuple[str, ...] = ()
 
+    def plotted(self) -> list[str]:
+        """The metrics whose values a figure draws (not its x counter)."""
+        names = list(_as_tuple(getattr(self, "y", ())))
+        return [self.x, *names] if isinstance(self, Scatter) else names
+
     def file_stem(self, index: int) -> str:
         """The PNG/CSV file name (without extension) of this item."""
         if self.name:
@@ -99,6 +104,10 @@ class Curve(_Item):
     """Draw all ``y`` metrics on one axes (lines labelled by metric and series)."""
     logy: bool = False
     """Logarithmic y axis."""
+    skip_repeats: bool = False
+    """Leave out reports whose value repeats the previous one: loops that carry a metric's
+    latest value into every later report (a measurement of an early phase) draw only the
+    reports that measured it."""
     title: str = ""
     name: str = ""
 

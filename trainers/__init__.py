@@ -18,12 +18,14 @@ WORKLOADS: dict[str, Workload] = {
         metrics=BACKDOOR_METRICS,
         description="backdoor attacks on CIFAR ResNet-18: early-stage signatures, trigger-dominant neurons, clean fine-tuning",
         preflight="trainers.backdoor.loop:preflight",
+        figures="trainers.backdoor.figures:REPORT",
     ),
     "backdoor_theory": Workload(
         config="trainers.backdoor.config:TheoryConfig",
         loop="trainers.backdoor.theory_loop:train_loop",
         metrics=BACKDOOR_THEORY_METRICS,
         description="directional data + one-hidden-layer ReLU net: frozen-gate prediction of group-wise early loss decrease",
+        figures="trainers.backdoor.figures:THEORY_REPORT",
     ),
     "dqn_softlinf": Workload(
         config="trainers.dqn_softlinf.config:Config",
@@ -31,6 +33,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=DQN_SOFTLINF_METRICS,
         description="DQN on Atari with MSE, Huber or soft-linf inner-loop losses; sup-norm Bellman residual",
         preflight="trainers.dqn_softlinf.preflight:preflight",
+        figures="trainers.dqn_softlinf.figures:REPORT",
     ),
     "toy": Workload(
         config="trainers.toy.config:Config",
@@ -45,6 +48,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=FAIR_ADV_METRICS,
         description="fair adversarial training on CIFAR: PGD-AT, TRADES, FRL, tri-regime reweighting",
         preflight="trainers.fair_adv.loop:preflight",
+        figures="trainers.fair_adv.figures:REPORT",
     ),
     "boltz_distill": Workload(
         config="trainers.boltz_distill.config:Config",
@@ -52,6 +56,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=DISTILL_METRICS,
         description="distil Boltz-2 (or RDKit conformer/descriptor) per-atom ligand embeddings into a GINE student",
         preflight="trainers.boltz_distill.loop:preflight",
+        figures="trainers.boltz_distill.figures:REPORT",
     ),
     "admet_probe": Workload(
         config="trainers.boltz_distill.config:ProbeConfig",
@@ -59,5 +64,6 @@ WORKLOADS: dict[str, Workload] = {
         metrics=PROBE_METRICS,
         description="linear/MLP probes of frozen molecule representations on the TDC ADMET group",
         preflight="trainers.boltz_distill.probe_loop:preflight",
+        figures="trainers.boltz_distill.figures:PROBE_REPORT",
     ),
 }
