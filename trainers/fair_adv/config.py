@@ -41,9 +41,10 @@ class Config:
     val_seed: int = 0
     """Seed of the validation split (fixed, so all trials of a sweep share one split)."""
     eval_size: int | None = None
-    """Test images evaluated every epoch (the first ones of the test set); null: all."""
+    """Test images evaluated every epoch (a fixed class-stratified subset); null: all."""
     final_eval_size: int | None = None
-    """Test images of the final CW/AutoAttack evaluation of the best checkpoint; null: all."""
+    """Test images of the final CW/AutoAttack evaluation of the best checkpoint (a fixed
+    class-stratified subset); null: all."""
     augment: bool = True
     """Standard CIFAR augmentation (4-pixel zero padding, random crop, horizontal flip)."""
 

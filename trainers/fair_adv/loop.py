@@ -70,6 +70,13 @@ def split_validation(y: torch.Tensor, val_size: int, seed: int) -> tuple[torch.T
     return train, val
 
 
+def test_subset(y: torch.Tensor, size: int | None) -> torch.Tensor:
+    """Indices of a class-stratified subset of ``size`` test examples (all of them for None)."""
+    if size is None or size >= len(y):
+        return torch.arange(len(y))
+    return split_validation(y, size, seed=0)[1]
+
+
 def lr_at(cfg: Config, epoch: int) -> float:
     """Step decay: ``lr * gamma^(number of milestones <= epoch)``."""
     return cfg.lr * cfg.lr_gamma ** sum(epoch >= m for m in cfg.lr_milestones)
@@ -88,9 +95,10 @@ def train_loop(config: dict) -> None:
     train_idx, val_idx = split_validation(data.train_y, cfg.val_size, cfg.val_seed)
     train_x, train_y = data.train_x[train_idx].to(device), data.train_y[train_idx].to(device)
     val_x, val_y = data.train_x[val_idx].to(device), data.train_y[val_idx].to(device)
-    n_eval = len(data.test_y) if cfg.eval_size is None else min(cfg.eval_size, len(data.test_y))
-    n_final = len(data.test_y) if cfg.final_eval_size is None else min(cfg.final_eval_size, len(data.test_y))
-    test_x, test_y = data.test_x[: max(n_eval, n_final)].to(device), data.test_y[: max(n_eval, n_final)].to(device)
+    eval_idx = test_subset(data.test_y, cfg.eval_size)
+    final_idx = test_subset(data.test_y, cfg.final_eval_size)
+    test_x, test_y = data.test_x[eval_idx].to(device), data.test_y[eval_idx].to(device)
+    final_x, final_y = data.test_x[final_idx].to(device), data.test_y[final_idx].to(device)
     n_train = len(train_y)
 
     torch.manual_seed(cfg.seed)
@@ -163,7 +171,7 @@ def train_loop(config: dict) -> None:
 
         val_preds = metrics.evaluate(model, val_x, val_y, num_classes, eval_attack(cfg.seed + 10_000),
                                      cfg.eval_batch_size, augment.to_float)
-        test_preds = metrics.evaluate(model, test_x[:n_eval], test_y[:n_eval], num_classes,
+        test_preds = metrics.evaluate(model, test_x, test_y, num_classes,
                                       eval_attack(cfg.seed + 20_000), cfg.eval_batch_size,
                                       augment.to_float)
         row = {
@@ -174,7 +182,7 @@ def train_loop(config: dict) -> None:
             "train/images_per_s": n_train / max(seconds, 1e-9),
             **{f"regime/{name}_frac": int(count) / n_train
                for name, count in zip(reweight.REGIMES, regimes.tolist())},
-            **metrics.summarize(test_preds, test_y[:n_eval], num_classes, "eval"),
+            **metrics.summarize(test_preds, test_y, num_classes, "eval"),
             **metrics.summarize(val_preds, val_y, num_classes, "val"),
         }
         if cfg.method == "frl" and epoch > cfg.frl_warmup_epochs:
@@ -199,7 +207,7 @@ def train_loop(config: dict) -> None:
         if epoch == cfg.epochs:
             best_model = copy.deepcopy(model)
             best_model.load_state_dict(best["model"])
-            row |= final_evaluation(best_model, test_x[:n_final], test_y[:n_final], num_classes, cfg)
+            row |= final_evaluation(best_model, final_x, final_y, num_classes, cfg)
 
         session.report(
             row,
