@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,mol]"
+	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack]"
 	touch $(STAMP)
 
 # Boltz-2 teacher environment (trainers/boltz_distill): boltz pins numpy<2, scipy 1.13.1 and
