@@ -121,7 +121,7 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
         if isinstance(item, Table):
             blocks = table_blocks(run, item, spec.seeds)
             csv_file = f"tables/{stem}.csv"
-            (out_dir / "tables").mkdir(exist_ok=True)
+            (out_dir / "tables").mkdir(parents=True, exist_ok=True)
             (out_dir / csv_file).write_text(_table_csv(blocks))
             tables.append({"name": stem, "title": item.heading() + _at_note(item), "kind": "Table",
                            "metrics": list(item.metrics), "at": item.at, "rows_key": item.rows,
