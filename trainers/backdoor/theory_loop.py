@@ -6,7 +6,8 @@ twin, gate-flip and gate-drift fractions against initialization. At step ``early
 the summary, carried in every later row:
 
 - ``theory/loss_drop_ratio``: ``rel_drop_poison / rel_drop_clean`` of the network over the
-  first T steps, ``rel_drop_G = (L_G(0) - L_G(T)) / L_G(0)``;
+  first T steps, ``rel_drop_G = (L_G(0) - L_G(T)) / L_G(0)`` (the denominator's magnitude
+  floored at 1e-3, as in ``probe.drop_ratio``);
 - ``theory/predicted_drop_ratio``: the same for the frozen-gate network;
 - ``theory/frozen_gate_rel_error``: ``max_G |rel_drop_G - rel_drop~_G| / |rel_drop_G|``;
 - ``theory/signal_ratio``: ``(S_poison / L_poison(0)) / (S_clean / L_clean(0))`` from the
@@ -22,6 +23,7 @@ from raylab import session
 from raylab.config import from_dict
 from trainers.backdoor import theory
 from trainers.backdoor.config import TheoryConfig
+from trainers.backdoor.probe import drop_ratio
 
 
 def train_loop(config: dict) -> None:
@@ -67,12 +69,13 @@ def train_loop(config: dict) -> None:
             row |= {
                 "theory/rel_drop_poison": drop["poison"],
                 "theory/rel_drop_clean": drop["clean"],
-                "theory/loss_drop_ratio": drop["poison"] / drop["clean"],
-                "theory/predicted_drop_ratio": pred["poison"] / pred["clean"],
-                "theory/frozen_gate_rel_error": max(abs(drop[g] - pred[g]) / abs(drop[g]) for g in drop),
+                "theory/loss_drop_ratio": drop_ratio(drop["poison"], drop["clean"]),
+                "theory/predicted_drop_ratio": drop_ratio(pred["poison"], pred["clean"]),
+                "theory/frozen_gate_rel_error": max(
+                    abs(drop[g] - pred[g]) / max(abs(drop[g]), 1e-12) for g in drop),
                 "theory/signal_poison": signal["poison"],
                 "theory/signal_clean": signal["clean"],
-                "theory/signal_ratio": rate["poison"] / rate["clean"],
+                "theory/signal_ratio": drop_ratio(rate["poison"], rate["clean"], floor=1e-12),
                 "theory/signal_predicted_drop_poison": cfg.lr * cfg.early_steps * rate["poison"],
                 "theory/signal_predicted_drop_clean": cfg.lr * cfg.early_steps * rate["clean"],
                 "theory/gate_flip_at_t_poison": row["theory/gate_flip_poison"],
