@@ -9,6 +9,7 @@ from raylab.workloads import Workload
 from trainers.backdoor import METRICS as BACKDOOR_METRICS, THEORY_METRICS as BACKDOOR_THEORY_METRICS
 from trainers.boltz_distill import DISTILL_METRICS, PROBE_METRICS
 from trainers.fair_adv import METRICS as FAIR_ADV_METRICS
+from trainers.seagram import METRICS as SEAGRAM_METRICS
 from trainers.dqn_softlinf import METRICS as DQN_SOFTLINF_METRICS
 
 WORKLOADS: dict[str, Workload] = {
@@ -34,6 +35,13 @@ WORKLOADS: dict[str, Workload] = {
         description="DQN on Atari with MSE, Huber or soft-linf inner-loop losses; sup-norm Bellman residual",
         preflight="trainers.dqn_softlinf.preflight:preflight",
         figures="trainers.dqn_softlinf.figures:REPORT",
+    ),
+    "seagram": Workload(
+        config="trainers.seagram.config:Config",
+        loop="trainers.seagram.loop:train_loop",
+        metrics=SEAGRAM_METRICS,
+        description="neural subgraph matching victims (GMN, NeuroMatch, IsoNet) under random, solver-checked greedy and SEAGRAM edge-flip attacks",
+        preflight="trainers.seagram.data:preflight",
     ),
     "toy": Workload(
         config="trainers.toy.config:Config",

@@ -1,0 +1,163 @@
+"""Config of the seagram workload: NSGM victims and the solver-efficient SEAGRAM attack.
+
+Defaults are the paper-scale setting (IsoNet protocol: 800 corpus graphs, 500 queries) for a
+GPU cluster; the experiment's smoke section shrinks everything to run on two CPU cores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from raylab.config import require
+
+
+@dataclass(frozen=True)
+class Config:
+    # ---------------------------------------------------------------- data
+    source: str = "nci"
+    """Graph source: ``nci`` (the 5,000 NCI molecules RDKit ships, offline) or a TU dataset
+    name read through torch-geometric's TUDataset (AIDS, MUTAG, PTC_FM, PTC_FR, PTC_MM,
+    PTC_MR)."""
+    data_dir: str = "~/.cache/raylab/seagram"
+    """Where TU datasets live (``<data_dir>/<NAME>/raw/<NAME>_A.txt`` ...). A relative path is
+    taken from the directory the run was started in."""
+    cache_dir: str = ""
+    """Where generated retrieval datasets are cached (npz + json); empty: ``<data_dir>/cache``."""
+    download: bool = False
+    """Download a missing TU dataset (torch-geometric's URL) instead of failing."""
+    n_corpus: int = 800
+    """Corpus graphs (shared by all queries)."""
+    n_queries: int = 500
+    """Query graphs kept (those whose fraction of relevant corpus graphs is in pos_frac)."""
+    corpus_nodes: tuple[int, int] = (16, 20)
+    """Node count range of corpus graphs (BFS samples), inclusive."""
+    query_nodes: tuple[int, int] = (7, 15)
+    """Node count range of query graphs (BFS samples), inclusive."""
+    pos_frac: tuple[float, float] = (0.1, 0.4)
+    """A query is kept when its fraction of relevant corpus graphs lies in this range."""
+    split: tuple[float, float, float] = (0.6, 0.15, 0.25)
+    """Train/val/test fractions of the queries."""
+    induced: bool = True
+    """Relevance relation: induced subgraph isomorphism (True) or monomorphism (False)."""
+    solver_timeout_s: float = 1.0
+    """Per-call limit of the exact solver; a call that runs out is "unknown", never a label."""
+    max_query_attempts: int = 20000
+    """Query samples tried before data generation gives up."""
+    nci_max_molecules: int = 5000
+    """NCI molecules read as source graphs (source nci)."""
+    data_seed: int = 0
+    """Seed of the data generation (sampling and splits)."""
+    # ---------------------------------------------------------------- victim
+    victim: Literal["gmn", "neuromatch", "isonet"] = "gmn"
+    """Victim NSGM model: GMN cross-graph matching, NeuroMatch order embedding, IsoNet alignment."""
+    hidden: int = 64
+    """Victim hidden width."""
+    layers: int = 3
+    """Victim message-passing layers."""
+    lr: float = 1e-3
+    """Victim Adam learning rate."""
+    victim_steps: int = 10000
+    """Victim optimizer steps."""
+    queries_per_step: int = 16
+    """Training queries per victim step."""
+    pos_per_query: int = 8
+    """Relevant corpus graphs sampled per query and step (with replacement)."""
+    neg_per_query: int = 8
+    """Irrelevant corpus graphs sampled per query and step (with replacement)."""
+    margin: float = 0.5
+    """Margin of the ranking hinge loss."""
+    report_every: int = 500
+    """Victim steps between reports (validation MAP, checkpoint at the experiment's cadence)."""
+    # ---------------------------------------------------------------- attack
+    attack: Literal["seagram", "greedy", "random"] = "seagram"
+    """The attack this trial runs on the test pairs."""
+    budget: int = 3
+    """Edge flips per attacked (query, corpus graph) pair, at most."""
+    top_k: int = 0
+    """Per attack step and pair, score exactly only the top_k flips of largest first-order
+    (gradient) gain; 0 scores every node pair exactly."""
+    greedy_max_checks: int = 0
+    """Greedy: solver checks per step and pair, at most (0: until a label-preserving flip)."""
+    attack_queries: int = 0
+    """Test queries attacked (the first ones of the test split); 0: all."""
+    threshold: float = 0.9
+    """SEAGRAM: a flip is allowed when p_noncritical >= threshold."""
+    select: Literal["safest", "gain"] = "safest"
+    """SEAGRAM: among allowed flips of positive gain take the most surely non-critical
+    (safest) or the one of largest gain."""
+    # ---------------------------------------------------------------- active learning
+    al_budget: int = 2000
+    """SEAGRAM: solver calls spent on training labels, in all."""
+    al_init: int = 500
+    """Of those, the random seed set labelled before the first round."""
+    al_rounds: int = 10
+    """Active-learning rounds sharing the rest of al_budget equally."""
+    al_candidates: int = 8192
+    """Pool flips scored per round; the most uncertain go to the solver."""
+    al_pool: Literal["attack", "uniform"] = "attack"
+    """Pool flips: those an attack step would consider (positive gain against the victim) on
+    random train pairs, or uniform node pairs of random train pairs."""
+    al_strategy: Literal["uncertainty", "random"] = "uncertainty"
+    """Which candidates are labelled: the most uncertain, or random ones (passive baseline)."""
+    al_pos_frac: float = 0.5
+    """Share of pool flips drawn from relevant train pairs."""
+    witness_labels: int = 0
+    """Extra flips labelled non-critical per solver "yes" on a relevant pair, certified by the
+    witness embedding (no extra solver call); 0 disables."""
+    clf_hidden: int = 64
+    """Classifier hidden width."""
+    clf_layers: int = 3
+    """Classifier message-passing layers."""
+    clf_members: int = 1
+    """Classifier ensemble size (p_noncritical is the members' minimum)."""
+    clf_lr: float = 1e-3
+    """Classifier Adam learning rate."""
+    clf_epochs_init: int = 30
+    """Classifier epochs on the seed set."""
+    clf_epochs: int = 10
+    """Classifier epochs after each round (warm start)."""
+    clf_batch: int = 64
+    """Classifier minibatch size."""
+    # ---------------------------------------------------------------- run
+    seed: int = 0
+    """Seed of the victim, the classifier, sampling and the random attack."""
+    torch_threads: int = 0
+    """torch intra-op threads; 0 leaves torch's default."""
+
+    def __post_init__(self):
+        lo, hi = self.corpus_nodes
+        require(3 <= lo <= hi <= 64, "corpus_nodes", f"need 3 <= min <= max <= 64, got {list(self.corpus_nodes)}")
+        qlo, qhi = self.query_nodes
+        require(2 <= qlo <= qhi <= hi, "query_nodes",
+                f"need 2 <= min <= max <= corpus max {hi}, got {list(self.query_nodes)}")
+        plo, phi = self.pos_frac
+        require(0 <= plo <= phi <= 1 and phi > 0, "pos_frac", f"need 0 <= min <= max <= 1, got {list(self.pos_frac)}")
+        require(all(f >= 0 for f in self.split) and abs(sum(self.split) - 1) < 1e-6 and self.split[0] > 0
+                and self.split[2] > 0, "split", f"need train, val, test >= 0 summing to 1 "
+                f"(train, test > 0), got {list(self.split)}")
+        for key in ("n_corpus", "n_queries", "max_query_attempts", "nci_max_molecules", "hidden",
+                    "layers", "victim_steps", "queries_per_step", "pos_per_query", "neg_per_query",
+                    "report_every", "budget", "al_rounds", "al_candidates", "clf_hidden",
+                    "clf_layers", "clf_members", "clf_batch"):
+            value = getattr(self, key)
+            require(value >= 1, key, f"must be >= 1, got {value}")
+        for key in ("top_k", "greedy_max_checks", "attack_queries", "witness_labels",
+                    "clf_epochs_init", "clf_epochs", "torch_threads"):
+            value = getattr(self, key)
+            require(value >= 0, key, f"must be >= 0, got {value}")
+        require(self.solver_timeout_s >= 0, "solver_timeout_s", f"must be >= 0 (0: no limit), got {self.solver_timeout_s}")
+        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        require(self.clf_lr > 0, "clf_lr", f"must be > 0, got {self.clf_lr}")
+        require(self.margin > 0, "margin", f"must be > 0, got {self.margin}")
+        require(0 < self.threshold < 1, "threshold", f"must be in (0, 1), got {self.threshold}")
+        require(0 < self.al_pos_frac < 1, "al_pos_frac", f"must be in (0, 1), got {self.al_pos_frac}")
+        require(1 <= self.al_init <= self.al_budget, "al_init",
+                f"must be in [1, al_budget={self.al_budget}], got {self.al_init}")
+        require(self.source == "nci" or self.source.replace("_", "").isalnum(), "source",
+                f"must be nci or a TU dataset name, got {self.source!r}")
+
+    @property
+    def al_per_round(self) -> int:
+        """Solver calls (labels) per active-learning round."""
+        return (self.al_budget - self.al_init) // self.al_rounds

@@ -1,0 +1,292 @@
+"""The seagram train loop: data, victim training, attack training, attack evaluation.
+
+Three phases, each resumable from its checkpoints:
+
+1. ``victim``: the victim NSGM model is trained with the ranking hinge loss on the train
+   queries; every ``report_every`` steps it reports the validation MAP and checkpoints (model,
+   optimizer, sampler and RNG states, step);
+2. ``attack_train`` (SEAGRAM only): the criticality classifier is trained by active learning;
+   every round reports and checkpoints (classifier, optimizer, the labelled flips, the pool
+   sampler and RNG states, solver counters);
+3. ``eval``: the attack runs on every (test query, corpus graph) pair, the victim's MAP is
+   measured on the attacked corpus, and the solver checks afterwards how many attacked pairs
+   kept their label. One final report with every metric and a checkpoint marking the trial done.
+
+Ray Tune wants the experiment's metric in every report: until the attack has run,
+``attack/map`` is reported as NaN (not measured yet; the unattacked test MAP is ``victim/map``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from raylab import session
+from raylab.checkpoint import rng_state, set_rng_state
+from raylab.config import from_dict
+from trainers.seagram import attack as atk
+from trainers.seagram.config import Config
+from trainers.seagram.data import RetrievalData, data_dirs, load_or_generate, preflight, spec_from_config
+from trainers.seagram.loss import mean_average_precision, ranking_hinge_loss
+from trainers.seagram.model import build_victim, dense_batch
+from trainers.seagram.solver import SubgraphSolver
+
+PHASES = ("victim", "attack_train", "eval", "done")
+
+
+def train_loop(config: dict) -> None:
+    cfg = from_dict(Config, config, "trial config")
+    preflight(cfg)
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    data_dir, cache_dir = data_dirs(cfg)
+    data = load_or_generate(spec_from_config(cfg), data_dir, cache_dir, cfg.download)
+    device = session.device()
+    n_query, n_corpus = cfg.query_nodes[1], cfg.corpus_nodes[1]
+    data_metrics = {
+        "data/pos_rate": data.stats["pos_rate"],
+        "data/pos_rate_test": data.stats["pos_rate_test"],
+        "data/solver_calls": data.stats["solver"]["calls"],
+        "data/queries_dropped_unknown": data.stats["queries_dropped_unknown"],
+    }
+
+    torch.manual_seed(cfg.seed)
+    victim = build_victim(cfg.victim, cfg.hidden, cfg.layers).to(device)
+    optimizer = torch.optim.Adam(victim.parameters(), lr=cfg.lr)
+    torch.manual_seed(cfg.seed + 1)
+    clf = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members).to(device)
+    clf_optimizer = torch.optim.Adam(clf.parameters(), lr=cfg.clf_lr)
+    victim_rng = np.random.default_rng([cfg.seed, 1])
+    al_rng = np.random.default_rng([cfg.seed, 2])
+    clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
+    solver = SubgraphSolver(induced=cfg.induced, timeout_s=cfg.solver_timeout_s)
+    st = {"phase": "victim", "step": 0, "round": 0, "rows": np.zeros((0, 4), np.int64),
+          "targets": np.zeros(0, np.int64), "clean_map": None, "victim_seconds": 0.0,
+          "al_seconds": 0.0, "clf_loss": float("nan"), "pairs_per_s": 0.0}
+
+    state = session.restore()
+    if state is not None:
+        victim.load_state_dict(state["victim"])
+        optimizer.load_state_dict(state["optimizer"])
+        clf.load_state_dict(state["clf"])
+        clf_optimizer.load_state_dict(state["clf_optimizer"])
+        victim_rng.bit_generator.state = state["victim_rng"]
+        al_rng.bit_generator.state = state["al_rng"]
+        clf_gen.set_state(state["clf_gen"])
+        set_rng_state(state["rng"])
+        for key, value in state["solver"].items():
+            setattr(solver.stats, key, value)
+        st.update({k: state[k] for k in ("phase", "step", "round", "clean_map", "victim_seconds",
+                                         "al_seconds", "clf_loss", "pairs_per_s")})
+        st["rows"] = state["rows"].numpy()
+        st["targets"] = state["targets"].numpy()
+    if st["phase"] == "done":
+        return
+
+    def snapshot() -> dict:
+        return {
+            "victim": victim.state_dict(), "optimizer": optimizer.state_dict(),
+            "clf": clf.state_dict(), "clf_optimizer": clf_optimizer.state_dict(),
+            "victim_rng": victim_rng.bit_generator.state, "al_rng": al_rng.bit_generator.state,
+            "clf_gen": clf_gen.get_state(), "rng": rng_state(),
+            "solver": {"calls": solver.stats.calls, "seconds": solver.stats.seconds,
+                       "yes": solver.stats.yes, "no": solver.stats.no, "unknown": solver.stats.unknown},
+            **{k: st[k] for k in ("phase", "step", "round", "clean_map", "victim_seconds",
+                                  "al_seconds", "clf_loss", "pairs_per_s")},
+            "rows": torch.from_numpy(st["rows"]), "targets": torch.from_numpy(st["targets"]),
+            "config": config,
+        }
+
+    test_queries = data.splits["test"]
+    if cfg.attack_queries:
+        test_queries = test_queries[:cfg.attack_queries]
+
+    # ------------------------------------------------------------ phase 1: the victim
+    if st["phase"] == "victim":
+        losses, pairs, started = [], 0, time.perf_counter()
+        victim.train()
+        while st["step"] < cfg.victim_steps:
+            qa, qm, ca, cm, labels = victim_batch(data, cfg, victim_rng, n_query, n_corpus)
+            scores = victim(qa.to(device), qm.to(device), ca.to(device), cm.to(device))
+            loss = ranking_hinge_loss(scores.view(labels.shape), labels.to(device), cfg.margin)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            pairs += labels.numel()
+            st["step"] += 1
+            if st["step"] % cfg.report_every == 0 or st["step"] == cfg.victim_steps:
+                st["victim_seconds"] += time.perf_counter() - started
+                st["pairs_per_s"] = pairs / max(time.perf_counter() - started, 1e-9)
+                victim.eval()
+                val = data.splits["val"] if len(data.splits["val"]) else data.splits["train"]
+                map_val = split_map(victim, data, val, n_query, n_corpus)
+                st["clean_map"] = split_map(victim, data, test_queries, n_query, n_corpus)
+                victim.train()
+                last = st["step"] == cfg.victim_steps
+                if last:
+                    st["phase"] = "attack_train" if cfg.attack == "seagram" else "eval"
+                session.report(
+                    {"victim/loss": float(np.mean(losses)), "victim/step": st["step"],
+                     "victim/map_val": map_val, "victim/map": st["clean_map"],
+                     "victim/pairs_per_s": st["pairs_per_s"], "attack/map": float("nan"),
+                     "train/phase": 0, **data_metrics},
+                    state=snapshot, checkpoint=True if last else None)
+                losses, pairs, started = [], 0, time.perf_counter()
+        st["phase"] = "attack_train" if cfg.attack == "seagram" else "eval"
+    victim.eval()
+    for p in victim.parameters():
+        p.requires_grad_(False)
+
+    # ------------------------------------------------------------ phase 2: the SEAGRAM classifier
+    if st["phase"] == "attack_train":
+        pool = atk.FlipPool([data.queries[i] for i in data.splits["train"]], data.corpus,
+                            data.split_labels("train"), cfg.al_pos_frac, cfg.induced)
+        while st["round"] <= cfg.al_rounds:
+            started = time.perf_counter()
+            if st["round"] == 0:
+                new = sample_pool(pool, cfg, al_rng, cfg.al_init, victim, n_query, n_corpus)
+                epochs = cfg.clf_epochs_init
+            else:
+                candidates = sample_pool(pool, cfg, al_rng, cfg.al_candidates, victim, n_query, n_corpus)
+                if cfg.al_strategy == "uncertainty":
+                    batch = pool.batch(candidates, n_query, n_corpus)
+                    prob = atk.noncritical_prob(clf, batch, torch.arange(len(candidates)),
+                                                torch.from_numpy(candidates[:, 2]),
+                                                torch.from_numpy(candidates[:, 3]), aggregate="mean")
+                    pick = atk.select_uncertain(prob, cfg.al_per_round).numpy()
+                else:
+                    pick = al_rng.permutation(len(candidates))[:cfg.al_per_round]
+                new = candidates[np.sort(pick)]
+                epochs = cfg.clf_epochs
+            rows, targets, _ = pool.label(new, solver, cfg.witness_labels, al_rng)
+            st["rows"] = np.concatenate([st["rows"], rows])
+            st["targets"] = np.concatenate([st["targets"], targets])
+            known = st["targets"] >= 0
+            if known.any() and epochs:
+                labelled = st["rows"][known]
+                st["clf_loss"] = atk.train_classifier(
+                    clf, clf_optimizer, pool.batch(labelled, n_query, n_corpus),
+                    torch.from_numpy(labelled[:, 2]), torch.from_numpy(labelled[:, 3]),
+                    torch.from_numpy(st["targets"][known]), epochs, cfg.clf_batch, clf_gen)
+            st["al_seconds"] += time.perf_counter() - started
+            st["round"] += 1
+            last = st["round"] > cfg.al_rounds
+            if last:
+                st["phase"] = "eval"
+            session.report(
+                {"seagram/al_round": st["round"] - 1, "seagram/labeled": int(known.sum()),
+                 "seagram/noncritical_rate": float(st["targets"][known].mean()) if known.any() else 0.0,
+                 "seagram/clf_loss": st["clf_loss"],
+                 "attack/solver_calls_train": solver.stats.calls,
+                 "attack/solver_unknown_train": solver.stats.unknown,
+                 "attack/train_s": st["al_seconds"], "attack/map": float("nan"),
+                 "train/phase": 1, **data_metrics},
+                state=snapshot, checkpoint=True if last else None)
+        st["phase"] = "eval"
+    clf.eval()
+
+    # ------------------------------------------------------------ phase 3: attack and measure
+    batch = atk.PairBatch.build([data.queries[q] for q in test_queries for _ in data.corpus],
+                                [c for _ in test_queries for c in data.corpus],
+                                data.labels[test_queries].reshape(-1), n_query, n_corpus)
+    clean = atk.pair_scores(victim, batch).view(len(test_queries), -1)
+    labels = torch.from_numpy(data.labels[test_queries])
+    if cfg.attack == "random":
+        outcome = atk.random_attack(batch, cfg.budget, np.random.default_rng([cfg.seed, 4]))
+    elif cfg.attack == "greedy":
+        outcome = atk.greedy_attack(victim, batch, cfg.budget,
+                                    SubgraphSolver(induced=cfg.induced, timeout_s=cfg.solver_timeout_s),
+                                    max_checks=cfg.greedy_max_checks, top_k=cfg.top_k)
+    else:
+        outcome = atk.seagram_attack(victim, clf, batch, cfg.budget, cfg.threshold,
+                                     top_k=cfg.top_k, select=cfg.select)
+    attacked = atk.pair_scores(victim, batch).view(len(test_queries), -1)
+    checker = SubgraphSolver(induced=cfg.induced, timeout_s=cfg.solver_timeout_s)
+    metrics = attack_metrics(batch, outcome, atk.label_check(batch, outcome.flips, checker),
+                             clean, attacked, labels)
+    st["phase"] = "done"
+    session.report(
+        {**metrics, "victim/map": st["clean_map"], "victim/pairs_per_s": st["pairs_per_s"],
+         "attack/solver_calls_train": solver.stats.calls,
+         "attack/solver_s_train": solver.stats.seconds, "attack/train_s": st["al_seconds"],
+         "attack/label_check_calls": checker.stats.calls,
+         "seagram/labeled": int((st["targets"] >= 0).sum()), "train/phase": 2, **data_metrics},
+        state=snapshot, checkpoint=True)
+
+
+def attack_metrics(batch: atk.PairBatch, outcome: atk.AttackOutcome, after: torch.Tensor,
+                   clean: torch.Tensor, attacked: torch.Tensor, labels: torch.Tensor) -> dict:
+    """The attack's metrics from its outcome, the labels after it and the victim's scores.
+
+    ``attack/label_preserved``: among pairs the attack perturbed (at least one flip), the
+    fraction whose solver label after the attack equals the label before (an unknown verdict
+    counts as not preserved); 1.0 when no pair was perturbed. ``attack/map`` ranks the attacked
+    corpus with the original labels (the attack's premise); ``attack/map_true_labels`` with the
+    labels the solver gives after the attack (unknown: the original label).
+    """
+    perturbed = outcome.flips > 0
+    kept = after == batch.y
+
+    def frac(mask: torch.Tensor) -> float:
+        return float(kept[mask].float().mean()) if mask.any() else 1.0
+
+    true_labels = torch.where(after >= 0, after, batch.y).view(labels.shape)
+    clean_map = mean_average_precision(clean, labels)
+    attack_map = mean_average_precision(attacked, labels)
+    return {
+        "attack/map": attack_map,
+        "attack/map_drop": clean_map - attack_map,
+        "attack/map_true_labels": mean_average_precision(attacked, true_labels),
+        "attack/label_preserved": frac(perturbed),
+        "attack/label_preserved_pos": frac(perturbed & (batch.y == 1)),
+        "attack/label_preserved_neg": frac(perturbed & (batch.y == 0)),
+        "attack/label_unknown": int((after < 0).sum()),
+        "attack/flips_mean": float(outcome.flips.float().mean()),
+        "attack/perturbed_frac": float(perturbed.float().mean()),
+        "attack/solver_calls_test": outcome.solver_calls,
+        "attack/solver_unknown_test": outcome.solver_unknown,
+        "attack/solver_s_test": outcome.solver_seconds,
+        "attack/test_s": outcome.seconds,
+        "attack/pairs": len(batch),
+    }
+
+
+def victim_batch(data: RetrievalData, cfg: Config, rng: np.random.Generator, n_query: int,
+                 n_corpus: int):
+    """One training batch: queries_per_step train queries, each with pos/neg corpus samples."""
+    train = data.splits["train"]
+    queries = rng.choice(train, size=cfg.queries_per_step)
+    qs, cs, labels = [], [], []
+    for q in queries.tolist():
+        pos = np.flatnonzero(data.labels[q] == 1)
+        neg = np.flatnonzero(data.labels[q] == 0)
+        picks = np.concatenate([rng.choice(pos, size=cfg.pos_per_query),
+                                rng.choice(neg, size=cfg.neg_per_query)])
+        qs += [data.queries[q]] * len(picks)
+        cs += [data.corpus[c] for c in picks.tolist()]
+        labels.append(data.labels[q, picks])
+    qa, qm = dense_batch(qs, n_query)
+    ca, cm = dense_batch(cs, n_corpus)
+    return qa, qm, ca, cm, torch.from_numpy(np.stack(labels).astype(np.int64))
+
+
+def split_map(victim, data: RetrievalData, queries: np.ndarray, n_query: int, n_corpus: int) -> float:
+    """MAP of the victim for ``queries`` over the whole corpus."""
+    batch = atk.PairBatch.build([data.queries[q] for q in queries for _ in data.corpus],
+                                [c for _ in queries for c in data.corpus],
+                                data.labels[queries].reshape(-1), n_query, n_corpus)
+    scores = atk.pair_scores(victim, batch).view(len(queries), -1)
+    return mean_average_precision(scores, torch.from_numpy(data.labels[queries]))
+
+
+def sample_pool(pool: atk.FlipPool, cfg: Config, rng: np.random.Generator, count: int, victim,
+                n_query: int, n_corpus: int) -> np.ndarray:
+    """``count`` pool flips: the attack's candidates on random train pairs, or uniform ones."""
+    if cfg.al_pool == "uniform":
+        return pool.sample(rng, count)
+    per_pair = min(cfg.top_k, 8) if cfg.top_k else 8
+    return pool.sample_attack(rng, count, victim, max(1, -(-count // per_pair)), cfg.top_k,
+                              n_query, n_corpus)
