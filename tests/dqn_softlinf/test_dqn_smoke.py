@@ -1,0 +1,57 @@
+"""The Atari smoke sweep through real Ray Tune, and stopped trials resuming from checkpoints."""
+
+import pytest
+from conftest import assert_finite_metrics
+
+from trainers.dqn_softlinf import METRICS
+
+
+@pytest.mark.slow
+def test_atari_smoke_sweep_reports_every_metric(smoke_sweep):
+    results, run_path, experiment = smoke_sweep("dqn_softlinf")
+    assert len(results) == 2  # mse and soft_linf on Pong
+    for result in results:
+        assert result.error is None, result.error
+        assert_finite_metrics(result.metrics, METRICS)
+        assert result.metrics["env/steps"] == 2000
+        assert result.checkpoint is not None
+    losses = sorted(r.config["loss"] for r in results)
+    assert losses == ["mse", "soft_linf"]
+
+
+@pytest.mark.slow
+def test_atari_trial_resumes_and_continues_its_step_count(local_trial, tmp_path):
+    overrides = ["config.loss=soft_linf", "config.total_steps=1500", "stop.env/steps=1500"]
+    part = local_trial("dqn_softlinf", *overrides, trial_dir=tmp_path / "t", stop={"env/steps": 1000})
+    assert [r["env/steps"] for r in part] == [500, 1000]
+    updates_at_stop = part[-1]["train/updates"]
+    rest = local_trial("dqn_softlinf", *overrides, trial_dir=tmp_path / "t")
+    assert [r["env/steps"] for r in rest] == [1500]  # continued from the step-1000 checkpoint
+    assert rest[-1]["train/updates"] == updates_at_stop + 500 // 4  # replay restored: learning goes on
+    assert_finite_metrics(rest[-1], [m for m in METRICS if m != "episode/return_mean"])
+
+
+def test_small_env_resume_is_exact(local_trial, tmp_path):
+    """On gymnasium envs the whole state is saved: a resumed trial equals the uninterrupted one."""
+    full = local_trial("dqn_softlinf_small", trial_dir=tmp_path / "full")
+    part = local_trial("dqn_softlinf_small", trial_dir=tmp_path / "resumed", stop={"env/steps": 1000})
+    assert part[-1]["env/steps"] == 1000
+    rest = local_trial("dqn_softlinf_small", trial_dir=tmp_path / "resumed")
+    assert [r["env/steps"] for r in rest] == [2000]
+    skip = {"perf/env_steps_per_s", "time_total_s", "training_iteration"}
+    assert {k: v for k, v in rest[-1].items() if k not in skip} == {
+        k: v for k, v in full[-1].items() if k not in skip}
+
+
+def test_resume_without_replay_in_checkpoint_refills(local_trial, tmp_path):
+    off = ["config.checkpoint_replay=false"]
+    local_trial("dqn_softlinf_small", *off, trial_dir=tmp_path / "r", stop={"env/steps": 1000})
+    (checkpoint,) = sorted((tmp_path / "r").glob("checkpoint_*"))[-1:]
+    from raylab.checkpoint import load
+
+    assert "replay" not in load(checkpoint)
+    rest = local_trial("dqn_softlinf_small", *off, trial_dir=tmp_path / "r")
+    # 1000 more steps, of which learning_starts (500) refill the replay before updates resume
+    assert rest[-1]["env/steps"] == 2000
+    assert rest[-1]["train/updates"] < local_trial(
+        "dqn_softlinf_small", trial_dir=tmp_path / "full")[-1]["train/updates"]
