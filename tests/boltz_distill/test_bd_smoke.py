@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from raylab.errors import UserError
 from trainers.boltz_distill import DISTILL_METRICS, metric_name
 
 PROBE_REPORTED = (metric_name("solubility"), "probe/test/score", "probe/valid/score",
@@ -53,6 +54,15 @@ def test_distill_trial_resumes_exactly(local_trial, tmp_path):
     assert rest[-1]["distill/step"] == full[-1]["distill/step"]
     assert rest[-1]["distill/val_loss"] == full[-1]["distill/val_loss"]
     assert rest[-1]["distill/loss"] == full[-1]["distill/loss"]
+
+    # the distilled student is probed by admet_probe straight from its trial folder
+    rows = local_trial("admet_probe", "config.features=student", "config.probe=linear",
+                       f"config.student_checkpoint={tmp_path / 'full'}", trial_dir=tmp_path / "probe")
+    assert_finite_metrics(rows[-1], PROBE_REPORTED)
+    # a teacher store without the task's molecules is refused with the count and the fix
+    with pytest.raises(UserError, match=r"task molecules are not in .*run the teacher command"):
+        local_trial("admet_probe", "config.features=teacher", "config.probe=linear",
+                    f"config.teacher_store={tmp_path / 'stores' / 'descriptors'}", trial_dir=tmp_path / "t")
 
 
 def test_probe_trial_resumes_exactly(local_trial, tmp_path):

@@ -98,9 +98,11 @@ def features(cfg: ProbeConfig, keys: list[str], mols: list[Chem.Mol]) -> torch.T
         else:
             width, depth, out_dim = cfg.random_width, cfg.random_depth, 1
             if cfg.student_checkpoint:
+                from trainers.boltz_distill.config import Config
+
                 _, state = load_student(cfg.student_checkpoint)
-                width, depth = state["config"].get("width", 300), state["config"].get("depth", 5)
-                out_dim = state["out_dim"]
+                trained = from_dict(Config, state["config"], "student checkpoint")
+                width, depth, out_dim = trained.width, trained.depth, state["out_dim"]
             torch.manual_seed(cfg.seed)
             model = GINEStudent(width, depth, out_dim)
         return student_features(model, mols)
@@ -140,8 +142,11 @@ def train_loop(config: dict) -> None:
                 "probe/test/mean_predictor": baseline, "probe/epoch": epoch, "probe/train_loss": train_loss}
 
     if cfg.probe == "linear":
-        test_pred, valid_value, _ = linear_probe(x_tr, y_tr, x_va, y_va, x_te, metric)
-        session.report(row(test_pred, valid_value, 0, float("nan")), checkpoint=False)
+        pred, valid_value, _ = linear_probe(x_tr, y_tr, x_va, y_va, torch.cat([x_tr, x_te]), metric)
+        fit = torch.as_tensor(pred[: len(y_tr)])
+        train_loss = (torch.nn.functional.binary_cross_entropy_with_logits(fit, y_tr) if task.classification
+                      else torch.nn.functional.mse_loss(fit, y_tr))
+        session.report(row(pred[len(y_tr) :], valid_value, 0, train_loss.item()), checkpoint=False)
         return
 
     # MLP probe: standardized regression targets, mini-batches, early stopping on validation.
