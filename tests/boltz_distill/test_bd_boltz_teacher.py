@@ -66,8 +66,8 @@ def test_boltz2_teacher_store_shapes_mapping_determinism_resume(tmp_path):
     smi.write_text("\n".join(SMILES) + "\n")
     proc = subprocess.run(
         [str(BOLTZ_PYTHON), "-c", SCRIPT, str(tmp_path), str(smi)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-        timeout=600,
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))[7:])
