@@ -5,8 +5,8 @@ Phases, in order, each resumable from a checkpoint:
 
 1. ``train``: SGD on the poisoned training set. During the first ``early_epochs`` epochs, every
    ``early_log_every`` steps, the early-stage signatures of the poisoned and the clean group
-   (``early/*``); after every ``eval_every`` epochs, ``eval/clean_acc``, ``eval/asr``,
-   ``eval/ra``.
+   (``early/*``); before training and after every ``eval_every`` epochs, ``eval/clean_acc``,
+   ``eval/asr``, ``eval/ra``.
 2. ``neurons``: per-neuron selectivity of the penultimate layer on paired test images (with and
    without the trigger), the trigger-dominant count, and ASR with the top-k neurons ablated.
 3. ``finetune``: SGD on a clean subset; ``finetune/*`` after each epoch, and at the end whether
@@ -298,6 +298,9 @@ def train_loop(config: dict) -> None:
         row["early/rel_drop_ratio"] = probe.drop_ratio(drops["poison"], drops["clean"])
         previous_gates = gates
         report(row)
+
+    if state is None:  # before any step: every report then carries eval/* (Tune's metric)
+        latest |= {f"eval/{k}": v for k, v in evaluate(net, data, cfg.target_class).items()}
 
     # ------------------------------------------------------------------ phase 1: poisoned training
     n_train = len(data.train_y)
