@@ -53,7 +53,7 @@ def train_loop(config: dict) -> None:
     }
 
     torch.manual_seed(cfg.seed)
-    victim = build_victim(cfg.victim, cfg.hidden, cfg.layers).to(device)
+    victim = build_victim(cfg.victim, cfg.hidden, cfg.layers, cfg.corpus_nodes[1]).to(device)
     optimizer = torch.optim.Adam(victim.parameters(), lr=cfg.lr)
     torch.manual_seed(cfg.seed + 1)
     clf = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members).to(device)

@@ -12,7 +12,8 @@ relevance scores ``[B]``; higher means "the query is more likely a subgraph".
   within-graph messages with cross-graph attention ``mu_i = sum_j a_ij (h_i - h'_j)``,
   a gated-sum readout, and the same asymmetric order score on the two graph vectors.
 - ``IsoNet``: node alignment (Roy et al. 2022, node variant): GIN node embeddings, a soft
-  permutation ``P = Sinkhorn(f(H_q) f(H_c)^T / T)`` and ``-sum relu(H_q - P H_c)``.
+  permutation ``P = Sinkhorn(f(H_q) f(H_c)^T / T)`` over both graphs padded to ``n_nodes``
+  and ``-sum relu(H_q - P H_c)``.
 """
 
 from __future__ import annotations
@@ -146,16 +147,19 @@ def sinkhorn(log_alpha: torch.Tensor, iterations: int) -> torch.Tensor:
 class IsoNet(nn.Module):
     """Node-alignment model: GIN node embeddings, Sinkhorn alignment, asymmetric hinge."""
 
-    def __init__(self, hidden: int = 64, layers: int = 3, sinkhorn_iters: int = 10,
-                 temperature: float = 0.1):
+    def __init__(self, hidden: int = 64, layers: int = 3, n_nodes: int = 20,
+                 sinkhorn_iters: int = 10, temperature: float = 0.1):
         super().__init__()
+        self.n_nodes = n_nodes
         self.encoder = GINEncoder(hidden, layers)
         self.align = _mlp(hidden, hidden, hidden)
         self.sinkhorn_iters = sinkhorn_iters
         self.temperature = temperature
 
     def forward(self, q_adj, q_mask, c_adj, c_mask) -> torch.Tensor:
-        n = max(q_adj.shape[1], c_adj.shape[1])
+        # Both graphs padded with isolated dummy nodes to one fixed size (as IsoNet does), so a
+        # graph's score does not depend on how much its batch happened to be padded.
+        n = max(self.n_nodes, q_adj.shape[1], c_adj.shape[1])
         q_adj, q_mask = _pad_to(q_adj, q_mask, n)
         c_adj, c_mask = _pad_to(c_adj, c_mask, n)
         hq = self.encoder(q_adj, q_mask)[-1]  # ReLU outputs, zero on padding nodes
@@ -172,14 +176,14 @@ def _pad_to(adj: torch.Tensor, mask: torch.Tensor, n: int):
     return (nn.functional.pad(adj, (0, extra, 0, extra)), nn.functional.pad(mask, (0, extra)))
 
 
-def build_victim(name: str, hidden: int, layers: int) -> nn.Module:
-    """The victim model called ``name`` (one of ``VICTIMS``)."""
+def build_victim(name: str, hidden: int, layers: int, n_nodes: int = 20) -> nn.Module:
+    """The victim model called ``name`` (one of ``VICTIMS``); ``n_nodes``: largest graph size."""
     if name == "gmn":
         return GMN(hidden, layers)
     if name == "neuromatch":
         return NeuroMatch(hidden, layers)
     if name == "isonet":
-        return IsoNet(hidden, layers)
+        return IsoNet(hidden, layers, n_nodes)
     raise ValueError(f"unknown victim {name!r}; valid: {', '.join(VICTIMS)}")
 
 
