@@ -65,6 +65,7 @@ def test_distill_trial_resumes_exactly(local_trial, tmp_path):
                     f"config.teacher_store={tmp_path / 'stores' / 'descriptors'}", trial_dir=tmp_path / "t")
 
 
+@pytest.mark.slow
 def test_probe_trial_resumes_exactly(local_trial, tmp_path):
     full = local_trial("admet_probe", trial_dir=tmp_path / "full")
     part = local_trial("admet_probe", trial_dir=tmp_path / "resumed", stop={"probe/epoch": 5})

@@ -37,9 +37,9 @@ class Config:
     teacher_seed: int = 0
     """Seed of the teachers' conformer generation."""
     width: int = 300
-    """Hidden width of the GINE student (Chemprop's default width)."""
+    """Hidden width of the GINE student (300, as Hu et al.'s pre-trained GIN/GINE models)."""
     depth: int = 5
-    """GINE layers."""
+    """GINE layers (5, as Hu et al.)."""
     dropout: float = 0.0
     """Dropout after each GINE layer."""
     head_layers: int = 1

