@@ -134,8 +134,7 @@ def run_rllib(args) -> tuple[float, float]:
     from trainers.dqn_softlinf.config import Config
     from trainers.dqn_softlinf.rllib_learner import dqn_config
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.ERROR)
+    start_ray()
     cfg = Config(backend="rllib", **(settings(args) | {"num_envs": args.num_envs, "report_every": 200}))
     config = dqn_config(cfg).evaluation(evaluation_interval=None)
     if torch.cuda.is_available():
@@ -150,6 +149,21 @@ def run_rllib(args) -> tuple[float, float]:
     rate = steps / (time.perf_counter() - start)
     algo.stop()
     return rate, build
+
+
+def start_ray(attempts: int = 3) -> None:
+    """RLlib's Algorithm needs a Ray instance, even with everything in this process."""
+    import ray
+
+    for attempt in range(attempts):
+        if ray.is_initialized():
+            return
+        try:
+            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.ERROR)
+        except Exception as err:  # noqa: BLE001 - a loaded machine can time out Ray's start
+            print(f"ray.init failed ({err}); retrying", flush=True)
+            if attempt == attempts - 1:
+                raise
 
 
 def run_env_only(args) -> float:
@@ -189,17 +203,21 @@ def main() -> int:
           f"one update of batch 32 per 4 steps")
     print(f"replay: {bytes_per_transition((84, 84), np.uint8):,} bytes per transition "
           f"(stacked obs + next_obs, as the reference stores them: {2 * 4 * 84 * 84:,})")
-    rates = {}
-    rates["env only (AtariVectorEnv, random actions)"] = env_only = run_env_only(args)
-    rates["raylab"] = raylab = run_raylab(args)
-    rates["reference (1 env, gymnasium wrappers)"] = reference = run_reference(args)
+    if not args.skip_rllib:
+        start_ray()  # before any clock: Ray's own processes settle first
+
+    def show(name: str, rate: float) -> float:
+        print(f"{name:48s} {rate:10.1f} env steps/s", flush=True)
+        return rate
+
+    print()
+    env_only = show("env only (AtariVectorEnv, random actions)", run_env_only(args))
+    raylab = show("raylab", run_raylab(args))
+    reference = show("reference (1 env, gymnasium wrappers)", run_reference(args))
     rllib = None
     if not args.skip_rllib:
         rllib, build = run_rllib(args)
-        rates[f"RLlib DQN (build {build:.0f} s not counted)"] = rllib
-    print()
-    for name, rate in rates.items():
-        print(f"{name:48s} {rate:10.1f} env steps/s")
+        show(f"RLlib DQN (build {build:.0f} s not counted)", rllib)
     print()
     print(f"raylab / reference: {raylab / reference:.2f}x (target >= 1.2x on CPU)")
     if rllib:

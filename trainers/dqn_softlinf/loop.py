@@ -60,7 +60,7 @@ def train_loop(config: dict) -> None:
     # ---------------------------------------------------------------- envs, networks, replay
     envs = make_envs(cfg, cfg.num_envs)
     torch.manual_seed(cfg.seed)
-    q = q_network(cfg.suite, envs.obs_shape, envs.num_actions, cfg.mlp_hidden).to(device)
+    q = q_network(cfg.suite, envs.obs_shape, envs.num_actions, cfg.mlp_hidden, cfg.channels_last).to(device)
     target = copy.deepcopy(q).requires_grad_(False)
     optimizer = torch.optim.Adam(q.parameters(), lr=cfg.lr, eps=cfg.adam_eps,
                                  **({"fused": True} if device.type == "cuda" else {"foreach": True}))
