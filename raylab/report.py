@@ -32,6 +32,7 @@ from raylab.report_render import to_html, to_markdown
 from raylab.report_spec import Curve, Report, Table
 
 FORMATS = ("html", "md")
+LISTED = 8  # names listed in a status line before "and N more"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -205,7 +206,9 @@ def status_notes(run: Run, spec: Report, figures: list[dict]) -> list[str]:
     else:
         missing = unreported_metrics(run, spec)
         if missing:
-            notes.append(f"declared metrics no trial reported: {', '.join(missing)}")
+            shown = ", ".join(missing[:LISTED])
+            more = f" and {len(missing) - LISTED} more (report.json lists them)" if len(missing) > LISTED else ""
+            notes.append(f"declared metrics no trial reported: {shown}{more}")
     for figure in figures:
         if figure["note"] and not figure["file"]:
             notes.append(f"figure '{figure['title']}' not drawn: {figure['note']}")

@@ -7,6 +7,7 @@ or error bar of one sample standard deviation where there are two or more trials
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -36,29 +37,40 @@ def draw(item, run: Run, seeds, path: Path) -> tuple[bool, str]:
     panels = list(group(run, trials, panel_keys).items())[:MAX_PANELS]
     colors = _colors(run, trials, series_keys)
     columns = _columns(item)
-    fig, axes = plt.subplots(
-        len(panels), len(columns), figsize=(PANEL_W * len(columns), PANEL_H * len(panels)),
-        squeeze=False,
-    )
+    width = PANEL_W * len(columns) * _bars_widening(item, run, trials)
+    fig, axes = plt.subplots(len(panels), len(columns), figsize=(width, PANEL_H * len(panels)), squeeze=False)
+    chars = int(width * 13)  # characters of a 9-point title across the figure
     drawn = 0
     for row, (panel_values, members) in enumerate(panels):
         panel = label_of(panel_keys, panel_values) if panel_keys else ""
         for col, metrics in enumerate(columns):
             ax = axes[row][col]
             drawn += _DRAW[type(item)](ax, item, run, members, metrics, series_keys, colors)
-            ax.set_title(" | ".join(p for p in (", ".join(metrics), panel) if p), fontsize=9)
+            shown = "" if isinstance(item, Bars) else ", ".join(metrics)  # bars: on the ticks
+            title = " | ".join(p for p in (shown, panel) if p)
+            ax.set_title(textwrap.fill(title, max(20, chars // len(columns))), fontsize=8)
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
     if not drawn:
         plt.close(fig)
         return False, note or f"no trial reported {', '.join(item.plotted())} as numbers"
-    fig.suptitle(item.heading(), fontsize=11)
+    fig.suptitle(textwrap.fill(item.heading(), int(chars * 0.85)), fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90, facecolor="white")
     plt.close(fig)
     return True, note
+
+
+def _bars_widening(item, run: Run, trials: list[Trial]) -> float:
+    """How much wider than one panel a bar chart is: room for its clusters of bars."""
+    if not isinstance(item, Bars):
+        return 1.0
+    sizes = [len(v) for t in trials for m in item.y for v in [value_at(t, m)] if isinstance(v, list)]
+    clusters = sum(1 for m in item.y if not any(isinstance(value_at(t, m), list) for t in trials))
+    clusters += max(sizes, default=0)
+    return max(1.0, min(4.0, clusters / 4))
 
 
 def _columns(item) -> list[tuple[str, ...]]:
@@ -183,7 +195,8 @@ def _bars(ax, item: Bars, run, members, metrics, series_keys, colors) -> int:
         ax.bar(positions + (i - (len(series) - 1) / 2) * width, np.nan_to_num(mean), width,
                yerr=np.where(np.isfinite(std), std, 0), capsize=2, color=colors[values],
                label=label_of(series_keys, values) if series_keys else None)
-    ax.set_xticks(positions, clusters, fontsize=7, rotation=30 if len(clusters) > 6 else 0)
+    crowded = sum(len(c) for c in clusters) > 12 * ax.get_figure().get_figwidth()
+    ax.set_xticks(positions, clusters, fontsize=7, rotation=25 if crowded else 0, ha="right" if crowded else "center")
     return 1
 
 

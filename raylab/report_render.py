@@ -16,9 +16,9 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1400px}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}h3{font-size:1em}
 table{border-collapse:collapse;margin:8px 0 16px;font-size:0.85em}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;vertical-align:top}
-th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}
-table.facts td{text-align:left}td.best{background:#e3f4e3;font-weight:bold}.n{color:#888;font-size:0.85em}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
+td.num{text-align:right;white-space:nowrap}th{background:#f3f3f3}
+td.best{background:#e3f4e3;font-weight:bold}.n{color:#888;font-size:0.85em}
 .note{background:#fff6e0;border-left:4px solid #e0a800;padding:6px 10px;margin:6px 0}
 .ok{background:#eef7ee;border-left:4px solid #3a3;padding:6px 10px;margin:6px 0}
 figure{margin:12px 0 24px}figure img{max-width:100%;border:1px solid #eee}
@@ -98,7 +98,7 @@ def _html_block(block: dict[str, Any]) -> str:
         cells = []
         for j, cell in enumerate(row["cells"]):
             text, count = fmt_cell(cell)
-            cls = ' class="best"' if (i, j) in best else ""
+            cls = ' class="num best"' if (i, j) in best else ' class="num"'
             cells.append(f"<td{cls}>{e(text)}" + (f' <span class="n">{e(count)}</span>' if count else "") + "</td>")
         rows.append(f"<tr><td>{e(row['label'])}</td>{''.join(cells)}</tr>")
     title = f"<p><b>{e(block['title'])}</b></p>" if block["title"] else ""
@@ -108,7 +108,11 @@ def _html_block(block: dict[str, Any]) -> str:
 def _html_plain_table(columns: list[str], rows: list[list[Any]]) -> str:
     e = html.escape
     head = "".join(f"<th>{e(c)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(f"<td>{e(fmt_number(v))}</td>" for v in row) + "</tr>" for row in rows)
+    def cell(value: Any) -> str:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return f'<td class="num">{e(fmt_number(value))}</td>' if number else f"<td>{e(fmt_number(value))}</td>"
+
+    body = "".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
