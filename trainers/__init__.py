@@ -42,6 +42,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=SEAGRAM_METRICS,
         description="neural subgraph matching victims (GMN, NeuroMatch, IsoNet) under random, solver-checked greedy and SEAGRAM edge-flip attacks",
         preflight="trainers.seagram.data:preflight",
+        figures="trainers.seagram.figures:REPORT",
     ),
     "toy": Workload(
         config="trainers.toy.config:Config",
