@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
+from conftest import assert_finite_metrics
 
 from raylab.errors import UserError
 from trainers.boltz_distill import DISTILL_METRICS, metric_name
 
 PROBE_REPORTED = (metric_name("solubility"), "probe/test/score", "probe/valid/score",
                   "probe/test/mean_predictor", "probe/epoch", "probe/train_loss")
-
-
-def assert_finite_metrics(row: dict, names) -> None:
-    """Every name is reported and finite (tests/conftest.py has the same helper; with pytest's
-    importlib import mode it cannot be imported from here)."""
-    for name in names:
-        assert name in row, f"metric {name} was not reported; got {sorted(row)}"
-        assert isinstance(row[name], (int, float)) and math.isfinite(row[name]), f"{name} = {row[name]}"
 
 
 @pytest.mark.slow
