@@ -148,7 +148,7 @@ def _versus(ax, item: Versus, run, members, metrics, series_keys, colors) -> int
             label = label_of(series_keys, values) if series_keys else ""
             if len(metrics) > 1:
                 label = f"{metric} {label}".strip()
-            ax.errorbar(x, y, yerr=np.where(np.isfinite(err), err, 0), marker="o", capsize=3,
+            ax.errorbar(x, y, yerr=np.where(np.isfinite(err), err, 0), marker="osD^v"[m_index % 5], capsize=3,
                         linestyle=("-", "--", ":", "-.")[m_index % 4],
                         color=colors[values] if series_keys or len(metrics) == 1 else None,
                         label=label or None)

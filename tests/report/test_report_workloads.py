@@ -18,6 +18,7 @@ EXPERIMENTS = {
     "fair_adv": ("fair_adv",),
     "boltz_distill": ("boltz_distill",),
     "admet_probe": ("admet_probe",),
+    "seagram": ("seagram_baselines",),
 }
 
 
