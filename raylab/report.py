@@ -91,7 +91,10 @@ def declared_report(run: Run) -> tuple[Report, str]:
     name = run.experiment.get("workload")
     metric = run.experiment.get("metric")
     default = Report(items=(Curve(metric),) if metric else ())
-    workload = workloads.registry().get(name) if name else None
+    try:
+        workload = workloads.registry().get(name) if name else None
+    except Exception as err:  # a workload package that fails to import must not cost the report
+        return default, f"could not read the workload registry: {type(err).__name__}: {err}"
     if workload is None:
         return default, f"workload '{name}' is not registered here: default figures only" if name else ""
     try:
@@ -159,7 +162,11 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
 
 
 def workloads_metrics(run: Run) -> tuple[str, ...]:
-    workload = workloads.registry().get(run.experiment.get("workload"))
+    """The metrics the run's workload registers (none when it is unknown here)."""
+    try:
+        workload = workloads.registry().get(run.experiment.get("workload"))
+    except Exception:  # reported once, by declared_report
+        return ()
     return tuple(workload.metrics) if workload else ()
 
 
@@ -192,8 +199,8 @@ def status_notes(run: Run, spec: Report, figures: list[dict]) -> list[str]:
                      + (f": {'; '.join(run.not_started)}" if run.not_started else ""))
     running = [t for t in run.trials if t.status in ("RUNNING", "PENDING", "PAUSED")]
     if running:
-        notes.append(f"sweep still running: {len(running)} trial(s) not finished "
-                     f"({', '.join(f'{t.name} {t.status}' for t in running)}); their values are partial")
+        notes.append(f"sweep still running: {len(running)} trial(s) not finished when Tune last saved "
+                     f"its state ({', '.join(f'{t.name} {t.status}' for t in running)}); their values are partial")
     silent = [t for t in run.trials if not t.rows and t.status != "ERROR"]
     if silent:
         notes.append(f"{len(silent)} trial(s) without any result yet: {', '.join(t.name for t in silent)}")

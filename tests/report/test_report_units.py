@@ -107,7 +107,7 @@ def test_report_of_a_partial_sweep_names_failed_running_and_missing(tmp_path):
     assert content["status_counts"] == {"TERMINATED": 1, "RUNNING": 1, "ERROR": 1, "NO RESULTS": 1, "PENDING": 1}
     notes = "\n".join(content["notes"])
     assert "1 of 6 trials have not started (no trial folder yet): lr=0.3, seed=1" in notes
-    assert "sweep still running: 2 trial(s) not finished" in notes
+    assert "sweep still running: 2 trial(s) not finished when Tune last saved its state" in notes
     assert "trial t_00002 failed: Failure # 1 (occurred at 2026-01-01) ... ValueError: loss is nan" in notes
     assert "declared metrics no trial reported: never" in notes
     assert "figure 'never vs training_iteration' not drawn: no trial reported never" in notes
