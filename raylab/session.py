@@ -54,6 +54,9 @@ class Session:
     reports: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    checkpoint_base: int = 0
+    """Local trials: the highest ``checkpoint_NNNNNN`` already in ``trial_dir`` when this run
+    started, so that a resumed run's checkpoints sort after (and prune) the earlier ones."""
 
 
 _session = Session()
@@ -65,6 +68,9 @@ def start(**settings: Any) -> Session:
     _session = Session(**settings)
     if _session.trial_dir is not None:
         _session.trial_dir.mkdir(parents=True, exist_ok=True)
+        _session.checkpoint_base = max(
+            (int(p.name.split("_")[-1]) for p in _session.trial_dir.glob("checkpoint_*")
+             if p.name.split("_")[-1].isdigit()), default=0)
     return _session
 
 
@@ -192,7 +198,7 @@ def _report_local(s: Session, metrics: dict, state_dict: Mapping[str, Any] | Non
         with open(s.trial_dir / "result.json", "a") as f:
             f.write(json.dumps(row) + "\n")
         if state_dict is not None:
-            ckpt.save(s.trial_dir / f"checkpoint_{s.reports:06d}", dict(state_dict))
+            ckpt.save(s.trial_dir / f"checkpoint_{s.checkpoint_base + s.reports:06d}", dict(state_dict))
             _prune(s.trial_dir, s.keep)
     if s.verbose:
         shown = " | ".join(f"{k} {_fmt(v)}" for k, v in metrics.items() if not isinstance(v, list))

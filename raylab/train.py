@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                            yaml_io.dumps(experiment.to_yaml_dict()))
     history = run_local(experiment, run_dir / "trial", config, verbose=not args.quiet)
     last = history[-1] if history else {}
-    best_values = [r[experiment.metric] for r in history if isinstance(r.get(experiment.metric), (int, float))]
+    best_values = [r[experiment.metric] for r in history
+                   if isinstance(r.get(experiment.metric), (int, float)) and math.isfinite(r[experiment.metric])]
     best = (max if experiment.mode == "max" else min)(best_values) if best_values else None
     print(summary.format_table([{
         "trial": run_dir.name, "iterations": last.get("training_iteration"),
