@@ -68,10 +68,22 @@ def test_backdoor_smoke_sweep_reports_every_metric(smoke_sweep, tmp_path):
 def test_backdoor_trial_resumes_mid_epoch_and_matches(local_trial, tmp_path, one_thread):
     overrides = (f"config.data_dir={tmp_path}/data", "config.model_width=8")
     full = local_trial("backdoor", *overrides)
-    part = local_trial("backdoor", *overrides, trial_dir=tmp_path / "resumed", stop={"train/step": 2})
-    assert part[-1]["train/step"] == 2 and "eval/asr" not in part[-1]  # stopped inside epoch 1
+    part = local_trial("backdoor", *overrides, trial_dir=tmp_path / "resumed", stop={"train/step": 1})
+    assert part[-1]["train/step"] == 1 and "train/acc" not in part[-1]  # stopped inside epoch 1
     rest = local_trial("backdoor", *overrides, trial_dir=tmp_path / "resumed")
-    assert rest[0]["train/step"] == 4
+    assert rest[0]["train/step"] == 2 and rest[0]["train/epoch"] == 1
     skip = {"perf/images_per_s", "time_total_s", "training_iteration"}
     assert {k: v for k, v in rest[-1].items() if k not in skip} == \
         {k: v for k, v in full[-1].items() if k not in skip}
+
+
+def test_theory_smoke_sweep_reports_every_metric(smoke_sweep):
+    results, _, _ = smoke_sweep("backdoor_theory")
+    assert len(results) == 2
+    ratios = {}
+    for result in results:
+        assert result.error is None, result.error
+        assert_finite_metrics(result.metrics, THEORY_METRICS)
+        assert result.metrics["theory/step"] == 60
+        ratios[result.config["poison_ratio"]] = result.metrics["theory/loss_drop_ratio"]
+    assert ratios[0.1] > ratios[0.01] > 1
