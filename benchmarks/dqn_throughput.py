@@ -8,7 +8,8 @@ of the steps, the Nature CNN, Adam 1e-4), on the same device (a GPU when there i
 
 1. raylab: this workload's loop (trainers/dqn_softlinf/loop.py): AtariVectorEnv, batched
    action selection, frame-deduplicated replay, emulation overlapped with the update, with its
-   Bellman-residual probes on;
+   Bellman-residual probes on; once with its defaults (float32) and once with amp_bf16 (bfloat16
+   autocast for acting and updates);
 2. reference: one gymnasium env with AtariPreprocessing + FrameStackObservation, a replay of
    stacked (obs, next_obs) uint8 arrays, one forward pass per step, written the way the widely
    used single-file DQN implementations are;
@@ -53,10 +54,10 @@ def settings(args) -> dict:
     }
 
 
-def run_raylab(args) -> float:
+def run_raylab(args, **overrides) -> float:
     from trainers.dqn_softlinf.loop import train_loop
 
-    config = settings(args) | {
+    config = settings(args) | overrides | {
         "num_envs": args.num_envs, "report_every": args.steps,
         # one evaluation episode step at the end: the benchmark measures training
         "eval_episodes": 1, "eval_max_steps": 1, "eval_every": 10 * args.steps,
@@ -212,20 +213,24 @@ def main() -> int:
 
     print()
     env_only = show("env only (AtariVectorEnv, random actions)", run_env_only(args))
-    raylab = show("raylab", run_raylab(args))
+    raylab = show("raylab (defaults: float32)", run_raylab(args))
+    raylab_bf16 = show("raylab with amp_bf16: true", run_raylab(args, amp_bf16=True))
     reference = show("reference (1 env, gymnasium wrappers)", run_reference(args))
     rllib = None
     if not args.skip_rllib:
         rllib, build = run_rllib(args)
         show(f"RLlib DQN (build {build:.0f} s not counted)", rllib)
     print()
-    print(f"raylab / reference: {raylab / reference:.2f}x (target >= 1.2x on CPU)")
+    print(f"raylab / reference: {raylab / reference:.2f}x (target >= 1.2x on CPU); "
+          f"with amp_bf16 {raylab_bf16 / reference:.2f}x")
     if rllib:
-        print(f"raylab / RLlib:     {raylab / rllib:.2f}x (target >= 2x on CPU)")
+        print(f"raylab / RLlib:     {raylab / rllib:.2f}x (target >= 2x on CPU); "
+              f"with amp_bf16 {raylab_bf16 / rllib:.2f}x")
     print(f"raylab / env only:  {raylab / env_only:.2f}")
     if torch.cuda.is_available():
-        print(f"GPU target: raylab >= 2,000 env steps/s: {'met' if raylab >= 2000 else 'NOT met'} "
-              f"({raylab:.0f}); 10M steps would take {1e7 / raylab / 60:.0f} min")
+        for name, rate in (("float32", raylab), ("amp_bf16", raylab_bf16)):
+            print(f"GPU target, raylab {name}: >= 2,000 env steps/s {'met' if rate >= 2000 else 'NOT met'} "
+                  f"({rate:.0f}); 10M steps would take {1e7 / rate / 60:.0f} min")
     return 0
 
 

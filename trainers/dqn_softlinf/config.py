@@ -79,6 +79,10 @@ class Config:
     """Hidden layer widths of the MLP Q-network (suite gymnasium only)."""
     channels_last: bool = True
     """Run the Nature CNN's convolutions in NHWC layout: same results, faster (Atari only)."""
+    amp_bf16: bool = False
+    """Run acting and the updates' forward/backward passes under bfloat16 autocast (weights,
+    optimizer, losses and all probe measurements stay float32). Faster on GPUs and on CPUs with
+    AVX512-BF16/AMX; changes the arithmetic, so off by default."""
     compile: bool = False
     """torch.compile the Q-network (helps on GPU; on CPU it mostly adds compile time)."""
     torch_threads: int = 0

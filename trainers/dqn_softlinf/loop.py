@@ -68,6 +68,10 @@ def train_loop(config: dict) -> None:
     target_fwd = torch.compile(target) if cfg.compile else target
     replay = FrameReplay(cfg.buffer_size, cfg.num_envs, envs.frame_shape, envs.frame_dtype, envs.stack)
     rng = np.random.default_rng(cfg.seed)  # exploration and replay sampling
+
+    def autocast():  # bf16 for acting and updates only; the probes measure in float32
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp_bf16)
+
     n = cfg.num_envs
     obs_shape = envs.obs_shape
 
@@ -133,7 +137,8 @@ def train_loop(config: dict) -> None:
         explore = gen.random(len(obs)) < epsilon
         actions = gen.integers(0, envs.num_actions, size=len(obs))
         if not explore.all():
-            greedy = q_fwd(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
+            with autocast():
+                greedy = q_fwd(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
             actions = np.where(explore, actions, greedy)
         return actions
 
@@ -146,11 +151,12 @@ def train_loop(config: dict) -> None:
 
     def update() -> None:
         b = to_batch(replay.sample(cfg.batch_size, rng))
-        with torch.no_grad():
-            target_next = target_fwd(b["next_obs"])
-            net_next = q_fwd(b["next_obs"]) if cfg.double_dqn else None
-            y = targets(net_next, target_next, b)
-        q_sa = q_fwd(b["obs"]).gather(1, b["action"][:, None]).squeeze(1)
+        with torch.no_grad(), autocast():
+            target_next = target_fwd(b["next_obs"]).float()
+            net_next = q_fwd(b["next_obs"]).float() if cfg.double_dqn else None
+        y = targets(net_next, target_next, b)
+        with autocast():
+            q_sa = q_fwd(b["obs"]).float().gather(1, b["action"][:, None]).squeeze(1)
         loss = surrogate(cfg.loss, q_sa - y, beta=cfg.beta, beta_scale=cfg.beta_scale,
                          huber_delta=cfg.huber_delta)
         optimizer.zero_grad(set_to_none=True)
