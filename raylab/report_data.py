@@ -167,7 +167,8 @@ def load_run(path: str) -> Run:
     search = experiment.get("search") or {}
     swept = list(search) or _varying_keys(trials)
     run = Run(path=path if "://" in path else files.root, experiment=experiment, trials=trials, swept=swept)
-    if search:
+    single = trial_dirs == ["trial"] and not states  # python -m raylab.train: one trial, no search
+    if search and not single:
         run.expected = _expected_trials(search, int(experiment.get("num_samples") or 1))
         run.not_started = _grid_points_without_trials(search, int(experiment.get("num_samples") or 1), trials)
     return run

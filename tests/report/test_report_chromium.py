@@ -15,12 +15,13 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which(CHROMIUM) is None,
                     reason=f"{CHROMIUM} is absent (Debian's chromium package; .ci/run installs it)")
 def test_html_report_opens_in_headless_chromium_and_shows_every_figure(smoke_sweep, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    _, run_path, _ = smoke_sweep("toy", "search.lr=[0.02,0.05]")
+    _, run_path, _ = smoke_sweep("toy")
     path = Path(report.write_report(run_path))
     content = json.loads((path.parent / "report.json").read_text())
     figures = [f for f in content["figures"] if f["file"]]

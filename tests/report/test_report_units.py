@@ -138,7 +138,8 @@ def test_markdown_report_and_a_single_local_trial_run(tmp_path):
     run = tmp_path / "toy-train-20260101-120000"
     (run / "trial").mkdir(parents=True)
     (run / "experiment.yaml").write_text(yaml.safe_dump({"name": "toy", "workload": "toy", "metric": "eval/mse",
-                                                         "mode": "min", "search": {}, "smoke": True}))
+                                                         "mode": "min", "search": {"lr": {"grid": [0.05, 0.1]}},
+                                                         "smoke": True}))
     (run / "trial" / "params.json").write_text(json.dumps({"lr": 0.05, "seed": 0}))
     (run / "trial" / "result.json").write_text("".join(
         json.dumps({"train/loss": 1.0 / s, "eval/mse": 2.0 / s, "train/step": s, "training_iteration": s}) + "\n"
@@ -146,7 +147,8 @@ def test_markdown_report_and_a_single_local_trial_run(tmp_path):
     path = Path(report.write_report(str(run), out=tmp_path / "md", fmt="md"))
     text = path.read_text()
     assert path.name == "report.md" and "![training loss and held-out MSE" in text
-    assert "| all trials | 0.6667 (n=1) |" in text  # one trial: no std
+    assert "| lr=0.05 | 0.6667 (n=1) |" in text  # one trial: no std
+    assert "not started" not in text  # raylab.train runs one point of the search by design
     assert (tmp_path / "md" / "figures" / "01_curve_train_loss_eval_mse.png").is_file()
     assert (tmp_path / "md" / "tables" / "03_table_eval_mse_train_loss.csv").is_file()
 
