@@ -276,7 +276,8 @@ def _table_csv(blocks) -> str:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     for block in blocks:
-        writer.writerow(["block", block.row_header, *(f"{c} {s}" for c in block.columns for s in ("mean", "std", "n"))])
+        header = [f"{c} {s}" for c in block.columns for s in ("mean", "std", "n")]
+        writer.writerow(["block", block.row_header, *header])
         for label, _, cells in block.rows:
             values = []
             for cell in cells:

@@ -98,7 +98,8 @@ def _curve(ax, item: Curve, run, members, metrics, series_keys, colors) -> int:
                 label = f"{metric} {label}".strip()
             style = ("-", "--", ":", "-.")[m_index % 4]
             color = colors[values] if series_keys or len(metrics) == 1 else None
-            (line,) = ax.plot(xs, mean, style, color=color, label=label or None, marker="." if xs.size < 4 else None)
+            (line,) = ax.plot(xs, mean, style, color=color, label=label or None,
+                              marker="." if xs.size < 4 else None)
             band = np.isfinite(std)
             if band.any():
                 ax.fill_between(xs[band], (mean - std)[band], (mean + std)[band],
@@ -196,7 +197,8 @@ def _bars(ax, item: Bars, run, members, metrics, series_keys, colors) -> int:
                yerr=np.where(np.isfinite(std), std, 0), capsize=2, color=colors[values],
                label=label_of(series_keys, values) if series_keys else None)
     crowded = sum(len(c) for c in clusters) > 12 * ax.get_figure().get_figwidth()
-    ax.set_xticks(positions, clusters, fontsize=7, rotation=25 if crowded else 0, ha="right" if crowded else "center")
+    ax.set_xticks(positions, clusters, fontsize=7, rotation=25 if crowded else 0,
+                  ha="right" if crowded else "center")
     return 1
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1400px}
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222}
+body{max-width:1400px}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}h3{font-size:1em}
 table{border-collapse:collapse;margin:8px 0 16px;font-size:0.85em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
@@ -68,7 +69,8 @@ def to_html(report: dict[str, Any], out_dir: Path) -> str:
     parts.append("<h2>Figures</h2>")
     for figure in report["figures"]:
         if not figure["file"]:
-            parts.append(f'<div class="note">figure <b>{e(figure["title"])}</b> not drawn: {e(figure["note"])}</div>')
+            parts.append(f'<div class="note">figure <b>{e(figure["title"])}</b> not drawn: '
+                         f'{e(figure["note"])}</div>')
             continue
         data = base64.b64encode((out_dir / figure["file"]).read_bytes()).decode("ascii")
         parts.append(
@@ -99,7 +101,8 @@ def _html_block(block: dict[str, Any]) -> str:
         for j, cell in enumerate(row["cells"]):
             text, count = fmt_cell(cell)
             cls = ' class="num best"' if (i, j) in best else ' class="num"'
-            cells.append(f"<td{cls}>{e(text)}" + (f' <span class="n">{e(count)}</span>' if count else "") + "</td>")
+            suffix = f' <span class="n">{e(count)}</span>' if count else ""
+            cells.append(f"<td{cls}>{e(text)}{suffix}</td>")
         rows.append(f"<tr><td>{e(row['label'])}</td>{''.join(cells)}</tr>")
     title = f"<p><b>{e(block['title'])}</b></p>" if block["title"] else ""
     return f"{title}<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

@@ -32,7 +32,8 @@ def test_html_report_opens_in_headless_chromium_and_shows_every_figure(smoke_swe
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.on("console", lambda m: messages.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+            page.on("console", lambda m: messages.append(f"{m.type}: {m.text}")
+                    if m.type in ("error", "warning") else None)
             page.on("pageerror", lambda error: messages.append(f"page error: {error}"))
             page.on("requestfailed", lambda request: messages.append(f"request failed: {request.url}"))
             page.goto(path.as_uri(), wait_until="load")

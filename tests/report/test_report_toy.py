@@ -43,7 +43,8 @@ def test_toy_report_figures_and_tables_match_the_trials_result_files(smoke_sweep
     storage = str(Path(run_path).parent)
     capsys.readouterr()
     assert report.main(["toy", "--storage", storage, "--out", str(Path(storage) / "by-name")]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1] == f"report: {Path(storage) / 'by-name' / 'report.html'}"
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    assert printed == f"report: {Path(storage) / 'by-name' / 'report.html'}"
     uri_out = Path(storage) / "by-uri"
     assert report.main([f"file://{run_path}", "--out", str(uri_out), "--format", "md"]) == 0
     by_uri = json.loads((uri_out / "report.json").read_text())

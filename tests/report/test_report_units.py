@@ -30,7 +30,8 @@ def write_run(root: Path, search: dict, trials: list[dict], name="exp-20260101-1
         (folder / "params.json").write_text(json.dumps(trial["params"]))
         if "rows" in trial:
             (folder / "result.json").write_text(
-                "".join(json.dumps({**row, "training_iteration": n + 1}) + "\n" for n, row in enumerate(trial["rows"])))
+                "".join(json.dumps({**row, "training_iteration": n + 1}) + "\n"
+                        for n, row in enumerate(trial["rows"])))
         if "error" in trial:
             (folder / "error.txt").write_text(trial["error"])
     return run
@@ -154,7 +155,9 @@ def test_markdown_report_and_a_single_local_trial_run(tmp_path):
 
 
 def test_experiment_name_picks_the_newest_run(tmp_path):
-    for name in ("exp-20260101-120000", "exp-smoke-20260301-090000", "exp-train-20260201-000000", "expx-20270101-000000"):
+    names = ("exp-20260101-120000", "exp-smoke-20260301-090000", "exp-train-20260201-000000",
+             "expx-20270101-000000")
+    for name in names:
         write_run(tmp_path, {"seed": [0]}, [], name=name)
     assert find_run("exp", str(tmp_path)) == str(tmp_path / "exp-smoke-20260301-090000")
     with pytest.raises(UserError, match="no run of experiment 'other'"):
