@@ -182,10 +182,11 @@ def dqn_config(cfg):
 def train_rllib(cfg, raw_config: dict) -> None:
     """Run RLlib's DQN with the chosen surrogate, reporting under this workload's metric names.
 
-    Reported: env/steps, perf/env_steps_per_s, episode/return_mean, eval/return_mean (RLlib's
-    training episodes with exploration off is not available without extra env runners, so the
-    last 100 training episodes' mean is reported under both names until an evaluation runs),
-    train/loss, train/q_mean, bellman/td_error_max (the largest |TD| of the last batch).
+    Reported: env/steps, perf/env_steps_per_s, episode/return_mean (RLlib's training episodes),
+    eval/return_mean (RLlib's evaluation: ``eval_episodes`` greedy episodes every
+    ``eval_every // report_every`` iterations on a local evaluation env runner; rows in between
+    repeat the latest), train/loss, train/q_mean, bellman/td_error_max (the largest |TD| of the
+    last batch).
     Checkpoints hold RLlib's full Algorithm state (networks, optimizer, counters); the replay
     buffer is not included (RLlib's default), so a resumed trial refills it.
     """
@@ -196,8 +197,10 @@ def train_rllib(cfg, raw_config: dict) -> None:
         torch.set_num_threads(cfg.torch_threads)
     algo = dqn_config(cfg).build_algo()
     state = session.restore()
+    last_eval = None
     if state is not None:
         algo.set_state(_from_checkpoint(state["algorithm"]))
+        last_eval = state.get("last_eval")
     steps, clock = 0, time.perf_counter()
     try:
         while steps < cfg.total_steps:
@@ -210,14 +213,18 @@ def train_rllib(cfg, raw_config: dict) -> None:
             metrics = {"env/steps": steps, "perf/env_steps_per_s": (steps - before) / max(elapsed, 1e-9)}
             if "episode_return_mean" in runners and np.isfinite(runners["episode_return_mean"]):
                 metrics["episode/return_mean"] = float(runners["episode_return_mean"])
-                metrics["eval/return_mean"] = float(runners["episode_return_mean"])
+            evaluation = result.get("evaluation", {}).get("env_runners", {})
+            if np.isfinite(evaluation.get("episode_return_mean", np.nan)):
+                last_eval = float(evaluation["episode_return_mean"])
+            if last_eval is not None:
+                metrics["eval/return_mean"] = last_eval
             if "qf_loss" in learner:
                 metrics["train/loss"] = float(learner["qf_loss"])
                 metrics["train/q_mean"] = float(learner["qf_mean"])
                 metrics["bellman/td_error_max"] = float(learner.get(TD_ERROR_MAX_KEY, np.nan))
             last = steps >= cfg.total_steps
             session.report(metrics, state=lambda: {"algorithm": _to_checkpoint(algo.get_state()),
-                                                   "config": raw_config},
+                                                   "last_eval": last_eval, "config": raw_config},
                            checkpoint=True if last else None)
     finally:
         algo.stop()
