@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from raylab.errors import UserError
+from raylab.paths import user_path
 
 Name = Literal["cifar10", "cifar100"]
 
@@ -140,7 +141,7 @@ def load_cifar(name: Name, data_dir: str | os.PathLike, download: bool = False) 
     missing, and naming the file when a checksum does not match.
     """
     spec = _spec(name)
-    root = resolve_data_dir(data_dir)
+    root = user_path(data_dir)
     folder, archive = root / spec.folder, root / spec.archive
     if folder.is_dir():
         return _read(spec, _folder_reader(spec, folder))
@@ -156,18 +157,6 @@ def load_cifar(name: Name, data_dir: str | os.PathLike, download: bool = False) 
     )
 
 
-def resolve_data_dir(data_dir: str | os.PathLike) -> Path:
-    """``data_dir`` with ``~`` expanded; a relative path is taken from where the command ran.
-
-    Ray Tune runs each trial in its own working folder and keeps the original one in
-    ``TUNE_ORIG_WORKING_DIR``; relative paths resolve against that, else the current folder.
-    """
-    path = Path(data_dir).expanduser()
-    if path.is_absolute():
-        return path
-    return Path(os.environ.get("TUNE_ORIG_WORKING_DIR", os.getcwd())) / path
-
-
 def prepare_cifar(
     name: Name,
     data_dir: str | os.PathLike,
@@ -179,7 +168,7 @@ def prepare_cifar(
     """What a workload's loop calls with its config's ``dataset``/``data_dir``/``download``/
     ``synthetic_data``: with ``synthetic_data``, write a small synthetic archive (seed 0, so
     concurrent trials write identical bytes) into ``data_dir`` first; then ``load_cifar``."""
-    root = resolve_data_dir(data_dir)
+    root = user_path(data_dir)
     if synthetic_data:
         write_synthetic_cifar(root, name, n_train=synthetic_train, n_test=synthetic_test, seed=0)
     return load_cifar(name, root, download=download)
@@ -191,7 +180,7 @@ def check_cifar(name: Name, data_dir: str | os.PathLike, download: bool = False)
     Checksums are verified by ``load_cifar`` itself (reading the whole archive costs seconds).
     """
     spec = _spec(name)
-    root = resolve_data_dir(data_dir)
+    root = user_path(data_dir)
     for path in (root / spec.folder, root / spec.archive):
         if path.exists():
             return path
@@ -263,10 +252,29 @@ def _read(spec: Spec, read) -> ImageData:
     return ImageData(train_x, train_y, test_x, test_y, classes)
 
 
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickles plain data and NumPy arrays only: a crafted file cannot run code."""
+
+    ALLOWED = {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("_codecs", "encode"),  # how protocol-2 pickles written by Python 3 store bytes
+    }
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+        return super().find_class(module, name)
+
+
 def _unpickle(data: bytes, member: str) -> dict:
     # The archives are Python 2 pickles of dicts of numpy arrays, lists, bytes and ints.
     try:
-        entry = pickle.loads(data, encoding="bytes")
+        entry = _ArrayUnpickler(io.BytesIO(data), encoding="bytes").load()
     except Exception as err:  # noqa: BLE001 - any unpickling failure means a bad file
         raise UserError(f"{member}: cannot unpickle a CIFAR batch ({err})") from None
     if not isinstance(entry, dict):

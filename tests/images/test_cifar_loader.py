@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from raylab.data.cifar import (
-    SPECS, check_cifar, load_cifar, prepare_cifar, resolve_data_dir, write_synthetic_cifar,
+    SPECS, check_cifar, load_cifar, prepare_cifar, write_synthetic_cifar,
 )
 from raylab.errors import UserError
+from raylab.paths import user_path
 
 
 @pytest.mark.parametrize("name, num_classes", [("cifar10", 10), ("cifar100", 100)])
@@ -123,8 +124,8 @@ def test_synthetic_writes_are_byte_identical_and_never_replace_real_data(tmp_pat
 def test_prepare_cifar_synthetic_and_relative_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNE_ORIG_WORKING_DIR", str(tmp_path))
     monkeypatch.chdir(tmp_path.parent)
-    assert resolve_data_dir("data/x") == tmp_path / "data" / "x"
-    assert resolve_data_dir(tmp_path / "abs") == tmp_path / "abs"
+    assert user_path("data/x") == tmp_path / "data" / "x"
+    assert user_path(tmp_path / "abs") == tmp_path / "abs"
     data = prepare_cifar("cifar10", "data/x", synthetic_data=True, synthetic_train=40, synthetic_test=10)
     assert len(data.train_y) == 40 and (tmp_path / "data" / "x" / "cifar-10-python.tar.gz").is_file()
     assert check_cifar("cifar10", "data/x") == tmp_path / "data" / "x" / "cifar-10-python.tar.gz"

@@ -14,7 +14,6 @@ Conventions used across the workload:
 from __future__ import annotations
 
 import csv
-import os
 import warnings
 from pathlib import Path
 from typing import Iterable
@@ -23,21 +22,10 @@ from rdkit import Chem, RDConfig, RDLogger
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
 from raylab.errors import UserError
+from raylab.paths import user_path
 
 SMILES_COLUMNS = ("smiles", "SMILES", "Smiles", "Drug", "canonical_smiles")
 """CSV columns read as SMILES, first match wins (``Drug`` is the TDC ADMET column)."""
-
-
-def user_path(path: str | os.PathLike) -> Path:
-    """``path`` with ``~`` expanded; a relative one is taken from where the command ran.
-
-    Ray Tune runs trials in their own folders and records the launch folder in
-    ``TUNE_ORIG_WORKING_DIR`` (as ``raylab.data.cifar.resolve_data_dir`` does for images).
-    """
-    path = Path(path).expanduser()
-    if path.is_absolute():
-        return path
-    return Path(os.environ.get("TUNE_ORIG_WORKING_DIR", os.getcwd())) / path
 
 
 def nci_smiles_path() -> Path:

@@ -18,7 +18,8 @@ from raylab import session
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.errors import UserError
-from trainers.boltz_distill.chem import nci_smiles_path, read_smiles_file, user_path
+from raylab.paths import user_path
+from trainers.boltz_distill.chem import nci_smiles_path, read_smiles_file
 from trainers.boltz_distill.config import Config
 from trainers.boltz_distill.featurize import graphs_from_smiles
 from trainers.boltz_distill.loss import distill_loss, standardize

@@ -93,7 +93,7 @@ def _env_creator(env_config: dict):
     import gymnasium
 
     if env_config["suite"] != "atari":
-        from trainers.dqn_softlinf import envs  # registers raylab/FeatureMDP-v0
+        from trainers.dqn_softlinf import envs  # noqa: F401 - registers raylab/FeatureMDP-v0
 
         return gymnasium.make(env_config["game"])
     import ale_py
