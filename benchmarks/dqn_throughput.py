@@ -130,7 +130,6 @@ def run_reference(args) -> float:
 
 def run_rllib(args) -> tuple[float, float]:
     """RLlib's DQN with the same settings; returns (env steps/s, build seconds)."""
-
     from trainers.dqn_softlinf.config import Config
     from trainers.dqn_softlinf.rllib_learner import dqn_config
 
