@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from raylab import search_space, session, workloads, yaml_io
-from raylab.config import from_dict
+from raylab.config import from_dict, to_dict
 from raylab.errors import UserError
 from raylab.experiment import Experiment, validate
 
@@ -223,6 +223,24 @@ def make_trainable(experiment: Experiment, run_path: str) -> Callable:
     return tune.with_resources(trainable, request)
 
 
+def resolved_config_callback(experiment: Experiment):
+    """A Tune callback that writes each trial's full config (defaults filled) as ``config.yaml``."""
+    from ray import tune
+
+    config_cls = workloads.get(experiment.workload).config_class()
+
+    class WriteResolvedConfig(tune.Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            storage = trial.storage
+            resolved = to_dict(from_dict(config_cls, trial.config, experiment.source, "config"))
+            with storage.storage_filesystem.open_output_stream(
+                f"{storage.trial_fs_path}/config.yaml"
+            ) as f:
+                f.write(yaml_io.dumps(resolved).encode())
+
+    return WriteResolvedConfig()
+
+
 def make_scheduler(experiment: Experiment):
     """The Tune scheduler the experiment names."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
@@ -314,6 +332,10 @@ def sweep(
     import ray
     from ray import tune
 
+    # Workloads report some metrics at their own cadence (evaluation every N steps), so not
+    # every row carries the experiment's metric; schedulers skip such rows. That the metric is
+    # reported at all is checked against the workload's declared metrics before the sweep.
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     storage_uri = storage_root(storage)
     if resume:
         run_path = find_run_to_resume(storage_uri, experiment.name, experiment.smoke, name)
@@ -349,6 +371,7 @@ def sweep(
             stop=dict(experiment.stop) or None,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=experiment.checkpoint.keep),
             failure_config=tune.FailureConfig(max_failures=experiment.failure.max_failures),
+            callbacks=[resolved_config_callback(experiment)],
             verbose=verbose,
         ),
     )

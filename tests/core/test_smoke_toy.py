@@ -1,6 +1,10 @@
 """The toy workload through real Ray Tune: metrics, summary, resume, local trials."""
 
+from pathlib import Path
+
 from conftest import assert_finite_metrics
+
+import yaml
 
 from raylab import summary
 
@@ -13,6 +17,8 @@ def test_toy_smoke_sweep_reports_metrics(smoke_sweep):
         assert_finite_metrics(result.metrics, ["train/loss", "eval/mse", "train/step"])
         assert result.metrics["train/step"] == 60
         assert result.checkpoint is not None
+        saved = yaml.safe_load((Path(result.path) / "config.yaml").read_text())
+        assert saved["steps"] == 60 and saved["dim"] == 8 and saved["seed"] == result.config["seed"]
     table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search))
     assert [row["status"] for row in table] == ["TERMINATED", "TERMINATED"]
 
