@@ -32,10 +32,17 @@ test: $(STAMP) $(BOLTZ_STAMP)
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
-	$(PY) -m raylab.tune toy --smoke
+	$(PY) -m raylab.tune dqn_softlinf --smoke
 
+# Side-by-side throughput figures (ratios), one script per target; minutes each on 2 CPU cores.
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack,atari-wrappers]"
 	$(PY) benchmarks/trial_overhead.py
+	$(PY) benchmarks/dqn_throughput.py
+	$(PY) benchmarks/image_throughput.py
+	$(PY) benchmarks/adv_throughput.py
+	$(PY) benchmarks/mol_throughput.py
+	$(PY) benchmarks/seagram_cost.py
 
 clean:
 	rm -rf $(VENV) $(BOLTZ_VENV) results

@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.dry_run:
         print(dry_run_text(experiment))
+        try:  # the checks a local run would make; a cluster may well pass where this machine fails
+            launch.preflight(experiment)
+            print("# preflight on this machine: ok")
+        except UserError as err:
+            print(f"# preflight on this machine: {err}")
         return 0
 
     launch.check_storage(args.storage)

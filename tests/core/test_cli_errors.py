@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from raylab import launch
+from raylab.data import cifar
 from raylab import train as raylab_train
 from raylab import tune as raylab_tune
 
@@ -47,6 +48,13 @@ BAD_INPUTS = {
     "bad flag": (None, ["toy", "--nmu-samples", "2"], "unrecognized arguments"),
     "negative num samples": (None, ["toy", "--num-samples", "0"], "num_samples: must be >= 1"),
     "smoke without section": (TOY, ["EXP", "--smoke"], "has no 'smoke' section"),
+    # Workload configs and preflight checks, still before Ray starts:
+    "poisoning ratio above 1": (None, ["backdoor", "--smoke", "config.poison_ratio=1.5"], "config.poison_ratio: must be in [0, 1)"),
+    "eps below 0": (None, ["fair_adv", "--smoke", "config.eps=-0.1"], "config.eps"),
+    "replay buffer beyond memory": (None, ["dqn_softlinf", "--smoke", "config.buffer_size=100000000"], "config.buffer_size: 100,000,000 transitions need"),
+    "unknown Atari game": (None, ["dqn_softlinf", "--smoke", "config.game=Pongg"], "Pongg"),
+    "missing dataset": (None, ["backdoor", "--smoke", "config.synthetic_data=false", "config.data_dir=TMP/nodata"], "cifar10 not found: looked for"),
+    "corrupted dataset": (None, ["backdoor", "--smoke", "config.synthetic_data=false", "config.data_dir=TMP/bad"], "checksum mismatch"),
 }
 
 
@@ -55,6 +63,11 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tmp_path, capsys,
     monkeypatch.chdir(tmp_path)
     text, args, fragment = BAD_INPUTS[case]
     exp = write(tmp_path, text) if text is not None else ""
+    if case == "corrupted dataset":  # a real-format archive with one byte flipped
+        archive = cifar.write_synthetic_cifar(tmp_path / "bad", "cifar10", n_train=20, n_test=10)
+        data = bytearray(archive.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        archive.write_bytes(bytes(data))
     args = [a.replace("EXP", exp).replace("TMP", str(tmp_path)) for a in args]
     if "--storage" not in args:
         args = [*args, "--storage", str(tmp_path / "results")]
