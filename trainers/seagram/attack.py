@@ -27,6 +27,7 @@ keeps its relevance label, 0 when it changes; a solver timeout gives no label.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -290,15 +291,28 @@ def ring_profile(adj: np.ndarray, cycle: np.ndarray) -> np.ndarray:
     return np.array([(lengths == k).sum() for k in RING_SIZES], dtype=np.float32) / max(len(lengths), 1)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _graph_structure(adj_bytes: bytes, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Flip-cycle lengths and ring profile of one padded graph, memoized on its adjacency."""
+    adj = np.frombuffer(adj_bytes, dtype=np.uint8).reshape(n, n)
+    cycle = flip_cycle_length(adj)
+    return cycle.astype(np.int64), ring_profile(adj, cycle)
+
+
 def structure(q_adj: torch.Tensor, c_adj: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per pair: corpus flip-cycle lengths ``[P, N, N]`` and both graphs' ring profiles ``[P, 6]``."""
+    """Per pair: corpus flip-cycle lengths ``[P, N, N]`` and both graphs' ring profiles ``[P, 6]``.
+
+    Padding nodes are isolated, so they change none of these; results are memoized per graph
+    (the pool's graphs repeat, and an attack step changes one pair of one graph).
+    """
     cyc, qp, cp = [], [], []
-    for q, c in zip(q_adj.numpy(), c_adj.numpy()):
-        cc = flip_cycle_length(c)
+    n, nq = c_adj.shape[-1], q_adj.shape[-1]
+    for q, c in zip(q_adj.numpy().astype(np.uint8), c_adj.numpy().astype(np.uint8)):
+        cc, c_prof = _graph_structure(c.tobytes(), n)
         cyc.append(cc)
-        cp.append(ring_profile(c, cc))
-        qp.append(ring_profile(q, flip_cycle_length(q)))
-    return {"cycle": torch.from_numpy(np.stack(cyc).astype(np.int64)),
+        cp.append(c_prof)
+        qp.append(_graph_structure(q.tobytes(), nq)[1])
+    return {"cycle": torch.from_numpy(np.stack(cyc)),
             "q_rings": torch.from_numpy(np.stack(qp)), "c_rings": torch.from_numpy(np.stack(cp))}
 
 
@@ -556,6 +570,25 @@ class FlipPool:
         keep = torch.nonzero(gain > 0).flatten().numpy()
         if len(keep) > count:
             keep = np.sort(rng.choice(keep, size=count, replace=False))
+        return np.stack([pairs[p[keep].numpy(), 0], pairs[p[keep].numpy(), 1],
+                         u[keep].numpy(), v[keep].numpy()], 1).astype(np.int64)
+
+    def sample_picks(self, rng: np.random.Generator, count: int, victim: nn.Module,
+                     clf: "CriticalityClassifier", top_k: int, n_query: int, n_corpus: int,
+                     select: str = "safest") -> np.ndarray:
+        """The flips the SEAGRAM attack would take on ``count`` random pairs (one per pair).
+
+        Labelling these checks the classifier exactly where its mistakes become label flips:
+        the attack's argmax over many candidates seeks out confident errors.
+        """
+        pairs = self.sample_pairs(rng, count)
+        batch = self.batch(np.concatenate([pairs, np.zeros((len(pairs), 2), int)], 1), n_query, n_corpus)
+        done = torch.zeros_like(batch.c_adj, dtype=torch.bool)
+        p, u, v, gain = scored_candidates(victim, batch, torch.ones(len(batch), dtype=torch.bool), done, top_k)
+        prob = noncritical_prob(clf, batch, p, u, v)
+        rank = gain if select == "gain" else prob + 1e-6 * torch.sigmoid(gain)
+        best = choose_flips(rank, gain > 0, p, len(batch))
+        keep = best[best >= 0]
         return np.stack([pairs[p[keep].numpy(), 0], pairs[p[keep].numpy(), 1],
                          u[keep].numpy(), v[keep].numpy()], 1).astype(np.int64)
 

@@ -95,11 +95,17 @@ class Config:
     """Active-learning rounds sharing the rest of al_budget equally."""
     al_candidates: int = 8192
     """Pool flips scored per round; the most uncertain go to the solver."""
-    al_pool: Literal["attack", "uniform"] = "attack"
-    """Pool flips: those an attack step would consider (positive gain against the victim) on
-    random train pairs, or uniform node pairs of random train pairs."""
+    al_pool: Literal["picks", "attack", "uniform"] = "picks"
+    """Candidate flips of a round: ``picks``, the flip the SEAGRAM attack with the current
+    classifier would take on each of al_candidates random train pairs (where a mistake becomes
+    a label flip); ``attack``, flips of positive gain among an attack step's candidates;
+    ``uniform``, uniform node pairs of random train pairs."""
     al_strategy: Literal["uncertainty", "random"] = "uncertainty"
-    """Which candidates are labelled: the most uncertain, or random ones (passive baseline)."""
+    """Which candidates are labelled: the most uncertain (after the al_random_frac share drawn
+    at random), or all at random (passive baseline)."""
+    al_random_frac: float = 0.5
+    """Share of each round's labels drawn at random from the candidates before uncertainty
+    sampling picks the rest (exploration against the sampling bias of pure uncertainty)."""
     al_pos_frac: float = 0.5
     """Share of pool flips drawn from relevant train pairs."""
     witness_labels: int = 0
@@ -152,6 +158,7 @@ class Config:
         require(self.margin > 0, "margin", f"must be > 0, got {self.margin}")
         require(0 < self.threshold < 1, "threshold", f"must be in (0, 1), got {self.threshold}")
         require(0 < self.al_pos_frac < 1, "al_pos_frac", f"must be in (0, 1), got {self.al_pos_frac}")
+        require(0 <= self.al_random_frac <= 1, "al_random_frac", f"must be in [0, 1], got {self.al_random_frac}")
         require(1 <= self.al_init <= self.al_budget, "al_init",
                 f"must be in [1, al_budget={self.al_budget}], got {self.al_init}")
         require(self.source == "nci" or self.source.replace("_", "").isalnum(), "source",

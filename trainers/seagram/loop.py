@@ -108,14 +108,9 @@ def train_loop(config: dict) -> None:
         losses, pairs, started = [], 0, time.perf_counter()
         victim.train()
         while st["step"] < cfg.victim_steps:
-            qa, qm, ca, cm, labels = victim_batch(data, cfg, victim_rng, n_query, n_corpus)
-            scores = victim(qa.to(device), qm.to(device), ca.to(device), cm.to(device))
-            loss = ranking_hinge_loss(scores.view(labels.shape), labels.to(device), cfg.margin)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-            pairs += labels.numel()
+            loss, n_pairs = victim_step(victim, optimizer, data, cfg, victim_rng)
+            losses.append(loss)
+            pairs += n_pairs
             st["step"] += 1
             if st["step"] % cfg.report_every == 0 or st["step"] == cfg.victim_steps:
                 st["victim_seconds"] += time.perf_counter() - started
@@ -142,35 +137,14 @@ def train_loop(config: dict) -> None:
 
     # ------------------------------------------------------------ phase 2: the SEAGRAM classifier
     if st["phase"] == "attack_train":
-        pool = atk.FlipPool([data.queries[i] for i in data.splits["train"]], data.corpus,
-                            data.split_labels("train"), cfg.al_pos_frac, cfg.induced)
+        pool = flip_pool(data, cfg)
         while st["round"] <= cfg.al_rounds:
             started = time.perf_counter()
-            if st["round"] == 0:
-                new = sample_pool(pool, cfg, al_rng, cfg.al_init, victim, n_query, n_corpus)
-                epochs = cfg.clf_epochs_init
-            else:
-                candidates = sample_pool(pool, cfg, al_rng, cfg.al_candidates, victim, n_query, n_corpus)
-                if cfg.al_strategy == "uncertainty":
-                    batch = pool.batch(candidates, n_query, n_corpus)
-                    prob = atk.noncritical_prob(clf, batch, torch.arange(len(candidates)),
-                                                torch.from_numpy(candidates[:, 2]),
-                                                torch.from_numpy(candidates[:, 3]), aggregate="mean")
-                    pick = atk.select_uncertain(prob, cfg.al_per_round).numpy()
-                else:
-                    pick = al_rng.permutation(len(candidates))[:cfg.al_per_round]
-                new = candidates[np.sort(pick)]
-                epochs = cfg.clf_epochs
-            rows, targets, _ = pool.label(new, solver, cfg.witness_labels, al_rng)
-            st["rows"] = np.concatenate([st["rows"], rows])
-            st["targets"] = np.concatenate([st["targets"], targets])
+            st["rows"], st["targets"], loss = al_round(
+                st["round"], cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen, victim,
+                st["rows"], st["targets"])
+            st["clf_loss"] = loss if loss is not None else st["clf_loss"]
             known = st["targets"] >= 0
-            if known.any() and epochs:
-                labelled = st["rows"][known]
-                st["clf_loss"] = atk.train_classifier(
-                    clf, clf_optimizer, pool.batch(labelled, n_query, n_corpus),
-                    torch.from_numpy(labelled[:, 2]), torch.from_numpy(labelled[:, 3]),
-                    torch.from_numpy(st["targets"][known]), epochs, cfg.clf_batch, clf_gen)
             st["al_seconds"] += time.perf_counter() - started
             st["round"] += 1
             last = st["round"] > cfg.al_rounds
@@ -189,14 +163,95 @@ def train_loop(config: dict) -> None:
     clf.eval()
 
     # ------------------------------------------------------------ phase 3: attack and measure
+    metrics, checker = run_attack(cfg, data, victim, clf, test_queries)
+    st["phase"] = "done"
+    session.report(
+        {**metrics, "victim/map": st["clean_map"], "victim/pairs_per_s": st["pairs_per_s"],
+         "attack/solver_calls_train": solver.stats.calls,
+         "attack/solver_s_train": solver.stats.seconds, "attack/train_s": st["al_seconds"],
+         "attack/label_check_calls": checker.stats.calls,
+         "seagram/labeled": int((st["targets"] >= 0).sum()), "train/phase": 2, **data_metrics},
+        state=snapshot, checkpoint=True)
+
+
+def victim_step(victim, optimizer, data: RetrievalData, cfg: Config, rng: np.random.Generator):
+    """One optimizer step of the ranking hinge loss; returns ``(loss, pairs scored)``."""
+    device = next(victim.parameters()).device
+    qa, qm, ca, cm, labels = victim_batch(data, cfg, rng, cfg.query_nodes[1], cfg.corpus_nodes[1])
+    scores = victim(qa.to(device), qm.to(device), ca.to(device), cm.to(device))
+    loss = ranking_hinge_loss(scores.view(labels.shape), labels.to(device), cfg.margin)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item(), labels.numel()
+
+
+def flip_pool(data: RetrievalData, cfg: Config) -> atk.FlipPool:
+    """The active-learning pool over the train queries and the corpus."""
+    return atk.FlipPool([data.queries[i] for i in data.splits["train"]], data.corpus,
+                        data.split_labels("train"), cfg.al_pos_frac, cfg.induced)
+
+
+def al_round(round_index: int, cfg: Config, pool: atk.FlipPool, clf, clf_optimizer,
+             solver: SubgraphSolver, rng: np.random.Generator, clf_gen: torch.Generator, victim,
+             rows: np.ndarray, targets: np.ndarray):
+    """One active-learning round; returns the grown ``(rows, targets)`` and the training loss.
+
+    Round 0 labels ``al_init`` random pool flips and trains ``clf_epochs_init`` epochs; round
+    r >= 1 draws ``al_candidates`` pool flips and sends ``al_per_round`` of them to the solver:
+    an ``al_random_frac`` share at random, the rest the most uncertain under the current
+    classifier (``al_strategy: random``: all at random); then ``clf_epochs`` more epochs.
+    """
+    n_query, n_corpus = cfg.query_nodes[1], cfg.corpus_nodes[1]
+    if round_index == 0:
+        new = sample_pool(pool, cfg, rng, cfg.al_init, victim, n_query, n_corpus)
+        epochs = cfg.clf_epochs_init
+    else:
+        candidates = sample_pool(pool, cfg, rng, cfg.al_candidates, victim, n_query, n_corpus, clf)
+        n_random = cfg.al_per_round if cfg.al_strategy == "random" else round(
+            cfg.al_random_frac * cfg.al_per_round)
+        order = rng.permutation(len(candidates))
+        pick, rest = order[:n_random], order[n_random:]
+        if cfg.al_per_round > n_random and len(rest):
+            batch = pool.batch(candidates[rest], n_query, n_corpus)
+            prob = atk.noncritical_prob(clf, batch, torch.arange(len(rest)),
+                                        torch.from_numpy(candidates[rest, 2]),
+                                        torch.from_numpy(candidates[rest, 3]), aggregate="mean")
+            chosen = atk.select_uncertain(prob, cfg.al_per_round - n_random).numpy()
+            pick = np.concatenate([pick, rest[chosen]])
+        new = candidates[np.sort(pick)]
+        epochs = cfg.clf_epochs
+    new_rows, new_targets, _ = pool.label(new, solver, cfg.witness_labels, rng)
+    rows = np.concatenate([rows, new_rows])
+    targets = np.concatenate([targets, new_targets])
+    known = targets >= 0
+    loss = None
+    if known.any() and epochs:
+        labelled = rows[known]
+        loss = atk.train_classifier(
+            clf, clf_optimizer, pool.batch(labelled, n_query, n_corpus),
+            torch.from_numpy(labelled[:, 2]), torch.from_numpy(labelled[:, 3]),
+            torch.from_numpy(targets[known]), epochs, cfg.clf_batch, clf_gen)
+    clf.eval()
+    return rows, targets, loss
+
+
+def run_attack(cfg: Config, data: RetrievalData, victim, clf, test_queries: np.ndarray,
+               attack: str | None = None):
+    """Attack every (test query, corpus graph) pair with ``attack`` (default ``cfg.attack``).
+
+    Returns the metrics of ``attack_metrics`` and the solver that checked the labels afterwards.
+    """
+    attack = attack or cfg.attack
+    n_query, n_corpus = cfg.query_nodes[1], cfg.corpus_nodes[1]
     batch = atk.PairBatch.build([data.queries[q] for q in test_queries for _ in data.corpus],
                                 [c for _ in test_queries for c in data.corpus],
                                 data.labels[test_queries].reshape(-1), n_query, n_corpus)
     clean = atk.pair_scores(victim, batch).view(len(test_queries), -1)
     labels = torch.from_numpy(data.labels[test_queries])
-    if cfg.attack == "random":
+    if attack == "random":
         outcome = atk.random_attack(batch, cfg.budget, np.random.default_rng([cfg.seed, 4]))
-    elif cfg.attack == "greedy":
+    elif attack == "greedy":
         outcome = atk.greedy_attack(victim, batch, cfg.budget,
                                     SubgraphSolver(induced=cfg.induced, timeout_s=cfg.solver_timeout_s),
                                     max_checks=cfg.greedy_max_checks, top_k=cfg.top_k)
@@ -207,14 +262,7 @@ def train_loop(config: dict) -> None:
     checker = SubgraphSolver(induced=cfg.induced, timeout_s=cfg.solver_timeout_s)
     metrics = attack_metrics(batch, outcome, atk.label_check(batch, outcome.flips, checker),
                              clean, attacked, labels)
-    st["phase"] = "done"
-    session.report(
-        {**metrics, "victim/map": st["clean_map"], "victim/pairs_per_s": st["pairs_per_s"],
-         "attack/solver_calls_train": solver.stats.calls,
-         "attack/solver_s_train": solver.stats.seconds, "attack/train_s": st["al_seconds"],
-         "attack/label_check_calls": checker.stats.calls,
-         "seagram/labeled": int((st["targets"] >= 0).sum()), "train/phase": 2, **data_metrics},
-        state=snapshot, checkpoint=True)
+    return metrics, checker
 
 
 def attack_metrics(batch: atk.PairBatch, outcome: atk.AttackOutcome, after: torch.Tensor,
@@ -283,10 +331,63 @@ def split_map(victim, data: RetrievalData, queries: np.ndarray, n_query: int, n_
 
 
 def sample_pool(pool: atk.FlipPool, cfg: Config, rng: np.random.Generator, count: int, victim,
-                n_query: int, n_corpus: int) -> np.ndarray:
-    """``count`` pool flips: the attack's candidates on random train pairs, or uniform ones."""
+                n_query: int, n_corpus: int, clf=None) -> np.ndarray:
+    """About ``count`` pool flips of the kind ``al_pool`` names.
+
+    ``uniform``: uniform node pairs of random train pairs; ``attack``: flips of positive gain
+    among an attack step's candidates; ``picks``: the flip the SEAGRAM attack with the current
+    classifier would take, on ``count`` random train pairs (the seed set, before there is a
+    classifier, uses ``attack``).
+    """
     if cfg.al_pool == "uniform":
         return pool.sample(rng, count)
+    if cfg.al_pool == "picks" and clf is not None:
+        return pool.sample_picks(rng, count, victim, clf, cfg.top_k, n_query, n_corpus, cfg.select)
     per_pair = min(cfg.top_k, 8) if cfg.top_k else 8
     return pool.sample_attack(rng, count, victim, max(1, -(-count // per_pair)), cfg.top_k,
                               n_query, n_corpus)
+
+
+def compare_attacks(cfg: Config, data: RetrievalData, attacks=("random", "greedy", "seagram")) -> dict:
+    """Train one victim, then run each attack on it; no session, no checkpoints.
+
+    For side-by-side studies (the science test, ``benchmarks/seagram_cost.py``): the same
+    phases as ``train_loop``, on one victim. Returns ``{attack: metrics}`` plus ``"victim"``
+    (its clean test MAP, training pairs/s and seconds) and, with SEAGRAM, ``"seagram_train"``
+    (solver calls and seconds of active learning).
+    """
+    torch.manual_seed(cfg.seed)
+    victim = build_victim(cfg.victim, cfg.hidden, cfg.layers, cfg.corpus_nodes[1])
+    optimizer = torch.optim.Adam(victim.parameters(), lr=cfg.lr)
+    rng = np.random.default_rng([cfg.seed, 1])
+    started, pairs = time.perf_counter(), 0
+    victim.train()
+    for _ in range(cfg.victim_steps):
+        pairs += victim_step(victim, optimizer, data, cfg, rng)[1]
+    victim_seconds = time.perf_counter() - started
+    victim.eval()
+    for p in victim.parameters():
+        p.requires_grad_(False)
+    test_queries = data.splits["test"][:cfg.attack_queries] if cfg.attack_queries else data.splits["test"]
+    out = {"victim": {"map": split_map(victim, data, test_queries, cfg.query_nodes[1], cfg.corpus_nodes[1]),
+                      "pairs_per_s": pairs / victim_seconds, "seconds": victim_seconds}}
+    clf = None
+    if "seagram" in attacks:
+        torch.manual_seed(cfg.seed + 1)
+        clf = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members)
+        clf_optimizer = torch.optim.Adam(clf.parameters(), lr=cfg.clf_lr)
+        solver = SubgraphSolver(induced=cfg.induced, timeout_s=cfg.solver_timeout_s)
+        al_rng = np.random.default_rng([cfg.seed, 2])
+        clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
+        pool = flip_pool(data, cfg)
+        rows, targets = np.zeros((0, 4), np.int64), np.zeros(0, np.int64)
+        started = time.perf_counter()
+        for r in range(cfg.al_rounds + 1):
+            rows, targets, _ = al_round(r, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen,
+                                        victim, rows, targets)
+        out["seagram_train"] = {"solver_calls": solver.stats.calls, "solver_s": solver.stats.seconds,
+                                "seconds": time.perf_counter() - started,
+                                "labeled": int((targets >= 0).sum())}
+    for name in attacks:
+        out[name] = run_attack(cfg, data, victim, clf, test_queries, attack=name)[0]
+    return out
