@@ -382,8 +382,10 @@ def preflight(cfg) -> None:
         n_test = min(n_test, cfg.attack_queries)
     pairs = n_test * cfg.n_corpus
     n, nq = cfg.corpus_nodes[1], cfg.query_nodes[1]
-    # the attacked pairs (adjacency, done mask, a copy) plus one scoring chunk of 4096 graphs
-    need = pairs * (n * n * 9 + nq * nq * 4) + 4096 * (n * n + nq * nq) * 4 * 2
+    # the attacked pairs (adjacency, its gradient, done mask), every pair's candidate flips
+    # (pair, u, v, gain and masks: about 40 bytes each), one scoring chunk of 4096 graphs
+    need = (pairs * (n * n * 9 + nq * nq * 4 + n * (n - 1) // 2 * 40)
+            + 4096 * (n * n + nq * nq) * 4 * 2)
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need > 0.8 * have:
         raise UserError(
