@@ -122,7 +122,7 @@ def preflight(experiment: Experiment, limit: int = 256) -> None:
         if kind in ("grid", "choice")
     }
     for combo in itertools.islice(itertools.product(*listed.values()), limit):
-        values = {**experiment.config, **dict(zip(listed, combo))}
+        values = search_space.with_variant({**experiment.config, **dict(zip(listed, combo))})
         check(from_dict(workload.config_class(), values, experiment.source, "config"))
 
 
@@ -160,7 +160,7 @@ def run_trial(settings: dict[str, Any], backend: str, config: dict[str, Any]) ->
         mode=settings["mode"],
     )
     loop = workloads.Workload(config="", loop=settings["loop"]).train_loop()
-    loop(dict(config))
+    loop(search_space.with_variant(config))
 
 
 def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
@@ -232,7 +232,8 @@ def resolved_config_callback(experiment: Experiment):
     class WriteResolvedConfig(tune.Callback):
         def on_trial_start(self, iteration, trials, trial, **info):
             storage = trial.storage
-            resolved = to_dict(from_dict(config_cls, trial.config, experiment.source, "config"))
+            config = search_space.with_variant(trial.config)
+            resolved = to_dict(from_dict(config_cls, config, experiment.source, "config"))
             with storage.storage_filesystem.open_output_stream(
                 f"{storage.trial_fs_path}/config.yaml"
             ) as f:

@@ -165,7 +165,7 @@ def load_run(path: str) -> Run:
         trials.append(Trial(name=name, params=state.get("params", {}), rows=[],
                             status=state.get("status") or "PENDING"))
     search = experiment.get("search") or {}
-    swept = list(search) or _varying_keys(trials)
+    swept = _swept_keys(search) or _varying_keys(trials)
     run = Run(path=path if "://" in path else files.root, experiment=experiment, trials=trials, swept=swept)
     single = trial_dirs == ["trial"] and not states  # python -m raylab.train: one trial, no search
     if search and not single:
@@ -181,6 +181,17 @@ def _is_trial_dir(files: _Files, name: str) -> bool:
     return any(inside.get(f) == "file" for f in ("params.json", "result.json", "error.txt"))
 
 
+def _swept_keys(search: dict) -> list[str]:
+    """The search's keys, with a ``variant`` grid standing for the fields its groups set."""
+    keys = []
+    for key, spec in search.items():
+        if key == "variant" and "grid" in spec:
+            keys += [k for group in spec["grid"] if isinstance(group, dict) for k in group if k not in keys]
+        else:
+            keys.append(key)
+    return keys
+
+
 def _load_trial(files: _Files, name: str, state: dict | None) -> Trial:
     inside = dict(files.listdir(name))
     params = {}
@@ -191,6 +202,8 @@ def _load_trial(files: _Files, name: str, state: dict | None) -> Trial:
             params = {}
     if not params and state:
         params = state.get("params", {})
+    if isinstance(params.get("variant"), dict):  # a search.variant group: its fields are swept
+        params = {**params, **params["variant"]}
     rows = []
     if inside.get("result.json") == "file":
         for line in files.read_text(f"{name}/result.json").splitlines():

@@ -12,8 +12,16 @@ Under ``search:`` each key is a workload config field and each value one of::
     lr: {qloguniform: [1e-5, 1e-2, 1e-5]}
     width: {qrandint: [32, 256, 32]} # upper bound inclusive, as in Tune
 
-Every grid or choice value, and both ends of a range, are checked against the field's type
-and range before anything starts.
+One key is not a field: ``variant``, a grid of groups of field values, for the conditional
+sweeps a product cannot express (the temperature matters only for one loss)::
+
+    variant:                         # each trial takes one group, crossed with the rest
+      - {loss: mse}
+      - {loss: soft_linf, beta: 3.0}
+      - {loss: soft_linf, beta: 30.0}
+
+Every grid or choice value, every variant, and both ends of a range, are checked against the
+fields' types and ranges before anything starts.
 """
 
 from __future__ import annotations
@@ -35,6 +43,16 @@ RANGES = {
     "qrandint": (3, tune.qrandint),
 }
 KINDS = ("grid", "choice", *RANGES)
+VARIANT = "variant"
+
+
+def with_variant(config: dict[str, Any]) -> dict[str, Any]:
+    """A trial's config with its ``variant`` group (if any) merged into the fields."""
+    if VARIANT not in config:
+        return config
+    config = dict(config)
+    group = config.pop(VARIANT)
+    return {**config, **group}
 
 
 def normalize(spec: Any, source: str, key: str) -> dict[str, list]:
@@ -47,6 +65,11 @@ def normalize(spec: Any, source: str, key: str) -> dict[str, list]:
             f"{{{', '.join(KINDS)}: ...}}, got {spec!r}"
         )
     (kind, args), = spec.items()
+    if key.endswith(VARIANT) and (kind != "grid" or not all(
+        isinstance(group, dict) and group for group in args or [None]
+    )):
+        raise UserError(f"{source}: {key}: a list of groups of field values, e.g. "
+                        f"[{{loss: mse}}, {{loss: soft_linf, beta: 3.0}}], got {spec!r}")
     if kind not in KINDS:
         raise UserError(f"{source}: {key}: unknown search kind '{kind}'; valid: {', '.join(KINDS)}")
     if not isinstance(args, list) or not args:
@@ -72,6 +95,9 @@ def validate(config_cls: type, fixed: dict, search: dict, source: str) -> None:
     """
     fields = {f.name for f in dataclasses.fields(config_cls)}
     for key, spec in search.items():
+        if key == VARIANT:
+            _validate_variants(config_cls, fixed, search, spec["grid"], source, fields)
+            continue
         if key not in fields:
             raise UserError(
                 f"{source}: unknown key 'search.{key}'; valid keys: {', '.join(sorted(fields))}"
@@ -84,6 +110,19 @@ def validate(config_cls: type, fixed: dict, search: dict, source: str) -> None:
             values = [float(v) if kind in ("uniform", "loguniform") else v for v in values]
         for value in values:
             from_dict(config_cls, {**fixed, key: value}, f"{source} (search.{key}={value!r})", "config")
+
+
+def _validate_variants(config_cls, fixed, search, groups, source, fields) -> None:
+    for group in groups:
+        for key in group:
+            if key not in fields:
+                raise UserError(f"{source}: unknown key 'search.variant.{key}'; valid keys: "
+                                f"{', '.join(sorted(fields))}")
+            if key in search or key in fixed:
+                where = "search" if key in search else "config"
+                raise UserError(f"{source}: search.variant sets '{key}', which {where} sets too; "
+                                f"keep it in one place")
+        from_dict(config_cls, {**fixed, **group}, f"{source} (search.variant={group!r})", "config")
 
 
 def to_tune(search: dict) -> dict[str, Any]:

@@ -69,6 +69,8 @@ def _dirname(path: str | None) -> str:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, dict):  # a variant group
+        return " ".join(f"{k}={_cell(v)}" for k, v in value.items())
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)

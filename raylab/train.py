@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from raylab import cli, launch, session, summary, yaml_io
+from raylab import cli, launch, search_space, session, summary, yaml_io
 from raylab import experiment as experiments
 from raylab.errors import UserError, exit_on_user_error
 
@@ -42,7 +42,7 @@ def single_config(experiment: experiments.Experiment) -> tuple[dict[str, Any], d
         else:
             middle = (args[0] + args[1]) / 2
             picked[key] = int(middle) if "randint" in kind else middle
-    return {**experiment.config, **picked}, picked
+    return search_space.with_variant({**experiment.config, **picked}), picked
 
 
 def run_local(

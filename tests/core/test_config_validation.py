@@ -156,3 +156,29 @@ def test_search_values_validated_against_config():
     with pytest.raises(UserError, match="unknown key 'search.lrr'"):
         search_space.validate(Example, {}, {"lrr": {"grid": [1]}}, "s.yaml")
     search_space.validate(Example, {}, {"lr": {"loguniform": [1e-4, 1e-2]}}, "s.yaml")
+
+
+def test_variant_groups_validate_and_merge():
+    spec = search_space.normalize([{"loss": "huber"}, {"loss": "mse", "lr": 0.1}], "s", "search.variant")
+    search = {"variant": spec, "steps": search_space.normalize([1, 2], "s", "search.steps")}
+    search_space.validate(Example, {}, search, "s.yaml")
+    assert search_space.grid_size(search) == 4
+    assert search_space.with_variant({"steps": 1, "variant": {"lr": 0.1}}) == {"steps": 1, "lr": 0.1}
+    assert search_space.with_variant({"steps": 1}) == {"steps": 1}
+
+
+@pytest.mark.parametrize(
+    "groups, fragment",
+    [
+        (["mse"], "a list of groups of field values"),
+        ([{}], "a list of groups of field values"),
+        ([{"lss": "mse"}], "unknown key 'search.variant.lss'"),
+        ([{"loss": "l1"}], "'l1' is not one of"),
+        ([{"lr": -1}], "config.lr: must be > 0"),
+        ([{"steps": 3}], "search.variant sets 'steps', which search sets too"),
+    ],
+)
+def test_variant_errors(groups, fragment):
+    with pytest.raises(UserError, match=fragment):
+        search = {"variant": search_space.normalize(groups, "s", "search.variant"), "steps": {"grid": [1]}}
+        search_space.validate(Example, {}, search, "s.yaml")

@@ -10,8 +10,12 @@ from raylab import summary
 
 
 def test_toy_smoke_sweep_reports_metrics(smoke_sweep):
-    results, run_path, experiment = smoke_sweep("toy")
+    results, run_path, experiment = smoke_sweep(
+        "toy", "search.seed=[0]", "search.variant=[{batch_size: 16}, {batch_size: 64, noise: 0.2}]"
+    )
     assert len(results) == 2
+    variants = sorted((r.config["variant"]["batch_size"], r.config["variant"].get("noise")) for r in results)
+    assert variants == [(16, None), (64, 0.2)]
     for result in results:
         assert result.error is None
         assert_finite_metrics(result.metrics, ["train/loss", "eval/mse", "train/step"])
@@ -19,6 +23,8 @@ def test_toy_smoke_sweep_reports_metrics(smoke_sweep):
         assert result.checkpoint is not None
         saved = yaml.safe_load((Path(result.path) / "config.yaml").read_text())
         assert saved["steps"] == 60 and saved["dim"] == 8 and saved["seed"] == result.config["seed"]
+        for key, value in result.config["variant"].items():  # the variant's values took effect
+            assert saved[key] == value
     table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search))
     assert [row["status"] for row in table] == ["TERMINATED", "TERMINATED"]
 

@@ -8,7 +8,7 @@ from raylab.errors import UserError
 from trainers.dqn_softlinf.config import Config
 from trainers.dqn_softlinf.preflight import preflight, replay_bytes
 
-EXPERIMENTS = ["dqn_softlinf", "dqn_softlinf_beta", "dqn_softlinf_small", "dqn_softlinf_rllib"]
+EXPERIMENTS = ["dqn_softlinf", "dqn_softlinf_small", "dqn_softlinf_rllib"]
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
