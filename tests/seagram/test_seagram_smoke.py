@@ -26,6 +26,7 @@ def test_smoke_sweep_reports_every_metric(smoke_sweep, data_dir):
         assert result.metrics["train/phase"] == 2
         assert result.metrics["attack/solver_calls_test"] == 0  # SEAGRAM: no solver at attack time
         assert result.metrics["attack/solver_calls_train"] == 60
+        assert result.metrics["attack/flips_mean"] > 0  # the attack path ran with real flips
         assert result.checkpoint is not None
         history = result.metrics_dataframe
         for name in PHASE_METRICS:
