@@ -35,7 +35,6 @@ def test_smoke_sweep_reports_every_metric(smoke_sweep, data_dir):
         assert history["attack/map"].isna().sum() == len(history) - 1
 
 
-@pytest.mark.slow
 def test_stopped_trial_resumes_and_matches_uninterrupted(local_trial, tmp_path, data_dir):
     args = ("seagram", f"config.data_dir={data_dir}", "config.victim=neuromatch")
     full = local_trial(*args, trial_dir=tmp_path / "full")
@@ -58,7 +57,6 @@ def test_stopped_trial_resumes_and_matches_uninterrupted(local_trial, tmp_path, 
     assert local_trial(*args, trial_dir=tmp_path / "resumed") == []  # a finished trial stays done
 
 
-@pytest.mark.slow
 def test_baseline_attacks_run_through_the_loop(local_trial, tmp_path, data_dir):
     for attack in ("greedy", "random"):
         rows = local_trial("seagram_baselines", f"config.data_dir={data_dir}",
