@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
 import torch
 
 from raylab.config import from_dict

@@ -7,7 +7,7 @@ import torch
 from trainers.seagram import attack as atk
 from trainers.seagram import data as sgdata
 from trainers.seagram.model import build_victim
-from trainers.seagram.solver import SubgraphSolver, Verdict
+from trainers.seagram.solver import SubgraphSolver
 
 SPEC = sgdata.DataSpec(source="nci", n_corpus=16, n_queries=6, nci_max_molecules=600, seed=11)
 

@@ -104,7 +104,6 @@ def certified_noncritical(corpus: np.ndarray, image_adj_pairs: np.ndarray, mappe
     ends are in the image. Monomorphism: iff it is not the deletion of an image edge.
     Returns a ``[n, n]`` bool matrix (symmetric, False on the diagonal).
     """
-    n = corpus.shape[0]
     if induced:
         out = ~(mapped[:, None] & mapped[None, :])
     else:

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from raylab.errors import UserError
+from raylab.paths import user_path
 from trainers.seagram.solver import SubgraphSolver, Verdict
 
 TU_SOURCES = ("AIDS", "MUTAG", "PTC_FM", "PTC_FR", "PTC_MM", "PTC_MR")
@@ -344,19 +345,10 @@ def spec_from_config(cfg) -> DataSpec:
         nci_max_molecules=cfg.nci_max_molecules, seed=cfg.data_seed)
 
 
-def resolve_dir(path: str) -> Path:
-    """``~`` expanded; a relative path taken from where the run started (Ray Tune changes the
-    working directory of trials and records the original one in ``TUNE_ORIG_WORKING_DIR``)."""
-    p = Path(os.path.expanduser(path))
-    if not p.is_absolute():
-        p = Path(os.environ.get("TUNE_ORIG_WORKING_DIR", os.getcwd())) / p
-    return p
-
-
 def data_dirs(cfg) -> tuple[Path, Path]:
     """``(data_dir, cache_dir)`` of a config, resolved."""
-    data_dir = resolve_dir(cfg.data_dir)
-    cache_dir = resolve_dir(cfg.cache_dir) if cfg.cache_dir else data_dir / "cache"
+    data_dir = user_path(cfg.data_dir)
+    cache_dir = user_path(cfg.cache_dir) if cfg.cache_dir else data_dir / "cache"
     return data_dir, cache_dir
 
 
