@@ -277,11 +277,35 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
             out["config"] = {**(out.get("config") or {}), **value}
             if isinstance(out.get("search"), dict):
                 out["search"] = {k: v for k, v in out["search"].items() if k not in value}
+                _pin_variants(out["search"], value)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def _pin_variants(search: dict[str, Any], pinned: dict[str, Any]) -> None:
+    """Keep the variant groups that agree with pinned fields, without those fields.
+
+    ``config.loss=soft_linf`` on a sweep of ``[{loss: mse}, {loss: soft_linf, beta: 3}, ...]``
+    leaves the soft_linf groups (``[{beta: 3}, ...]``); groups left empty are dropped.
+    """
+    groups = search.get(search_space.VARIANT)
+    if isinstance(groups, dict) and list(groups) == ["grid"]:
+        groups = groups["grid"]
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        return  # not a valid variant entry: validation names the problem
+    kept = []
+    for group in groups:
+        if all(group.get(k, v) == v for k, v in pinned.items()):
+            rest = {k: v for k, v in group.items() if k not in pinned}
+            if rest and rest not in kept:
+                kept.append(rest)
+    if kept:
+        search[search_space.VARIANT] = kept
+    else:
+        search.pop(search_space.VARIANT)
 
 
 def parse_override(text: str) -> dict[str, Any]:

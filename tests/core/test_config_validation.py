@@ -100,6 +100,14 @@ def test_parse_override_errors(text):
         parse_override(text)
 
 
+def test_pinning_a_field_keeps_the_variants_that_agree():
+    base = {"config": {}, "search": {"variant": [{"loss": "mse"}, {"loss": "huber", "lr": 0.1},
+                                                  {"loss": "huber", "lr": 0.2}]}}
+    assert merge(base, {"config": {"loss": "huber"}})["search"]["variant"] == [{"lr": 0.1}, {"lr": 0.2}]
+    assert "variant" not in merge(base, {"config": {"loss": "mse"}})["search"]
+    assert "variant" not in merge(base, {"config": {"loss": "l1"}})["search"]
+
+
 def test_merge_pins_and_unpins_search_fields():
     base = {"config": {"lr": 1.0, "seed": 0}, "search": {"loss": ["a", "b"]}, "stop": {"x": 1}}
     pinned = merge(base, {"config": {"loss": "a"}})

@@ -15,7 +15,7 @@ def test_atari_smoke_sweep_reports_every_metric(smoke_sweep):
         assert_finite_metrics(result.metrics, METRICS)
         assert result.metrics["env/steps"] == 2000
         assert result.checkpoint is not None
-    losses = sorted(r.config["loss"] for r in results)
+    losses = sorted(r.config["variant"]["loss"] for r in results)
     assert losses == ["mse", "soft_linf"]
 
 
