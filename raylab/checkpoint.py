@@ -10,7 +10,6 @@ weights_only=True)``, which never runs code from the file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -18,6 +17,8 @@ import re
 import warnings
 from pathlib import Path
 from typing import Any
+
+from raylab.files import sha256_file, write_atomic
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
@@ -38,9 +39,9 @@ def save(directory: str | os.PathLike, state: dict[str, Any]) -> Path:
         torch.save(state, f)
         f.flush()
         os.fsync(f.fileno())
-    meta = {"sha256": _sha256(tmp), "bytes": tmp.stat().st_size}
+    meta = {"sha256": sha256_file(tmp), "bytes": tmp.stat().st_size}
     os.replace(tmp, directory / STATE_FILE)
-    _write_atomic(directory / META_FILE, json.dumps(meta).encode())
+    write_atomic(directory / META_FILE, json.dumps(meta).encode())
     _fsync_dir(directory)
     return directory
 
@@ -57,7 +58,7 @@ def load(directory: str | os.PathLike) -> dict[str, Any]:
         raise CorruptCheckpoint(f"{directory}: missing or unreadable {META_FILE} ({err})") from None
     if not state_path.exists() or state_path.stat().st_size != meta.get("bytes"):
         raise CorruptCheckpoint(f"{directory}: {STATE_FILE} is missing or truncated")
-    if _sha256(state_path) != meta.get("sha256"):
+    if sha256_file(state_path) != meta.get("sha256"):
         raise CorruptCheckpoint(f"{directory}: {STATE_FILE} fails its checksum")
     try:
         return torch.load(state_path, map_location="cpu", weights_only=True)
@@ -124,23 +125,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def _as_tuples(value: Any) -> Any:
     return tuple(_as_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _fsync_dir(directory: Path) -> None:

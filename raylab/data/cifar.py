@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from raylab.errors import UserError
+from raylab.files import write_atomic
 from raylab.paths import user_path
 
 Name = Literal["cifar10", "cifar100"]
@@ -397,20 +398,9 @@ def write_synthetic_cifar(
     compressed = gzip.compress(buffer.getvalue(), mtime=0)
     # Same arguments, same bytes; and atomic replacements: trials sharing data_dir may write
     # these files at the same time.
-    _write_atomic(sidecar, f"{hashlib.md5(compressed).hexdigest()}  {archive.name}\n".encode())
-    _write_atomic(archive, compressed)
+    write_atomic(sidecar, f"{hashlib.md5(compressed).hexdigest()}  {archive.name}\n".encode())
+    write_atomic(archive, compressed)
     return archive
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def _templates(rng: np.random.Generator, num_classes: int) -> np.ndarray:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from raylab import checkpoint as ckpt
+from raylab.files import sha256_file
 from raylab import session
 
 
@@ -108,7 +109,7 @@ def test_loading_never_runs_code_from_the_file(tmp_path):
     with zipfile.ZipFile(directory / ckpt.STATE_FILE, "w") as zf:
         for name in names:
             zf.writestr(name, members[name])
-    meta = {"sha256": ckpt._sha256(directory / ckpt.STATE_FILE),
+    meta = {"sha256": sha256_file(directory / ckpt.STATE_FILE),
             "bytes": (directory / ckpt.STATE_FILE).stat().st_size}
     (directory / ckpt.META_FILE).write_text(__import__("json").dumps(meta))
     with pytest.raises(ckpt.CorruptCheckpoint, match="cannot load"):

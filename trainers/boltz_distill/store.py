@@ -30,6 +30,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from raylab.errors import UserError
+from raylab.files import write_atomic
 
 FORMAT = "raylab-atom-embeddings-v1"
 META_FILE = "meta.json"
@@ -38,15 +39,6 @@ FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 def _shard_name(number: int) -> str:
     return f"shard_{number:06d}"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _index_files(root: Path) -> list[Path]:
@@ -134,7 +126,7 @@ class StoreWriter:
                     f"use another output directory"
                 )
         else:
-            _write_atomic(meta_path, json.dumps(wanted, indent=1, sort_keys=True).encode())
+            write_atomic(meta_path, json.dumps(wanted, indent=1, sort_keys=True).encode())
         existing = EmbeddingStore(self.root)
         self.done: set[str] = set(existing.keys()) | set(existing.failed)
         self._next_shard = len(_index_files(self.root))
@@ -189,7 +181,7 @@ class StoreWriter:
             os.fsync(f.fileno())
         os.replace(tmp, self.root / f"{name}.npy")
         index = {"keys": self._keys, "offsets": offsets, "counts": counts, "failed": self._failed}
-        _write_atomic(self.root / f"{name}.index.json", json.dumps(index).encode())
+        write_atomic(self.root / f"{name}.index.json", json.dumps(index).encode())
         self._next_shard += 1
         self._keys, self._arrays, self._failed = [], [], {}
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from raylab.errors import UserError
+from raylab.files import sha256_file
 from raylab.paths import user_path
 from trainers.seagram.solver import SubgraphSolver, Verdict
 
@@ -148,10 +149,10 @@ def tu_graphs(root: Path, name: str, download: bool) -> list[np.ndarray]:
 def source_graphs(spec: DataSpec, data_dir: Path, download: bool) -> tuple[list[np.ndarray], dict]:
     """The source graphs of ``spec.source`` and the SHA-256 of the files they came from."""
     if spec.source == "nci":
-        return nci_graphs(spec.nci_max_molecules), {str(nci_path()): _sha256(nci_path())}
+        return nci_graphs(spec.nci_max_molecules), {str(nci_path()): sha256_file(nci_path())}
     graphs = tu_graphs(data_dir, spec.source, download)
     raw = Path(data_dir) / spec.source / "raw"
-    return graphs, {str(p): _sha256(p) for p in sorted(raw.glob("*.txt"))}
+    return graphs, {str(p): sha256_file(p) for p in sorted(raw.glob("*.txt"))}
 
 
 # ------------------------------------------------------------------------ sampling
@@ -292,7 +293,7 @@ def _save(data: RetrievalData, path: Path, meta_path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
     np.savez_compressed(tmp, **arrays)
     meta = {"spec": asdict(data.spec), "stats": data.stats,
-            "npz_sha256": _sha256(tmp)}
+            "npz_sha256": sha256_file(tmp)}
     tmp_meta = meta_path.with_name(f".{meta_path.name}.{os.getpid()}.tmp")
     tmp_meta.write_text(json.dumps(meta, indent=2))
     os.replace(tmp, path)
@@ -300,7 +301,7 @@ def _save(data: RetrievalData, path: Path, meta_path: Path) -> None:
 
 
 def _load(path: Path, meta: dict, spec: DataSpec) -> RetrievalData:
-    if meta.get("npz_sha256") != _sha256(path):
+    if meta.get("npz_sha256") != sha256_file(path):
         raise UserError(f"{path}: fails its checksum (recorded in {path.with_suffix('.json')}); "
                         f"delete both files to regenerate the dataset")
     with np.load(path, allow_pickle=False) as z:
@@ -322,14 +323,6 @@ def _nx(adj: np.ndarray):
     from trainers.seagram.solver import to_nx
 
     return to_nx(adj)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------------ config glue
