@@ -7,14 +7,6 @@ import torch.nn.functional as F
 from trainers.fair_adv import attack
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models: one thread is fastest, and immune to a busy machine's thread contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def tiny_cnn(seed=0, classes=4):
     torch.manual_seed(seed)

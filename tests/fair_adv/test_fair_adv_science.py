@@ -26,14 +26,6 @@ STDS = torch.tensor([0.04, 0.04, 0.15])
 HARD = 2
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models: one thread is fastest, and immune to a busy machine's thread contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def make_data(n, seed, noise):
     g = torch.Generator().manual_seed(seed)

@@ -3,7 +3,6 @@
 import math
 
 import pytest
-import torch
 from conftest import assert_finite_metrics
 
 from raylab import experiment as experiments
@@ -17,14 +16,6 @@ AUTOATTACK = fair_loop.autoattack_available()
 EXPECTED = [m for m in METRICS if AUTOATTACK or not m.startswith("final/autoattack")]
 NOT_EXACT = {"train/images_per_s"}  # wall-clock
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models: one thread is fastest, and immune to a busy machine's thread contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_yaml_files_load_and_name_a_reported_metric():

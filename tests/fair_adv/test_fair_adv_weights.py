@@ -13,14 +13,6 @@ from trainers.fair_adv.loop import lr_at, split_validation
 from trainers.fair_adv.reweight import BOUNDARY, OUTLIER, SAFE
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny models: one thread is fastest, and immune to a busy machine's thread contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 # ----------------------------------------------------------------------------- losses
 
 
