@@ -30,11 +30,15 @@ RUN_INTERNAL = "_raylab"
 # ---------------------------------------------------------------------------- Ray start/join
 
 
-def connect(address: str | None = None, dashboard: bool = False) -> dict[str, Any]:
+def connect(
+    address: str | None = None, dashboard: bool = False, state_api: bool = False
+) -> dict[str, Any]:
     """Start a local Ray sized to this machine, or join ``address`` (``auto`` or ``HOST:PORT``).
 
-    Returns what the caller may print: whether Ray was started here and the dashboard URL.
-    An address that does not answer fails within seconds.
+    Returns what the caller may print: whether Ray was started here and the dashboard URL
+    (with ``dashboard``). ``state_api`` starts the dashboard process without announcing it:
+    Ray Train's controller polls Ray's state API, which that process serves. An address that
+    does not answer fails within seconds.
     """
     import ray
 
@@ -49,7 +53,7 @@ def connect(address: str | None = None, dashboard: bool = False) -> dict[str, An
             raise UserError(f"cannot join Ray cluster at '{address}': {err}") from None
         return {"started": False, "dashboard_url": context.dashboard_url}
     context = ray.init(
-        include_dashboard=dashboard,
+        include_dashboard=dashboard or state_api,
         dashboard_host="127.0.0.1",
         logging_level=logging.WARNING,
     )

@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.address:
         launch.check_resources(experiment, launch.local_resources(), local=True)
         launch.preflight(experiment)
-    ray_info = launch.connect(args.address, dashboard=args.dashboard)
+    ray_info = launch.connect(
+        args.address, dashboard=args.dashboard, state_api=experiment.resources.uses_ray_train
+    )
     if ray_info["dashboard_url"]:
         cli.stderr(f"Ray dashboard: {ray_info['dashboard_url']}")
     if args.address:

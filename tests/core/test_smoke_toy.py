@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from conftest import assert_finite_metrics
-
+import pytest
 import yaml
+from conftest import assert_finite_metrics
 
 from raylab import summary
 
@@ -36,3 +36,15 @@ def test_local_trial_resumes_and_matches_uninterrupted(local_trial, tmp_path):
     rest = local_trial("toy", trial_dir=tmp_path / "resumed")
     assert rest[0]["train/step"] == 40  # continued from the step-20 checkpoint
     assert rest[-1]["eval/mse"] == full[-1]["eval/mse"]
+
+
+@pytest.mark.slow
+def test_multi_worker_trial_runs_on_ray_train(smoke_sweep):
+    results, run_path, _ = smoke_sweep("toy", "search.seed=[0]", "resources.workers=2")
+    (result,) = results
+    assert result.error is None, result.error
+    assert_finite_metrics(result.metrics, ["train/loss", "eval/mse", "train/step"])
+    assert result.metrics["train/step"] == 60
+    # The Ray Train run keeps its checkpoints under the sweep's run folder, named by trial id.
+    train_run = Path(run_path) / "_raylab" / "train" / result.metrics["trial_id"]
+    assert any(train_run.glob("checkpoint_*/state.pt"))
