@@ -31,9 +31,9 @@ class NatureCNN(nn.Module):
         self.head = nn.Sequential(nn.Linear(flat, 512), nn.ReLU(), nn.Linear(512, num_actions))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float() / 255.0
-        if self.channels_last:
+        if self.channels_last:  # reorder the uint8 bytes, not the floats: 4x less to move
             x = x.contiguous(memory_format=torch.channels_last)
+        x = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float() / 255.0
         return self.head(self.features(x))
 
 
