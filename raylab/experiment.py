@@ -165,6 +165,14 @@ class Experiment:
     def __post_init__(self):
         require(self.num_samples >= 1, "num_samples", f"must be >= 1, got {self.num_samples}")
         require(self.max_concurrent_trials >= 0, "max_concurrent_trials", "must be >= 0")
+        # PBT exploits by copying a Tune checkpoint; trials on Ray Train workers checkpoint
+        # through Ray Train, which hands Tune only the path, so PBT would never exploit there.
+        require(
+            self.scheduler.type != "pbt" or not self.resources.uses_ray_train,
+            "scheduler.type",
+            "pbt needs single-worker CPU trials (resources.workers: 1, gpus_per_worker: 0); "
+            "use asha for trials on Ray Train workers",
+        )
 
     def resolved_config(self) -> dict[str, Any]:
         """The workload's full config: defaults, then fixed values (search keys left out)."""
