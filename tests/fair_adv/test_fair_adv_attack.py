@@ -76,7 +76,7 @@ def test_pgd_agrees_with_independent_reference():
 
 
 def test_pgd_agrees_with_torchattacks_when_installed():
-    torchattacks = pytest.importorskip("torchattacks")  # not a dependency: it requires torchvision
+    torchattacks = pytest.importorskip("torchattacks")  # make test installs it (--no-deps)
     model, (x, y) = tiny_cnn().eval(), batch(32)
     torch.manual_seed(7)
     ours = attack.pgd(model, x, y, eps=8 / 255, step_size=2 / 255, steps=10)
