@@ -40,6 +40,20 @@ def require(condition: bool, key: str, message: str) -> None:
         raise ConfigValueError(key, message)
 
 
+def require_at_least(config: Any, minimum: float, *keys: str) -> None:
+    """``require(value >= minimum, key, "must be >= minimum, got value")`` for each field."""
+    for key in keys:
+        value = getattr(config, key)
+        require(value >= minimum, key, f"must be >= {minimum}, got {value}")
+
+
+def require_positive(config: Any, *keys: str) -> None:
+    """``require(value > 0, key, "must be > 0, got value")`` for each field."""
+    for key in keys:
+        value = getattr(config, key)
+        require(value > 0, key, f"must be > 0, got {value}")
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any] | None, source: str, prefix: str = "") -> T:
     """Build the dataclass ``cls`` from ``data``, checking every key and type.
 

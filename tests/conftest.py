@@ -1,7 +1,9 @@
-"""Fixtures shared by every test: one Ray instance per test session, and sweep/trial runners."""
+"""Fixtures shared by every test: one Ray instance per test session, sweep/trial runners, and
+torch on one thread."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -61,6 +63,38 @@ def local_trial(tmp_path):
         )
 
     return run
+
+
+@contextlib.contextmanager
+def torch_on_one_thread():
+    """torch with one intra-op thread inside, its previous count restored after.
+
+    Small models run fastest so, and stay steady on a busy two-core machine (Ray gives a
+    one-CPU trial the same; two threads spin against other processes and run several times
+    slower).
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test that asks for it."""
+    with torch_on_one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def one_thread_module():
+    """One torch thread for the rest of the module (a folder's conftest makes it autouse)."""
+    with torch_on_one_thread():
+        yield
 
 
 def assert_finite_metrics(row: dict, names) -> None:

@@ -1,7 +1,6 @@
 """The backdoor workload through Ray Tune on synthetic CIFAR-format data; configs; resume."""
 
 import pytest
-import torch
 from conftest import assert_finite_metrics
 
 from raylab import experiment as experiments
@@ -10,16 +9,6 @@ from raylab.errors import UserError
 from trainers.backdoor import METRICS, THEORY_METRICS
 from trainers.backdoor.config import Config, TheoryConfig
 from trainers.backdoor.loop import preflight
-
-
-@pytest.fixture
-def one_thread():
-    """In-process trials on a shared 2-core machine: one intra-op thread, as Ray gives a
-    one-CPU trial (two threads spin against other processes and run several times slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("name", ["backdoor", "backdoor_resnet", "backdoor_theory"])

@@ -10,15 +10,6 @@ from trainers.backdoor import theory
 from trainers.backdoor.theory_loop import train_loop
 
 
-@pytest.fixture
-def one_thread():
-    """Small matrices: one thread is fastest, and robust to a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_directional_data_structure():
     gen = torch.Generator().manual_seed(0)
     x, y, poisoned = theory.directional_data(1000, 50, 0.5, 3.0, 1.0, 0.04, gen)

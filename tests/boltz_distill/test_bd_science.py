@@ -25,14 +25,6 @@ MARGIN_OVER_RANDOM = 0.04   # log-solubility MAE; measured gap about 0.1
 MARGIN_OVER_MEAN = 0.5      # measured gap about 0.8
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a small model: steady timing on a busy 2-core machine
-    yield
-    torch.set_num_threads(threads)
-
-
 def linear_probe_mae(x: torch.Tensor, keys, y_tv, y_te, seed: int) -> float:
     n = len(keys)
     train, valid = data.scaffold_split(keys, seed)

@@ -2,12 +2,8 @@
 extra intra-op threads only contend (measured here: 25x slower classifier steps with two)."""
 
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def _one_torch_thread(one_thread_module):
+    """Every test module of this folder runs torch on one thread."""

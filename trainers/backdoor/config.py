@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import require
+from raylab.config import require, require_at_least, require_positive
 
 
 @dataclass(frozen=True)
@@ -109,10 +109,8 @@ class Config:
         positive = ("synthetic_train_size", "synthetic_test_size", "epochs", "batch_size",
                     "early_log_every", "probe_size", "eval_every", "model_width",
                     "finetune_batch_size", "wanet_k", "patch_size")
-        for key in positive:
-            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
-        for key in ("lr", "finetune_lr"):
-            require(getattr(self, key) > 0, key, f"must be > 0, got {getattr(self, key)}")
+        require_at_least(self, 1, *positive)
+        require_positive(self, "lr", "finetune_lr")
         require(self.attack in ATTACKS, "attack",
                 f"unknown attack '{self.attack}'; available: {', '.join(sorted(ATTACKS))}")
         require(0 <= self.poison_ratio < 1, "poison_ratio", f"must be in [0, 1), got {self.poison_ratio}")
@@ -170,11 +168,9 @@ class TheoryConfig:
     """Seed of the data, the initialization and the batches."""
 
     def __post_init__(self):
-        for key in ("n_train", "dim", "width", "batch_size", "early_steps", "steps", "report_every"):
-            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        require_at_least(self, 1, "n_train", "dim", "width", "batch_size", "early_steps", "steps", "report_every")
         require(self.dim >= 2, "dim", f"must be >= 2 (semantic and trigger directions), got {self.dim}")
-        for key in ("semantic_strength", "trigger_strength", "noise", "init_scale", "lr"):
-            require(getattr(self, key) > 0, key, f"must be > 0, got {getattr(self, key)}")
+        require_positive(self, "semantic_strength", "trigger_strength", "noise", "init_scale", "lr")
         require(0 < self.poison_ratio < 0.5, "poison_ratio",
                 f"must be in (0, 0.5), got {self.poison_ratio}")
         require(self.early_steps <= self.steps, "early_steps",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import require
+from raylab.config import require, require_at_least
 
 
 @dataclass(frozen=True)
@@ -140,9 +140,7 @@ class Config:
                     "target_period", "frame_skip", "frame_stack", "screen_size",
                     "max_episode_frames", "report_every", "probe_size", "eval_every",
                     "eval_episodes", "eval_max_steps", "rllib_iterations_per_report")
-        for key in positive:
-            value = getattr(self, key)
-            require(value >= 1, key, f"must be >= 1, got {value}")
+        require_at_least(self, 1, *positive)
         require(self.learning_starts >= 0, "learning_starts", f"must be >= 0, got {self.learning_starts}")
         require(self.learning_starts < self.total_steps, "learning_starts",
                 f"({self.learning_starts}) is beyond total_steps ({self.total_steps}): nothing would train")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import require
+from raylab.config import require, require_at_least
 
 Method = Literal["standard", "pgd_at", "trades", "frl", "tri_regime"]
 AutoAttackName = Literal["apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t"]
@@ -144,12 +144,10 @@ class Config:
     pre-trained TRADES model)."""
 
     def __post_init__(self):
-        for key in ("synthetic_train", "synthetic_test", "epochs", "batch_size",
-                    "eval_batch_size", "autoattack_iters", "cw_steps"):
-            require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
-        for key in ("val_size", "train_steps", "eval_steps", "tri_warmup_epochs",
-                    "tri_min_history", "tri_boundary_ramp_epochs", "frl_warmup_epochs"):
-            require(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
+        require_at_least(self, 1, "synthetic_train", "synthetic_test", "epochs", "batch_size",
+                         "eval_batch_size", "autoattack_iters", "cw_steps")
+        require_at_least(self, 0, "val_size", "train_steps", "eval_steps", "tri_warmup_epochs",
+                         "tri_min_history", "tri_boundary_ramp_epochs", "frl_warmup_epochs")
         for key in ("eval_size", "final_eval_size"):
             value = getattr(self, key)
             require(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
@@ -174,8 +172,7 @@ class Config:
                 f"must be in [0, 1], got {self.tri_outlier_loss_quantile}")
         require(-1 < self.tri_safe_margin <= 1, "tri_safe_margin",
                 f"must be in (-1, 1], got {self.tri_safe_margin}")
-        for key in ("tri_outlier_weight", "tri_safe_weight", "tri_boundary_gain",
-                    "frl_tau_nat", "frl_tau_bndy", "frl_rate_nat", "frl_rate_bndy"):
-            require(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
+        require_at_least(self, 0, "tri_outlier_weight", "tri_safe_weight", "tri_boundary_gain",
+                         "frl_tau_nat", "frl_tau_bndy", "frl_rate_nat", "frl_rate_bndy")
         require(len(set(self.autoattack_attacks)) == len(self.autoattack_attacks),
                 "autoattack_attacks", f"lists an attack twice: {list(self.autoattack_attacks)}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import require
+from raylab.config import require, require_at_least
 
 
 @dataclass(frozen=True)
@@ -142,16 +142,12 @@ class Config:
         require(all(f >= 0 for f in self.split) and abs(sum(self.split) - 1) < 1e-6 and self.split[0] > 0
                 and self.split[2] > 0, "split", f"need train, val, test >= 0 summing to 1 "
                 f"(train, test > 0), got {list(self.split)}")
-        for key in ("n_corpus", "n_queries", "max_query_attempts", "nci_max_molecules", "hidden",
-                    "layers", "victim_steps", "queries_per_step", "pos_per_query", "neg_per_query",
-                    "report_every", "budget", "al_rounds", "al_candidates", "clf_hidden",
-                    "clf_layers", "clf_members", "clf_batch"):
-            value = getattr(self, key)
-            require(value >= 1, key, f"must be >= 1, got {value}")
-        for key in ("top_k", "greedy_max_checks", "attack_queries", "witness_labels",
-                    "clf_epochs_init", "clf_epochs", "torch_threads"):
-            value = getattr(self, key)
-            require(value >= 0, key, f"must be >= 0, got {value}")
+        require_at_least(self, 1, "n_corpus", "n_queries", "max_query_attempts", "nci_max_molecules",
+                         "hidden", "layers", "victim_steps", "queries_per_step", "pos_per_query",
+                         "neg_per_query", "report_every", "budget", "al_rounds", "al_candidates",
+                         "clf_hidden", "clf_layers", "clf_members", "clf_batch")
+        require_at_least(self, 0, "top_k", "greedy_max_checks", "attack_queries", "witness_labels",
+                         "clf_epochs_init", "clf_epochs", "torch_threads")
         require(self.solver_timeout_s >= 0, "solver_timeout_s", f"must be >= 0 (0: no limit), got {self.solver_timeout_s}")
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         require(self.clf_lr > 0, "clf_lr", f"must be > 0, got {self.clf_lr}")

@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,7 @@ import numpy as np
 from raylab.errors import UserError
 from raylab.files import sha256_file
 from raylab.paths import user_path
+from trainers.seagram.config import Config
 from trainers.seagram.solver import SubgraphSolver, Verdict
 
 TU_SOURCES = ("AIDS", "MUTAG", "PTC_FM", "PTC_FR", "PTC_MM", "PTC_MR")
@@ -42,20 +43,24 @@ TU_SOURCES = ("AIDS", "MUTAG", "PTC_FM", "PTC_FR", "PTC_MM", "PTC_MR")
 
 @dataclass(frozen=True)
 class DataSpec:
-    """Everything that determines a generated dataset (its hash names the cache file)."""
+    """Everything that determines a generated dataset (its hash names the cache file).
 
-    source: str = "nci"
-    n_corpus: int = 800
-    n_queries: int = 500
-    corpus_nodes: tuple[int, int] = (16, 20)
-    query_nodes: tuple[int, int] = (7, 15)
-    pos_frac: tuple[float, float] = (0.1, 0.4)
-    split: tuple[float, float, float] = (0.6, 0.15, 0.25)
-    induced: bool = True
-    solver_timeout_s: float = 1.0
-    max_query_attempts: int = 20000
-    nci_max_molecules: int = 5000
-    seed: int = 0
+    The fields are the workload Config's data fields, with its defaults (``seed`` is
+    ``data_seed`` there); the meaning of each is documented in ``trainers/seagram/config.py``.
+    """
+
+    source: str = Config.source
+    n_corpus: int = Config.n_corpus
+    n_queries: int = Config.n_queries
+    corpus_nodes: tuple[int, int] = Config.corpus_nodes
+    query_nodes: tuple[int, int] = Config.query_nodes
+    pos_frac: tuple[float, float] = Config.pos_frac
+    split: tuple[float, float, float] = Config.split
+    induced: bool = Config.induced
+    solver_timeout_s: float = Config.solver_timeout_s
+    max_query_attempts: int = Config.max_query_attempts
+    nci_max_molecules: int = Config.nci_max_molecules
+    seed: int = Config.data_seed
 
     def key(self) -> str:
         text = json.dumps(asdict(self), sort_keys=True)
@@ -328,14 +333,10 @@ def _nx(adj: np.ndarray):
 # ------------------------------------------------------------------------ config glue
 
 
-def spec_from_config(cfg) -> DataSpec:
+def spec_from_config(cfg: Config) -> DataSpec:
     """The data generation part of a workload ``Config``."""
-    return DataSpec(
-        source=cfg.source, n_corpus=cfg.n_corpus, n_queries=cfg.n_queries,
-        corpus_nodes=tuple(cfg.corpus_nodes), query_nodes=tuple(cfg.query_nodes),
-        pos_frac=tuple(cfg.pos_frac), split=tuple(cfg.split), induced=cfg.induced,
-        solver_timeout_s=cfg.solver_timeout_s, max_query_attempts=cfg.max_query_attempts,
-        nci_max_molecules=cfg.nci_max_molecules, seed=cfg.data_seed)
+    values = {f.name: getattr(cfg, "data_seed" if f.name == "seed" else f.name) for f in fields(DataSpec)}
+    return DataSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
 def data_dirs(cfg) -> tuple[Path, Path]:
