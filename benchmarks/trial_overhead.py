@@ -3,7 +3,7 @@
 All run the same number of trivial single-CPU trials that report three times: plain Tune runs
 a bare function trainable (with Tune's defaults, and again reusing actors between trials, as
 raylab does); raylab runs the `toy` workload cut to three SGD steps through
-`raylab.launch.sweep` (config validation, the session API, two checkpoints through the raylab
+`raylab.sweep.sweep` (config validation, the session API, two checkpoints through the raylab
 helper). The difference is raylab's fixed cost per trial. Prints seconds for each and the
 ratios (target: raylab <= 1.5x plain Tune).
 
@@ -22,7 +22,7 @@ import ray
 from ray import tune
 
 from raylab import experiment as experiments
-from raylab import launch
+from raylab import sweep
 
 
 def plain_trial(config):
@@ -50,7 +50,7 @@ def run_raylab(trials: int, storage: str) -> float:
         ["config.steps=3", "config.report_every=1", f"search.seed={list(range(trials))}",
          "search.lr=[0.05]", "num_samples=1", "scheduler.type=fifo"],
     )
-    launch.sweep(experiment, storage=storage, verbose=0)
+    sweep.sweep(experiment, storage=storage, verbose=0)
     return time.perf_counter() - start
 
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from raylab import cli, launch, search_space, session, summary, yaml_io
+from raylab import checks, cli, ray_start, run_files, search_space, session, summary, sweep, yaml_io
 from raylab import experiment as experiments
 from raylab.errors import UserError, exit_on_user_error
 
@@ -77,15 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume and args.overrides:
         raise UserError("--resume continues a trial as it was started; drop the overrides")
     experiment = experiments.load(args.experiment, args.overrides, smoke=args.smoke)
-    launch.check_storage(args.storage)
-    launch.check_resources(experiment, launch.local_resources(), local=True)
-    launch.preflight(experiment)
+    checks.check_storage(args.storage)
+    checks.check_resources(experiment, ray_start.local_resources(), local=True)
+    checks.preflight(experiment)
     root = Path(args.storage)
     if args.resume:
         run_dir = _newest_run(root, experiment, args.name)
-        experiment = launch.saved_experiment(str(run_dir))
+        experiment = sweep.saved_experiment(str(run_dir))
     else:
-        run_dir = root / (args.name or launch.default_run_name(experiment).replace(
+        run_dir = root / (args.name or sweep.default_run_name(experiment).replace(
             experiment.name, f"{experiment.name}-train", 1))
     config, picked = single_config(experiment)
     for key, value in picked.items():
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             f"run python -m raylab.tune {experiment.name} {' '.join(f'config.{k}={v}' for k, v in picked.items())}"
         )
     if not args.resume:
-        launch._write_text(str(run_dir.absolute()), launch.EXPERIMENT_FILE,
+        run_files.write_text(str(run_dir.absolute()), run_files.EXPERIMENT_FILE,
                            yaml_io.dumps(experiment.to_yaml_dict()))
     history = run_local(experiment, run_dir / "trial", config, verbose=not args.quiet)
     last = history[-1] if history else {}
@@ -114,12 +114,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _newest_run(root: Path, experiment: experiments.Experiment, name: str | None) -> Path:
     if name:
-        if not (root / name / launch.EXPERIMENT_FILE).is_file():
+        if not (root / name / run_files.EXPERIMENT_FILE).is_file():
             raise UserError(f"--resume: no trial run at {root / name}")
         return root / name
     prefix = f"{experiment.name}-train{'-smoke' if experiment.smoke else ''}-"
     runs = sorted(root.glob(f"{prefix}*"), reverse=True) if root.is_dir() else []
-    runs = [r for r in runs if (r / launch.EXPERIMENT_FILE).is_file()]
+    runs = [r for r in runs if (r / run_files.EXPERIMENT_FILE).is_file()]
     if not runs:
         raise UserError(f"--resume: no run of '{prefix[:-1]}' in {root.absolute()}")
     return runs[0]

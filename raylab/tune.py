@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from raylab import cli, launch, summary, yaml_io
+from raylab import checks, cli, ray_start, run_files, summary, sweep, yaml_io
 from raylab import experiment as experiments
 from raylab import search_space
 from raylab.errors import UserError, exit_on_user_error
@@ -52,21 +52,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(dry_run_text(experiment))
         try:  # the checks a local run would make; a cluster may well pass where this machine fails
-            launch.preflight(experiment)
+            checks.preflight(experiment)
             print("# preflight on this machine: ok")
         except UserError as err:
             print(f"# preflight on this machine: {err}")
         return 0
 
-    launch.check_storage(args.storage)
+    checks.check_storage(args.storage)
     if args.resume:  # fail before Ray starts when there is nothing to resume
-        launch.find_run_to_resume(
-            launch.storage_root(args.storage), experiment.name, experiment.smoke, args.name
+        sweep.find_run_to_resume(
+            sweep.storage_root(args.storage), experiment.name, experiment.smoke, args.name
         )
     if not args.address:
-        launch.check_resources(experiment, launch.local_resources(), local=True)
-        launch.preflight(experiment)
-    ray_info = launch.connect(
+        checks.check_resources(experiment, ray_start.local_resources(), local=True)
+        checks.preflight(experiment)
+    ray_info = ray_start.connect(
         args.address, dashboard=args.dashboard, state_api=experiment.resources.uses_ray_train
     )
     if ray_info["dashboard_url"]:
@@ -74,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.address:
         import ray
 
-        launch.check_resources(experiment, ray.cluster_resources(), local=False)
+        checks.check_resources(experiment, ray.cluster_resources(), local=False)
 
-    results, run_path, experiment = launch.sweep(
+    results, run_path, experiment = sweep.sweep(
         experiment, storage=args.storage, name=args.name, resume=args.resume,
         verbose=0 if args.quiet else 1,
     )
     table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search))
-    csv_path = launch._write_text(run_path, "summary.csv", summary.to_csv(table))
+    csv_path = run_files.write_text(run_path, "summary.csv", summary.to_csv(table))
     print()
     print(summary.format_table(table))
     print(f"\nresults: {run_path}\nsummary: {csv_path}")

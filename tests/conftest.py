@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from raylab import experiment as experiments
-from raylab import launch
+from raylab import sweep
 from raylab import train as raylab_train
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -38,7 +38,7 @@ def smoke_sweep(ray_session, tmp_path):
 
     def run(name: str, *overrides: str, smoke: bool = True, resume: bool = False, run_name=None):
         experiment = experiments.load(name, list(overrides), smoke=smoke)
-        return launch.sweep(
+        return sweep.sweep(
             experiment, storage=str(tmp_path / "results"), name=run_name, resume=resume, verbose=0
         )
 

@@ -4,7 +4,7 @@ import pytest
 from conftest import assert_finite_metrics
 
 from raylab import experiment as experiments
-from raylab import launch
+from raylab import checks
 from raylab.errors import UserError
 from trainers.backdoor import METRICS, THEORY_METRICS
 from trainers.backdoor.config import Config, TheoryConfig
@@ -35,7 +35,7 @@ def test_config_errors_name_the_key():
 def test_preflight_names_the_missing_dataset_before_ray_starts(tmp_path):
     experiment = experiments.load("backdoor", [f"config.data_dir={tmp_path}/nothing", "config.download=false"])
     with pytest.raises(UserError, match=r"cifar10 not found: looked for .*nothing/cifar-10-batches-py"):
-        launch.preflight(experiment)
+        checks.preflight(experiment)
     preflight(Config(synthetic_data=True, data_dir=str(tmp_path / "nothing")))  # writes its own
     with pytest.raises(UserError, match="blend_image: no such file"):
         preflight(Config(attack="blended", blend_image=str(tmp_path / "k.png"), synthetic_data=True))

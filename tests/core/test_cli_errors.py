@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from raylab import launch
+from raylab import checks, ray_start
 from raylab.data import cifar
 from raylab import train as raylab_train
 from raylab import tune as raylab_tune
@@ -81,7 +81,7 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(case, tmp_path, capsys,
 
 
 def test_gpu_request_on_a_machine_without_gpu_is_refused(capsys, tmp_path):
-    if launch.local_resources()["GPU"] > 0:
+    if ray_start.local_resources()["GPU"] > 0:
         pytest.skip("this machine has a GPU")
     assert raylab_tune.main(["toy", "resources.gpus_per_worker=1", "--storage", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
@@ -94,7 +94,7 @@ def test_resources_beyond_a_joined_cluster_only_warn(capsys):
     from raylab import experiment as experiments
 
     exp = experiments.load("toy", ["resources.gpus_per_worker=1"])
-    launch.check_resources(exp, {"CPU": 8, "GPU": 0}, local=False)
+    checks.check_resources(exp, {"CPU": 8, "GPU": 0}, local=False)
     assert "wait for the autoscaler" in capsys.readouterr().out
 
 

@@ -12,7 +12,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from raylab import experiment as experiments
-from raylab import launch
+from raylab import sweep
 
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
 cluster.add_node(num_cpus=1)
@@ -20,7 +20,7 @@ cluster.wait_for_nodes()
 ray.init(address=cluster.address, logging_level=logging.ERROR)
 # Each trial holds one CPU and runs long enough that both must run at the same time.
 experiment = experiments.load("toy", ["config.step_time_s=0.02", "search.seed=[0, 1]"], smoke=True)
-results, _, _ = launch.sweep(experiment, storage=sys.argv[1], verbose=0)
+results, _, _ = sweep.sweep(experiment, storage=sys.argv[1], verbose=0)
 print(json.dumps({
     "trials": len(results),
     "errors": sum(r.error is not None for r in results),

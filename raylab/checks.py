@@ -1,0 +1,75 @@
+"""Checks run before Ray starts: resources, the workload's preflight, storage."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from pathlib import Path
+
+from raylab import search_space, workloads
+from raylab.config import from_dict
+from raylab.errors import UserError
+from raylab.experiment import Experiment
+
+
+def check_resources(experiment: Experiment, available: dict[str, float], local: bool) -> None:
+    """Refuse a trial that this cluster can never run, instead of leaving it pending forever.
+
+    On a local Ray the check is against this machine; on a joined cluster a shortfall is only
+    warned about, since an autoscaler may still add the nodes.
+    """
+    resources = experiment.resources
+    needs = {"CPU": resources.cpus_per_worker, "GPU": resources.gpus_per_worker}
+    for name, per_worker in needs.items():
+        have = available.get(name, 0.0)
+        if per_worker <= 0 or per_worker * resources.workers <= have:
+            continue
+        message = (
+            f"{experiment.source}: resources ask for {resources.workers} worker(s) x "
+            f"{per_worker:g} {name} per trial, but this {'machine' if local else 'cluster'} has "
+            f"{have:g} {name}"
+        )
+        if local:
+            hint = " (use --address to run on a GPU cluster)" if name == "GPU" else ""
+            raise UserError(message + hint)
+        print(f"warning: {message} now; trials will wait for the autoscaler to add nodes")
+
+
+def fitting_trials(experiment: Experiment, available: dict[str, float]) -> int:
+    """How many trials fit on the cluster at once (at least 1)."""
+    fits = [
+        math.floor(available.get(name, 0.0) / need + 1e-9)
+        for name, need in experiment.resources.total().items()
+        if need > 0
+    ]
+    return max(1, min(fits)) if fits else 1
+
+
+def preflight(experiment: Experiment, limit: int = 256) -> None:
+    """Run the workload's preflight check on each grid/choice combination (up to ``limit``)."""
+    workload = workloads.get(experiment.workload)
+    check = workload.preflight_check()
+    if check is None:
+        return
+    listed = {
+        key: args
+        for key, spec in experiment.search.items()
+        for kind, args in spec.items()
+        if kind in ("grid", "choice")
+    }
+    for combo in itertools.islice(itertools.product(*listed.values()), limit):
+        values = search_space.with_variant({**experiment.config, **dict(zip(listed, combo))})
+        check(from_dict(workload.config_class(), values, experiment.source, "config"))
+
+
+def check_storage(storage: str) -> None:
+    """Fail early on a local storage path that cannot be written (URIs pass through to Ray)."""
+    if "://" in storage:
+        return
+    path = Path(storage).expanduser().absolute()
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"--storage {storage}: '{probe}' is not a writable directory")

@@ -1,0 +1,47 @@
+"""Files raylab writes into a run folder (local or cloud): experiment.yaml, each trial's config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from raylab import search_space, workloads, yaml_io
+from raylab.config import from_dict, to_dict
+from raylab.experiment import Experiment
+
+EXPERIMENT_FILE = "experiment.yaml"
+RUN_INTERNAL = "_raylab"
+
+
+def write_text(run_path: str, filename: str, text: str) -> str:
+    """Write a file into the run folder, local or on cloud storage; return its path."""
+    if "://" not in run_path:
+        Path(run_path).mkdir(parents=True, exist_ok=True)
+        target = Path(run_path) / filename
+        target.write_text(text)
+        return str(target)
+    import pyarrow.fs
+
+    fs, path = pyarrow.fs.FileSystem.from_uri(run_path)
+    fs.create_dir(path, recursive=True)
+    with fs.open_output_stream(f"{path}/{filename}") as f:
+        f.write(text.encode())
+    return f"{run_path}/{filename}"
+
+
+def resolved_config_callback(experiment: Experiment):
+    """A Tune callback that writes each trial's full config (defaults filled) as ``config.yaml``."""
+    from ray import tune
+
+    config_cls = workloads.get(experiment.workload).config_class()
+
+    class WriteResolvedConfig(tune.Callback):
+        def on_trial_start(self, iteration, trials, trial, **info):
+            storage = trial.storage
+            config = search_space.with_variant(trial.config)
+            resolved = to_dict(from_dict(config_cls, config, experiment.source, "config"))
+            with storage.storage_filesystem.open_output_stream(
+                f"{storage.trial_fs_path}/config.yaml"
+            ) as f:
+                f.write(yaml_io.dumps(resolved).encode())
+
+    return WriteResolvedConfig()
