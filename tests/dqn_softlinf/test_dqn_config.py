@@ -8,7 +8,8 @@ from raylab.errors import UserError
 from trainers.dqn_softlinf.config import Config
 from trainers.dqn_softlinf.preflight import preflight, replay_bytes
 
-EXPERIMENTS = ["dqn_softlinf", "dqn_softlinf_small", "dqn_softlinf_rllib"]
+EXPERIMENTS = ["dqn_softlinf", "dqn_softlinf_small", "dqn_softlinf_rllib", "dqn_softlinf_nature",
+               "dqn_softlinf_sticky", "dqn_softlinf_target_period"]
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -22,6 +23,34 @@ def test_experiment_files_validate(name, smoke):
         assert config["total_steps"] <= 4000
 
 
+def test_protocols_are_what_their_names_say():
+    """CleanRL's dqn_atari.py defaults; Nature (Dopamine's dqn_nature.gin); the sticky arm."""
+    cleanrl = from_dict(Config, experiments.load("dqn_softlinf").resolved_config(), "t")
+    assert (cleanrl.optimizer, cleanrl.lr, cleanrl.target_period, cleanrl.learning_starts) == ("adam", 1e-4, 1000, 80_000)
+    assert (cleanrl.epsilon_end, cleanrl.eval_epsilon, cleanrl.total_steps) == (0.01, 0.01, 10_000_000)
+    nature = from_dict(Config, experiments.load("dqn_softlinf_nature").resolved_config(), "t")
+    assert (nature.optimizer, nature.lr, nature.rmsprop_alpha, nature.rmsprop_centered) == ("rmsprop", 2.5e-4, 0.95, True)
+    assert (nature.target_period, nature.learning_starts, nature.total_steps) == (10_000, 50_000, 50_000_000)
+    assert (nature.epsilon_end, nature.epsilon_fraction * nature.total_steps, nature.eval_epsilon) == (0.1, 1_000_000, 0.05)
+    sticky = from_dict(Config, experiments.load("dqn_softlinf_sticky").resolved_config(), "t")
+    assert (sticky.sticky_action_prob, sticky.episodic_life) == (0.25, False)
+    sweep = experiments.load("dqn_softlinf_target_period")
+    assert list(sweep.search["target_period"].values()) == [[250, 1000, 4000, 10000]]
+
+
+def test_nature_optimizer_is_centered_rmsprop():
+    import torch
+
+    from trainers.dqn_softlinf.loop import make_optimizer
+
+    nature = from_dict(Config, experiments.load("dqn_softlinf_nature").resolved_config(), "t")
+    opt = make_optimizer(nature, torch.nn.Linear(2, 1).parameters())
+    assert isinstance(opt, torch.optim.RMSprop)
+    group = opt.param_groups[0]
+    assert (group["lr"], group["alpha"], group["eps"], group["centered"], group["momentum"]) == (2.5e-4, 0.95, 0.1, True, 0.0)
+    assert isinstance(make_optimizer(Config(), torch.nn.Linear(2, 1).parameters()), torch.optim.Adam)
+
+
 def test_paper_scale_defaults():
     cfg = Config()
     assert (cfg.total_steps, cfg.buffer_size, cfg.lr, cfg.target_period, cfg.train_every) == (
@@ -29,13 +58,13 @@ def test_paper_scale_defaults():
     assert (cfg.learning_starts, cfg.epsilon_start, cfg.epsilon_end, cfg.epsilon_fraction) == (80_000, 1.0, 0.01, 0.1)
     assert (cfg.batch_size, cfg.gamma, cfg.frame_skip, cfg.frame_stack, cfg.screen_size) == (32, 0.99, 4, 4, 84)
     total, per = replay_bytes(cfg)
-    assert per == 7067 and 7.0e9 < total < 7.2e9  # 1M transitions: about 7 GB
+    assert per == 7067 and 7.0e9 < total < 7.2e9  # 1M transitions (and the held-out probe): about 7 GB
 
 
 @pytest.mark.parametrize("values, key", [
     ({"beta": 0.0}, "beta"),
     ({"learning_starts": 20, "total_steps": 10}, "learning_starts"),
-    ({"loss": "l1"}, "loss"),
+    ({"loss": "l3"}, "loss"),
     ({"gamma": 1.0}, "gamma"),
     ({"buffer_size": 16, "num_envs": 8}, "buffer_size"),
     ({"epsilon_end": 1.5}, "epsilon_end"),
@@ -51,7 +80,7 @@ def test_preflight_refuses_a_replay_larger_than_memory():
         preflight(cfg, available=4 * 10**9)
     message = str(err.value)
     assert "buffer_size" in message and "1,000,000" in message and "7,067 bytes per transition" in message
-    assert "7.10 GB" in message and "4.00 GB" in message
+    assert "7.17 GB" in message and "4.00 GB" in message  # the replay and the probes
     fits = int(message.split("buffer_size <= ")[1].split(" ")[0].replace(",", ""))
     preflight(Config(buffer_size=fits), available=4 * 10**9)  # the suggested size passes
     preflight(cfg, available=64 * 10**9)

@@ -40,13 +40,15 @@ def test_cartpole_learns_with_each_loss(loss):
 
 # The science at small scale: a random 24-state MDP seen through 4 Gaussian features
 # (raylab/FeatureMDP-v0, trainers/dqn_softlinf/feature_mdp.py). A 16-unit Q-network cannot fit
-# Q* there, so each inner loop must trade errors between states; MSE trades for the average,
-# soft-linf for the worst case. Same budget (4,000 steps, 1,750 updates), same seeds.
-SEEDS = [0, 1, 2]
+# Q* there, so each inner loop must trade errors between states. The model is known, so the
+# test asserts on exact quantities (exact.py): the sup-norm residual max |Q - TQ| over every
+# state and action, the distance to Q*, the greedy policy's value. Same budget (4,000 steps,
+# 1,750 updates), same 5 seeds, the experiment file's settings as they are.
+SEEDS = [0, 1, 2, 3, 4]
 
 
 @pytest.mark.slow
-def test_soft_linf_lowers_the_sup_norm_bellman_residual(local_trial, tmp_path):
+def test_soft_linf_against_mse_on_exact_bellman_quantities(local_trial, tmp_path):
     final = {}
     for loss in ("mse", "soft_linf"):
         for seed in SEEDS:
@@ -56,8 +58,27 @@ def test_soft_linf_lowers_the_sup_norm_bellman_residual(local_trial, tmp_path):
                 trial_dir=tmp_path / f"{loss}-{seed}",
             )
             assert rows[-1]["env/steps"] == 4000
-            final[loss, seed] = rows[-1]["bellman/residual_linf"]
-    ratios = np.array([final["soft_linf", s] / final["mse", s] for s in SEEDS])
-    # measured here: ratios about 0.35-0.45 (soft-linf ~1.5, mse ~3.5-4.2)
-    assert (ratios < 0.75).all(), final
-    assert ratios.mean() < 0.6, final
+            final[loss, seed] = rows[-1]
+
+    def ratio(key):  # soft_linf over mse, per seed
+        return np.array([final["soft_linf", s][key] / final["mse", s][key] for s in SEEDS])
+
+    exact, insample = ratio("bellman/residual_linf_exact"), ratio("bellman/residual_linf_insample")
+    summary = {k: (final["mse", s][k], final["soft_linf", s][k]) for s in SEEDS for k in (
+        "bellman/residual_linf_exact", "bellman/qstar_dist_linf", "bellman/greedy_value_gap_exact")}
+    # 1. soft-linf lowers the exact sup-norm Bellman residual, modestly (measured: 0.68-0.99x,
+    #    mean 0.84x; mse 1.07-1.43, soft-linf 0.97-1.15)
+    assert (exact < 1.05).all() and exact.mean() < 0.92, summary
+    # 2. the one-sample in-sample figure overstates that gain (measured: mean 0.39x), the noise
+    #    floor an l-inf fit avoids and an l2 fit pays
+    assert insample.mean() < exact.mean() - 0.25, (insample, exact)
+    # 3. yet soft-linf ends farther from Q* on every seed (measured: 1.38-1.75x, mean 1.54x) ...
+    qstar = ratio("bellman/qstar_dist_linf")
+    assert (qstar > 1.1).all() and qstar.mean() > 1.25, summary
+    # 4. ... and its greedy policy is no better (measured gap to V*: mse 1.08, soft-linf 1.35)
+    gap = {loss: np.mean([final[loss, s]["bellman/greedy_value_gap_exact"] for s in SEEDS])
+           for loss in ("mse", "soft_linf")}
+    assert gap["soft_linf"] > 0.9 * gap["mse"], gap
+    # 5. the softmax weights concentrate on a few samples of the batch of 64 (measured ESS 4-7)
+    ess = [final["soft_linf", s]["train/soft_linf_ess"] for s in SEEDS]
+    assert max(ess) < 16, ess

@@ -1,11 +1,13 @@
-"""The three surrogates against hand-computed values, their limits, bounds, gradients, numerics."""
+"""The surrogates against hand-computed values, their limits, bounds, gradients, numerics."""
 
 import math
 
 import pytest
 import torch
 
-from trainers.dqn_softlinf.loss import effective_beta, huber, mse, soft_linf, surrogate
+from trainers.dqn_softlinf.loss import (
+    effective_beta, effective_sample_size, huber, l1, mse, soft_linf, soft_linf_weights, surrogate,
+)
 
 TD = torch.tensor([0.5, -2.0, 1.0, 0.0])
 
@@ -111,6 +113,30 @@ def test_beta_scale_and_dispatch():
     assert surrogate("mse", TD).item() == mse(TD).item()
     assert surrogate("huber", TD, huber_delta=0.5).item() == huber(TD, 0.5).item()
     with pytest.raises(ValueError, match="unknown loss"):
-        surrogate("l1", TD)
+        surrogate("l3", TD)
     with pytest.raises(ValueError, match="beta"):
         soft_linf(TD, 0.0)
+
+
+def test_l1_is_soft_linfs_small_beta_limit():
+    assert l1(TD).item() == pytest.approx((0.5 + 2 + 1 + 0) / 4)
+    w = torch.tensor([1.0, 0.0, 1.0, 2.0])
+    assert l1(TD, w).item() == pytest.approx((0.5 + 1 + 0) / 4)
+    assert surrogate("l1", TD, weights=w).item() == l1(TD, w).item()
+    assert soft_linf(TD, 1e-4).item() == pytest.approx(l1(TD).item(), rel=1e-3)
+
+
+def test_effective_sample_size_of_the_softmax_weights():
+    # beta 2, |td| = [0.5, 2, 1, 0]: p proportional to e^1, e^4, e^2, e^0
+    e = torch.tensor([math.e, math.e ** 4, math.e ** 2, 1.0], dtype=torch.float64)
+    p = soft_linf_weights(TD.double(), 2.0)
+    assert torch.allclose(p, e / e.sum())
+    assert effective_sample_size(p).item() == pytest.approx((e.sum() ** 2 / e.square().sum()).item())
+    assert effective_sample_size(soft_linf_weights(TD, 1e-6)).item() == pytest.approx(4.0, rel=1e-4)
+    assert effective_sample_size(soft_linf_weights(TD, 1e3)).item() == pytest.approx(1.0)
+    w = torch.tensor([1.0, 0.0, 1.0, 1.0])  # zero weight: the worst sample gets no gradient
+    assert soft_linf_weights(TD, 2.0, w)[1].item() == 0.0
+    # they are the gradient of soft_linf with respect to |td|
+    td = TD.clone().requires_grad_(True)
+    soft_linf(td, 2.0, torch.tensor([1.0, 0.5, 2.0, 1.0])).backward()
+    assert torch.allclose(td.grad, soft_linf_weights(TD, 2.0, torch.tensor([1.0, 0.5, 2.0, 1.0])) * TD.sign())

@@ -1,4 +1,5 @@
-"""The RLlib path: the DQNTorchLearner subclass applies our losses; backend rllib trains CartPole."""
+"""The RLlib path: the DQNTorchLearner subclass applies our losses; backend rllib trains CartPole;
+each setting that makes its numbers mean what the raylab backend's mean."""
 
 from types import SimpleNamespace
 
@@ -9,7 +10,7 @@ from conftest import assert_finite_metrics
 from trainers.dqn_softlinf.loss import huber, mse, soft_linf
 
 
-def _learner_loss(loss: str, double_q: bool):
+def _learner_loss(loss: str, double_q: bool, reward_clip: bool = False, rewards=(1.0, 0.0, -1.0)):
     from ray.rllib.algorithms.dqn.dqn_learner import QF_NEXT_PREDS, QF_PREDS, QF_TARGET_NEXT_PREDS
     from ray.rllib.core.columns import Columns
     from ray.rllib.utils.metrics import TD_ERROR_KEY
@@ -19,7 +20,7 @@ def _learner_loss(loss: str, double_q: bool):
 
     batch = {
         Columns.ACTIONS: torch.tensor([0, 1, 1]),
-        Columns.REWARDS: torch.tensor([1.0, 0.0, -1.0]),
+        Columns.REWARDS: torch.tensor(rewards),
         Columns.TERMINATEDS: torch.tensor([False, False, True]),
         "n_step": torch.tensor([1, 1, 1]),
         "weights": torch.tensor([1.0, 0.5, 2.0]),
@@ -30,7 +31,7 @@ def _learner_loss(loss: str, double_q: bool):
         QF_TARGET_NEXT_PREDS: torch.tensor([[3.0, 1.0], [1.0, 4.0], [5.0, 5.0]]),
     }
     config = SimpleNamespace(num_atoms=1, double_q=double_q, gamma=0.5, learner_config_dict={
-        "loss": loss, "beta": 2.0, "beta_scale": "reward", "huber_delta": 1.0})
+        "loss": loss, "beta": 2.0, "beta_scale": "reward", "huber_delta": 1.0, "reward_clip": reward_clip})
     stub = SimpleNamespace(metrics=MetricsLogger())
     value = SurrogateDQNLearner.compute_loss_for_module(
         stub, module_id="p", config=config, batch=batch, fwd_out=fwd_out)
@@ -55,6 +56,96 @@ def test_learner_applies_our_losses_by_hand(double_q):
         assert td_max == pytest.approx(td.abs().max().item())
 
 
+def test_learner_clips_rewards_for_the_targets_only():
+    # RLlib's clip_rewards does nothing on the new API stack: the learner clips instead.
+    # Rewards 5, 0, -3 clip to 1, 0, -1: the same targets as the by-hand test above.
+    clipped, *_ = _learner_loss("mse", False, reward_clip=True, rewards=(5.0, 0.0, -3.0))
+    plain, *_ = _learner_loss("mse", False, reward_clip=False, rewards=(1.0, 0.0, -1.0))
+    raw, *_ = _learner_loss("mse", False, reward_clip=False, rewards=(5.0, 0.0, -3.0))
+    assert clipped.item() == pytest.approx(plain.item()) and raw.item() != pytest.approx(plain.item())
+
+
+def test_nature_cnn_encoder_has_3136_features():
+    import gymnasium
+    import numpy as np
+
+    from trainers.dqn_softlinf.config import Config
+    from trainers.dqn_softlinf.rllib_learner import dqn_config
+
+    config = dqn_config(Config(backend="rllib"))
+    spec = config.get_default_rl_module_spec()
+    spec.observation_space = gymnasium.spaces.Box(-1, 1, (84, 84, 4), np.float32)
+    spec.action_space = gymnasium.spaces.Discrete(6)
+    spec.model_config = config.model_config
+    module = spec.build()
+    assert module.encoder({"obs": torch.zeros(2, 84, 84, 4)})["encoder_out"].shape == (2, 7 * 7 * 64)
+    linear = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linear] == [(3136, 512), (512, 6)]
+    # the raylab backend's Nature CNN has the same shapes
+    from trainers.dqn_softlinf.model import NatureCNN
+
+    assert NatureCNN(4, 6).head[0].in_features == 3136
+
+
+def test_rllib_replay_memory_estimate_counts_float32_stacks():
+    from trainers.dqn_softlinf.config import Config
+    from trainers.dqn_softlinf.preflight import preflight, replay_bytes
+    from raylab.errors import UserError
+
+    total, per = replay_bytes(Config(backend="rllib", buffer_size=1_000_000))
+    assert per == 84 * 84 * 4 * 4 + 16 == 112_912  # one float32 4-frame observation per step
+    assert 112e9 < total < 114e9
+    with pytest.raises(UserError, match="112,912 bytes per transition"):
+        preflight(Config(backend="rllib"), available=64 * 10**9)
+
+
+def test_evaluation_runs_whole_games_one_after_another_and_learner_takes_the_gpu(monkeypatch):
+    from trainers.dqn_softlinf.config import Config
+    from trainers.dqn_softlinf.rllib_learner import dqn_config
+
+    config = dqn_config(Config(backend="rllib", eval_episodes=10, eval_epsilon=0.01))
+    assert (config.evaluation_duration, config.evaluation_duration_unit) == (10, "episodes")
+    overrides = config.evaluation_config
+    assert overrides["num_envs_per_env_runner"] == 1  # no bias toward short episodes
+    assert overrides["env_config"]["episodic_life"] is False and config.env_config["episodic_life"] is True
+    assert overrides["epsilon"] == [(0, 0.01)] and overrides["explore"] is True
+    assert config.num_gpus_per_learner == (1 if torch.cuda.is_available() else 0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert dqn_config(Config(backend="rllib")).num_gpus_per_learner == 1
+
+
+def test_training_env_reports_whole_game_returns_across_lives():
+    pytest.importorskip("cv2")
+    import numpy as np
+
+    from trainers.dqn_softlinf.rllib_learner import GAME_RETURN_KEY, _env_creator
+
+    env = _env_creator({"suite": "atari", "game": "Breakout", "sticky_action_prob": 0.0,
+                        "screen_size": 84, "frame_skip": 4, "frame_stack": 4,
+                        "max_episode_frames": 108_000, "noop_max": 30, "fire_reset": True,
+                        "episodic_life": True})
+    assert env.observation_space.shape == (84, 84, 4) and env.observation_space.dtype == np.float32
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    games = []  # (RLlib episodes' returns, the game's reported return)
+    life_returns, current = [], 0.0
+    while len(games) < 3:
+        _, reward, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+        current += reward
+        if terminated or truncated:
+            life_returns.append(current)
+            current = 0.0
+            if GAME_RETURN_KEY in info:
+                games.append((life_returns, info[GAME_RETURN_KEY]))
+                life_returns = []
+            env.reset()
+    for lives, game_return in games:
+        assert len(lives) == 5  # Breakout's 5 lives: 5 RLlib episodes, one game
+        assert game_return == pytest.approx(sum(lives))
+    assert sum(g for _, g in games) > 0, games  # some game scored: the sum is not vacuous
+    env.close()
+
+
 @pytest.mark.slow
 def test_rllib_backend_trains_cartpole_and_resumes(ray_session, local_trial, tmp_path):
     rows = local_trial("dqn_softlinf_rllib", trial_dir=tmp_path / "t", stop={"env/steps": 1000})
@@ -64,4 +155,4 @@ def test_rllib_backend_trains_cartpole_and_resumes(ray_session, local_trial, tmp
     last = rest[-1]
     assert last["env/steps"] >= 1500
     assert_finite_metrics(last, ["env/steps", "perf/env_steps_per_s", "train/loss", "train/q_mean",
-                                 "episode/return_mean", "eval/return_mean", "bellman/td_error_max"])
+                                 "episode/return_mean", "eval/return_mean", "bellman/td_error_max_batch"])

@@ -3,7 +3,7 @@
 import pytest
 from conftest import assert_finite_metrics
 
-from trainers.dqn_softlinf import METRICS
+from trainers.dqn_softlinf import COMMON_METRICS, EXACT_METRICS, HELDOUT_METRICS
 
 
 @pytest.mark.slow
@@ -12,7 +12,8 @@ def test_atari_smoke_sweep_reports_every_metric(smoke_sweep):
     assert len(results) == 2  # mse and soft_linf on Pong
     for result in results:
         assert result.error is None, result.error
-        assert_finite_metrics(result.metrics, METRICS)
+        assert_finite_metrics(result.metrics, COMMON_METRICS + HELDOUT_METRICS)
+        assert result.metrics["bellman/heldout_transitions"] >= 200  # held-out ring of 256, filled
         assert result.metrics["env/steps"] == 2000
         assert result.checkpoint is not None
     losses = sorted(r.config["variant"]["loss"] for r in results)
@@ -28,7 +29,7 @@ def test_atari_trial_resumes_and_continues_its_step_count(local_trial, tmp_path)
     rest = local_trial("dqn_softlinf", *overrides, trial_dir=tmp_path / "t")
     assert [r["env/steps"] for r in rest] == [1500]  # continued from the step-1000 checkpoint
     assert rest[-1]["train/updates"] == updates_at_stop + 500 // 4  # replay restored: learning goes on
-    assert_finite_metrics(rest[-1], [m for m in METRICS if m != "episode/return_mean"])
+    assert_finite_metrics(rest[-1], [m for m in COMMON_METRICS + HELDOUT_METRICS if m != "episode/return_mean"])
 
 
 def test_small_env_resume_is_exact(local_trial, tmp_path):
@@ -38,9 +39,21 @@ def test_small_env_resume_is_exact(local_trial, tmp_path):
     assert part[-1]["env/steps"] == 1000
     rest = local_trial("dqn_softlinf_small", trial_dir=tmp_path / "resumed")
     assert [r["env/steps"] for r in rest] == [2000]
-    skip = {"perf/env_steps_per_s", "time_total_s", "training_iteration"}
-    assert {k: v for k, v in rest[-1].items() if k not in skip} == {
-        k: v for k, v in full[-1].items() if k not in skip}
+    assert_finite_metrics(rest[-1], EXACT_METRICS)
+
+    def timeless(row):
+        return {k: v for k, v in row.items() if not k.startswith("perf/") and k not in {"time_total_s", "training_iteration"}}
+
+    assert timeless(rest[-1]) == timeless(full[-1])
+
+
+def test_in_sample_probe_size_does_not_change_training(local_trial, tmp_path):
+    """The probes draw with their own generator: training is the same whatever they measure."""
+    rows = {size: local_trial("dqn_softlinf_small", f"config.probe_size={size}", "config.total_steps=1000",
+                              "stop.env/steps=1000", trial_dir=tmp_path / str(size))[-1]
+            for size in (64, 1024)}
+    for key in ("train/loss", "train/q_mean", "bellman/residual_linf_exact", "eval/return_mean"):
+        assert rows[64][key] == rows[1024][key], key
 
 
 def test_resume_without_replay_in_checkpoint_refills(local_trial, tmp_path):

@@ -1,8 +1,11 @@
 """Config of the dqn_softlinf workload: DQN with an MSE, Huber or soft-linf inner-loop surrogate.
 
-Defaults are the well-known DQN Atari settings (Nature DQN as in CleanRL's ``dqn_atari.py``):
-10M agent steps, 1M replay, Adam lr 1e-4, target period 1000, one update every 4 steps from
-80k steps on, epsilon 1 -> 0.01 over the first 10%, batch 32, gamma 0.99.
+Defaults are CleanRL's ``dqn_atari.py`` settings (the Nature CNN and preprocessing, with
+CleanRL's schedule and optimizer): 10M agent steps, 1M replay, Adam lr 1e-4, target period
+1000 agent steps, one update every 4 steps from 80k steps on, epsilon 1 -> 0.01 over the first
+10%, evaluation at epsilon 0.01, batch 32, gamma 0.99. Nature's own settings (RMSProp 2.5e-4,
+target period 10,000, learning from 50k, epsilon to 0.1 over 1M steps, 50M steps) are the
+experiment file ``dqn_softlinf_nature``; the README's protocol table lists them side by side.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ class Config:
     game: str = "Pong"
     """The ALE game (Pong, Breakout, MsPacman or ms_pacman...) or, with suite gymnasium, the
     gymnasium id (CartPole-v1)."""
-    loss: Literal["mse", "huber", "soft_linf"] = "soft_linf"
+    loss: Literal["mse", "huber", "l1", "soft_linf"] = "soft_linf"
     """The inner-loop surrogate minimized on the TD errors against the frozen target."""
     beta: float = 10.0
     """soft_linf temperature: larger is closer to the max of |TD| over the batch, smaller to
@@ -57,10 +60,21 @@ class Config:
     """Transitions per gradient update."""
     gamma: float = 0.99
     """Discount factor."""
+    optimizer: Literal["adam", "rmsprop"] = "adam"
+    """adam (CleanRL) or rmsprop (Nature: centered RMSProp, torch.optim.RMSprop)."""
     lr: float = 1e-4
-    """Adam learning rate."""
+    """Learning rate of the optimizer."""
     adam_eps: float = 1e-8
     """Adam epsilon."""
+    rmsprop_alpha: float = 0.95
+    """RMSProp's squared-gradient decay (Nature and Dopamine: 0.95)."""
+    rmsprop_eps: float = 0.1
+    """RMSProp epsilon as torch adds it, outside the square root: ``g / (sqrt(v) + eps)``.
+    Nature adds its 0.01 ("min squared gradient") inside: ``g / sqrt(v + 0.01)``; 0.1 outside
+    gives the same step where ``v`` is 0 and where it is large, and differs by at most
+    1.41x in between (at v = 0.01). torch has no inside-the-root option."""
+    rmsprop_centered: bool = True
+    """Centered RMSProp (divide by the gradient's standard deviation, as Nature and Dopamine)."""
     max_grad_norm: float = 0.0
     """Clip the global gradient norm to this value; 0 turns clipping off (Nature DQN)."""
     target_period: int = 1000
@@ -115,14 +129,24 @@ class Config:
     report_every: int = 50_000
     """Agent steps between metric reports (and checkpoints, at the experiment's cadence)."""
     probe_size: int = 512
-    """Replay transitions in the probe set on which the Bellman residual and the inner-loop
-    fit are measured; redrawn at every target-network update."""
+    """Replay transitions in the in-sample probe set (``*_insample`` metrics and ``inner/*``),
+    drawn with the probe's own generator (training is the same whatever its size) and redrawn
+    at every target-network update."""
+    heldout_size: int = 4096
+    """Transitions of the held-out probe (Atari only; 0 turns it off): a separate game played
+    by the behaviour policy whose transitions are never trained on (heldout.py)."""
+    expected_states: int = 256
+    """Held-out states at which TQ is estimated from ``expected_samples`` redrawn successors
+    (emulator state restored), for ``bellman/residual_linf_expected``; 0 turns it off."""
+    expected_samples: int = 8
+    """K: successors drawn per state for ``bellman/residual_linf_expected``."""
     eval_every: int = 250_000
     """Agent steps between evaluations (at least one per trial: the first report)."""
     eval_episodes: int = 10
     """Episodes per evaluation, run in parallel, one per environment."""
-    eval_epsilon: float = 0.05
-    """Exploration epsilon during evaluation."""
+    eval_epsilon: float = 0.01
+    """Exploration epsilon during evaluation (CleanRL evaluates at its final training epsilon,
+    0.01; Nature at 0.05; Dopamine's sticky-action runs at 0.001)."""
     eval_max_steps: int = 27_000
     """Agent steps after which an evaluation episode is cut off and counted as it stands."""
 
@@ -149,6 +173,10 @@ class Config:
         require(0 < self.gamma < 1, "gamma", f"must be in (0, 1), got {self.gamma}")
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         require(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
+        require(self.rmsprop_eps > 0, "rmsprop_eps", f"must be > 0, got {self.rmsprop_eps}")
+        require(0 < self.rmsprop_alpha < 1, "rmsprop_alpha", f"must be in (0, 1), got {self.rmsprop_alpha}")
+        for key in ("heldout_size", "expected_states", "expected_samples"):
+            require(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
         require(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         for key in ("epsilon_start", "epsilon_end", "eval_epsilon", "sticky_action_prob"):
             value = getattr(self, key)

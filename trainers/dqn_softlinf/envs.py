@@ -57,6 +57,22 @@ def check_game(suite: str, game: str, where: str = "config.game") -> None:
                             f"valid ids include {', '.join(usual)}")
 
 
+MAX_ENVS = 4096
+"""Env seeds come in blocks of this many: env ``i`` of a block gets ``base + i``."""
+
+
+def env_seed(seed: int, stream: int, index: int = 0) -> int:
+    """The base seed of the env block for ``(trial seed, stream, index)``.
+
+    Vector envs seed env ``i`` with ``base + i``, so plain ``seed + i`` would give env 1 of
+    seed 0 the same episodes as env 0 of seed 1. Here the base is a hash of the three numbers
+    (numpy's SeedSequence) rounded down to a multiple of ``MAX_ENVS``: two different triples
+    share a block with probability 2^-18, and blocks never partly overlap.
+    """
+    block = int(np.random.SeedSequence([seed, stream, index]).generate_state(1, np.uint32)[0]) % 2**18
+    return block * MAX_ENVS  # < 2^30: ALE and gymnasium take it as an int32 seed
+
+
 class Envs:
     """What the loop needs of a vector env (subclasses below)."""
 
@@ -69,7 +85,7 @@ class Envs:
     fire_action: int | None = None  # the FIRE action of games that need it after a life loss
 
     def reset(self, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        """Reset every env (env ``i`` seeded ``seed + i``): observations and lives."""
+        """Reset every env (env ``i`` seeded ``seed + i``; see env_seed): observations and lives."""
         raise NotImplementedError
 
     def send(self, actions: np.ndarray) -> None:
@@ -86,6 +102,14 @@ class Envs:
     def state(self) -> dict[str, Any] | None:
         """Everything needed to continue the envs exactly, or None where that is impossible."""
         return None
+
+    def exact_model(self) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """``(P, R, continue_prob)`` where the env's model is known (FeatureMDP), else None."""
+        return None
+
+    def exact_observations(self) -> np.ndarray:
+        """The observation of every state, in the model's state order."""
+        raise NotImplementedError
 
     def set_state(self, state: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -179,6 +203,13 @@ class GymEnvs(Envs):
 
     def newest_frame(self, obs: np.ndarray) -> np.ndarray:
         return obs
+
+    def exact_model(self):
+        base = self.env.envs[0].unwrapped
+        return base.exact_model() if hasattr(base, "exact_model") else None
+
+    def exact_observations(self) -> np.ndarray:
+        return self.env.envs[0].unwrapped.features.astype(np.float32)
 
     def state(self) -> dict[str, Any]:
         """The plain attributes of every wrapper layer and env, and the vector env's own."""

@@ -55,6 +55,20 @@ class FeatureMDP(gymnasium.Env):
         return self.features[self.state].copy(), reward, terminated, truncated, {}
 
 
+    def exact_model(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """``(P, R, continue_prob)``: ``P[s, a, s']`` the next-state probabilities, ``R[s, a]``
+        the reward, and the probability that a step does not end the episode (``1 - end_prob``;
+        the ``max_steps`` cut is a time limit the loop bootstraps through, so it is not part of
+        the model)."""
+        branching = self.next_states.shape[-1]
+        probs = np.diff(self.cum_probs, axis=-1, prepend=0.0)
+        P = np.zeros(self.next_states.shape[:2] + (self.num_states,))
+        s_idx, a_idx = np.indices(self.next_states.shape[:2])
+        for b in range(branching):  # branches may share a next state: add their probabilities
+            np.add.at(P, (s_idx, a_idx, self.next_states[..., b]), probs[..., b])
+        return P, self.rewards.astype(np.float64), 1.0 - self.end_prob
+
+
 def register() -> None:
     if "raylab/FeatureMDP-v0" not in gymnasium.envs.registry:
         gymnasium.register("raylab/FeatureMDP-v0", entry_point=FeatureMDP)

@@ -7,16 +7,21 @@ batch, and every ``target_period`` agent steps the target network is replaced by
 one. Each target period is one inner regression loop of the paper: the frozen targets
 ``T Q_target`` are regressed on with the chosen surrogate (loss.py).
 
-Measured on a probe set of ``probe_size`` replay transitions, drawn afresh at every target
-update and fixed for that period:
+Measured on an in-sample probe set of ``probe_size`` replay transitions (drawn with the
+probe's own generator, afresh at every target update, fixed for that period):
 
-- ``inner/regression_linf``: max |Q(s,a) - T Q_target(s,a)| at the end of a period (how well
-  the inner loop fit its frozen targets), and ``inner/progress_ratio``: that value over its
-  value at the start of the period (where Q = Q_target, so it is the target network's own
-  Bellman residual). Averaged over the periods completed since the previous report.
-- ``bellman/residual_linf|p99|l2``: the max, 99th percentile and root mean square of
-  |Q(s,a) - (r + gamma max_a' Q(s',a'))| with the current network on both sides: the empirical
-  sup-norm (and averaged) Bellman residual, at each report.
+- ``inner/regression_linf``: max |Q(s,a) - y_target(s,a)| at the end of a period (how well
+  the inner loop fit its frozen one-sample targets), and ``inner/progress_ratio``: that value
+  over its value at the start of the period (where Q = Q_target). Averaged over the periods
+  completed since the previous report.
+- ``bellman/residual_{linf,p99,l2}_insample``: the max, 99th percentile and root mean square of
+  |Q(s,a) - (r + gamma (1 - d) max_a' Q(s',a'))| with the current network on both sides and
+  the one recorded successor: a one-sample, in-sample estimate of |Q - TQ|, at each report.
+
+Where the emulator or the model allows better: on Atari a held-out probe (heldout.py:
+``*_heldout`` on transitions never trained on, ``*_expected`` against K redrawn successors),
+and on environments with a known model (FeatureMDP) the exact quantities (exact.py:
+``bellman/residual_linf_exact``, ``bellman/qstar_dist_linf``, the greedy policy's value).
 
 On Atari the emulators step in C++ threads while the update runs (``overlap_env``): the
 updates of a vector step sample the replay as it was before that step's transitions arrive.
@@ -36,14 +41,17 @@ from raylab import session
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from trainers.dqn_softlinf.config import Config
-from trainers.dqn_softlinf.envs import make_envs
-from trainers.dqn_softlinf.loss import surrogate
+from trainers.dqn_softlinf.ale_probe import life_lost
+from trainers.dqn_softlinf.envs import env_seed, make_envs
+from trainers.dqn_softlinf.exact import exact_metrics, optimal_q
+from trainers.dqn_softlinf.heldout import HeldoutProbe
+from trainers.dqn_softlinf.loss import effective_beta, effective_sample_size, soft_linf_weights, surrogate
 from trainers.dqn_softlinf.model import q_network
 from trainers.dqn_softlinf.preflight import preflight
 from trainers.dqn_softlinf.replay import FrameReplay
 
-RESUME_SEED_OFFSET = 1_000_003  # Atari envs restart with a fresh seed after a resume
-EVAL_SEED_OFFSET = 10_000_019
+# seed streams (env_seed): every (trial seed, stream, index) gets its own block of env seeds
+TRAIN_STREAM, RESUME_STREAM, EVAL_STREAM, HELDOUT_STREAM, PROBE_STREAM = range(5)
 
 
 def train_loop(config: dict) -> None:
@@ -62,12 +70,15 @@ def train_loop(config: dict) -> None:
     torch.manual_seed(cfg.seed)
     q = q_network(cfg.suite, envs.obs_shape, envs.num_actions, cfg.mlp_hidden, cfg.channels_last).to(device)
     target = copy.deepcopy(q).requires_grad_(False)
-    # fused: one kernel for the whole step, on CPU too (1 ms against 5 ms for foreach here)
-    optimizer = torch.optim.Adam(q.parameters(), lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+    optimizer = make_optimizer(cfg, q.parameters())
     q_fwd = torch.compile(q) if cfg.compile else q
     target_fwd = torch.compile(target) if cfg.compile else target
     replay = FrameReplay(cfg.buffer_size, cfg.num_envs, envs.frame_shape, envs.frame_dtype, envs.stack)
     rng = np.random.default_rng(cfg.seed)  # exploration and replay sampling
+    probe_rng = np.random.default_rng([cfg.seed, PROBE_STREAM])  # the in-sample probe's draws
+    exact_model = envs.exact_model()  # (P, R, continue prob) where the env's model is known
+    q_star = optimal_q(*exact_model[:2], cfg.gamma, exact_model[2]) if exact_model else None
+    heldout = None  # Atari: the held-out probe (a game of its own, never trained on)
 
     def autocast():  # bf16 for acting and updates only; the probes measure in float32
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp_bf16)
@@ -90,12 +101,13 @@ def train_loop(config: dict) -> None:
     s = {
         "env_steps": 0, "updates": 0, "next_sync": cfg.learning_starts, "next_report": cfg.report_every,
         "next_eval": 0, "evals": 0, "eval_return": math.nan, "updates_from": cfg.learning_starts,
-        "episodes": [], "loss_sum": 0.0, "q_sum": 0.0, "loss_n": 0, "inner": [], "credit": 0,
+        "episodes": [], "loss_sum": 0.0, "q_sum": 0.0, "ess_sum": 0.0, "loss_n": 0, "inner": [],
+        "credit": 0, "starts": 0,
     }
     probe: dict | None = None  # the current period's probe transitions and frozen targets
     state = session.restore()
     if state is None:
-        obs, lives = envs.reset(cfg.seed)
+        obs, lives = envs.reset(env_seed(cfg.seed, TRAIN_STREAM))
         ep_return = np.zeros(n, np.float64)
         final_prev = np.zeros(n, bool)  # the previous step ended an episode: this one resets
         fire_next = np.zeros(n, bool)
@@ -106,6 +118,7 @@ def train_loop(config: dict) -> None:
         optimizer.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"])
         rng.bit_generator.state = state["np_rng"]
+        probe_rng.bit_generator.state = state["probe_rng"]
         s.update(state["counters"])
         probe = state["probe"]
         if "replay" in state:
@@ -122,24 +135,29 @@ def train_loop(config: dict) -> None:
             if "replay" not in state:
                 replay.add_observation(envs.newest_frame(obs), np.ones(n, bool), final_prev)
         else:  # ALE emulator state cannot be saved through AtariVectorEnv: start new episodes
-            obs, lives = envs.reset((cfg.seed + RESUME_SEED_OFFSET + s["env_steps"]) % 2**30)
+            s["starts"] += 1
+            obs, lives = envs.reset(env_seed(cfg.seed, RESUME_STREAM, s["starts"]))
             ep_return = np.zeros(n, np.float64)
             final_prev, fire_next = np.zeros(n, bool), np.zeros(n, bool)
             replay.cut()
             replay.add_observation(envs.newest_frame(obs), first=np.ones(n, bool), final=final_prev)
     episodes = collections.deque(s["episodes"], maxlen=100)
+    if cfg.suite == "atari" and cfg.heldout_size:  # not checkpointed: a resumed trial refills it
+        heldout = HeldoutProbe(cfg, env_seed(cfg.seed, HELDOUT_STREAM, s["starts"]))
     if probe is not None:
         probe = {k: v.to(device) if torch.is_tensor(v) else v for k, v in probe.items()}
 
     # ---------------------------------------------------------------- the pieces of one step
     @torch.inference_mode()
+    def greedy(obs: np.ndarray) -> np.ndarray:
+        with autocast():
+            return q_fwd(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
+
     def act(obs: np.ndarray, epsilon: float, gen: np.random.Generator) -> np.ndarray:
         explore = gen.random(len(obs)) < epsilon
         actions = gen.integers(0, envs.num_actions, size=len(obs))
         if not explore.all():
-            with autocast():
-                greedy = q_fwd(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
-            actions = np.where(explore, actions, greedy)
+            actions = np.where(explore, actions, greedy(obs))
         return actions
 
     def targets(net_next: torch.Tensor, target_next: torch.Tensor, b: dict) -> torch.Tensor:
@@ -157,8 +175,13 @@ def train_loop(config: dict) -> None:
         y = targets(net_next, target_next, b)
         with autocast():
             q_sa = q_fwd(b["obs"]).float().gather(1, b["action"][:, None]).squeeze(1)
-        loss = surrogate(cfg.loss, q_sa - y, beta=cfg.beta, beta_scale=cfg.beta_scale,
+        td = q_sa - y
+        loss = surrogate(cfg.loss, td, beta=cfg.beta, beta_scale=cfg.beta_scale,
                          huber_delta=cfg.huber_delta)
+        if cfg.loss == "soft_linf":  # how many samples carry the update: 1 / sum p_i^2
+            with torch.no_grad():
+                sums["ess"] += effective_sample_size(
+                    soft_linf_weights(td, effective_beta(td, cfg.beta, cfg.beta_scale)))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.max_grad_norm:
@@ -172,10 +195,13 @@ def train_loop(config: dict) -> None:
     def forward_chunks(net, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
         return torch.cat([net(x[i:i + chunk]) for i in range(0, len(x), chunk)])
 
+    def forward_chunks_q(x: torch.Tensor) -> torch.Tensor:
+        return forward_chunks(q_fwd, x)
+
     def draw_probe() -> dict | None:
         if not replay.can_sample():
             return None
-        b = to_batch(replay.sample(cfg.probe_size, rng))
+        b = to_batch(replay.sample(cfg.probe_size, probe_rng))
         b["y"] = targets(forward_chunks(q_fwd, b["next_obs"]) if cfg.double_dqn else None,
                          forward_chunks(target_fwd, b["next_obs"]), b)
         return b
@@ -205,8 +231,8 @@ def train_loop(config: dict) -> None:
         nonlocal eval_envs
         if eval_envs is None:
             eval_envs = make_envs(cfg, cfg.eval_episodes)
-        gen = np.random.default_rng([cfg.seed, EVAL_SEED_OFFSET, s["evals"]])
-        o, lv = eval_envs.reset(cfg.seed + EVAL_SEED_OFFSET + 1000 * s["evals"])
+        gen = np.random.default_rng([cfg.seed, EVAL_STREAM, s["evals"]])
+        o, lv = eval_envs.reset(env_seed(cfg.seed, EVAL_STREAM, s["evals"]))
         returns = np.zeros(cfg.eval_episodes)
         finished = np.zeros(cfg.eval_episodes, bool)
         fire = np.zeros(cfg.eval_episodes, bool)
@@ -233,8 +259,9 @@ def train_loop(config: dict) -> None:
         out = {
             "q": q.state_dict(), "target": target.state_dict(), "optimizer": optimizer.state_dict(),
             "rng": rng_state(), "np_rng": rng.bit_generator.state,
+            "probe_rng": probe_rng.bit_generator.state,
             "counters": {**s, "episodes": list(episodes), "loss_sum": sums["loss"].item(),
-                         "q_sum": sums["q"].item()},
+                         "q_sum": sums["q"].item(), "ess_sum": sums["ess"].item()},
             "probe": on_cpu or None, "config": config,
         }
         env_state = envs.state()
@@ -247,17 +274,18 @@ def train_loop(config: dict) -> None:
             out["replay"] = replay.state_dict()
         return out
 
-    sums = {"loss": torch.zeros((), device=device), "q": torch.zeros((), device=device)}
-    sums["loss"] += s["loss_sum"]
-    sums["q"] += s["q_sum"]
+    sums = {k: torch.zeros((), device=device) + s[f"{k}_sum"] for k in ("loss", "q", "ess")}
     clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
     # ---------------------------------------------------------------- the loop
     while s["env_steps"] < cfg.total_steps:
-        actions = act(obs, epsilon_at(s["env_steps"]), rng)
+        epsilon = epsilon_at(s["env_steps"])
+        actions = act(obs, epsilon, rng)
         if envs.fire_action is not None:
             actions = np.where(fire_next, envs.fire_action, actions)
         envs.send(actions)
+        if heldout is not None:  # one step of the held-out game while the emulators run
+            heldout.step(greedy, epsilon)
         if not cfg.overlap_env or cfg.suite != "atari":
             step_result = envs.recv()
         # one update per train_every agent steps; on Atari they run while the emulators step
@@ -273,15 +301,15 @@ def train_loop(config: dict) -> None:
         next_obs, reward, terminated, truncated, next_lives = step_result
 
         ended = terminated | truncated
-        life_lost = (next_lives < lives) & ~ended & ~final_prev
-        done = terminated | (life_lost if cfg.episodic_life else False)
+        lost = life_lost(lives, next_lives) & ~ended & ~final_prev
+        done = terminated | (lost if cfg.episodic_life else False)
         replay.set_step(actions, np.clip(reward, -1, 1) if cfg.reward_clip else reward, done)
         replay.add_observation(envs.newest_frame(next_obs), first=final_prev, final=ended)
         ep_return += np.where(final_prev, 0.0, reward)
         for i in np.flatnonzero(ended):
             episodes.append(float(ep_return[i]))
         ep_return[ended] = 0.0
-        fire_next = life_lost
+        fire_next = lost
         final_prev, lives, obs = ended, next_lives, next_obs
         s["env_steps"] += n
 
@@ -302,16 +330,26 @@ def train_loop(config: dict) -> None:
             if s["loss_n"]:
                 metrics["train/loss"] = (sums["loss"] / s["loss_n"]).item()
                 metrics["train/q_mean"] = (sums["q"] / s["loss_n"]).item()
+                if cfg.loss == "soft_linf":
+                    metrics["train/soft_linf_ess"] = (sums["ess"] / s["loss_n"]).item()
             if episodes:
                 metrics["episode/return_mean"] = float(np.mean(episodes))
                 metrics["episode/count_recent"] = len(episodes)
+            probe_clock = time.perf_counter()
             if probe is None:
                 probe = draw_probe()
             if probe is not None:
                 res = bellman_residual(probe)
-                metrics["bellman/residual_linf"] = res.max().item()
-                metrics["bellman/residual_p99"] = torch.quantile(res, 0.99).item()
-                metrics["bellman/residual_l2"] = res.square().mean().sqrt().item()
+                metrics["bellman/residual_linf_insample"] = res.max().item()
+                metrics["bellman/residual_p99_insample"] = torch.quantile(res, 0.99).item()
+                metrics["bellman/residual_l2_insample"] = res.square().mean().sqrt().item()
+            if heldout is not None:
+                metrics |= heldout.metrics(forward_chunks_q, cfg.gamma, device)
+            if exact_model is not None:
+                P, R, cont = exact_model
+                q_all = forward_chunks(q_fwd, torch.from_numpy(envs.exact_observations()).to(device))
+                metrics |= exact_metrics(q_all.double().cpu().numpy(), P, R, cfg.gamma, cont, q_star)
+            metrics["perf/probe_s"] = time.perf_counter() - probe_clock
             if s["inner"]:
                 metrics["inner/regression_linf"] = float(np.mean([e for e, _ in s["inner"]]))
                 metrics["inner/progress_ratio"] = float(np.mean([r for _, r in s["inner"]]))
@@ -322,12 +360,21 @@ def train_loop(config: dict) -> None:
             metrics["eval/return_mean"] = s["eval_return"]
             while s["next_report"] <= s["env_steps"]:
                 s["next_report"] += cfg.report_every
-            sums["loss"].zero_()
-            sums["q"].zero_()
-            s.update(loss_n=0, loss_sum=0.0, q_sum=0.0, inner=[], episodes=list(episodes))
+            for total in sums.values():
+                total.zero_()
+            s.update(loss_n=0, loss_sum=0.0, q_sum=0.0, ess_sum=0.0, inner=[], episodes=list(episodes))
             session.report(metrics, state=checkpoint_state, checkpoint=True if last else None)
             clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
     envs.close()
     if eval_envs is not None:
         eval_envs.close()
+
+
+def make_optimizer(cfg: Config, params) -> torch.optim.Optimizer:
+    """Adam (CleanRL) or centered RMSProp (Nature), as the config says."""
+    if cfg.optimizer == "rmsprop":
+        return torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps,
+                                   centered=cfg.rmsprop_centered, momentum=0.0)
+    # fused: one kernel for the whole step, on CPU too (1 ms against 5 ms for foreach here)
+    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True)

@@ -1,4 +1,4 @@
-"""The three inner-loop surrogates of DQN as pure functions of a batch of TD errors.
+"""The inner-loop surrogates of DQN as pure functions of a batch of TD errors.
 
 Each takes ``td`` (a 1-D tensor of TD errors ``Q(s,a) - y`` with ``y`` the frozen target) and
 optional importance weights ``weights`` (same shape, >= 0, e.g. prioritized-replay weights), and
@@ -6,6 +6,7 @@ returns a scalar to minimize. With weights, "mean" below means the weighted mean
 ``sum_i w_i x_i / sum_i w_i``; without, every ``w_i = 1``.
 
 mse        L = mean_i w_i td_i^2 / mean_i w_i
+l1         L = mean_i w_i |td_i| / mean_i w_i   (soft_linf's beta -> 0 limit: the control)
 huber      L = mean_i w_i h_delta(td_i) / mean_i w_i,
            h_delta(x) = x^2 / 2 if |x| <= delta else delta (|x| - delta / 2)
 soft_linf  L = (1 / beta) log( sum_i w_i exp(beta |td_i|) / sum_i w_i )
@@ -23,7 +24,9 @@ O(beta^2)``. Its gradient is a softmax weighting of the samples::
 
 so the update is a convex combination of per-sample directions that concentrates on the
 largest TD errors (all of it on the worst one as beta grows). The total gradient weight is 1,
-as for the mean absolute error, not growing with the TD errors as for mse.
+as for the mean absolute error, not growing with the TD errors as for mse. How many samples
+carry the update is the softmax's effective sample size ``ESS = 1 / sum_i p_i^2``: the batch
+size (for equal weights) as beta -> 0, 1 when one sample takes all the weight.
 
 ``beta`` has the units of 1 / reward (``beta |td|`` must be dimensionless): with rewards
 clipped to [-1, 1] TD errors are O(1) and ``beta`` of 1-30 moves from "mean" to "max". The
@@ -43,12 +46,17 @@ from __future__ import annotations
 
 import torch
 
-LOSSES = ("mse", "huber", "soft_linf")
+LOSSES = ("mse", "huber", "l1", "soft_linf")
 
 
 def mse(td: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """Mean squared TD error ``mean_w(td^2)``."""
     return _mean(td.square(), weights)
+
+
+def l1(td: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean absolute TD error ``mean_w |td|``: soft_linf's beta -> 0 limit."""
+    return _mean(td.abs(), weights)
 
 
 def huber(td: torch.Tensor, delta: float = 1.0, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -71,6 +79,20 @@ def soft_linf(td: torch.Tensor, beta: float | torch.Tensor, weights: torch.Tenso
     m = counted.max().detach()  # the largest |td| that has weight
     z = torch.expm1(torch.clamp(beta * (a - m), max=0.0))  # in (-1, 0]; zero-weight terms capped
     return m + torch.log1p(_mean(z, weights)) / beta
+
+
+def soft_linf_weights(td: torch.Tensor, beta: float | torch.Tensor,
+                      weights: torch.Tensor | None = None) -> torch.Tensor:
+    """``p_i = w_i exp(beta |td_i|) / sum_j w_j exp(beta |td_j|)``: soft_linf's gradient weights."""
+    logits = beta * td.detach().abs()
+    if weights is not None:
+        logits = logits + torch.log(weights.detach().to(td.dtype))  # log 0 = -inf: no weight
+    return torch.softmax(logits, dim=0)
+
+
+def effective_sample_size(p: torch.Tensor) -> torch.Tensor:
+    """``1 / sum_i p_i^2`` of a probability vector: n for uniform weights, 1 for one-hot."""
+    return 1.0 / p.square().sum()
 
 
 def effective_beta(td: torch.Tensor, beta: float, scale: str = "reward") -> torch.Tensor | float:
@@ -96,6 +118,8 @@ def surrogate(
         return mse(td, weights)
     if name == "huber":
         return huber(td, huber_delta, weights)
+    if name == "l1":
+        return l1(td, weights)
     if name == "soft_linf":
         return soft_linf(td, effective_beta(td, beta, beta_scale), weights)
     raise ValueError(f"unknown loss {name!r}; expected one of {', '.join(LOSSES)}")

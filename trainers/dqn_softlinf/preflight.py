@@ -28,11 +28,25 @@ def replay_bytes(cfg) -> tuple[int, int]:
     """``(total, per_transition)`` bytes of the replay and the probe set this config allocates."""
     frame_shape, dtype = frame_layout(cfg)
     per = bytes_per_transition(frame_shape, dtype)
-    if cfg.backend == "rllib":  # RLlib's episode replay keeps whole stacked observations
-        per = int(np.prod(frame_shape)) * np.dtype(dtype).itemsize * (cfg.frame_stack if cfg.suite == "atari" else 1) + 16
-    probe = 2 * cfg.probe_size * int(np.prod(frame_shape)) * np.dtype(dtype).itemsize * (
-        cfg.frame_stack if cfg.suite == "atari" else 1)
+    stack = cfg.frame_stack if cfg.suite == "atari" else 1
+    if cfg.backend == "rllib":
+        per = rllib_bytes_per_transition(frame_shape, stack)
+    probe = 2 * cfg.probe_size * int(np.prod(frame_shape)) * np.dtype(dtype).itemsize * stack
+    if cfg.suite == "atari" and cfg.backend == "raylab" and cfg.heldout_size:
+        probe += (cfg.heldout_size + cfg.frame_stack + 2) * per + cfg.heldout_size * HELDOUT_STATE_BYTES
     return cfg.buffer_size * per + probe, per
+
+
+HELDOUT_STATE_BYTES = 12_000
+"""An upper figure for one saved emulator state and frame stack of the held-out probe
+(ALE's serialized state is a few KB; the stack 28,224 bytes is counted in the replay row)."""
+
+
+def rllib_bytes_per_transition(frame_shape: tuple[int, ...], stack: int) -> int:
+    """RLlib's episode replay keeps each observation once, as RLlib's Atari wrappers emit it:
+    the whole ``stack``-frame observation in float32 (``NormalizedImageEnv`` scales to
+    [-1, 1]), 112,896 bytes at 84x84x4, plus the action, reward and flags (16 bytes)."""
+    return int(np.prod(frame_shape)) * 4 * stack + 16
 
 
 def available_memory() -> int:

@@ -101,6 +101,14 @@ class FrameReplay:
         # candidate rows at least one is a transition
         return hi > lo or (hi == lo and not self.final[lo % self.rows].all())
 
+    def transition_index(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every stored transition's ``(row, env)``: each row that can be sampled, final rows left out."""
+        lo, hi = self._start_range()
+        t = np.repeat(np.arange(lo, hi + 1), self.num_envs)
+        env = np.tile(np.arange(self.num_envs), max(0, hi - lo + 1))
+        keep = ~self.final[t % self.rows, env]
+        return t[keep] % self.rows, env[keep]
+
     def sample_index(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` (row, env) pairs drawn uniformly among stored transitions (final rows redrawn)."""
         lo, hi = self._start_range()

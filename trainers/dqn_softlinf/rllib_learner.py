@@ -4,7 +4,22 @@
 passed as ``learner_class``) and replaces only the regression loss on the TD errors: the
 Q-values, the (double-)DQN targets, the importance weights of prioritized replay and the
 per-sample TD-error logging that prioritized replay reads back are computed as RLlib does.
-The loss, beta, beta_scale and huber_delta travel in ``learner_config_dict``.
+The loss, beta, beta_scale, huber_delta and reward_clip travel in ``learner_config_dict``.
+
+What it sets so that its numbers mean what the raylab backend's mean:
+
+- rewards are clipped to [-1, 1] for the TD targets *in the learner* (``reward_clip``):
+  RLlib's ``clip_rewards`` belongs to the old API stack and does nothing on the new one, and
+  clipping in the env would clip the reported returns too;
+- reported returns are whole games: the env records the game score across lives
+  (``GameReturn``, below the episodic-life wrapper) and a callback logs it as
+  ``game_return`` when the game really ends; evaluation runs without episodic life;
+- the Nature CNN's shapes: "valid" padding, so 84x84x4 -> 20x20x32 -> 9x9x64 -> 7x7x64 =
+  3,136 features before the 512-unit layer (RLlib's default "same" padding gives 7,744);
+- evaluation by whole episodes on one env (``num_envs_per_env_runner=1``): with several envs
+  RLlib stops at the first ``eval_episodes`` that finish, a sample biased to short episodes;
+  at ``eval_epsilon`` as in the raylab loop;
+- the learner on the GPU the trial reserved (``num_gpus_per_learner=1`` when CUDA is visible).
 
 ``train_rllib`` is what ``backend: rllib`` runs: it maps this workload's Config onto a
 ``DQNConfig`` (same network shapes, schedule and replay size), builds the Algorithm in the
@@ -28,11 +43,14 @@ try:  # RLlib is a dependency of raylab; importing it costs seconds, so only her
         QF_TARGET_NEXT_PREDS, TD_ERROR_MEAN_KEY,
     )
     from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
+    from ray.rllib.callbacks.callbacks import RLlibCallback
     from ray.rllib.core.columns import Columns
+    from ray.rllib.env.wrappers.atari_wrappers import EpisodicLifeEnv
     from ray.rllib.utils.metrics import TD_ERROR_KEY
 except ImportError as err:  # pragma: no cover - a broken install
     raise ImportError(f"backend rllib needs ray[rllib]: {err}") from err
 
+import gymnasium
 import torch
 
 TD_ERROR_MAX_KEY = "td_error_max"
@@ -56,7 +74,10 @@ class SurrogateDQNLearner(DQNTorchLearner):
             best = q_target_next.argmax(-1, keepdim=True)
         q_next = torch.gather(q_target_next, -1, best).squeeze(-1)
         q_next = torch.nan_to_num(q_next, neginf=0.0)
-        y = (batch[Columns.REWARDS]
+        reward = batch[Columns.REWARDS]
+        if settings.get("reward_clip", False):
+            reward = reward.clamp(-1.0, 1.0)
+        y = (reward
              + config.gamma ** batch["n_step"] * (1.0 - batch[Columns.TERMINATEDS].float()) * q_next).detach()
         td = q_selected - y
         weights = batch.get("weights")
@@ -88,16 +109,55 @@ class SurrogateDQNLearner(DQNTorchLearner):
         return loss
 
 
-def _env_creator(env_config: dict):
-    """An RLlib env: an Atari game with RLlib's DQN preprocessing, or a gymnasium id."""
-    import gymnasium
+GAME_RETURN_KEY = "game_return"
 
+
+class GameReturn(gymnasium.Wrapper):
+    """Adds ``info['game_return']``, the unclipped score of the whole game, at its last step.
+
+    Wrapped *inside* the episodic-life wrapper, it sees the game go on across lives (a lost
+    life's "reset" is a no-op step there, not a reset here)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.total = 0.0
+
+    def reset(self, **kwargs):
+        self.total = 0.0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.total += float(reward)
+        if terminated or truncated:
+            info = {**info, GAME_RETURN_KEY: self.total}
+        return obs, reward, terminated, truncated, info
+
+
+class GameReturnCallback(RLlibCallback):
+    """Logs each finished game's whole score as the env runner's ``game_return`` (mean of the
+    last 100)."""
+
+    def on_episode_end(self, *, episode, metrics_logger=None, **kwargs):
+        info = episode.get_infos(-1)
+        if metrics_logger is not None and isinstance(info, dict) and GAME_RETURN_KEY in info:
+            metrics_logger.log_value(GAME_RETURN_KEY, info[GAME_RETURN_KEY], reduce="mean", window=100)
+
+
+def _env_creator(env_config: dict):
+    """An RLlib env: an Atari game with the DQN preprocessing, or a gymnasium id.
+
+    Atari: RLlib's own wrappers (``wrap_atari_for_new_api_stack``'s chain: time limit, 84x84
+    grayscale, [-1, 1] floats, frame skip with max-pool, no-op starts, FIRE at reset, frame
+    stack), with ``GameReturn`` below the episodic-life wrapper and that wrapper only where
+    ``episodic_life`` (training) is on.
+    """
     if env_config["suite"] != "atari":
         from trainers.dqn_softlinf import envs  # noqa: F401 - registers raylab/FeatureMDP-v0
 
-        return gymnasium.make(env_config["game"])
+        return GameReturn(gymnasium.make(env_config["game"]))
     import ale_py
-    from ray.rllib.env.wrappers.atari_wrappers import wrap_atari_for_new_api_stack
+    from ray.rllib.env.wrappers import atari_wrappers as aw
 
     from trainers.dqn_softlinf.envs import ale_rom_name
 
@@ -107,10 +167,36 @@ def _env_creator(env_config: dict):
         frameskip=1, repeat_action_probability=env_config["sticky_action_prob"],
         full_action_space=False,
     )
-    return wrap_atari_for_new_api_stack(
-        env, dim=env_config["screen_size"], frameskip=env_config["frame_skip"],
-        framestack=env_config["frame_stack"],
-    )
+    env = gymnasium.wrappers.TimeLimit(env, max_episode_steps=env_config["max_episode_frames"])
+    env = aw.NormalizedImageEnv(aw.WarpFrame(env, dim=env_config["screen_size"], grayscale=True))
+    if env_config["frame_skip"] > 1:
+        env = aw.MaxAndSkipEnv(env, skip=env_config["frame_skip"])
+    env = GameReturn(aw.NoopResetEnv(env, noop_max=env_config["noop_max"]))
+    if env_config["episodic_life"]:
+        env = EpisodicLife(env)
+    if env_config["fire_reset"] and "FIRE" in env.unwrapped.get_action_meanings():
+        env = aw.FireResetEnv(env)
+    return aw.FrameStack(env, k=env_config["frame_stack"])
+
+
+class EpisodicLife(EpisodicLifeEnv):
+    """RLlib's EpisodicLifeEnv, also really resetting after a time-limit truncation (RLlib's
+    resets only after ``terminated``, so a truncated game would go on past its limit)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.was_real_terminated = self.was_real_terminated or truncated
+        return obs, reward, terminated, truncated, info
+
+
+def nature_cnn_filters() -> list:
+    """The Nature CNN's conv stack in RLlib's format, with "valid" padding (3,136 features)."""
+    return [[32, [8, 8], 4, "valid"], [64, [4, 4], 2, "valid"], [64, [3, 3], 1, "valid"]]
+
+
+def learner_gpus() -> int:
+    """GPUs for the (local) learner: the trial's GPU where CUDA is visible, else none."""
+    return 1 if torch.cuda.is_available() else 0
 
 
 def _ale_env_name(rom: str) -> str:
@@ -127,22 +213,22 @@ def dqn_config(cfg):
     atari = cfg.suite == "atari"
     if atari:
         model = DefaultModelConfig(
-            conv_filters=[[32, [8, 8], 4], [64, [4, 4], 2], [64, [3, 3], 1]],
+            conv_filters=nature_cnn_filters(),
             conv_activation="relu", head_fcnet_hiddens=[512], head_fcnet_activation="relu")
     else:
         model = DefaultModelConfig(fcnet_hiddens=list(cfg.mlp_hidden), fcnet_activation="relu",
                                    head_fcnet_hiddens=[])
     eps_steps = max(1, int(cfg.epsilon_fraction * cfg.total_steps))
+    env_config = {
+        "suite": cfg.suite, "game": cfg.game, "sticky_action_prob": cfg.sticky_action_prob,
+        "screen_size": cfg.screen_size, "frame_skip": cfg.frame_skip, "frame_stack": cfg.frame_stack,
+        "max_episode_frames": cfg.max_episode_frames, "noop_max": cfg.noop_max,
+        "fire_reset": cfg.fire_reset, "episodic_life": cfg.episodic_life,
+    }
     config = (
         DQNConfig()
-        .environment(
-            "raylab_dqn_env",
-            env_config={
-                "suite": cfg.suite, "game": cfg.game, "sticky_action_prob": cfg.sticky_action_prob,
-                "screen_size": cfg.screen_size, "frame_skip": cfg.frame_skip, "frame_stack": cfg.frame_stack,
-            },
-            clip_rewards=cfg.reward_clip if atari else None,
-        )
+        .environment("raylab_dqn_env", env_config=env_config)
+        .callbacks(GameReturnCallback)
         .framework("torch")
         .env_runners(
             num_env_runners=0,
@@ -152,8 +238,9 @@ def dqn_config(cfg):
         .learners(
             num_learners=0,
             learner_class=SurrogateDQNLearner,
+            num_gpus_per_learner=learner_gpus(),
             learner_config_dict={"loss": cfg.loss, "beta": cfg.beta, "beta_scale": cfg.beta_scale,
-                                 "huber_delta": cfg.huber_delta},
+                                 "huber_delta": cfg.huber_delta, "reward_clip": cfg.reward_clip},
         )
         .rl_module(model_config=model)
         .training(
@@ -172,7 +259,9 @@ def dqn_config(cfg):
             evaluation_interval=max(1, cfg.eval_every // cfg.report_every),
             evaluation_duration=cfg.eval_episodes, evaluation_duration_unit="episodes",
             evaluation_num_env_runners=0,
-            evaluation_config=DQNConfig.overrides(explore=False),
+            evaluation_config=DQNConfig.overrides(
+                explore=True, epsilon=[(0, cfg.eval_epsilon)], num_envs_per_env_runner=1,
+                env_config={**env_config, "episodic_life": False}),
         )
         .debugging(seed=cfg.seed)
     )
@@ -182,11 +271,12 @@ def dqn_config(cfg):
 def train_rllib(cfg, raw_config: dict) -> None:
     """Run RLlib's DQN with the chosen surrogate, reporting under this workload's metric names.
 
-    Reported: env/steps, perf/env_steps_per_s, episode/return_mean (RLlib's training episodes),
-    eval/return_mean (RLlib's evaluation: ``eval_episodes`` greedy episodes every
-    ``eval_every // report_every`` iterations on a local evaluation env runner; rows in between
-    repeat the latest), train/loss, train/q_mean, bellman/td_error_max (the largest |TD| of the
-    last batch).
+    Reported: env/steps, perf/env_steps_per_s, episode/return_mean (whole-game scores of the
+    last 100 training games), eval/return_mean (``eval_episodes`` whole games at
+    ``eval_epsilon``, one after another, every ``eval_every // report_every`` iterations on a
+    local evaluation env runner; rows in between repeat the latest), train/loss, train/q_mean,
+    bellman/td_error_max_batch (the largest |TD| of the last training batch: in-sample, one
+    sample, one batch).
     Checkpoints hold RLlib's full Algorithm state (networks, optimizer, counters); the replay
     buffer is not included (RLlib's default), so a resumed trial refills it.
     """
@@ -211,17 +301,17 @@ def train_rllib(cfg, raw_config: dict) -> None:
             before, steps = steps, int(runners.get("num_env_steps_sampled_lifetime", 0))
             elapsed, clock = time.perf_counter() - clock, time.perf_counter()
             metrics = {"env/steps": steps, "perf/env_steps_per_s": (steps - before) / max(elapsed, 1e-9)}
-            if "episode_return_mean" in runners and np.isfinite(runners["episode_return_mean"]):
-                metrics["episode/return_mean"] = float(runners["episode_return_mean"])
+            if np.isfinite(runners.get(GAME_RETURN_KEY, np.nan)):
+                metrics["episode/return_mean"] = float(runners[GAME_RETURN_KEY])
             evaluation = result.get("evaluation", {}).get("env_runners", {})
-            if np.isfinite(evaluation.get("episode_return_mean", np.nan)):
-                last_eval = float(evaluation["episode_return_mean"])
+            if np.isfinite(evaluation.get(GAME_RETURN_KEY, np.nan)):
+                last_eval = float(evaluation[GAME_RETURN_KEY])
             if last_eval is not None:
                 metrics["eval/return_mean"] = last_eval
             if "qf_loss" in learner:
                 metrics["train/loss"] = float(learner["qf_loss"])
                 metrics["train/q_mean"] = float(learner["qf_mean"])
-                metrics["bellman/td_error_max"] = float(learner.get(TD_ERROR_MAX_KEY, np.nan))
+                metrics["bellman/td_error_max_batch"] = float(learner.get(TD_ERROR_MAX_KEY, np.nan))
             last = steps >= cfg.total_steps
             session.report(metrics, state=lambda: {"algorithm": _to_checkpoint(algo.get_state()),
                                                    "last_eval": last_eval, "config": raw_config},
