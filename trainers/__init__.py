@@ -32,7 +32,7 @@ WORKLOADS: dict[str, Workload] = {
         config="trainers.dqn_softlinf.config:Config",
         loop="trainers.dqn_softlinf.loop:train_loop",
         metrics=DQN_SOFTLINF_METRICS,
-        description="DQN on Atari with MSE, Huber or soft-linf inner-loop losses; sup-norm Bellman residual",
+        description="DQN on Atari with MSE, Huber, L1 or soft-linf inner-loop losses; sup-norm Bellman residual (exact, held-out, K-sample expected)",
         preflight="trainers.dqn_softlinf.preflight:preflight",
         figures="trainers.dqn_softlinf.figures:REPORT",
     ),

@@ -108,3 +108,13 @@ def test_cli_refuses_before_starting_ray(capsys):
     assert raylab_tune.main(["dqn_softlinf", "--smoke", "config.game=Pongg"]) == 2
     assert "'Pongg' is not an ALE game" in capsys.readouterr().err
     assert ray.is_initialized() == was_running  # refused before Ray started
+
+
+def test_preflight_names_opencv_when_the_heldout_probe_cannot_run(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cv2", None)  # import cv2 now raises ImportError
+    with pytest.raises(UserError, match="heldout_size: the held-out probe needs OpenCV"):
+        preflight(Config(), available=10**12)
+    preflight(Config(heldout_size=0), available=10**12)
+    preflight(Config(suite="gymnasium", game="CartPole-v1"), available=10**12)

@@ -156,3 +156,19 @@ def test_rllib_backend_trains_cartpole_and_resumes(ray_session, local_trial, tmp
     assert last["env/steps"] >= 1500
     assert_finite_metrics(last, ["env/steps", "perf/env_steps_per_s", "train/loss", "train/q_mean",
                                  "episode/return_mean", "eval/return_mean", "bellman/td_error_max_batch"])
+
+
+@pytest.mark.slow
+def test_both_backends_report_returns_that_mean_the_same(ray_session, local_trial, tmp_path):
+    """Uniformly random play (epsilon 1) on CartPole: both backends' training and evaluation
+    returns are whole-episode, unclipped returns of the same policy (random: about 22)."""
+    random_play = ["config.epsilon_start=1.0", "config.epsilon_end=1.0", "config.eval_epsilon=1.0",
+                   "config.total_steps=2500", "stop.env/steps=2500", "config.report_every=2500",
+                   "config.eval_every=2500", "config.eval_episodes=10"]
+    rllib = local_trial("dqn_softlinf_rllib", *random_play, trial_dir=tmp_path / "rllib")[-1]
+    ours = local_trial("dqn_softlinf_rllib", "config.backend=raylab", *random_play,
+                       trial_dir=tmp_path / "raylab")[-1]
+    for row in (rllib, ours):
+        assert 16 < row["episode/return_mean"] < 30, row  # mean of about 100 random episodes
+        assert 10 < row["eval/return_mean"] < 40, row  # mean of 10
+    assert abs(rllib["episode/return_mean"] - ours["episode/return_mean"]) < 6, (rllib, ours)

@@ -59,6 +59,12 @@ def available_memory() -> int:
 def preflight(cfg, available: int | None = None) -> None:
     """Refuse an unknown game or a replay that does not fit in this machine's memory."""
     check_game(cfg.suite, cfg.game)
+    if cfg.suite == "atari" and cfg.backend == "raylab" and cfg.heldout_size:
+        try:
+            import cv2  # noqa: F401 - the held-out probe resizes its frames as ALE's C++ does
+        except ImportError:
+            raise UserError("config.heldout_size: the held-out probe needs OpenCV: "
+                            "pip install -e '.[atari-wrappers]', or set heldout_size: 0") from None
     total, per = replay_bytes(cfg)
     available = available_memory() if available is None else available
     budget = MEMORY_FRACTION * available
