@@ -172,3 +172,13 @@ def test_both_backends_report_returns_that_mean_the_same(ray_session, local_tria
         assert 16 < row["episode/return_mean"] < 30, row  # mean of about 100 random episodes
         assert 10 < row["eval/return_mean"] < 40, row  # mean of 10
     assert abs(rllib["episode/return_mean"] - ours["episode/return_mean"]) < 6, (rllib, ours)
+
+
+def test_rllib_env_seeds_come_from_disjoint_blocks():
+    from trainers.dqn_softlinf.config import Config
+    from trainers.dqn_softlinf.envs import env_seed
+    from trainers.dqn_softlinf.rllib_learner import dqn_config
+
+    seeds = [dqn_config(Config(backend="rllib", seed=s)).seed for s in range(4)]
+    assert seeds == [env_seed(s, 0) for s in range(4)] and len(set(seeds)) == 4
+    assert min(abs(a - b) for i, a in enumerate(seeds) for b in seeds[i + 1:]) >= 4096

@@ -206,6 +206,8 @@ def _ale_env_name(rom: str) -> str:
 def dqn_config(cfg):
     """This workload's Config as an RLlib ``DQNConfig`` (one process: no remote env runners)."""
     from ray.rllib.algorithms.dqn import DQNConfig
+
+    from trainers.dqn_softlinf.envs import env_seed
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.tune.registry import register_env
 
@@ -263,7 +265,8 @@ def dqn_config(cfg):
                 explore=True, epsilon=[(0, cfg.eval_epsilon)], num_envs_per_env_runner=1,
                 env_config={**env_config, "episodic_life": False}),
         )
-        .debugging(seed=cfg.seed)
+        # RLlib seeds env j of a runner with seed + j: a hashed block keeps trial seeds apart
+        .debugging(seed=env_seed(cfg.seed, 0))
     )
     return config
 
