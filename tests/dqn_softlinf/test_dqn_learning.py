@@ -79,6 +79,10 @@ def test_soft_linf_against_mse_on_exact_bellman_quantities(local_trial, tmp_path
     gap = {loss: np.mean([final[loss, s]["bellman/greedy_value_gap_exact"] for s in SEEDS])
            for loss in ("mse", "soft_linf")}
     assert gap["soft_linf"] > 0.9 * gap["mse"], gap
-    # 5. the softmax weights concentrate on a few samples of the batch of 64 (measured ESS 4-7)
+    # 5. per inner loop MSE contracts max |Q - T Q_target| more (measured mean ratio 0.93 vs 0.99)
+    progress = {loss: np.mean([final[loss, s]["inner/progress_ratio_exact"] for s in SEEDS])
+                for loss in ("mse", "soft_linf")}
+    assert progress["mse"] < progress["soft_linf"] - 0.03, progress
+    # 6. the softmax weights concentrate on a few samples of the batch of 64 (measured ESS 4-7)
     ess = [final["soft_linf", s]["train/soft_linf_ess"] for s in SEEDS]
     assert max(ess) < 16, ess

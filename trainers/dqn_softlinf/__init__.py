@@ -33,6 +33,8 @@ EXACT_METRICS = (
     "bellman/qstar_dist_linf",
     "bellman/greedy_value_exact",
     "bellman/greedy_value_gap_exact",
+    "inner/regression_linf_exact",
+    "inner/progress_ratio_exact",
 )
 """Environments with a known model (FeatureMDP) only (exact.py)."""
 

@@ -21,7 +21,9 @@ probe's own generator, afresh at every target update, fixed for that period):
 Where the emulator or the model allows better: on Atari a held-out probe (heldout.py:
 ``*_heldout`` on transitions never trained on, ``*_expected`` against K redrawn successors),
 and on environments with a known model (FeatureMDP) the exact quantities (exact.py:
-``bellman/residual_linf_exact``, ``bellman/qstar_dist_linf``, the greedy policy's value).
+``bellman/residual_linf_exact``, ``bellman/qstar_dist_linf``, the greedy policy's value, and
+the inner loop's exact progress ``inner/regression_linf_exact`` = max |Q - T Q_target| at the
+end of a period and ``inner/progress_ratio_exact``, that over the target's own exact residual).
 
 On Atari the emulators step in C++ threads while the update runs (``overlap_env``): the
 updates of a vector step sample the replay as it was before that step's transitions arrive.
@@ -43,7 +45,7 @@ from raylab.config import from_dict
 from trainers.dqn_softlinf.config import Config
 from trainers.dqn_softlinf.ale_probe import life_lost
 from trainers.dqn_softlinf.envs import env_seed, make_envs
-from trainers.dqn_softlinf.exact import exact_metrics, optimal_q
+from trainers.dqn_softlinf.exact import bellman_operator, exact_metrics, optimal_q
 from trainers.dqn_softlinf.heldout import HeldoutProbe
 from trainers.dqn_softlinf.loss import effective_beta, effective_sample_size, soft_linf_weights, surrogate
 from trainers.dqn_softlinf.model import q_network
@@ -102,7 +104,7 @@ def train_loop(config: dict) -> None:
         "env_steps": 0, "updates": 0, "next_sync": cfg.learning_starts, "next_report": cfg.report_every,
         "next_eval": 0, "evals": 0, "eval_return": math.nan, "updates_from": cfg.learning_starts,
         "episodes": [], "loss_sum": 0.0, "q_sum": 0.0, "ess_sum": 0.0, "loss_n": 0, "inner": [],
-        "credit": 0, "starts": 0,
+        "inner_exact": [], "exact_start": None, "credit": 0, "starts": 0,
     }
     probe: dict | None = None  # the current period's probe transitions and frozen targets
     state = session.restore()
@@ -214,11 +216,23 @@ def train_loop(config: dict) -> None:
         y = p["reward"] + cfg.gamma * (1.0 - p["done"]) * forward_chunks(q_fwd, p["next_obs"]).max(1).values
         return (q_taken(p) - y).abs()
 
+    def q_on_all_states(net) -> np.ndarray:  # exact model only: Q(s, .) for every state
+        x = torch.from_numpy(envs.exact_observations()).to(device)
+        return forward_chunks(net, x).double().cpu().numpy()
+
     def target_update() -> None:
         nonlocal probe
         if probe is not None and "start_linf" in probe:  # end of the inner loop just run
             end = (q_taken(probe) - probe["y"]).abs().max().item()
             s["inner"].append((end, end / max(probe["start_linf"], 1e-12)))
+        if exact_model is not None:  # the same, exactly: max |Q - T Q_target| over all (s, a)
+            P, R, cont = exact_model
+            if s["exact_start"] is not None:
+                t_target = bellman_operator(q_on_all_states(target_fwd), P, R, cfg.gamma, cont)
+                end = float(np.abs(q_on_all_states(q_fwd) - t_target).max())
+                s["inner_exact"].append((end, end / max(s["exact_start"], 1e-12)))
+            q_now = q_on_all_states(q_fwd)  # the next target: its own exact residual
+            s["exact_start"] = float(np.abs(q_now - bellman_operator(q_now, P, R, cfg.gamma, cont)).max())
         target.load_state_dict(q.state_dict())
         probe = draw_probe()
         if probe is not None:  # start of the next inner loop: here Q = Q_target
@@ -346,10 +360,12 @@ def train_loop(config: dict) -> None:
             if heldout is not None:
                 metrics |= heldout.metrics(forward_chunks_q, cfg.gamma, device)
             if exact_model is not None:
-                P, R, cont = exact_model
-                q_all = forward_chunks(q_fwd, torch.from_numpy(envs.exact_observations()).to(device))
-                metrics |= exact_metrics(q_all.double().cpu().numpy(), P, R, cfg.gamma, cont, q_star)
+                metrics |= exact_metrics(q_on_all_states(q_fwd), *exact_model[:2], cfg.gamma,
+                                         exact_model[2], q_star)
             metrics["perf/probe_s"] = time.perf_counter() - probe_clock
+            if s["inner_exact"]:
+                metrics["inner/regression_linf_exact"] = float(np.mean([e for e, _ in s["inner_exact"]]))
+                metrics["inner/progress_ratio_exact"] = float(np.mean([r for _, r in s["inner_exact"]]))
             if s["inner"]:
                 metrics["inner/regression_linf"] = float(np.mean([e for e, _ in s["inner"]]))
                 metrics["inner/progress_ratio"] = float(np.mean([r for _, r in s["inner"]]))
@@ -362,7 +378,8 @@ def train_loop(config: dict) -> None:
                 s["next_report"] += cfg.report_every
             for total in sums.values():
                 total.zero_()
-            s.update(loss_n=0, loss_sum=0.0, q_sum=0.0, ess_sum=0.0, inner=[], episodes=list(episodes))
+            s.update(loss_n=0, loss_sum=0.0, q_sum=0.0, ess_sum=0.0, inner=[], inner_exact=[],
+                     episodes=list(episodes))
             session.report(metrics, state=checkpoint_state, checkpoint=True if last else None)
             clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
