@@ -1,5 +1,6 @@
 """The backdoor workload through Ray Tune on synthetic CIFAR-format data; configs; resume."""
 
+import dataclasses
 import math
 
 import pytest
@@ -28,6 +29,8 @@ def test_config_errors_name_the_key():
         experiments.load("backdoor", ["config.attack=trojan"])
     with pytest.raises(UserError, match="target_class: 10 is not a class of cifar10"):
         experiments.load("backdoor", ["config.target_class=10"])
+    with pytest.raises(UserError, match="lr_schedule: 'step' is not one of 'per_attack', 'cosine', 'constant'"):
+        experiments.load("backdoor", ["config.lr_schedule=step"])
     with pytest.raises(UserError, match="early_steps: must be <= steps"):
         experiments.load("backdoor_theory", ["config.early_steps=500"])
     assert Config().epochs == 100 and Config().lr == 0.01 and Config().batch_size == 128
@@ -47,6 +50,9 @@ def test_preflight_names_the_missing_dataset_before_ray_starts(tmp_path):
     preflight(Config(synthetic_data=True, data_dir=str(tmp_path / "nothing")))  # writes its own
     with pytest.raises(UserError, match="blend_image: no such file"):
         preflight(Config(attack="blended", blend_image=str(tmp_path / "k.png"), synthetic_data=True))
+    with pytest.raises(UserError, match="blend_image: skimage.data has no image 'kitty'"):
+        preflight(Config(attack="blended", blend_image="skimage:kitty", synthetic_data=True,
+                         data_dir=str(tmp_path / "nothing")))
 
 
 @pytest.mark.slow
@@ -85,7 +91,7 @@ def test_wanet_trains_on_clean_images_warped_per_global_batch(tmp_path):
     data = build_data(cfg, torch.device("cpu"))
     assert torch.equal(data.train_x, load_cifar("cifar10", tmp_path / "d").train_x)  # nothing fixed
     spec, idx = trigger_spec(cfg), torch.arange(20, 84)
-    x, y = wanet_batch(data, idx, Config(**{**cfg.__dict__, "augment": False}), spec, (0, 3), 0, 1)
+    x, y = wanet_batch(data, idx, dataclasses.replace(cfg, augment=False), spec, (0, 3), 0, 1)
     expected, labels, n_bd, _ = wanet.poison_batch(data.train_x[idx], data.train_y[idx], spec, 0.1, 2.0, 0,
                                                    torch.Generator().manual_seed(0))
     assert n_bd == 6 and (y[:6] == 0).all() and torch.allclose(x[:6], expected[:6])
@@ -122,3 +128,23 @@ def test_theory_smoke_sweep_reports_every_metric(smoke_sweep):
         assert result.metrics["theory/step"] == 60
         ratios[result.config["poison_ratio"]] = result.metrics["theory/loss_drop_ratio"]
     assert ratios[0.1] > ratios[0.01] > 1
+
+
+def test_wanet_keeps_backdoorbench_constant_lr_and_the_others_anneal():
+    import torch
+
+    from trainers.backdoor.loop import train_scheduler
+
+    def lr_after(epochs: int, **fields) -> float:
+        optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.01)
+        scheduler = train_scheduler(optimizer, Config(**fields))
+        for _ in range(epochs):
+            optimizer.step()
+            scheduler.step()
+        return optimizer.param_groups[0]["lr"]
+
+    assert lr_after(99, attack="wanet") == pytest.approx(0.01)  # MultiStepLR, first milestone 100
+    assert lr_after(100, attack="wanet") == pytest.approx(0.001)
+    assert lr_after(50, attack="badnets") == pytest.approx(0.005)  # cosine over 100 epochs
+    assert lr_after(50, attack="wanet", lr_schedule="cosine") == pytest.approx(0.005)
+    assert lr_after(50, attack="badnets", lr_schedule="constant") == pytest.approx(0.01)
