@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/trial_overhead.py
 	$(PY) benchmarks/dqn_throughput.py
 	$(PY) benchmarks/image_throughput.py
+	$(PY) benchmarks/probe_cost.py
 	$(PY) benchmarks/adv_throughput.py
 	$(PY) benchmarks/mol_throughput.py
 	$(PY) benchmarks/seagram_cost.py
