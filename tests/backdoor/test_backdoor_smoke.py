@@ -148,3 +148,14 @@ def test_wanet_keeps_backdoorbench_constant_lr_and_the_others_anneal():
     assert lr_after(50, attack="badnets") == pytest.approx(0.005)  # cosine over 100 epochs
     assert lr_after(50, attack="wanet", lr_schedule="cosine") == pytest.approx(0.005)
     assert lr_after(50, attack="badnets", lr_schedule="constant") == pytest.approx(0.01)
+
+
+def test_too_few_images_for_the_probe_groups_is_a_user_error(tmp_path):
+    import torch
+
+    from trainers.backdoor.loop import build_data
+
+    cfg = Config(synthetic_data=True, data_dir=str(tmp_path / "d"), synthetic_train_size=20, finetune_fraction=0.95,
+                 synthetic_test_size=8, probe_size=8, coherence_size=4, poison_ratio=0.0)
+    with pytest.raises(UserError, match="probe_size: the training set leaves"):
+        build_data(cfg, torch.device("cpu"))

@@ -31,6 +31,7 @@ from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.data.augment import random_crop_flip, to_float
 from raylab.data.cifar import MEAN, STD, check_cifar, prepare_cifar
+from raylab.errors import UserError
 from raylab.models import preact_resnet18, resnet18
 from trainers.backdoor import CONTROLS, GROUPS, attack, probe, wanet
 from trainers.backdoor.config import Config
@@ -97,6 +98,9 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     source = (poison_idx[torch.randperm(len(poison_idx), generator=gen)] if len(poison_idx)
               else rest[~is_target])[: cfg.probe_size]
     target_idx = rest[is_target][: cfg.probe_size]
+    if len(target_idx) < 2 or len(source) < 2:
+        raise UserError(f"probe_size: the training set leaves {len(target_idx)} clean target-class and "
+                        f"{len(source)} source images for the probe groups; at least 2 each are needed")
     target_label = lambda idx: torch.full((len(idx),), cfg.target_class, dtype=train_y.dtype)  # noqa: E731
     probe_x = {
         "poison": trigger(images.train_x[source], spec),
