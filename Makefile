@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack]"
+	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack,backdoor]"
 	$(PY) -m pip install --quiet --no-deps torchattacks==3.5.1
 	touch $(STAMP)
 
@@ -47,10 +47,11 @@ demo: $(STAMP)
 
 # Side-by-side throughput figures (ratios), one script per target; minutes each on 2 CPU cores.
 bench: $(STAMP)
-	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack,atari-wrappers]"
+	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack,backdoor,atari-wrappers]"
 	$(PY) benchmarks/trial_overhead.py
 	$(PY) benchmarks/dqn_throughput.py
 	$(PY) benchmarks/image_throughput.py
+	$(PY) benchmarks/probe_cost.py
 	$(PY) benchmarks/adv_throughput.py
 	$(PY) benchmarks/mol_throughput.py
 	$(PY) benchmarks/seagram_cost.py

@@ -36,14 +36,32 @@ def test_blended_is_the_rounded_convex_mix_by_hand(tmp_path):
     assert out.dtype == torch.uint8
 
 
-def test_blended_default_pattern_is_seeded_noise():
+def test_blended_noise_pattern_is_seeded():
     x = _images(2)
-    a = attack.blended(x, TriggerSpec(seed=1))
-    assert torch.equal(a, attack.blended(x, TriggerSpec(seed=1)))
-    assert not torch.equal(a, attack.blended(x, TriggerSpec(seed=2)))
-    pattern = attack.blend_pattern(TriggerSpec(seed=1), (3, 32, 32))
+    noise = lambda seed: TriggerSpec(seed=seed, blend_trigger="noise")  # noqa: E731
+    a = attack.blended(x, noise(1))
+    assert torch.equal(a, attack.blended(x, noise(1)))
+    assert not torch.equal(a, attack.blended(x, noise(2)))
+    pattern = attack.blend_pattern(noise(1), (3, 32, 32))
     expected = (0.8 * x.float() + 0.2 * pattern.float()).round().to(torch.uint8)
     assert torch.equal(a, expected)
+
+
+def test_blended_default_is_a_natural_photo_resized_with_pil_bilinear():
+    from PIL import Image
+    import skimage.data
+
+    spec = TriggerSpec()
+    assert spec.blend_trigger == "image" and spec.blend_image == "skimage:astronaut"
+    pattern = attack.blend_pattern(spec, (3, 32, 32))
+    expected = np.asarray(Image.fromarray(skimage.data.astronaut()).resize((32, 32), Image.BILINEAR))
+    assert torch.equal(pattern, torch.from_numpy(expected.transpose(2, 0, 1).copy()))
+    # A photo is smooth where noise is not: neighbouring pixels differ far less.
+    noise = attack.blend_pattern(TriggerSpec(blend_trigger="noise"), (3, 32, 32))
+    roughness = lambda t: (t[..., 1:].float() - t[..., :-1].float()).abs().mean()  # noqa: E731
+    assert roughness(pattern) < 0.5 * roughness(noise)
+    with pytest.raises(UserError, match="skimage.data has no image 'nothing'"):
+        attack.load_trigger_image("skimage:nothing", (3, 32, 32))
 
 
 def test_blended_reads_a_png_and_resizes_it(tmp_path):
@@ -76,6 +94,49 @@ def test_wanet_noise_mode_differs_per_image_from_the_trigger():
     spec = TriggerSpec(seed=0)
     noisy = attack.wanet_noise(x, spec, torch.Generator().manual_seed(0))
     assert not torch.equal(noisy, attack.wanet(x, spec))
+
+
+def test_wanet_poisons_each_batch_afresh_as_backdoorbench():
+    from trainers.backdoor import wanet
+
+    x, y = _images(20), torch.arange(20) % 10
+    spec = TriggerSpec(seed=0)
+    out, labels, n_bd, n_cross = wanet.poison_batch(x, y, spec, 0.1, 2.0, 7, torch.Generator().manual_seed(0))
+    assert (n_bd, n_cross) == (2, 4)  # floor(0.1 * 20), floor(2 * 2)
+    assert out.dtype == torch.float32 and labels[:2].tolist() == [7, 7]  # any class -> target
+    assert torch.equal(labels[2:], y[2:])
+    warped = torch.nn.functional.grid_sample(x[:2].float() / 255, attack.wanet_grid(spec, 32).expand(2, -1, -1, -1),
+                                             align_corners=True)
+    assert torch.allclose(out[:2], warped)  # the fixed trigger warp, not rounded to uint8
+    assert torch.equal(out[6:], x[6:].float() / 255)  # the rest is untouched
+    fixed = torch.nn.functional.grid_sample(x[2:6].float() / 255, attack.wanet_grid(spec, 32).expand(4, -1, -1, -1),
+                                            align_corners=True)
+    assert (out[2:6] - fixed).abs().amax() > 0.01  # noise mode: the warp plus fresh noise
+    again, _, _, _ = wanet.poison_batch(x, y, spec, 0.1, 2.0, 7, torch.Generator().manual_seed(1))
+    assert torch.allclose(again[:2], out[:2]) and not torch.allclose(again[2:6], out[2:6])  # fresh grids
+    # Below one image per batch: one image with probability p * B (BackdoorBench's rule).
+    gen = torch.Generator().manual_seed(0)
+    counts = [wanet.backdoor_count(0.005, 128, gen) for _ in range(2000)]
+    assert set(counts) == {0, 1} and abs(np.mean(counts) - 0.64) < 0.04
+
+
+def test_wanet_augmentation_is_one_draw_per_batch_with_mean_fill():
+    from trainers.backdoor import wanet
+
+    one = torch.rand(1, 3, 32, 32)
+    batch = one.expand(6, -1, -1, -1).clone()
+    mean = (0.4, 0.5, 0.6)
+    outs = [wanet.augment(batch, mean, torch.Generator().manual_seed(s)) for s in range(12)]
+    for out in outs:
+        assert torch.equal(out, out[:1].expand_as(out))  # the same transform for every image
+    changed = [not torch.allclose(o, batch) for o in outs]
+    assert any(changed)
+    # Padding and the rotation's fill are the channel mean (zero after normalization).
+    flat = torch.zeros(2, 3, 32, 32)
+    for s in range(12):
+        out = wanet.augment(flat, mean, torch.Generator().manual_seed(s))
+        values = {round(float(v), 4) for c in range(3) for v in out[:, c].unique()}
+        assert values <= {0.0, 0.4, 0.5, 0.6}
 
 
 def test_poison_indices_come_from_non_target_classes_and_get_the_target_label():

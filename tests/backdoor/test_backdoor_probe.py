@@ -31,28 +31,45 @@ def test_mean_pairwise_cosine_by_hand():
 
 def test_gradient_coherence_equals_explicit_pairwise_cosines():
     torch.manual_seed(0)
-    model = torch.nn.Linear(4, 3)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(),
+                                torch.nn.Linear(6, 3)).eval()
     x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
     params = list(model.parameters())
-    loss_of = lambda i: torch.nn.functional.cross_entropy(model(x[i:i + 1]), y[i:i + 1])  # noqa: E731
     grads = []
-    for i in range(5):
-        g = torch.autograd.grad(loss_of(i), params)
+    for i in range(5):  # one backward pass per sample: the definition
+        g = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x[i:i + 1]), y[i:i + 1]), params)
         grads.append(torch.cat([t.flatten() for t in g]))
     g = torch.stack(grads)
     cos = torch.nn.functional.cosine_similarity(g[:, None], g[None, :], dim=-1)
-    expected = (cos.sum() - cos.diagonal().sum()) / 20
-    assert probe.gradient_coherence(loss_of, params, 5) == pytest.approx(float(expected), abs=1e-6)
+    expected = float((cos.sum() - cos.diagonal().sum()) / 20)
+    for chunk in (1, 2, 8):  # vmap over chunks of any size gives the same mean
+        assert probe.gradient_coherence(model, x, y, chunk=chunk) == pytest.approx(expected, abs=1e-6)
 
 
-def test_gate_flips_and_drops():
+def test_on_untriggered_images_the_same_label_coherence_contrast_is_about_zero():
+    """Per-sample CE gradients share ``softmax - e_y``: one-label groups are coherent with no
+    trigger at all, so only a same-label control can isolate the trigger."""
+    from raylab.models import resnet18
+
+    torch.manual_seed(0)
+    net = resnet18(10, width=8).eval()
+    x = torch.rand(48, 3, 32, 32)
+    target = torch.zeros(16, dtype=torch.long)
+    one_label_a = probe.gradient_coherence(net, x[:16], target)
+    one_label_b = probe.gradient_coherence(net, x[16:32], target)
+    mixed = probe.gradient_coherence(net, x[32:], torch.arange(16) % 10)
+    coherence = {"poison": one_label_a, "relabel": one_label_b, "clean": mixed}
+    assert abs(probe.gap(coherence, "relabel")) < 0.05, coherence
+    assert probe.gap(coherence, "clean") > 0.5, coherence  # the confound a mixed-label control has
+
+
+def test_gate_flips_drops_and_gaps():
     before = torch.tensor([[True, False], [True, True]])
     after = torch.tensor([[False, False], [True, False]])
     assert probe.gate_flip_fraction(before, after) == 0.5
     assert probe.relative_drop(2.0, 1.5) == 0.25
-    assert probe.drop_ratio(0.5, 0.25) == 2.0
-    assert probe.drop_ratio(0.5, 0.0) == 500.0  # the floor keeps it finite
-    assert probe.drop_ratio(0.5, -1e-5) == -500.0
+    assert probe.gap({"poison": 0.5, "target": 0.2, "relabel": 0.7}, "target") == pytest.approx(0.3)
+    assert probe.gap({"poison": 0.5, "target": 0.2, "relabel": 0.7}, "relabel") == pytest.approx(-0.2)
 
 
 def test_selectivity_is_cohens_d_by_hand_and_ablation_zeroes_columns():

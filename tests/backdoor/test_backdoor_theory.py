@@ -58,6 +58,17 @@ def test_gate_flip_and_drift_fractions_by_hand():
     assert theory.gate_flip_fraction(w0, w, x) == 0.5  # unit 0 flips, unit 1 does not
     assert theory.gate_drift_fraction(w0, w, x) == 0.5  # |drift| 2 >= 1 and 0.5 < 1
     assert theory.gate_flip_fraction(w0, w, x) <= theory.gate_drift_fraction(w0, w, x)
+    # The error term f - f~ at W: unit 0 (a = 1) flipped off, its pre-activation -1 was kept by
+    # the frozen gate; unit 1 (a = 2) kept its gate and adds nothing: |0 - (1 * -1)| = 1.
+    a = torch.tensor([1.0, 2.0])
+    assert theory.gate_flip_error(w0, w, a, x) == pytest.approx(1.0)
+    assert theory.gate_flip_error(w0, w0, a, x) == 0.0
+
+
+def test_drop_ratio_floors_the_denominator():
+    assert theory.drop_ratio(0.5, 0.25) == 2.0
+    assert theory.drop_ratio(0.5, 0.0) == 500.0  # the floor keeps it finite
+    assert theory.drop_ratio(0.5, -1e-5) == -500.0
 
 
 def _summary(**config):

@@ -9,12 +9,17 @@ trigger and the target label (all-to-one).
 - BadNets (Gu et al. 2017): a 3x3 white patch in the bottom-right corner,
   ``x'[:, :, H-3:, W-3:] = 255``.
 - Blended (Chen et al. 2017): ``x' = round((1 - alpha) x + alpha t)`` with a trigger image
-  ``t`` (a user file, or uniform noise drawn from ``spec.seed``), alpha 0.2 by default.
+  ``t``: by default a natural photograph that ships with scikit-image (``skimage.data``),
+  resized to 32x32 as BackdoorBench resizes its image (PIL bilinear); or a user file; or
+  (``blend_trigger: noise``) uniform noise drawn from ``spec.seed``. Alpha 0.2 by default.
 - WaNet (Nguyen & Tran 2021): a fixed smooth warp. A ``k x k`` field ``P ~ U(-1, 1)``,
   normalized by its mean absolute value, upsampled bicubically to ``H x W``; the sampling grid
   is ``clamp(identity + s * rescale * P / H, -1, 1)`` and ``x' = grid_sample(x, grid)``. Its
   "noise mode" (``wanet_noise``) adds ``U(-1, 1) / H`` per image to that grid and keeps the
   true label: those cross samples teach the model that only the exact warp is the trigger.
+  ``wanet`` trains as BackdoorBench does, warping each batch afresh (``wanet.py``);
+  ``wanet_fixed`` is the same trigger as a data-poisoning attack (warped images fixed in the
+  training set, like BadNets and Blended).
 """
 
 from __future__ import annotations
@@ -39,9 +44,11 @@ class TriggerSpec:
     """Seed of anything random in the trigger (Blended's noise pattern, WaNet's warp field)."""
     blend_alpha: float = 0.2
     """Blended: weight of the trigger image."""
-    blend_image: str = ""
-    """Blended: path of a trigger image (.npy uint8 HxWx3 or 3xHxW, or any PIL-readable file);
-    empty: uniform noise drawn from ``seed``."""
+    blend_trigger: str = "image"
+    """Blended: ``image`` (the picture ``blend_image``) or ``noise`` (uniform, from ``seed``)."""
+    blend_image: str = "skimage:astronaut"
+    """Blended: ``skimage:NAME`` (a photograph in ``skimage.data``) or the path of a trigger
+    image (.npy uint8 HxWx3 or 3xHxW, or any PIL-readable file)."""
     patch_size: int = 3
     """BadNets: side of the white square."""
     wanet_k: int = 4
@@ -91,6 +98,7 @@ def blended(x: torch.Tensor, spec: TriggerSpec) -> torch.Tensor:
     return mixed.round_().clamp_(0, 255).to(torch.uint8)
 
 
+@register("wanet_fixed")
 @register("wanet")
 def wanet(x: torch.Tensor, spec: TriggerSpec) -> torch.Tensor:
     """Warp every image with the fixed grid drawn from ``spec.seed``."""
@@ -126,15 +134,42 @@ def wanet_grid(spec: TriggerSpec, size: int) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=8)
 def blend_pattern(spec: TriggerSpec, shape: tuple[int, int, int]) -> torch.Tensor:
-    """The Blended trigger image, uint8 ``shape`` (C, H, W): the user's file, or seeded noise."""
-    if not spec.blend_image:
+    """The Blended trigger image, uint8 ``shape`` (C, H, W): the named photograph or file, or
+    seeded noise."""
+    if spec.blend_trigger == "noise":
         gen = torch.Generator().manual_seed(spec.seed)
         return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
     return load_trigger_image(spec.blend_image, shape)
 
 
+SKIMAGE_PREFIX = "skimage:"
+
+
+def skimage_photo(name: str) -> np.ndarray:
+    """A photograph shipped in scikit-image's ``skimage.data`` (uint8 HxWx3), by function name."""
+    try:
+        import skimage.data
+    except ImportError:
+        raise UserError("blend_image: scikit-image is not installed (pip install 'raylab[backdoor]')") from None
+    photo = getattr(skimage.data, name, None)
+    if name.startswith("_") or not callable(photo):
+        raise UserError(f"blend_image: skimage.data has no image '{name}' (try astronaut, coffee, rocket)")
+    array = np.asarray(photo())
+    if array.ndim != 3 or array.shape[-1] != 3:
+        raise UserError(f"blend_image: skimage.data.{name} is not an RGB image (shape {array.shape})")
+    return array
+
+
 def load_trigger_image(path: str, shape: tuple[int, int, int]) -> torch.Tensor:
-    """Read a trigger image file as uint8 ``shape`` (C, H, W), resized if needed."""
+    """Read a trigger image (``skimage:NAME`` or a file) as uint8 ``shape`` (C, H, W), resized if
+    needed: PIL-readable images and ``skimage`` photographs with PIL's bilinear resize (what
+    BackdoorBench's ``transforms.Resize`` does to its PIL image), .npy arrays bilinearly."""
+    if path.startswith(SKIMAGE_PREFIX):
+        from PIL import Image
+
+        photo = Image.fromarray(skimage_photo(path[len(SKIMAGE_PREFIX):]))
+        array = np.asarray(photo.resize((shape[2], shape[1]), Image.BILINEAR)).transpose(2, 0, 1)
+        return torch.from_numpy(np.ascontiguousarray(array))
     file = Path(path).expanduser()
     if not file.is_file():
         raise UserError(f"blend_image: no such file '{file}'")
@@ -145,7 +180,7 @@ def load_trigger_image(path: str, shape: tuple[int, int, int]) -> torch.Tensor:
 
         try:
             with Image.open(file) as image:
-                array = np.asarray(image.convert("RGB").resize((shape[2], shape[1])))
+                array = np.asarray(image.convert("RGB").resize((shape[2], shape[1]), Image.BILINEAR))
         except OSError as err:
             raise UserError(f"blend_image: cannot read '{file}' as an image ({err})") from None
     if array.ndim == 3 and array.shape[-1] == shape[0] and array.shape[0] != shape[0]:

@@ -1,6 +1,7 @@
 """Config of the backdoor workload: a poisoned CIFAR training run, its probes, then clean
-fine-tuning. Defaults are the BackdoorBench-style paper scale (ResNet-18, SGD 0.01 cosine,
-batch 128, weight decay 5e-4, 100 epochs) for one GPU per trial."""
+fine-tuning. Defaults are BackdoorBench's CIFAR-10 settings (ResNet-18, SGD 0.01 cosine, batch
+128, weight decay 5e-4, 100 epochs; WaNet at a constant 0.01; FT 100 epochs at batch 256 on 5%
+clean data) for one GPU per trial."""
 
 from __future__ import annotations
 
@@ -39,29 +40,40 @@ class Config:
     batch_size: int = 128
     """Images per SGD step (split across Ray Train workers when there are several)."""
     lr: float = 0.01
-    """Initial SGD learning rate; cosine-annealed to 0 over the epochs (stepped per epoch)."""
+    """Initial SGD learning rate."""
+    lr_schedule: Literal["per_attack", "cosine", "constant"] = "per_attack"
+    """``cosine``: annealed to 0 over the epochs (stepped per epoch); ``constant``; ``per_attack``:
+    BackdoorBench's choice per attack, constant for ``wanet`` (its MultiStepLR milestones start at
+    epoch 100) and cosine for the others."""
     momentum: float = 0.9
     """SGD momentum."""
     weight_decay: float = 5e-4
     """SGD weight decay."""
     augment: bool = True
-    """Random crop (padding 4) and horizontal flip, per batch on the device."""
+    """Random crop (padding 4) and horizontal flip, per image on the device; for ``wanet``,
+    BackdoorBench's WaNet augmentation instead (crop padding 5 p 0.8, rotation 10 degrees p 0.5,
+    flip; one draw per batch). Offsets are drawn for the global batch and sliced per worker."""
     seed: int = 0
     """Seed of the initialization, the poisoned indices, the batch order and the probes."""
 
     # --- attack
     attack: str = "badnets"
-    """A name in trainers.backdoor.attack.ATTACKS: badnets, blended, wanet."""
+    """A name in trainers.backdoor.attack.ATTACKS: badnets, blended, wanet (re-warped per batch,
+    as BackdoorBench trains it), wanet_fixed (the WaNet trigger as fixed poisoned images)."""
     poison_ratio: float = 0.1
-    """Poisoned images as a fraction of the whole training set (drawn from non-target classes)."""
+    """Poisoned images as a fraction of the whole training set, drawn from non-target classes;
+    for ``wanet``, of every training batch (its first images, any class). 0: a clean model."""
     target_class: int = 0
     """The class every triggered image should be classified as (all-to-one)."""
     trigger_seed: int = 0
     """Seed of the trigger pattern (Blended noise image, WaNet warp field)."""
     blend_alpha: float = 0.2
     """Blended: weight of the trigger image."""
-    blend_image: str = ""
-    """Blended: trigger image file (.npy or PIL-readable); empty: noise drawn from trigger_seed."""
+    blend_trigger: Literal["image", "noise"] = "image"
+    """Blended: the picture ``blend_image``, or uniform noise drawn from trigger_seed."""
+    blend_image: str = "skimage:astronaut"
+    """Blended: ``skimage:NAME`` (a photograph in scikit-image's ``skimage.data``) or a trigger
+    image file (.npy or PIL-readable), resized to 32x32."""
     patch_size: int = 3
     """BadNets: side of the white square in the bottom-right corner."""
     wanet_k: int = 4
@@ -77,7 +89,8 @@ class Config:
     early_log_every: int = 20
     """Steps between two early-signature reports."""
     probe_size: int = 64
-    """Fixed poisoned and clean training images (each) for loss, margin and gate probes."""
+    """Images in each probe group (poisoned, clean target-class, relabelled untriggered, clean
+    all-class) for loss, margin and gate probes."""
     coherence_size: int = 32
     """Images (each group, a prefix of the probe set) for per-sample gradient coherence."""
 
@@ -96,11 +109,13 @@ class Config:
     finetune_fraction: float = 0.05
     """Clean training images (never poisoned) available to the defender, as a fraction of the
     training set."""
-    finetune_epochs: int = 20
+    finetune_epochs: int = 100
     """Epochs of fine-tuning on the clean subset (0: skip the phase)."""
     finetune_lr: float = 0.01
-    """Initial fine-tuning learning rate (cosine-annealed, same momentum and weight decay)."""
-    finetune_batch_size: int = 128
+    """Initial fine-tuning learning rate (same momentum and weight decay)."""
+    finetune_t_max: int = 100
+    """Period (epochs) of the fine-tuning cosine schedule, stepped per epoch (BackdoorBench: 100)."""
+    finetune_batch_size: int = 256
     """Images per fine-tuning step."""
 
     def __post_init__(self):
@@ -108,7 +123,7 @@ class Config:
 
         positive = ("synthetic_train_size", "synthetic_test_size", "epochs", "batch_size",
                     "early_log_every", "probe_size", "eval_every", "model_width",
-                    "finetune_batch_size", "wanet_k", "patch_size")
+                    "finetune_batch_size", "wanet_k", "patch_size", "finetune_t_max")
         require_at_least(self, 1, *positive)
         require_positive(self, "lr", "finetune_lr")
         require(self.attack in ATTACKS, "attack",

@@ -1,25 +1,32 @@
-"""Reports of the backdoor workloads: early-stage signatures of the poisoned and clean groups,
-attack success and clean accuracy against the poisoning ratio, trigger-dominant neurons before and
+"""Reports of the backdoor workloads: early-stage signatures of the poisoned group against its
+same-label controls, attack success and clean accuracy against the poisoning ratio, trigger-dominant neurons before and
 after clean fine-tuning (``REPORT``); frozen-gate predictions against measured early loss
 decrease (``THEORY_REPORT``)."""
 
 from raylab.report_spec import Bars, Curve, Report, Scatter, Table, Versus
 
 REPORT = Report(items=(
-    Curve(("early/loss_poison", "early/loss_clean"), x="train/step", together=True, skip_repeats=True,
-          title="early training loss of the poisoned and the clean group against steps"),
-    Curve(("early/grad_coherence_poison", "early/grad_coherence_clean"), x="train/step", together=True,
-          skip_repeats=True, title="early gradient coherence of the poisoned and the clean group"),
+    Curve(("early/loss_poison", "early/loss_relabel", "early/loss_target", "early/loss_clean"),
+          x="train/step", together=True, skip_repeats=True,
+          title="early training loss of the poisoned group and its controls against steps"),
+    Curve(("early/grad_coherence_gap_vs_relabel", "early/grad_coherence_gap_vs_target",
+           "early/loss_drop_gap_vs_relabel", "early/loss_drop_gap_vs_target"), x="train/step",
+          skip_repeats=True,
+          title="early contrasts: poisoned minus the same-label controls (coherence, loss drop)"),
     Versus("poison_ratio", ("eval/asr", "eval/clean_acc"), by=("attack",),
            title="attack success rate and clean accuracy against the poisoning ratio"),
+    Versus("poison_ratio", ("neurons/trigger_dominant_count",), by=("attack",),
+           title="trigger-dominant neurons against the poisoning ratio (0: a clean model on triggered inputs)"),
     Bars(("neurons/trigger_dominant_count", "finetune/trigger_dominant_count"),
          title="trigger-dominant neurons before and after clean fine-tuning"),
     Bars(("eval/asr", "neurons/asr_ablated_topk", "neurons/asr_ablated_random", "finetune/asr",
           "finetune/asr_ablated_topk"),
          title="ASR: trained, top-k neurons ablated, random ablated, fine-tuned, fine-tuned and ablated"),
-    Table(("eval/asr", "eval/clean_acc", "early/rel_drop_ratio", "neurons/selectivity_topk_mean",
-           "finetune/asr", "finetune/selectivity_retained"),
-          title="final attack success, clean accuracy, early drop ratio and neuron selectivity"),
+    Table(("eval/asr", "eval/clean_acc", "neurons/trigger_dominant_count",
+           "early/grad_coherence_gap_vs_relabel", "early/loss_drop_gap_vs_relabel",
+           "early/margin_growth_gap_vs_relabel", "finetune/asr", "finetune/selectivity_retained"),
+          title="final attack success, clean accuracy, trigger-dominant neurons (poison_ratio 0: the "
+                "clean baseline), early contrasts against the relabelled control, fine-tuning"),
 ))
 
 THEORY_REPORT = Report(items=(
@@ -31,6 +38,8 @@ THEORY_REPORT = Report(items=(
     Versus("poison_ratio", ("theory/loss_drop_ratio", "theory/predicted_drop_ratio"), together=True,
            title="early loss-drop ratio (measured, frozen-gate predicted) against the poisoning ratio"),
     Table(("theory/loss_drop_ratio", "theory/predicted_drop_ratio", "theory/frozen_gate_rel_error",
-           "theory/signal_ratio", "theory/gate_flip_at_t_poison", "theory/gate_flip_at_t_clean"),
-          title="at the early time T: measured and predicted drop ratios, frozen-gate error, gate flips"),
+           "theory/signal_ratio", "theory/gate_flip_at_t_poison", "theory/gate_flip_at_t_clean",
+           "theory/gate_flip_error_poison", "theory/gate_flip_error_clean"),
+          title="at the early time T: measured and predicted drop ratios, frozen-gate error, gate flips; "
+                "frozen-gate error term at the last step"),
 ))

@@ -3,10 +3,11 @@ trigger-dominant neurons, fine-tune on clean data, and measure what is left.
 
 Phases, in order, each resumable from a checkpoint:
 
-1. ``train``: SGD on the poisoned training set. During the first ``early_epochs`` epochs, every
-   ``early_log_every`` steps, the early-stage signatures of the poisoned and the clean group
-   (``early/*``); before training and after every ``eval_every`` epochs, ``eval/clean_acc``,
-   ``eval/asr``, ``eval/ra``.
+1. ``train``: SGD on the poisoned training set (for ``wanet``, clean images poisoned afresh in
+   every batch, ``wanet.py``). During the first ``early_epochs`` epochs, every
+   ``early_log_every`` steps, the early-stage signatures of each probe group and their contrasts
+   between the poisoned group and the same-label controls (``early/*``); before training and
+   after every ``eval_every`` epochs, ``eval/clean_acc``, ``eval/asr``, ``eval/ra``.
 2. ``neurons``: per-neuron selectivity of the penultimate layer on paired test images (with and
    without the trigger), the trigger-dominant count, and ASR with the top-k neurons ablated.
 3. ``finetune``: SGD on a clean subset; ``finetune/*`` after each epoch, and at the end whether
@@ -30,8 +31,9 @@ from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.data.augment import random_crop_flip, to_float
 from raylab.data.cifar import MEAN, STD, check_cifar, prepare_cifar
+from raylab.errors import UserError
 from raylab.models import preact_resnet18, resnet18
-from trainers.backdoor import attack, probe
+from trainers.backdoor import CONTROLS, GROUPS, attack, probe, wanet
 from trainers.backdoor.config import Config
 
 MODELS = {"resnet18": resnet18, "preact_resnet18": preact_resnet18}
@@ -42,7 +44,7 @@ def preflight(cfg: Config) -> None:
     """Fail before Ray starts: a missing dataset, an unreadable Blended trigger image."""
     if not cfg.synthetic_data:
         check_cifar(cfg.dataset, cfg.data_dir, cfg.download)
-    if cfg.attack == "blended" and cfg.blend_image:
+    if cfg.attack == "blended" and cfg.blend_trigger == "image":
         attack.load_trigger_image(cfg.blend_image, (3, 32, 32))
 
 
@@ -64,17 +66,23 @@ class Data:
 
 
 def build_data(cfg: Config, device: torch.device) -> Data:
+    """The training set (poisoned, except for ``wanet``, which poisons each batch) and the probe
+    groups of ``GROUPS``: ``poison`` (source-class training images with the trigger and the
+    target label: the poisoned images themselves where there are any), ``relabel`` (the same
+    images without the trigger, target label), ``target`` (clean target-class images) and
+    ``clean`` (clean images of every class, own labels)."""
     images = prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
                            cfg.synthetic_train_size, cfg.synthetic_test_size)
     trigger, spec = attack.get(cfg.attack), trigger_spec(cfg)
     gen = torch.Generator().manual_seed(cfg.seed)
-    poison_idx = attack.poison_indices(images.train_y, cfg.poison_ratio, cfg.target_class, gen)
+    fixed_ratio = 0.0 if cfg.attack == "wanet" else cfg.poison_ratio
+    poison_idx = attack.poison_indices(images.train_y, fixed_ratio, cfg.target_class, gen)
     train_x, train_y = attack.poison(images.train_x, images.train_y, poison_idx, trigger, spec,
                                      cfg.target_class)
     n = len(train_y)
     untouched = torch.ones(n, dtype=torch.bool)
     untouched[poison_idx] = False
-    if cfg.attack == "wanet" and cfg.wanet_cross_ratio > 0:
+    if cfg.attack == "wanet_fixed" and cfg.wanet_cross_ratio > 0:
         free = torch.nonzero(untouched).flatten()
         count = min(round(cfg.wanet_cross_ratio * len(poison_idx)), len(free))
         cross_idx = free[torch.randperm(len(free), generator=gen)[:count]]
@@ -82,10 +90,27 @@ def build_data(cfg: Config, device: torch.device) -> Data:
         untouched[cross_idx] = False
     clean_idx = torch.nonzero(untouched).flatten()
     clean_order = clean_idx[torch.randperm(len(clean_idx), generator=gen)]
-    finetune_idx = clean_order[: max(1, round(cfg.finetune_fraction * n))]
-    probe_idx = {
-        "poison": poison_idx[torch.randperm(len(poison_idx), generator=gen)[: cfg.probe_size]],
-        "clean": clean_order[: cfg.probe_size],
+    n_finetune = max(1, round(cfg.finetune_fraction * n))
+    finetune_idx = clean_order[:n_finetune]
+    rest = clean_order[n_finetune:]
+    is_target = images.train_y[rest] == cfg.target_class
+    # poisoned images where there are some; otherwise (poison_ratio 0, wanet) clean source images
+    source = (poison_idx[torch.randperm(len(poison_idx), generator=gen)] if len(poison_idx)
+              else rest[~is_target])[: cfg.probe_size]
+    target_idx = rest[is_target][: cfg.probe_size]
+    if len(target_idx) < 2 or len(source) < 2:
+        raise UserError(f"probe_size: the training set leaves {len(target_idx)} clean target-class and "
+                        f"{len(source)} source images for the probe groups; at least 2 each are needed")
+    target_label = lambda idx: torch.full((len(idx),), cfg.target_class, dtype=train_y.dtype)  # noqa: E731
+    probe_x = {
+        "poison": trigger(images.train_x[source], spec),
+        "target": images.train_x[target_idx],
+        "relabel": images.train_x[source],
+        "clean": train_x[clean_order[: cfg.probe_size]],
+    }
+    probe_y = {
+        "poison": target_label(source), "target": images.train_y[target_idx],
+        "relabel": target_label(source), "clean": train_y[clean_order[: cfg.probe_size]],
     }
     test_x, test_y = images.test_x, images.test_y
     if cfg.eval_size:
@@ -95,8 +120,7 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     on = lambda t: t.to(device)  # noqa: E731
     return Data(
         train_x=on(train_x), train_y=on(train_y), poison_idx=poison_idx, finetune_idx=finetune_idx,
-        probe_x={g: on(train_x[i]) for g, i in probe_idx.items()},
-        probe_y={g: on(train_y[i]) for g, i in probe_idx.items()},
+        probe_x={g: on(v) for g, v in probe_x.items()}, probe_y={g: on(v) for g, v in probe_y.items()},
         test_x=on(test_x), test_y=on(test_y),
         trig_x=on(trig_x), trig_clean_x=on(trig_clean_x), trig_y=on(trig_y),
     )
@@ -104,7 +128,8 @@ def build_data(cfg: Config, device: torch.device) -> Data:
 
 def trigger_spec(cfg: Config) -> attack.TriggerSpec:
     return attack.TriggerSpec(
-        seed=cfg.trigger_seed, blend_alpha=cfg.blend_alpha, blend_image=cfg.blend_image,
+        seed=cfg.trigger_seed, blend_alpha=cfg.blend_alpha, blend_trigger=cfg.blend_trigger,
+        blend_image=cfg.blend_image,
         patch_size=cfg.patch_size, wanet_k=cfg.wanet_k, wanet_s=cfg.wanet_s,
     )
 
@@ -143,7 +168,7 @@ def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dic
     """Loss, margin, ReLU gates and gradient coherence of each probe group.
 
     Measured on a copy of the network in eval mode whose BatchNorm statistics are those of the
-    probe set itself (both groups in one batch): the probes see what training sees, and the
+    probe set itself (all groups in one batch): the probes see what training sees, and the
     running statistics of the trained network are left alone.
     """
     net = copy.deepcopy(net)
@@ -153,21 +178,19 @@ def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dic
             module.momentum = None  # cumulative average: one batch gives its exact statistics
     with torch.no_grad():
         net.train()
-        net(to_float(torch.cat([data.probe_x["poison"], data.probe_x["clean"]])))
+        net(to_float(torch.cat([data.probe_x[g] for g in GROUPS])))
     net.eval()
-    params = [p for p in net.parameters() if p.requires_grad]
     out = {}
-    for group in ("poison", "clean"):
+    for group in GROUPS:
         x, y = to_float(data.probe_x[group]), data.probe_y[group]
         with torch.no_grad():
             logits, acts = net.forward_with_activations(x)
-        k = cfg.coherence_size
+        k = min(cfg.coherence_size, len(y))
         out[group] = {
             "loss": float(F.cross_entropy(logits, y)),
             "margin": float(probe.logit_margin(logits, y).mean()),
             "gates": (acts[net.last_relu] > 0).cpu(),
-            "coherence": probe.gradient_coherence(
-                lambda i: F.cross_entropy(net(x[i:i + 1]), y[i:i + 1]), params, k),
+            "coherence": probe.gradient_coherence(net, x[:k], y[:k]),
         }
     return out
 
@@ -216,7 +239,8 @@ def train_loop(config: dict) -> None:
     net = getattr(model, "module", model)  # the bare network (DDP wraps it)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                 weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
+    scheduler = train_scheduler(optimizer, cfg)
+    spec = trigger_spec(cfg)
 
     phase, epoch, batch, step = "train", 0, 0, 0
     totals = {"loss": 0.0, "correct": 0.0, "seen": 0.0, "time": 0.0}
@@ -226,7 +250,7 @@ def train_loop(config: dict) -> None:
     last_probe = -1  # the step of the last early probe (a resumed trial must not repeat it)
     top, sel_before = None, None
     ft_optimizer = ft_scheduler = None
-    ft_epoch = 0
+    ft_epoch = ft_step = 0
 
     state = session.restore()
     if state is not None:
@@ -238,6 +262,7 @@ def train_loop(config: dict) -> None:
         baseline, previous_gates = state["baseline"], state["previous_gates"]
         last_probe = state["last_probe"]
         top, sel_before, ft_epoch = state["top"], state["sel_before"], state["ft_epoch"]
+        ft_step = state["ft_step"]
         if state["ft_optimizer"] is not None:
             ft_optimizer, ft_scheduler = finetune_optimizer(model, cfg)
             ft_optimizer.load_state_dict(state["ft_optimizer"])
@@ -265,7 +290,7 @@ def train_loop(config: dict) -> None:
             "step": step, "totals": totals, "latest": latest, "baseline": baseline,
             "previous_gates": previous_gates, "last_probe": last_probe,
             "top": None if top is None else top.cpu(), "sel_before": sel_before,
-            "ft_epoch": ft_epoch,
+            "ft_epoch": ft_epoch, "ft_step": ft_step,
             "ft_optimizer": None if ft_optimizer is None else ft_optimizer.state_dict(),
             "ft_scheduler": None if ft_scheduler is None else ft_scheduler.state_dict(),
             "rng": rng_state(), "config": config,
@@ -284,18 +309,22 @@ def train_loop(config: dict) -> None:
             baseline, previous_gates = groups, gates
             return
         row = {"train/step": step, "train/epoch": epoch + batch / batches_per_epoch}
-        drops = {}
-        for g in ("poison", "clean"):
-            drops[g] = probe.relative_drop(baseline[g]["loss"], groups[g]["loss"])
+        signature = {"loss_drop": {}, "grad_coherence": {}, "margin_growth": {}}
+        for g in GROUPS:
+            signature["loss_drop"][g] = baseline[g]["loss"] - groups[g]["loss"]
+            signature["grad_coherence"][g] = groups[g]["coherence"]
+            signature["margin_growth"][g] = groups[g]["margin"] - baseline[g]["margin"]
             row |= {
                 f"early/loss_{g}": groups[g]["loss"],
-                f"early/rel_drop_{g}": drops[g],
+                f"early/loss_drop_{g}": signature["loss_drop"][g],
+                f"early/rel_drop_{g}": probe.relative_drop(baseline[g]["loss"], groups[g]["loss"]),
                 f"early/grad_coherence_{g}": groups[g]["coherence"],
-                f"early/gate_flip_{g}": probe.gate_flip_fraction(previous_gates[g], gates[g]),
+                f"early/gate_flip_since_last_{g}": probe.gate_flip_fraction(previous_gates[g], gates[g]),
                 f"early/margin_{g}": groups[g]["margin"],
-                f"early/margin_growth_{g}": groups[g]["margin"] - baseline[g]["margin"],
+                f"early/margin_growth_{g}": signature["margin_growth"][g],
             }
-        row["early/rel_drop_ratio"] = probe.drop_ratio(drops["poison"], drops["clean"])
+        for name, values in signature.items():
+            row |= {f"early/{name}_gap_vs_{c}": probe.gap(values, c) for c in CONTROLS}
         previous_gates = gates
         report(row)
 
@@ -317,13 +346,13 @@ def train_loop(config: dict) -> None:
                 fold()
                 early_probe()
                 started = time.perf_counter()
-            idx = order[batch * cfg.batch_size:(batch + 1) * cfg.batch_size][rank::world]
-            x, y = data.train_x[idx], data.train_y[idx]
-            if cfg.augment:
-                gen = torch.Generator(device=device).manual_seed(derived_seed(cfg.seed, "aug", epoch, batch))
-                x = random_crop_flip(x, generator=gen)
+            idx = order[batch * cfg.batch_size:(batch + 1) * cfg.batch_size]
+            if cfg.attack == "wanet":
+                x, y = wanet_batch(data, idx, cfg, spec, (epoch, batch), rank, world)
+            else:
+                x, y = crop_flip_batch(data, idx, cfg, ("aug", epoch, batch), rank, world)
             model.train()
-            logits = model(to_float(x))
+            logits = model(x)
             loss = F.cross_entropy(logits, y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -369,20 +398,19 @@ def train_loop(config: dict) -> None:
             order = subset[torch.randperm(len(subset), generator=torch.Generator().manual_seed(
                 derived_seed(cfg.seed, "finetune-order", ft_epoch))).to(device)]
             for b in range(-(-len(order) // cfg.finetune_batch_size)):
-                idx = order[b * cfg.finetune_batch_size:(b + 1) * cfg.finetune_batch_size][rank::world]
-                x, y = data.train_x[idx], data.train_y[idx]
-                if cfg.augment:
-                    gen = torch.Generator(device=device).manual_seed(
-                        derived_seed(cfg.seed, "finetune-aug", ft_epoch, b))
-                    x = random_crop_flip(x, generator=gen)
+                idx = order[b * cfg.finetune_batch_size:(b + 1) * cfg.finetune_batch_size]
+                x, y = crop_flip_batch(data, idx, cfg, ("finetune-aug", ft_epoch, b), rank, world)
                 model.train()
-                loss = F.cross_entropy(model(to_float(x)), y)
+                loss = F.cross_entropy(model(x), y)
                 ft_optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 ft_optimizer.step()
+                ft_step += 1
             ft_scheduler.step()
             ft_epoch += 1
-            row = {"finetune/epoch": ft_epoch, "finetune/loss": float(loss.detach())}
+            row = {"finetune/epoch": ft_epoch, "finetune/step": ft_step,
+                   "finetune/lr": ft_optimizer.param_groups[0]["lr"],
+                   "finetune/loss": float(loss.detach())}
             row |= {f"finetune/{k}": v for k, v in evaluate(net, data, cfg.target_class).items()}
             if ft_epoch == cfg.finetune_epochs:
                 metrics, sel_after, _ = neuron_report(net, data, cfg, top=top)
@@ -396,7 +424,47 @@ def train_loop(config: dict) -> None:
             report(row, checkpoint=True if phase == "done" else None)
 
 
+def crop_flip_batch(data: Data, idx: torch.Tensor, cfg: Config, seed_parts: tuple, rank: int,
+                    world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This worker's share (``[rank::world]``) of the global batch ``idx``, as float images:
+    crop and flip offsets are drawn for the whole global batch from ``(seed, *seed_parts)``, so
+    every worker count sees the same augmented global batch."""
+    x, y = data.train_x[idx], data.train_y[idx]
+    if cfg.augment:
+        gen = torch.Generator(device=x.device).manual_seed(derived_seed(cfg.seed, *seed_parts))
+        x = random_crop_flip(x, generator=gen)
+    return to_float(x[rank::world]), y[rank::world]
+
+
+def wanet_batch(data: Data, idx: torch.Tensor, cfg: Config, spec: attack.TriggerSpec,
+                seed_parts: tuple, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """This worker's share of the global batch ``idx`` poisoned and augmented as BackdoorBench's
+    WaNet does (``wanet.py``), every random draw made for the global batch."""
+    gen = torch.Generator().manual_seed(derived_seed(cfg.seed, "wanet", *seed_parts))
+    x, y, _, _ = wanet.poison_batch(data.train_x[idx], data.train_y[idx], spec, cfg.poison_ratio,
+                                    cfg.wanet_cross_ratio, cfg.target_class, gen)
+    if cfg.augment:
+        x = wanet.augment(x, MEAN[cfg.dataset], gen)
+    return x[rank::world], y[rank::world]
+
+
+def train_scheduler(optimizer: torch.optim.Optimizer, cfg: Config):
+    """The poisoned-training schedule (``Config.lr_schedule``): cosine over the epochs; constant;
+    or per attack, BackdoorBench's WaNet MultiStepLR (x0.1 at epochs 100, 200, 300, 400:
+    constant within its 100 epochs) for ``wanet`` and cosine for the others."""
+    schedule = cfg.lr_schedule
+    if schedule == "per_attack":
+        if cfg.attack == "wanet":
+            return torch.optim.lr_scheduler.MultiStepLR(optimizer, [100, 200, 300, 400], 0.1)
+        schedule = "cosine"
+    if schedule == "constant":
+        return torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
+    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.epochs)
+
+
 def finetune_optimizer(model: torch.nn.Module, cfg: Config):
+    """BackdoorBench FT: SGD with the training momentum and weight decay, cosine with period
+    ``finetune_t_max`` epochs (100), stepped per epoch."""
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.finetune_lr, momentum=cfg.momentum,
                                 weight_decay=cfg.weight_decay)
-    return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.finetune_epochs)
+    return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.finetune_t_max)

@@ -6,14 +6,26 @@ Attack metrics (over test images whose true class is not the target):
     asr       = mean[argmax f(T(x)) == target]              over y != target
     ra        = mean[argmax f(T(x)) == y]                   over y != target
 
-Early-stage signatures, per group G (poisoned or clean training images, a fixed sample):
+Early-stage signatures, per group G (a fixed sample of images with their labels):
 
     loss_G         = mean_{i in G} CE(f(x_i), y_i)
+    loss_drop_G(t) = loss_G(0) - loss_G(t)                       (nats)
     rel_drop_G(t)  = (loss_G(0) - loss_G(t)) / loss_G(0)
     coherence_G    = mean_{i != j in G} cos(g_i, g_j),  g_i = grad_theta CE(f(x_i), y_i)
                    = (||sum_i g_i / ||g_i|| ||^2 - n) / (n (n - 1))
     gate_flip_G    = mean over i in G and units u of [h_u(x_i; t) > 0] != [h_u(x_i; t') > 0]
     margin_G       = mean_{i in G} (z_{y_i}(x_i) - max_{k != y_i} z_k(x_i))
+
+Contrasts (``gap``): a signature of the poisoned group minus the same signature of a control
+group that shares its label, so that whatever comes from the label alone cancels:
+
+    gap_vs_C(s) = s_poison - s_C
+
+Per-sample cross-entropy gradients share the factor ``softmax(z) - e_y``, so any group whose
+images all carry one label is coherent with or without a trigger; and a network that learns
+only the class prior (the target class's share grows with poisoning) lowers the loss of every
+target-labelled image alike. Both effects are the same for the poisoned group and for a control
+group with the target label, and cancel in the gap.
 
 Trigger-dominant neurons, for penultimate features ``phi`` on paired inputs (each test image
 with and without the trigger), the standardized mean difference (Cohen's d) per neuron:
@@ -23,10 +35,8 @@ with and without the trigger), the standardized mean difference (Cohen's d) per 
 
 from __future__ import annotations
 
-import math
-from typing import Callable
-
 import torch
+from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 
 EPS = 1e-12
@@ -70,11 +80,10 @@ def relative_drop(initial: float, now: float) -> float:
     return (initial - now) / max(abs(initial), EPS)
 
 
-def drop_ratio(drop_poison: float, drop_clean: float, floor: float = 1e-3) -> float:
-    """``drop_poison / drop_clean`` with the denominator's magnitude floored at ``floor``
-    (keeping its sign), so a clean group that has not moved yet gives a large finite ratio."""
-    denom = drop_clean if abs(drop_clean) >= floor else math.copysign(floor, drop_clean or 1.0)
-    return drop_poison / denom
+def gap(signature: dict[str, float], control: str, treated: str = "poison") -> float:
+    """``signature[treated] - signature[control]``: the contrast of a signature between the
+    poisoned group and a control group with the same label."""
+    return signature[treated] - signature[control]
 
 
 def mean_pairwise_cosine_from_unit_sum(unit_sum: torch.Tensor, n: int) -> float:
@@ -93,21 +102,28 @@ def mean_pairwise_cosine(vectors: torch.Tensor) -> float:
     return mean_pairwise_cosine_from_unit_sum(units.sum(0), len(vectors))
 
 
-def gradient_coherence(
-    loss_of: Callable[[int], torch.Tensor], params: list[torch.Tensor], n: int
-) -> float:
-    """Mean pairwise cosine of the per-sample gradients ``grad_params loss_of(i)``, i < n.
+def gradient_coherence(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 8) -> float:
+    """Mean pairwise cosine of the per-sample gradients of ``CE(net(x_i), y_i)`` with respect to
+    every trainable parameter of ``net`` (taken as it is: call it in eval mode).
 
-    One backward pass per sample; only the running sum of unit gradients is kept, so memory is
-    two parameter copies whatever ``n`` is.
+    The per-sample gradients come from ``torch.func.vmap(grad(...))`` over ``chunk`` images at
+    a time; only the running sum of unit gradients is kept, so memory is ``chunk + 1``
+    parameter copies whatever ``len(x)`` is.
     """
+    params = {k: v.detach() for k, v in net.named_parameters() if v.requires_grad}
+    buffers = {k: v.detach() for k, v in net.named_buffers()}
+
+    def loss(p: dict, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(functional_call(net, (p, buffers), (xi[None],)), yi[None])
+
+    per_sample = vmap(grad(loss), in_dims=(None, 0, 0))
     unit_sum = None
-    for i in range(n):
-        grads = torch.autograd.grad(loss_of(i), params)
-        flat = torch.cat([g.flatten() for g in grads])
-        unit = flat / flat.norm().clamp_min(EPS)
-        unit_sum = unit if unit_sum is None else unit_sum + unit
-    return mean_pairwise_cosine_from_unit_sum(unit_sum, n)
+    for start in range(0, len(x), chunk):
+        grads = per_sample(params, x[start:start + chunk], y[start:start + chunk])
+        flat = torch.cat([g.flatten(1) for g in grads.values()], dim=1)
+        units = (flat / flat.norm(dim=1, keepdim=True).clamp_min(EPS)).sum(0)
+        unit_sum = units if unit_sum is None else unit_sum + units
+    return mean_pairwise_cosine_from_unit_sum(unit_sum, len(x))
 
 
 def gate_flip_fraction(before: torch.Tensor, after: torch.Tensor) -> float:

@@ -149,3 +149,22 @@ def group_losses(out: torch.Tensor, y: torch.Tensor, poisoned: torch.Tensor) -> 
     """Mean logistic loss of the poisoned and of the clean samples."""
     loss = logistic_loss(out, y)
     return {"poison": float(loss[poisoned].mean()), "clean": float(loss[~poisoned].mean())}
+
+
+def gate_flip_error(w0: torch.Tensor, w: torch.Tensor, a: torch.Tensor, x: torch.Tensor) -> float:
+    """Mean over samples of ``|f(x_i) - f~_W(x_i)|`` at the current weights ``W``, where
+    ``f~_W`` keeps the gates of ``W(0)``:
+
+        f(x_i) - f~_W(x_i) = sum_j a_j (1[w_j . x_i > 0] - D_ij) (w_j . x_i)
+
+    the error term of the frozen-gate model, nonzero only through flipped gates."""
+    if not len(x):
+        return 0.0
+    return float((relu_net(w, a, x) - frozen_gate_net(w, a, x, gates(w0, x))).abs().mean())
+
+
+def drop_ratio(drop_poison: float, drop_clean: float, floor: float = 1e-3) -> float:
+    """``drop_poison / drop_clean`` with the denominator's magnitude floored at ``floor``
+    (keeping its sign), so a clean group that has not moved yet gives a large finite ratio."""
+    denom = drop_clean if abs(drop_clean) >= floor else math.copysign(floor, drop_clean or 1.0)
+    return drop_poison / denom

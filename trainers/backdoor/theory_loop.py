@@ -8,12 +8,16 @@ carried unchanged in every later row (so every row has it, as Ray Tune requires 
 
 - ``theory/loss_drop_ratio``: ``rel_drop_poison / rel_drop_clean`` of the network over the
   first T steps, ``rel_drop_G = (L_G(0) - L_G(T)) / L_G(0)`` (the denominator's magnitude
-  floored at 1e-3, as in ``probe.drop_ratio``);
+  floored at 1e-3, ``theory.drop_ratio``);
 - ``theory/predicted_drop_ratio``: the same for the frozen-gate network;
 - ``theory/frozen_gate_rel_error``: ``max_G |rel_drop_G - rel_drop~_G| / |rel_drop_G|``;
 - ``theory/signal_ratio``: ``(S_poison / L_poison(0)) / (S_clean / L_clean(0))`` from the
   frozen-gate signal at initialization (no training needed);
-- ``theory/gate_flip_at_t_*``: the gate-flip fractions at ``min(step, T)``.
+- ``theory/gate_flip_at_t_*``: the gate-flip fractions since initialization at ``min(step, T)``.
+
+Every row also has ``theory/gate_flip_error_*``: the frozen-gate error term itself,
+``mean_i |f(x_i) - f~_W(x_i)|`` at the current weights with the initial gates
+(``theory.gate_flip_error``), beside the fractions of gates flipped and drifted.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from raylab import session
 from raylab.config import from_dict
 from trainers.backdoor import theory
 from trainers.backdoor.config import TheoryConfig
-from trainers.backdoor.probe import drop_ratio
+from trainers.backdoor.theory import drop_ratio
 
 
 def train_loop(config: dict) -> None:
@@ -60,7 +64,8 @@ def train_loop(config: dict) -> None:
             row |= {
                 f"theory/loss_{g}": losses[g],
                 f"theory/frozen_loss_{g}": frozen[g],
-                f"theory/gate_flip_{g}": theory.gate_flip_fraction(w0, w, x[mask]),
+                f"theory/gate_flip_since_init_{g}": theory.gate_flip_fraction(w0, w, x[mask]),
+                f"theory/gate_flip_error_{g}": theory.gate_flip_error(w0, w, a, x[mask]),
                 f"theory/gate_drift_{g}": theory.gate_drift_fraction(w0, w, x[mask]),
             }
         if in_window:
@@ -79,8 +84,8 @@ def train_loop(config: dict) -> None:
                 "theory/signal_ratio": drop_ratio(rate["poison"], rate["clean"], floor=1e-12),
                 "theory/signal_predicted_drop_poison": cfg.lr * step * rate["poison"],
                 "theory/signal_predicted_drop_clean": cfg.lr * step * rate["clean"],
-                "theory/gate_flip_at_t_poison": row["theory/gate_flip_poison"],
-                "theory/gate_flip_at_t_clean": row["theory/gate_flip_clean"],
+                "theory/gate_flip_at_t_poison": row["theory/gate_flip_since_init_poison"],
+                "theory/gate_flip_at_t_clean": row["theory/gate_flip_since_init_clean"],
             }
         latest.update(row)
         session.report(
