@@ -78,7 +78,7 @@ class Config:
     base_loss: Literal["default", "pgd_at", "trades"] = "default"
     """The loss that frl and tri_regime reweight: pgd_at (CE on the PGD example) or trades
     (CE + beta KL); default is trades for frl (as its authors) and pgd_at for tri_regime.
-    Other methods take only default."""
+    Read by frl and tri_regime only (like the tri_* and frl_* fields)."""
     trades_beta: float = 6.0
     """TRADES weight of the KL robustness term (FRL's fine-tuning stage uses frl_beta)."""
 
@@ -173,8 +173,6 @@ class Config:
         require_at_least(self, 1, "val_size")
         require_at_least(self, 0, "train_steps", "eval_steps", "tri_warmup_epochs",
                          "tri_min_history", "tri_boundary_ramp_epochs", "frl_rate_halve_every")
-        require(self.base_loss == "default" or self.method in ("frl", "tri_regime"), "base_loss",
-                f"only frl and tri_regime take a base loss, got {self.base_loss} for {self.method}")
         if self.method == "frl":
             require(1 <= self.frl_finetune_epochs < self.epochs, "frl_finetune_epochs",
                     f"must be in [1, epochs - 1] (FRL fine-tunes a model trained by the first "
