@@ -58,6 +58,7 @@ WORKLOADS: dict[str, Workload] = {
         description="fair adversarial training on CIFAR: PGD-AT, TRADES, FRL, tri-regime reweighting",
         preflight="trainers.fair_adv.loop:preflight",
         figures="trainers.fair_adv.figures:REPORT",
+        data_parallel=True,
     ),
     "boltz_distill": Workload(
         config="trainers.boltz_distill.config:Config",

@@ -8,26 +8,37 @@ from conftest import assert_finite_metrics
 from raylab import experiment as experiments
 from raylab.config import from_dict
 from raylab.errors import UserError
+from raylab.search_space import with_variant
 from trainers.fair_adv import METRICS
 from trainers.fair_adv import loop as fair_loop
 from trainers.fair_adv.config import Config
 
-AUTOATTACK = fair_loop.autoattack_available()
-EXPECTED = [m for m in METRICS if AUTOATTACK or not m.startswith("final/autoattack")]
 NOT_EXACT = {"train/images_per_s"}  # wall-clock
+ARMS = [{"method": "standard"}, {"method": "pgd_at"}, {"method": "trades"},
+        {"method": "tri_regime", "base_loss": "pgd_at"}, {"method": "tri_regime", "base_loss": "trades"},
+        {"method": "frl", "base_loss": "pgd_at"}, {"method": "frl", "base_loss": "trades"}]
 
 
 
 def test_yaml_files_load_and_name_a_reported_metric():
-    for name in ("fair_adv", "fair_adv_tri"):
+    for name in ("fair_adv", "fair_adv_tri", "fair_adv_long"):
         for smoke in (False, True):
             experiment = experiments.load(name, smoke=smoke)
             assert experiment.metric in METRICS
-            experiment.resolved_config()
+            assert experiment.metric.startswith(("val/", "best/val_"))  # ranked on validation
+            config = experiment.resolved_config()
+            assert config["val_size"] >= 300 * 10 or smoke
+            assert config["autoattack"] == ("off" if name == "fair_adv_tri" else "on")
     full = experiments.load("fair_adv")
     assert full.resources.gpus_per_worker == 1
-    assert full.resolved_config()["epochs"] == 110
-    assert set(full.search["method"]["grid"]) == {"standard", "pgd_at", "trades", "frl", "tri_regime"}
+    config = full.resolved_config()
+    assert (config["epochs"], config["lr_milestones"], config["frl_finetune_epochs"]) == (150, [100, 105], 40)
+    variants = full.search["variant"]["grid"]
+    assert all(arm in variants for arm in ARMS)  # each method on each base loss, equal epochs
+    assert {"method": "frl", "base_loss": "trades", "frl_remargin": True, "frl_tau_nat": 0.07,
+            "frl_tau_bndy": 0.07} in variants
+    long = experiments.load("fair_adv_long").resolved_config()
+    assert (long["epochs"], long["lr_milestones"]) == (200, [100, 150])  # Rice et al.
 
 
 @pytest.mark.slow
@@ -37,9 +48,12 @@ def test_smoke_sweep_reports_every_metric(smoke_sweep, tmp_path):
     for result in results:
         assert result.error is None
         row = result.metrics
-        assert_finite_metrics(row, EXPECTED)
+        assert_finite_metrics(row, METRICS)  # AutoAttack included: it is on, never skipped
         assert row["train/epoch"] == 3
         assert len(row["eval/robust_acc_per_class"]) == 10
+        assert len(row["regime/outlier_frac_per_class"]) == 10
+        if with_variant(result.config)["method"] == "frl":  # best among the fine-tuned models
+            assert row["best/epoch"] >= 2 and row["train/lr"] == 1e-3
         fractions = [row[f"regime/{r}_frac"] for r in ("outlier", "boundary", "safe")]
         assert math.isclose(sum(fractions), 1.0)
         assert row["eval/robust_acc_worst_class"] <= row["eval/robust_acc"] <= row["eval/clean_acc"] + 1e-9
@@ -48,13 +62,17 @@ def test_smoke_sweep_reports_every_metric(smoke_sweep, tmp_path):
 
 @pytest.mark.slow
 def test_stopped_trial_resumes_exactly(local_trial, tmp_path):
-    overrides = (f"config.data_dir={tmp_path / 'data'}", "config.method=tri_regime",
-                 "config.autoattack='off'", "config.epochs=2", "config.lr_milestones=[1]")
+    # FRL: stopped after its first fine-tuning epoch, so the multipliers are in the checkpoint
+    overrides = (f"config.data_dir={tmp_path / 'data'}", "config.method=frl",
+                 "config.autoattack='off'", "config.epochs=3", "config.lr_milestones=[1]",
+                 "config.frl_finetune_epochs=2")
     full = local_trial("fair_adv", *overrides, trial_dir=tmp_path / "full")
-    part = local_trial("fair_adv", *overrides, trial_dir=tmp_path / "resumed", stop={"train/epoch": 1})
-    assert [row["train/epoch"] for row in part] == [1]
+    part = local_trial("fair_adv", *overrides, trial_dir=tmp_path / "resumed", stop={"train/epoch": 2})
+    assert [row["train/epoch"] for row in part] == [1, 2]
     rest = local_trial("fair_adv", *overrides, trial_dir=tmp_path / "resumed")
-    assert [row["train/epoch"] for row in rest] == [2]
+    assert [row["train/epoch"] for row in rest] == [3]
+    assert rest[-1]["train/lr"] == 1e-3 and full[0]["train/lr"] == 0.1  # two stages
+    assert full[-1]["frl/clean_weight_per_class"] != [0.1] * 10  # the multipliers moved
     for name in METRICS:
         if name in full[-1] and name not in NOT_EXACT:
             assert rest[-1][name] == full[-1][name], name
@@ -66,7 +84,27 @@ def test_preflight_names_what_is_wrong(tmp_path, monkeypatch):
         fair_loop.preflight(from_dict(Config, {"data_dir": str(tmp_path / "none")}, "test"))
     with pytest.raises(UserError, match="val_size"):
         fair_loop.preflight(Config(synthetic_data=True, synthetic_train=100, val_size=100))
+    with pytest.raises(UserError, match="val_size: 5 is fewer than one image per class"):
+        fair_loop.preflight(Config(synthetic_data=True, val_size=5))
     monkeypatch.setattr(fair_loop, "autoattack_available", lambda: False)
     with pytest.raises(UserError, match="pyautoattack"):
         fair_loop.preflight(Config(synthetic_data=True, val_size=50, autoattack="on"))
-    fair_loop.preflight(Config(synthetic_data=True, val_size=50, autoattack="auto"))
+    fair_loop.preflight(Config(synthetic_data=True, val_size=50, autoattack="off"))
+
+
+def test_missing_autoattack_is_a_one_line_error_before_ray(tmp_path):
+    """With pyautoattack unimportable, the full experiment stops in preflight: exit 2, one line."""
+    import os
+    import subprocess
+    import sys
+
+    fake = tmp_path / "hide" / "pyautoattack"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "hide"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "raylab.tune", "fair_adv", "--smoke",
+                           f"config.data_dir={tmp_path / 'data'}"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pyautoattack is not installed" in lines[0], done.stderr

@@ -3,16 +3,18 @@
 METRICS = (
     "train/loss", "train/robust_acc", "train/epoch", "train/lr", "train/images_per_s",
     "regime/outlier_frac", "regime/boundary_frac", "regime/safe_frac",
+    "regime/outlier_frac_per_class", "regime/boundary_frac_per_class", "regime/safe_frac_per_class",
+    "frl/clean_weight_per_class", "frl/bndy_weight_per_class",
     "eval/clean_acc", "eval/clean_acc_worst_class", "eval/clean_acc_per_class",
     "eval/robust_acc", "eval/robust_acc_worst_class", "eval/robust_acc_per_class",
     "val/clean_acc", "val/clean_acc_worst_class", "val/clean_acc_per_class",
     "val/robust_acc", "val/robust_acc_worst_class", "val/robust_acc_per_class",
     "best/epoch", "best/val_robust_acc_worst_class",
     "best/clean_acc", "best/clean_acc_worst_class", "best/robust_acc", "best/robust_acc_worst_class",
-    "best/robust_acc_worst_class_gap",
+    "best/robust_acc_worst_class_gap", "best/robust_acc_gap",
     "final/clean_acc", "final/clean_acc_worst_class", "final/clean_acc_per_class",
     "final/cw_acc", "final/cw_acc_worst_class", "final/cw_acc_per_class",
     "final/autoattack_acc", "final/autoattack_acc_worst_class", "final/autoattack_acc_per_class",
 )
-"""Every metric the loop reports (``final/*`` once, at the end; ``final/autoattack_*`` only when
-AutoAttack runs)."""
+"""Every metric the loop reports (``final/*`` once, at the end; ``final/autoattack_*`` unless
+``autoattack: off``)."""

@@ -31,6 +31,27 @@ BNMode = Literal["eval", "train"]
 # loss(logits_adv, y) -> per-sample values to ascend
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
+# (rows of the whole batch, first row of this part): a data-parallel worker attacks its part of
+# a batch but draws the random start of the whole batch, so that the examples do not depend on
+# how many workers share it
+Share = tuple[int, int]
+
+
+def batch_noise(x: torch.Tensor, kind: Literal["uniform", "normal"], scale: float,
+                generator: torch.Generator | None, share: Share | None = None) -> torch.Tensor:
+    """``U(-scale, scale)`` or ``scale * N(0, 1)`` noise shaped like ``x``.
+
+    With ``share = (n, first)`` the noise of an ``n``-row batch is drawn and rows
+    ``first .. first + len(x) - 1`` returned: the same values as a single worker draws for them.
+    """
+    rows, first = share if share is not None else (len(x), 0)
+    noise = torch.empty((rows, *x.shape[1:]), device=x.device, dtype=x.dtype)
+    if kind == "uniform":
+        noise.uniform_(-scale, scale, generator=generator)
+    else:
+        noise.normal_(0.0, 1.0, generator=generator).mul_(scale)
+    return noise[first : first + len(x)]
+
 
 @contextlib.contextmanager
 def bn_mode(model: torch.nn.Module, mode: BNMode) -> Iterator[None]:
@@ -90,20 +111,22 @@ def linf_pgd(
     bn: BNMode = "eval",
     generator: torch.Generator | None = None,
     start: torch.Tensor | None = None,
+    share: Share | None = None,
 ) -> torch.Tensor:
     """Projected sign-gradient ascent of ``sum_i loss_fn(f(x'_i), y_i)`` in the L-inf ball.
 
     Returns the adversarial inputs, detached, with ``|x' - x|_inf <= eps`` and ``x'`` in [0, 1].
     The random start draws ``U(-eps, eps)`` from ``generator`` (the global RNG if None) with
     ``torch.empty_like(x).uniform_`` so that a reference implementation seeded the same way
-    draws the same start. ``start``, when given, is the first iterate instead (TRADES).
+    draws the same start (``share``: see ``batch_noise``). ``start``, when given, is the first
+    iterate instead (TRADES). ``eps`` may be a per-sample tensor ``[N, 1, 1, 1]`` when a start
+    is given (FRL-Remargin).
     """
     x = x.detach()
     if start is not None:
         x_adv = start.detach().clone()
     elif random_start and eps > 0:
-        noise = torch.empty_like(x).uniform_(-eps, eps, generator=generator)
-        x_adv = (x + noise).clamp(0.0, 1.0)
+        x_adv = (x + batch_noise(x, "uniform", eps, generator, share)).clamp(0.0, 1.0)
     else:
         x_adv = x.clone()
     with bn_mode(model, bn):
@@ -128,11 +151,12 @@ def pgd(
     random_start: bool = True,
     bn: BNMode = "eval",
     generator: torch.Generator | None = None,
+    share: Share | None = None,
 ) -> torch.Tensor:
     """L-inf PGD on the cross-entropy (Madry et al. 2018): see the module docstring."""
     return linf_pgd(
         model, x, y, ce_loss, eps=eps, step_size=step_size, steps=steps,
-        random_start=random_start, bn=bn, generator=generator,
+        random_start=random_start, bn=bn, generator=generator, share=share,
     )
 
 
@@ -148,11 +172,12 @@ def cw_linf(
     random_start: bool = True,
     bn: BNMode = "eval",
     generator: torch.Generator | None = None,
+    share: Share | None = None,
 ) -> torch.Tensor:
     """CW-inf: L-inf PGD on the margin loss ``min(max_{j != y} z_j - z_y, kappa)``."""
     return linf_pgd(
         model, x, y, cw_loss(kappa), eps=eps, step_size=step_size, steps=steps,
-        random_start=random_start, bn=bn, generator=generator,
+        random_start=random_start, bn=bn, generator=generator, share=share,
     )
 
 
@@ -160,22 +185,24 @@ def trades_attack(
     model: torch.nn.Module,
     x: torch.Tensor,
     *,
-    eps: float = 8 / 255,
+    eps: float | torch.Tensor = 8 / 255,
     step_size: float = 2 / 255,
     steps: int = 10,
     start_std: float = 0.001,
     bn: BNMode = "eval",
     generator: torch.Generator | None = None,
+    share: Share | None = None,
 ) -> torch.Tensor:
     """TRADES inner maximization: ascend ``KL(p(x) || p(x'))`` from ``x + start_std * N(0, I)``.
 
-    ``p(x)`` is computed once (no gradient) in the same BatchNorm mode as the attack.
+    ``p(x)`` is computed once (no gradient) in the same BatchNorm mode as the attack. ``eps``
+    may be a per-sample radius ``[N, 1, 1, 1]`` (FRL-Remargin).
     """
     x = x.detach()
     with bn_mode(model, bn):
         with torch.no_grad():
             p_clean = model(x).softmax(1)
-    start = x + start_std * torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+    start = x + batch_noise(x, "normal", start_std, generator, share)
     start = torch.min(torch.max(start, x - eps), x + eps).clamp(0.0, 1.0)
 
     def kl(logits: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:

@@ -35,9 +35,10 @@ class Config:
     """Training images of the synthetic archive."""
     synthetic_test: int = 200
     """Test images of the synthetic archive."""
-    val_size: int = 1000
+    val_size: int = 3000
     """Training images held out (class-stratified, same split for every seed and method) as the
-    validation split that picks the best checkpoint and feeds FRL's class-wise errors."""
+    validation split that picks the best checkpoint and feeds FRL's class-wise errors. 3000 is
+    FRL's 300 per class on CIFAR-10; at least one per class (checked before Ray starts)."""
     val_seed: int = 0
     """Seed of the validation split (fixed, so all trials of a sweep share one split)."""
     eval_size: int | None = None
@@ -71,10 +72,15 @@ class Config:
 
     # ------------------------------------------------------------------ method
     method: Method = "pgd_at"
-    """standard (clean), pgd_at (Madry et al.), trades (Zhang et al.), frl (FRL-Reweight of Xu
-    et al. 2021, on TRADES) or tri_regime (the paper's per-sample reweighting on PGD-AT)."""
+    """standard (clean), pgd_at (Madry et al.), trades (Zhang et al.), frl (FRL of Xu et al.
+    2021: fine-tuning a pgd_at/trades model with class weights) or tri_regime (the paper's
+    per-sample reweighting)."""
+    base_loss: Literal["default", "pgd_at", "trades"] = "default"
+    """The loss that frl and tri_regime reweight: pgd_at (CE on the PGD example) or trades
+    (CE + beta KL); default is trades for frl (as its authors) and pgd_at for tri_regime.
+    Read by frl and tri_regime only (like the tri_* and frl_* fields)."""
     trades_beta: float = 6.0
-    """TRADES (and FRL) weight of the KL robustness term."""
+    """TRADES weight of the KL robustness term (FRL's fine-tuning stage uses frl_beta)."""
 
     # ------------------------------------------------------------------ attacks
     eps: float = 8 / 255
@@ -93,9 +99,9 @@ class Config:
     """Steps of the final CW-inf attack."""
     cw_kappa: float = 50.0
     """Confidence cap of the CW margin loss."""
-    autoattack: Literal["auto", "on", "off"] = "auto"
-    """Final AutoAttack of the best checkpoint: auto runs it when pyautoattack is installed,
-    on requires it (preflight fails without it), off skips it."""
+    autoattack: Literal["on", "off"] = "on"
+    """Final AutoAttack of the best checkpoint: on requires pyautoattack (a missing package is
+    a preflight error before Ray starts, never a silent skip), off skips it."""
     autoattack_attacks: tuple[AutoAttackName, ...] = ()
     """Empty: AutoAttack's standard version (APGD-CE, APGD-T, FAB-T, Square). Otherwise the
     attacks of a custom version, e.g. [apgd-ce, apgd-t]."""
@@ -113,9 +119,11 @@ class Config:
     tri_min_history: int = 3
     """H: epochs a sample must have been seen before it can be gated as an outlier."""
     tri_outlier_max_correct: float = 0.1
-    """rho: an outlier's EMA of robust correctness is at most this (persistently wrong)."""
+    """rho: an outlier's EMA of clean correctness (argmax f(x) = y on the un-attacked input) is
+    at most this (persistently wrong even without an attack)."""
     tri_outlier_loss_quantile: float = 0.9
-    """q: an outlier's loss EMA is at least this quantile of all samples' loss EMAs."""
+    """q: an outlier's EMA of clean cross-entropy is at least this quantile of the clean-loss
+    EMAs of all samples seen so far (taken at the start of each epoch)."""
     tri_outlier_weight: float = 0.1
     """g: the reliability gate, the weight of an outlier (0 drops it)."""
     tri_safe_margin: float = 0.3
@@ -126,28 +134,51 @@ class Config:
     tri_boundary_gain: float = 1.0
     """gamma: a boundary sample's weight is 1 + gamma_t * clip((s - m)/(1 + s), 0, 1)."""
     tri_boundary_ramp_epochs: int = 10
-    """R: gamma_t grows linearly to gamma over R epochs (0: at once)."""
+    """R: gamma_t grows linearly to gamma over the first R epochs after the warm-up (0: at
+    once)."""
     tri_normalize: bool = True
     """Divide the weighted batch loss by the sum of the weights (else by the batch size)."""
 
     # ------------------------------------------------------------------ FRL
-    frl_tau_nat: float = 0.05
-    """tau_nat: tolerated excess of a class's clean error over the mean."""
-    frl_tau_bndy: float = 0.05
-    """tau_bndy: tolerated excess of a class's boundary error over the mean."""
+    frl_finetune_epochs: int = 40
+    """FRL's second stage: the last frl_finetune_epochs epochs fine-tune, with class weights, the
+    model that the first epochs - frl_finetune_epochs epochs trained with the plain base loss
+    (the reference fine-tunes a pre-trained robust model for 40 epochs)."""
+    frl_lr: float = 1e-3
+    """Learning rate of the fine-tuning stage (the reference's 0.001, constant)."""
+    frl_beta: float = 1.5
+    """beta of the fine-tuning stage's boundary term (the reference script's 1.5)."""
+    frl_tau_nat: float = 0.1
+    """tau_nat: tolerated excess of a class's clean error over the overall one (bound0)."""
+    frl_tau_bndy: float = 0.1
+    """tau_bndy: tolerated excess of a class's boundary error over the overall one (bound1)."""
     frl_rate_nat: float = 0.05
-    """alpha_nat: dual step size of the clean-error multipliers."""
-    frl_rate_bndy: float = 0.05
-    """alpha_bndy: dual step size of the boundary-error multipliers."""
-    frl_warmup_epochs: int = 10
-    """Epochs of plain TRADES before the multipliers start to move (the original fine-tunes a
-    pre-trained TRADES model)."""
+    """alpha_nat: dual step size of the clean-error multipliers (rate1)."""
+    frl_rate_bndy: float = 0.1
+    """alpha_bndy: dual step size of the boundary-error multipliers (the reference's 2 rate1)."""
+    frl_rate_halve_every: int = 40
+    """Both step sizes halve at every fine-tuning epoch divisible by this (0: never)."""
+    frl_cap: float = 0.5
+    """Each multiplier vector is rescaled to sum to at most this after its step (lim)."""
+    frl_remargin: bool = False
+    """FRL-Reweight+Remargin: also widen the attack radius of classes with a high boundary error
+    (trades base only)."""
+    frl_rate_margin: float = 0.2
+    """alpha_margin: step size of the remargin multipliers (the remargin script's rate2; not
+    halved, not projected, as there)."""
 
     def __post_init__(self):
         require_at_least(self, 1, "synthetic_train", "synthetic_test", "epochs", "batch_size",
                          "eval_batch_size", "autoattack_iters", "cw_steps")
-        require_at_least(self, 0, "val_size", "train_steps", "eval_steps", "tri_warmup_epochs",
-                         "tri_min_history", "tri_boundary_ramp_epochs", "frl_warmup_epochs")
+        require_at_least(self, 1, "val_size")
+        require_at_least(self, 0, "train_steps", "eval_steps", "tri_warmup_epochs",
+                         "tri_min_history", "tri_boundary_ramp_epochs", "frl_rate_halve_every")
+        if self.method == "frl":
+            require(1 <= self.frl_finetune_epochs < self.epochs, "frl_finetune_epochs",
+                    f"must be in [1, epochs - 1] (FRL fine-tunes a model trained by the first "
+                    f"epochs), got {self.frl_finetune_epochs} with epochs {self.epochs}")
+            require(not self.frl_remargin or self.base() == "trades", "frl_remargin",
+                    "needs base_loss trades (the reference's remargin attack is TRADES's)")
         for key in ("eval_size", "final_eval_size"):
             value = getattr(self, key)
             require(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
@@ -173,6 +204,21 @@ class Config:
         require(-1 < self.tri_safe_margin <= 1, "tri_safe_margin",
                 f"must be in (-1, 1], got {self.tri_safe_margin}")
         require_at_least(self, 0, "tri_outlier_weight", "tri_safe_weight", "tri_boundary_gain",
-                         "frl_tau_nat", "frl_tau_bndy", "frl_rate_nat", "frl_rate_bndy")
+                         "frl_tau_nat", "frl_tau_bndy", "frl_rate_nat", "frl_rate_bndy",
+                         "frl_rate_margin", "frl_beta")
+        require(self.frl_lr > 0, "frl_lr", f"must be > 0, got {self.frl_lr}")
+        require(self.frl_cap > 0, "frl_cap", f"must be > 0, got {self.frl_cap}")
         require(len(set(self.autoattack_attacks)) == len(self.autoattack_attacks),
                 "autoattack_attacks", f"lists an attack twice: {list(self.autoattack_attacks)}")
+
+    def base(self) -> Literal["standard", "pgd_at", "trades"]:
+        """The loss this method trains with (or, for frl and tri_regime, reweights)."""
+        if self.method in ("standard", "pgd_at", "trades"):
+            return self.method
+        if self.base_loss != "default":
+            return self.base_loss
+        return "trades" if self.method == "frl" else "pgd_at"
+
+    def finetune_start(self) -> int:
+        """Epochs of FRL's first stage (plain base loss); ``epochs`` for the other methods."""
+        return self.epochs - self.frl_finetune_epochs if self.method == "frl" else self.epochs

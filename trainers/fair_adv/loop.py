@@ -3,9 +3,15 @@
 Each epoch: train one pass over the training split with the configured method; evaluate
 clean and PGD-20 accuracy per class on the validation split (held out from the training set)
 and on the test set; keep the model with the best validation worst-class robust accuracy next
-to the last one; (FRL) update the class multipliers from the validation errors; report. After
-the last epoch the best model is evaluated once more on the test set with CW-inf and, when
-available, AutoAttack (``final/*``).
+to the last one; report. FRL runs in two stages, as its authors do: the first
+``epochs - frl_finetune_epochs`` epochs train the plain base loss (PGD-AT or TRADES) under the
+usual schedule, and the rest fine-tune that model at ``frl_lr`` with class weights whose
+multipliers are updated before every fine-tuning epoch from the current model's validation
+errors. After the last epoch the best model is evaluated once more on the test set with CW-inf
+and (unless ``autoattack: off``) AutoAttack (``final/*``).
+
+With several Ray Train workers each takes its part of every batch (``step.Shard``); the
+history, the validation errors and so the class weights are global (all-reduced).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from raylab.errors import UserError
 from trainers.fair_adv import attack, metrics, reweight
 from trainers.fair_adv.config import Config
 from trainers.fair_adv.model import build_model
-from trainers.fair_adv.step import History, train_step
+from trainers.fair_adv.step import FrlWeights, History, Shard, train_epoch
 
 CIFAR_TRAIN_SIZE = 50_000
 
@@ -36,9 +42,13 @@ def preflight(cfg: Config) -> None:
     n_train = cfg.synthetic_train if cfg.synthetic_data else CIFAR_TRAIN_SIZE
     if cfg.val_size >= n_train:
         raise UserError(f"config: val_size: {cfg.val_size} leaves no training images out of {n_train}")
+    classes = 100 if cfg.dataset == "cifar100" else 10
+    if cfg.val_size < classes:
+        raise UserError(f"config: val_size: {cfg.val_size} is fewer than one image per class "
+                        f"({classes} classes of {cfg.dataset})")
     if cfg.autoattack == "on" and not autoattack_available():
         raise UserError("config: autoattack: 'on' but pyautoattack is not installed; "
-                        "pip install -e '.[autoattack]' or set autoattack: auto")
+                        "pip install -e '.[autoattack]' (or set autoattack: 'off')")
 
 
 def autoattack_available() -> bool:
@@ -82,12 +92,39 @@ def lr_at(cfg: Config, epoch: int) -> float:
     return cfg.lr * cfg.lr_gamma ** sum(epoch >= m for m in cfg.lr_milestones)
 
 
+def frl_state(lam: dict[str, torch.Tensor], cfg: Config) -> FrlWeights:
+    """The class weights of FRL's next fine-tuning epoch from its multipliers."""
+    return FrlWeights(
+        nat=reweight.frl_class_weights(lam["nat"]).float(),
+        bndy=reweight.frl_class_weights(lam["bndy"]).float(),
+        eps_scale=reweight.frl_margin_scale(lam["margin"]).float() if cfg.frl_remargin else None,
+    )
+
+
+def frl_step(lam: dict[str, torch.Tensor], preds: dict, y: torch.Tensor, num_classes: int,
+             cfg: Config, finetune_epoch: int) -> dict[str, torch.Tensor]:
+    """FRL's multiplier update before fine-tuning epoch ``finetune_epoch`` (1-based), from the
+    validation predictions of the current model (``reweight.py``)."""
+    clean_err, bndy_err, total_clean, total_bndy = metrics.frl_error_rates(
+        preds["clean_pred"], preds["adv_pred"], y, num_classes)
+    halve = cfg.frl_rate_halve_every
+    return {
+        "nat": reweight.frl_multiplier_step(
+            lam["nat"], clean_err, total_clean, tolerance=cfg.frl_tau_nat,
+            rate=reweight.frl_rate(cfg.frl_rate_nat, finetune_epoch, halve), cap=cfg.frl_cap),
+        "bndy": reweight.frl_multiplier_step(
+            lam["bndy"], bndy_err, total_bndy, tolerance=cfg.frl_tau_bndy,
+            rate=reweight.frl_rate(cfg.frl_rate_bndy, finetune_epoch, halve), cap=cfg.frl_cap),
+        "margin": reweight.frl_multiplier_step(
+            lam["margin"], bndy_err, total_bndy, tolerance=cfg.frl_tau_bndy,
+            rate=cfg.frl_rate_margin, cap=None),
+    }
+
+
 def train_loop(config: dict) -> None:
     cfg = from_dict(Config, config, "trial config")
     preflight(cfg)
-    if session.world_size() > 1:
-        raise UserError("fair_adv runs one worker per trial (resources.workers: 1); the "
-                        "sweep runs trials in parallel")
+    shard = Shard(session.world_rank(), session.world_size())
     device = session.device()
     data = prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
                          cfg.synthetic_train, cfg.synthetic_test)
@@ -100,17 +137,21 @@ def train_loop(config: dict) -> None:
     test_x, test_y = data.test_x[eval_idx].to(device), data.test_y[eval_idx].to(device)
     final_x, final_y = data.test_x[final_idx].to(device), data.test_y[final_idx].to(device)
     n_train = len(train_y)
+    finetune_start = cfg.finetune_start()
 
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, num_classes, cfg.dataset).to(device)
+    model = build_model(cfg.model, num_classes, cfg.dataset)
+    if shard.world > 1 and device.type == "cuda":
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = model.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                 weight_decay=cfg.weight_decay)
     order_gen = torch.Generator().manual_seed(cfg.seed)
     aug_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
     attack_gen = torch.Generator(device=device).manual_seed(cfg.seed + 2)
     history = History.empty(n_train, device)
-    phi_nat = torch.zeros(num_classes, dtype=torch.float64, device=device)
-    phi_bndy = torch.zeros(num_classes, dtype=torch.float64, device=device)
+    lam = {k: torch.zeros(num_classes, dtype=torch.float64, device=device)
+           for k in ("nat", "bndy", "margin")}
     best: dict = {"epoch": -1, "val": float("-inf"), "model": None, "metrics": {}}
     epoch = 0
 
@@ -122,8 +163,7 @@ def train_loop(config: dict) -> None:
         aug_gen.set_state(state["aug_gen"])
         attack_gen.set_state(state["attack_gen"])
         history.load_state_dict(state["history"])
-        phi_nat.copy_(state["phi_nat"])
-        phi_bndy.copy_(state["phi_bndy"])
+        lam = {k: v.to(device) for k, v in state["frl_lambda"].items()}
         best = {**state["best"], "model": state["best_model"]}
         set_rng_state(state["rng"])
         epoch = state["epoch"]
@@ -131,66 +171,53 @@ def train_loop(config: dict) -> None:
     def eval_attack(seed: int):
         gen = torch.Generator(device=device).manual_seed(seed)
 
-        def run(m, x, y):
+        def run(m, x, y, share=None):
             return attack.pgd(m, x, y, eps=cfg.eps, step_size=cfg.step_size,
-                              steps=cfg.eval_steps, bn="eval", generator=gen)
+                              steps=cfg.eval_steps, bn="eval", generator=gen, share=share)
 
         return run
 
     while epoch < cfg.epochs:
-        lr = lr_at(cfg, epoch)
+        lr = lr_at(cfg, epoch) if epoch < finetune_start else cfg.frl_lr
         for group in optimizer.param_groups:
             group["lr"] = lr
-        threshold = reweight.loss_threshold(history.ema_loss, history.visits,
-                                            cfg.tri_outlier_loss_quantile)
-        frl_weights = None
-        if cfg.method == "frl":
-            frl_weights = (reweight.frl_class_weights(phi_nat).float(),
-                           reweight.frl_class_weights(phi_bndy).float())
-        model.train()
+        frl = frl_state(lam, cfg) if epoch >= finetune_start else None
         started = time.time()
-        loss_sum = torch.zeros((), device=device)
-        correct = torch.zeros((), dtype=torch.long, device=device)
-        regimes = torch.zeros(3, dtype=torch.long, device=device)
-        perm = torch.randperm(n_train, generator=order_gen).to(device)
-        batches = 0
-        for start in range(0, n_train, cfg.batch_size):
-            index = perm[start : start + cfg.batch_size]
-            xb = train_x[index]
-            if cfg.augment:
-                xb = augment.random_crop_flip(xb, padding=4, generator=aug_gen)
-            stats = train_step(model, optimizer, augment.to_float(xb), train_y[index], index, cfg,
-                               epoch=epoch, history=history, loss_threshold=threshold,
-                               frl_weights=frl_weights, generator=attack_gen)
-            loss_sum += stats["loss"]
-            correct += stats["robust_correct"]
-            regimes += stats["regimes"]
-            batches += 1
+        totals = train_epoch(model, optimizer, train_x, train_y, cfg, epoch=epoch, history=history,
+                             frl=frl, order_gen=order_gen, aug_gen=aug_gen, attack_gen=attack_gen,
+                             num_classes=num_classes, to_input=augment.to_float, shard=shard)
         seconds = time.time() - started
         epoch += 1
 
         val_preds = metrics.evaluate(model, val_x, val_y, num_classes, eval_attack(cfg.seed + 10_000),
-                                     cfg.eval_batch_size, augment.to_float)
+                                     cfg.eval_batch_size, augment.to_float, shard)
         test_preds = metrics.evaluate(model, test_x, test_y, num_classes,
                                       eval_attack(cfg.seed + 20_000), cfg.eval_batch_size,
-                                      augment.to_float)
+                                      augment.to_float, shard)
+        regimes = totals["regimes"].double()
+        per_class_visits = regimes.sum(1).clamp(min=1)
+        class_weights = frl or FrlWeights(torch.full((num_classes,), 1 / num_classes),
+                                          torch.full((num_classes,), 1 / num_classes))
         row = {
-            "train/loss": float(loss_sum) / batches,
-            "train/robust_acc": int(correct) / n_train,
+            "train/loss": float(totals["loss_sum"]) / max(totals["batches"], 1),
+            "train/robust_acc": int(totals["robust_correct"]) / n_train,
             "train/epoch": epoch,
             "train/lr": lr,
             "train/images_per_s": n_train / max(seconds, 1e-9),
-            **{f"regime/{name}_frac": int(count) / n_train
-               for name, count in zip(reweight.REGIMES, regimes.tolist())},
+            **{f"regime/{name}_frac": float(regimes[:, r].sum() / regimes.sum().clamp(min=1))
+               for r, name in enumerate(reweight.REGIMES)},
+            **{f"regime/{name}_frac_per_class": (regimes[:, r] / per_class_visits).tolist()
+               for r, name in enumerate(reweight.REGIMES)},
+            "frl/clean_weight_per_class": class_weights.nat.tolist(),
+            "frl/bndy_weight_per_class": class_weights.bndy.tolist(),
             **metrics.summarize(test_preds, test_y, num_classes, "eval"),
             **metrics.summarize(val_preds, val_y, num_classes, "val"),
         }
-        if cfg.method == "frl" and epoch > cfg.frl_warmup_epochs:
-            clean_err, bndy_err = metrics.class_error_rates(
-                val_preds["clean_pred"], val_preds["adv_pred"], val_y, num_classes)
-            phi_nat, phi_bndy = reweight.frl_update(
-                phi_nat, phi_bndy, clean_err, bndy_err, tau_nat=cfg.frl_tau_nat,
-                tau_bndy=cfg.frl_tau_bndy, rate_nat=cfg.frl_rate_nat, rate_bndy=cfg.frl_rate_bndy)
+        if cfg.method == "frl" and finetune_start <= epoch < cfg.epochs:
+            lam = frl_step(lam, val_preds, val_y, num_classes, cfg, epoch - finetune_start + 1)
+        if cfg.method == "frl" and epoch == finetune_start + 1:
+            # FRL's best model is chosen among its fine-tuned ones (the first stage is the base)
+            best = {"epoch": -1, "val": float("-inf"), "model": None, "metrics": {}}
         if row["val/robust_acc_worst_class"] > best["val"]:
             best = {
                 "epoch": epoch,
@@ -203,11 +230,12 @@ def train_loop(config: dict) -> None:
         row |= {"best/epoch": best["epoch"], "best/val_robust_acc_worst_class": best["val"],
                 **best["metrics"],
                 "best/robust_acc_worst_class_gap":
-                    best["metrics"]["best/robust_acc_worst_class"] - row["eval/robust_acc_worst_class"]}
+                    best["metrics"]["best/robust_acc_worst_class"] - row["eval/robust_acc_worst_class"],
+                "best/robust_acc_gap": best["metrics"]["best/robust_acc"] - row["eval/robust_acc"]}
         if epoch == cfg.epochs:
             best_model = copy.deepcopy(model)
             best_model.load_state_dict(best["model"])
-            row |= final_evaluation(best_model, final_x, final_y, num_classes, cfg)
+            row |= final_evaluation(best_model, final_x, final_y, num_classes, cfg, shard)
 
         session.report(
             row,
@@ -218,8 +246,7 @@ def train_loop(config: dict) -> None:
                 "aug_gen": aug_gen.get_state(),
                 "attack_gen": attack_gen.get_state(),
                 "history": history.state_dict(),
-                "phi_nat": phi_nat.cpu(),
-                "phi_bndy": phi_bndy.cpu(),
+                "frl_lambda": {k: v.cpu() for k, v in lam.items()},
                 "best": {k: v for k, v in best.items() if k != "model"},
                 "best_model": best["model"],
                 "rng": rng_state(),
@@ -231,17 +258,21 @@ def train_loop(config: dict) -> None:
 
 
 def final_evaluation(model: torch.nn.Module, x_u8: torch.Tensor, y: torch.Tensor,
-                     num_classes: int, cfg: Config) -> dict:
-    """CW-inf and (when available and not off) AutoAttack accuracy of ``model``, per class."""
+                     num_classes: int, cfg: Config, shard: Shard = Shard()) -> dict:
+    """CW-inf and (unless ``autoattack: off``) AutoAttack accuracy of ``model``, per class.
+
+    With several workers CW is sharded; every worker runs the same AutoAttack (once per trial).
+    """
     gen = torch.Generator(device=x_u8.device).manual_seed(cfg.seed + 30_000)
 
-    def cw(m, x, yb):
+    def cw(m, x, yb, share=None):
         return attack.cw_linf(m, x, yb, eps=cfg.eps, step_size=cfg.step_size, steps=cfg.cw_steps,
-                              kappa=cfg.cw_kappa, bn="eval", generator=gen)
+                              kappa=cfg.cw_kappa, bn="eval", generator=gen, share=share)
 
-    preds = metrics.evaluate(model, x_u8, y, num_classes, cw, cfg.eval_batch_size, augment.to_float)
+    preds = metrics.evaluate(model, x_u8, y, num_classes, cw, cfg.eval_batch_size, augment.to_float,
+                             shard)
     out = metrics.summarize(preds, y, num_classes, "final", adv_name="cw")
-    if cfg.autoattack == "off" or (cfg.autoattack == "auto" and not autoattack_available()):
+    if cfg.autoattack == "off":
         return out
     adv_pred = autoattack_predictions(model, augment.to_float(x_u8), y, cfg)
     out |= metrics.summarize({"adv_pred": adv_pred}, y, num_classes, "final", adv_name="autoattack")

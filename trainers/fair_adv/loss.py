@@ -1,16 +1,13 @@
-"""Per-sample training losses of the five methods, and the weighted batch mean.
-
-Every method's batch loss is ``L = sum_i w_i l_i / sum_i w_i`` over per-sample losses ``l_i``
-with per-sample weights ``w_i`` (all 1 except for FRL and tri-regime):
+"""Per-sample training losses of the methods (the batch losses are assembled in ``step.py``).
 
 - standard:   l_i = CE(f(x_i), y_i)
 - PGD-AT:     l_i = CE(f(x'_i), y_i),  x'_i = PGD(x_i)                    (Madry et al. 2018)
 - TRADES:     l_i = CE(f(x_i), y_i) + beta * KL(p(x_i) || p(x'_i)),
               x'_i = argmax_{|x' - x_i|_inf <= eps} KL(p(x_i) || p(x'))    (Zhang et al. 2019)
-- FRL:        l_i = a_{y_i} CE(f(x_i), y_i) + beta * b_{y_i} KL(p(x_i) || p(x'_i)) (class weights)
-- tri-regime: l_i = CE(f(x'_i), y_i) with the sample weight w_i of ``reweight.tri_regime_weights``
 
-(With unit weights the weighted mean is the plain batch mean, i.e. TRADES's ``batchmean``.)
+A plain method's batch loss is the batch mean (TRADES's ``batchmean``); tri-regime divides
+``sum_i w_i l_i`` by ``sum_i w_i``; FRL divides each TRADES term by its own class-weight sum
+(``reweight.py``).
 """
 
 from __future__ import annotations
@@ -38,19 +35,3 @@ def trades_terms(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The two per-sample TRADES terms: ``(CE(f(x), y), KL(p(x) || p(x')))``."""
     return cross_entropy(logits_clean, y), kl_clean_adv(logits_clean, logits_adv)
-
-
-def weighted_mean(
-    losses: torch.Tensor, weights: torch.Tensor | None = None, normalize: bool = True
-) -> torch.Tensor:
-    """``sum_i w_i l_i / sum_i w_i`` (``normalize``) or ``(1/B) sum_i w_i l_i``.
-
-    Without weights: the plain mean. All weights 0 gives 0.
-    """
-    if weights is None:
-        return losses.mean()
-    weights = weights.to(losses.dtype)
-    total = (weights * losses).sum()
-    if not normalize:
-        return total / len(losses)
-    return total / weights.sum().clamp(min=torch.finfo(losses.dtype).tiny)

@@ -15,8 +15,8 @@ from typing import Callable
 
 import torch
 
-# attack(model, x, y) -> x_adv
-Attack = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+# attack(model, x, y, share) -> x_adv; share as in attack.batch_noise (None: the whole batch)
+Attack = Callable[..., torch.Tensor]
 
 
 def per_class_accuracy(pred: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -33,19 +33,22 @@ def worst_class(per_class: torch.Tensor) -> float:
     return float(present.min()) if len(present) else float("nan")
 
 
-def class_error_rates(
+def frl_error_rates(
     clean_pred: torch.Tensor, adv_pred: torch.Tensor, y: torch.Tensor, num_classes: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-class clean error and boundary error (Xu et al. 2021, FRL).
+) -> tuple[torch.Tensor, torch.Tensor, float, float]:
+    """Clean and boundary errors per class and overall, as FRL's ``evaluate`` computes them.
 
-    ``clean_err_c = P(p_clean != y | y = c)``;
-    ``bndy_err_c  = P(p_clean == y and p_adv != y | y = c)``. Absent classes give 0.
+    ``clean_err_c = 1 - acc_clean_c``, ``bndy_err_c = acc_clean_c - acc_adv_c`` (absent
+    classes: 0), and over all examples ``E_nat = 1 - acc_clean``, ``E_bndy = acc_clean - acc_adv``.
     """
-    counts = torch.bincount(y, minlength=num_classes).double().clamp(min=1)
-    clean_wrong = (clean_pred != y).double()
-    boundary = ((clean_pred == y) & (adv_pred != y)).double()
-    zeros = torch.zeros(num_classes, dtype=torch.float64, device=y.device)
-    return zeros.index_add(0, y, clean_wrong) / counts, zeros.index_add(0, y, boundary) / counts
+    present = torch.bincount(y, minlength=num_classes) > 0
+    acc_clean = per_class_accuracy(clean_pred, y, num_classes).nan_to_num(1.0)
+    acc_adv = per_class_accuracy(adv_pred, y, num_classes).nan_to_num(1.0)
+    clean_err = torch.where(present, 1 - acc_clean, torch.zeros_like(acc_clean))
+    bndy_err = torch.where(present, acc_clean - acc_adv, torch.zeros_like(acc_clean))
+    total_clean = float((clean_pred == y).double().mean())
+    total_adv = float((adv_pred == y).double().mean())
+    return clean_err, bndy_err, 1 - total_clean, total_clean - total_adv
 
 
 @torch.no_grad()
@@ -61,29 +64,41 @@ def evaluate(
     attack: Attack | None,
     batch_size: int = 256,
     to_input: Callable[[torch.Tensor], torch.Tensor] = lambda b: b,
+    shard=None,
 ) -> dict[str, torch.Tensor]:
     """Clean (and, with ``attack``, adversarial) predictions of ``model`` on ``(x, y)``.
 
     ``x`` may be stored in another form (uint8 images): ``to_input`` turns a batch into the
     model's float input in [0, 1]. The model is put in eval mode for the whole evaluation and
     its mode is restored afterwards. Returns ``clean_pred`` and, with an attack, ``adv_pred``
-    (on ``y``'s device).
+    (on ``y``'s device). With a ``step.Shard`` of several workers, each attacks its part of
+    every batch (random starts drawn for the whole batch) and the predictions are summed into
+    place over the workers (one all-reduce), so every worker returns all of them.
     """
     was_training = model.training
     model.eval()
-    clean, adv = [], []
+    clean = torch.zeros(len(x), dtype=torch.long, device=y.device)
+    adv = torch.zeros(len(x), dtype=torch.long, device=y.device)
     try:
         for start in range(0, len(x), batch_size):
-            xb = to_input(x[start : start + batch_size])
-            yb = y[start : start + batch_size]
-            clean.append(predict(model, xb))
+            rows = min(batch_size, len(x) - start)
+            first, stop = shard.part(rows) if shard is not None else (0, rows)
+            xb = to_input(x[start + first : start + stop])
+            yb = y[start + first : start + stop]
+            if len(yb) == 0:
+                continue
+            clean[start + first : start + stop] = predict(model, xb).to(y.device)
             if attack is not None:
-                adv.append(predict(model, attack(model, xb, yb)))
+                x_adv = attack(model, xb, yb, share=(rows, first))
+                adv[start + first : start + stop] = predict(model, x_adv).to(y.device)
     finally:
         model.train(was_training)
-    out = {"clean_pred": torch.cat(clean).to(y.device)}
+    if shard is not None:
+        shard.all_reduce(clean)
+        shard.all_reduce(adv)
+    out = {"clean_pred": clean}
     if attack is not None:
-        out["adv_pred"] = torch.cat(adv).to(y.device)
+        out["adv_pred"] = adv
     return out
 
 

@@ -26,7 +26,8 @@ and is weighted::
     w_i = g                                             in O   (reliability gate)
     w_i = d                                             in S   (already safe: down-weighted)
     w_i = 1 + gamma_t * clip((s - m_i) / (1 + s), 0, 1) in B   (dynamic: the smaller the margin,
-          gamma_t = gamma * min(1, (t + 1) / R)                  the larger; ramped over R epochs)
+          gamma_t = gamma * min(1, (t - T_w + 1) / R)            the larger; ramped over the first
+                                                                 R weighted epochs)
 
 and ``w_i = 1`` for every sample during the first ``T_w`` epochs (history still accumulates).
 The batch loss is ``sum_i w_i CE(f(x'_i), y_i) / sum_i w_i``. The history is then updated with
@@ -34,19 +35,31 @@ this visit: ``c_i <- mu c_i + (1 - mu) k_i``, ``l_i <- mu l_i + (1 - mu) CE(f(x_
 to the observation on the first visit). Class labels enter only through each sample's own
 loss and margins; no class statistics are used.
 
-FRL-Reweight (Xu et al., "To be Robust or to be Fair", ICML 2021), the class-wise baseline
------------------------------------------------------------------------------------------
-Lagrange multipliers per class, ``phi_nat, phi_bndy >= 0`` (zero at the start), are raised by
-dual ascent once per epoch on the validation split's class-wise clean error ``e_nat`` and
-boundary error ``e_bndy`` (clean-correct but adversarially wrong)::
+FRL (Xu et al., "To be Robust or to be Fair", ICML 2021), the class-wise baseline
+---------------------------------------------------------------------------------
+As in the authors' code (``utils_frl.py``, ``frlrw.py``, ``frlrmrw.py``). Before each epoch of
+FRL fine-tuning, the model's class-wise clean error ``e_nat_c`` and boundary error
+``e_bndy_c = acc_clean_c - acc_adv_c`` are measured on the validation split under PGD-20, with
+``E_nat``, ``E_bndy`` the same over all validation examples. Each constraint
+``e_c - E - tau <= 0`` has a Lagrange multiplier per class, raised by one dual step and then
+projected back onto ``{lambda >= 0, sum_c lambda_c <= cap}``::
 
-    phi_nat_c  <- max(0, phi_nat_c  + alpha_nat  (e_nat_c  - mean(e_nat)  - tau_nat))
-    phi_bndy_c <- max(0, phi_bndy_c + alpha_bndy (e_bndy_c - mean(e_bndy) - tau_bndy))
+    lambda_nat  <- P_cap( lambda_nat  + alpha_nat  (e_nat  - E_nat  - tau_nat ) )
+    lambda_bndy <- P_cap( lambda_bndy + alpha_bndy (e_bndy - E_bndy - tau_bndy) )
+    P_cap(v) = max(v, 0) * min(1, cap / sum_c max(v_c, 0))
 
-and the TRADES loss of a sample of class ``c`` is weighted per term::
+(``alpha_bndy = 2 alpha_nat`` in the reference; both halve every 40 fine-tuning epochs). The
+class weights are the cost-sensitive weights of the Lagrangian,
+``w_c = 1/Y + lambda_c - mean(lambda)`` (``Y`` classes; they sum to 1 and, with the cap,
+stay positive), and the batch loss divides each term by its own weight sum::
 
-    l_i = a_c CE(f(x_i), y_i) + beta * b_c KL(p(x_i) || p(x'_i)),
-    a = (1 + phi_nat) / mean(1 + phi_nat),   b = (1 + phi_bndy) / mean(1 + phi_bndy).
+    L = sum_i a_{y_i} CE(f(x_i), y_i) / sum_i a_{y_i}
+        + beta * sum_i b_{y_i} KL(p(x_i) || p(x'_i)) / sum_i b_{y_i}      (a = w(lambda_nat),
+                                                                            b = w(lambda_bndy))
+
+FRL-Remargin (``frl_remargin``) also keeps ``lambda_margin <- lambda_margin + alpha_margin
+(e_bndy - E_bndy - tau_bndy)`` (no projection, as in the reference) and attacks class ``c``
+with radius ``eps * clip(exp(2 lambda_margin_c), 0.98, 3)`` and step ``max radius / 4``.
 """
 
 from __future__ import annotations
@@ -103,7 +116,8 @@ def tri_regime_weights(
     """Per-sample weights ``w_i`` for the regimes (module docstring); all 1 during warm-up."""
     if epoch < warmup_epochs:
         return torch.ones_like(margin)
-    gain = boundary_gain * (min(1.0, (epoch + 1) / ramp_epochs) if ramp_epochs > 0 else 1.0)
+    weighted_epoch = epoch - warmup_epochs + 1  # 1 at the first weighted epoch
+    gain = boundary_gain * (min(1.0, weighted_epoch / ramp_epochs) if ramp_epochs > 0 else 1.0)
     closeness = ((safe_margin - margin) / (1.0 + safe_margin)).clamp(0.0, 1.0)
     weights = 1.0 + gain * closeness
     weights = torch.where(regimes == SAFE, torch.full_like(weights, safe_weight), weights)
@@ -144,24 +158,47 @@ def regime_counts(regimes: torch.Tensor) -> torch.Tensor:
     return torch.bincount(regimes, minlength=3)[:3]
 
 
-def frl_update(
-    phi_nat: torch.Tensor,
-    phi_bndy: torch.Tensor,
-    clean_err: torch.Tensor,
-    bndy_err: torch.Tensor,
-    *,
-    tau_nat: float,
-    tau_bndy: float,
-    rate_nat: float,
-    rate_bndy: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One FRL dual-ascent step on the class-wise errors (module docstring)."""
-    new_nat = (phi_nat + rate_nat * (clean_err - clean_err.mean() - tau_nat)).clamp(min=0)
-    new_bndy = (phi_bndy + rate_bndy * (bndy_err - bndy_err.mean() - tau_bndy)).clamp(min=0)
-    return new_nat, new_bndy
+def regime_counts_per_class(regimes: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """``[num_classes, 3]``: row ``c`` counts the visits of class-``c`` samples per regime.
+
+    Read only for logging (which classes the outlier gate removes); never for the weights.
+    """
+    return torch.bincount(y * 3 + regimes, minlength=3 * num_classes).view(num_classes, 3)
 
 
-def frl_class_weights(phi: torch.Tensor) -> torch.Tensor:
-    """``(1 + phi) / mean(1 + phi)``: class weights with mean 1."""
-    raw = 1.0 + phi
-    return raw / raw.mean()
+def project_multipliers(lam: torch.Tensor, cap: float) -> torch.Tensor:
+    """``P_cap``: clip at 0, then rescale so that ``sum_c lambda_c <= cap`` (module docstring)."""
+    lam = lam.clamp(min=0)
+    total = lam.sum()
+    return lam * (cap / total) if total > cap else lam
+
+
+def frl_multiplier_step(
+    lam: torch.Tensor, class_err: torch.Tensor, total_err: float, *, tolerance: float,
+    rate: float, cap: float | None,
+) -> torch.Tensor:
+    """One dual step ``lambda + rate (e_c - E - tau)``, projected with ``P_cap`` (None: none).
+
+    ``class_err`` is the per-class error, ``total_err`` the error over all validation examples.
+    """
+    lam = lam + rate * (class_err - total_err - tolerance)
+    return lam if cap is None else project_multipliers(lam, cap)
+
+
+def frl_rate(rate: float, finetune_epoch: int, halve_every: int) -> float:
+    """The dual step size of (1-based) fine-tuning epoch ``k``: ``rate / 2^floor(k / halve_every)``.
+
+    The reference halves its rate at the start of every epoch divisible by 40, before that
+    epoch's update; 0 turns halving off.
+    """
+    return rate if halve_every <= 0 else rate * 0.5 ** (finetune_epoch // halve_every)
+
+
+def frl_class_weights(lam: torch.Tensor) -> torch.Tensor:
+    """``w_c = 1/Y + lambda_c - mean(lambda)``: the cost-sensitive class weights (sum 1)."""
+    return 1.0 / len(lam) + lam - lam.mean()
+
+
+def frl_margin_scale(lam_margin: torch.Tensor) -> torch.Tensor:
+    """FRL-Remargin's per-class radius factor ``clip(exp(2 lambda_margin), 0.98, 3)``."""
+    return torch.exp(2 * lam_margin).clamp(0.98, 3.0)
