@@ -93,11 +93,11 @@ class Config:
     attack: Literal["seagram", "greedy", "greedy_free", "random"] = "seagram"
     """The attack this trial runs on the test pairs (``greedy_free``: greedy with no label
     check, the unconstrained reference)."""
-    label_source: Literal["true", "predicted"] = "true"
-    """What SEAGRAM and greedy_free condition on (gain sign, classifier input): each test
-    pair's true label (made by the solver at data generation; the attacker knows it), or the
-    victim's predicted label (score above the threshold that best separates the train pairs;
-    no test label needed). Greedy always checks true labels with the solver."""
+    label_source: Literal["solver", "victim"] = "solver"
+    """What SEAGRAM and greedy_free condition on (gain sign, classifier input): ``solver``, each
+    test pair's true label (made by the solver at data generation; the attacker knows it), or
+    ``victim``, the victim's predicted label (score at or above the threshold that best
+    separates the train pairs; no test label needed). Greedy always checks true labels."""
     budget: int = 3
     """Edge flips per attacked (query, corpus graph) pair, at most."""
     top_k: int = 0

@@ -19,6 +19,7 @@ Ray Tune wants the experiment's metric in every report: until the attack has run
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -329,7 +330,7 @@ def run_attack(cfg: Config, data: RetrievalData, victim, clf, test_queries: np.n
     clean = atk.pair_scores(victim, batch).view(len(test_queries), -1)
     labels = torch.from_numpy(data.labels[test_queries])
     true_y = batch.y.clone()
-    predicted = cfg.label_source == "predicted" and attack in ("seagram", "greedy_free")
+    predicted = cfg.label_source == "victim" and attack in ("seagram", "greedy_free")
     extra = {}
     if predicted:
         threshold = fit_threshold(train_scores(victim, data, cfg), data.split_labels("train").reshape(-1))
@@ -469,39 +470,64 @@ def sample_pool(pool: atk.FlipPool, cfg: Config, rng: np.random.Generator, count
                               n_query, n_corpus)
 
 
-def compare_attacks(cfg: Config, data: RetrievalData, attacks=("random", "greedy", "seagram")) -> dict:
-    """Train one victim, then run each attack on it; no session, no checkpoints.
+def train_seagram(cfg: Config, data: RetrievalData, victim) -> tuple:
+    """Active learning of the criticality classifier for ``victim`` (phase 2 of ``train_loop``,
+    no session); returns the classifier and its cost (solver calls and seconds, labels)."""
+    torch.manual_seed(cfg.seed + 1)
+    clf = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members)
+    clf_optimizer = torch.optim.Adam(clf.parameters(), lr=cfg.clf_lr)
+    solver = SubgraphSolver.from_config(cfg)
+    al_rng = np.random.default_rng([cfg.seed, 2])
+    clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
+    pool = flip_pool(data, cfg)
+    rows, targets = np.zeros((0, 4), np.int64), np.zeros(0, np.int64)
+    started = time.perf_counter()
+    for r in range(cfg.al_rounds + 1):
+        rows, targets, _ = al_round(r, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen,
+                                    victim, rows, targets)
+    return clf, {"solver_calls": solver.stats.calls, "solver_s": solver.stats.seconds,
+                 "seconds": time.perf_counter() - started, "labeled": int((targets >= 0).sum())}
 
-    For side-by-side studies (the science test, ``benchmarks/seagram_cost.py``): the same
-    phases as ``train_loop``, on one victim. Returns ``{attack: metrics}`` plus ``"victim"``
-    (its clean test MAP, training pairs/s and seconds) and, with SEAGRAM, ``"seagram_train"``
-    (solver calls and seconds of active learning).
-    """
+
+def trained_victim(cfg: Config, data: RetrievalData) -> tuple:
+    """A victim trained as ``train_loop`` trains it (early stopping, best model), frozen, and
+    ``{"map": clean test MAP, ...training statistics}``."""
     torch.manual_seed(cfg.seed)
     victim, optimizer = make_victim(cfg, data)
     trained = train_victim(victim, optimizer, data, cfg, np.random.default_rng([cfg.seed, 1]))
     for p in victim.parameters():
         p.requires_grad_(False)
-    test_queries = data.splits["test"][:cfg.attack_queries] if cfg.attack_queries else data.splits["test"]
-    out = {"victim": {"map": split_map(victim, data, test_queries, cfg.query_nodes[1], cfg.corpus_nodes[1]),
-                      **trained}}
+    return victim, {"map": split_map(victim, data, attacked_queries(cfg, data), cfg.query_nodes[1],
+                                     cfg.corpus_nodes[1]), **trained}
+
+
+def attacked_queries(cfg: Config, data: RetrievalData) -> np.ndarray:
+    """The test queries the attacks run on (the first ``attack_queries``; 0: all)."""
+    return data.splits["test"][:cfg.attack_queries] if cfg.attack_queries else data.splits["test"]
+
+
+def compare_attacks(cfg: Config, data: RetrievalData, attacks=("random", "greedy", "seagram"),
+                    al_strategies: tuple[str, ...] = ()) -> dict:
+    """Train one victim, then run each attack on it; no session, no checkpoints.
+
+    For side-by-side studies (the science test, ``benchmarks/seagram_cost.py``): the same
+    phases as ``train_loop``, on one victim. Returns ``{attack: metrics}`` plus ``"victim"``
+    (its clean test MAP, training pairs/s and seconds) and, with SEAGRAM, ``"seagram_train"``
+    (solver calls and seconds of active learning). ``al_strategies``: SEAGRAM is also trained
+    with each of these sampling strategies on the same victim, its results under
+    ``"seagram_<strategy>"`` and ``"seagram_train_<strategy>"``.
+    """
+    victim, clean = trained_victim(cfg, data)
+    out = {"victim": clean}
+    test_queries = attacked_queries(cfg, data)
     clf = None
     if "seagram" in attacks:
-        torch.manual_seed(cfg.seed + 1)
-        clf = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members)
-        clf_optimizer = torch.optim.Adam(clf.parameters(), lr=cfg.clf_lr)
-        solver = SubgraphSolver.from_config(cfg)
-        al_rng = np.random.default_rng([cfg.seed, 2])
-        clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
-        pool = flip_pool(data, cfg)
-        rows, targets = np.zeros((0, 4), np.int64), np.zeros(0, np.int64)
-        started = time.perf_counter()
-        for r in range(cfg.al_rounds + 1):
-            rows, targets, _ = al_round(r, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen,
-                                        victim, rows, targets)
-        out["seagram_train"] = {"solver_calls": solver.stats.calls, "solver_s": solver.stats.seconds,
-                                "seconds": time.perf_counter() - started,
-                                "labeled": int((targets >= 0).sum())}
+        clf, out["seagram_train"] = train_seagram(cfg, data, victim)
+        for strategy in al_strategies:
+            other = replace(cfg, al_strategy=strategy)
+            other_clf, out[f"seagram_train_{strategy}"] = train_seagram(other, data, victim)
+            out[f"seagram_{strategy}"] = run_attack(other, data, victim, other_clf, test_queries,
+                                                    attack="seagram")[0]
     for name in attacks:
         out[name] = run_attack(cfg, data, victim, clf, test_queries, attack=name)[0]
     return out
