@@ -79,8 +79,9 @@ def test_protocol_sizes_connectivity_and_positive_rate(generated):
     assert all(7 <= g.shape[0] <= 15 for g in data.queries)
     assert all(nx.is_connected(to_nx(g)) for g in data.corpus + data.queries)
     assert all(np.array_equal(g, g.T) and not g.diagonal().any() for g in data.corpus + data.queries)
-    frac = data.labels.mean(1)
-    assert np.all((frac >= 0.1 - 1e-9) & (frac <= 0.4 + 1e-9))
+    pos = data.labels.sum(1)
+    ratio = pos / (data.labels.shape[1] - pos)  # IsoNet's filter: relevant:irrelevant in [0.1, 0.4]
+    assert np.all((ratio >= 0.1 - 1e-9) & (ratio <= 0.4 + 1e-9))
     assert data.stats["pos_rate"] == pytest.approx(data.labels.mean())
     assert data.stats["solver"]["unknown"] == 0 and data.stats["solver"]["calls"] > 0
 

@@ -1,12 +1,19 @@
 """Science at small scale (offline NCI data, CPU): the paper's claims, with margins over seeds.
 
-SEAGRAM lowers a trained victim's MAP about as much as the solver-checked greedy attack while
-keeping at least 90% of the attacked labels, with at least 5x fewer solver calls (training and
-attack together) than greedy spends at attack time; random flips keep far fewer labels.
+Measured here (seeds 0 / 1 / 2, NeuroMatch victim with IsoNet++'s weight decay and early
+stopping, budget 2, 10 test queries x 60 corpus graphs, 299 training labels per SEAGRAM arm):
 
-Measured here (seeds 0-2, NeuroMatch victim, budget 2, 10 test queries x 60 corpus graphs):
-SEAGRAM keeps 0.92 / 0.88 / 0.99 of the labels (random 0.79 / 0.80 / 0.76), MAP 0.64 -> 0.16
-(greedy -> 0.15), 299 solver calls against greedy's 2366-2504.
+- clean test MAP 0.53 / 0.53 / 0.49;
+- labels kept: SEAGRAM (uncertainty sampling, the default) 0.87 / 0.87 / 0.93, SEAGRAM with
+  random sampling at the same 299 labels 0.87 / 0.95 / 0.93, random flips 0.79 / 0.75 / 0.77,
+  unconstrained greedy 0.67 / 0.67 / 0.70, greedy 1.0 (checked);
+- MAP drop: greedy 0.41 / 0.41 / 0.38 = unconstrained greedy; SEAGRAM 0.27 / 0.37 / 0.37
+  (0.67 / 0.91 / 0.99 of greedy's), with random sampling 0.36 / 0.37 / 0.35;
+- solver calls: SEAGRAM 299 (all in training) against greedy's 2182-2489 at attack time.
+
+So SEAGRAM keeps most labels at most of greedy's damage for far fewer solver calls, but the
+"at least 90% of labels" claim does not hold on every seed, and uncertainty sampling does not
+beat random sampling at equal label budgets here: the assertions below say so.
 """
 
 import numpy as np
@@ -33,30 +40,36 @@ def runs(tmp_path_factory):
     for seed in SEEDS:
         cfg = from_dict(Config, {**SCIENCE, "seed": seed}, "science test")
         data = load_or_generate(spec_from_config(cfg), cache, cache)
-        out.append(compare_attacks(cfg, data))
+        out.append(compare_attacks(cfg, data, attacks=("random", "greedy", "greedy_free", "seagram"),
+                                   al_strategies=("random",)))
     return out
 
 
-def mean(runs, attack, metric):
-    return float(np.mean([r[attack][f"attack/{metric}"] for r in runs]))
+def values(runs, attack, metric):
+    return np.array([r[attack][f"attack/{metric}"] for r in runs])
 
 
 @pytest.mark.slow
-def test_seagram_keeps_labels_and_random_flips_do_not(runs):
-    seagram = [r["seagram"]["attack/label_preserved"] for r in runs]
-    assert np.mean(seagram) >= 0.90, seagram
-    assert min(seagram) >= 0.80, seagram
-    assert mean(runs, "greedy", "label_preserved") == 1.0  # checked flip by flip
-    assert mean(runs, "random", "label_preserved") <= np.mean(seagram) - 0.08
+def test_seagram_keeps_most_labels_and_random_flips_fewer(runs):
+    seagram = values(runs, "seagram", "label_preserved")
+    assert seagram.mean() >= 0.85 and seagram.min() >= 0.80, seagram  # not >= 0.9 on every seed
+    assert values(runs, "greedy", "label_preserved").min() == 1.0  # checked flip by flip
+    assert values(runs, "random", "label_preserved").mean() <= seagram.mean() - 0.05
+    free = values(runs, "greedy_free", "label_preserved")
+    assert free.max() <= 0.8, free  # the unconstrained attack breaks labels ...
+    # ... so its MAP under the original labels overstates what it did
+    assert (values(runs, "greedy_free", "map_true_labels") > values(runs, "greedy_free", "map")).all()
 
 
 @pytest.mark.slow
-def test_seagram_lowers_map_about_as_much_as_greedy(runs):
+def test_seagram_lowers_map_most_of_the_way_to_greedy(runs):
     for r in runs:
-        assert r["victim"]["map"] >= 0.5  # a trained victim (random ranking: about 0.3)
-        assert r["seagram"]["attack/map_drop"] >= 0.25
-        assert r["seagram"]["attack/map_drop"] >= 0.75 * r["greedy"]["attack/map_drop"]
-        assert r["seagram"]["attack/flips_mean"] > 0.5
+        assert r["victim"]["map"] >= 0.45  # a trained victim (random ranking: about 0.2)
+        assert r["seagram"]["attack/map_drop"] >= 0.2
+        assert r["seagram"]["attack/map_drop"] >= 0.6 * r["greedy"]["attack/map_drop"]
+        assert r["greedy_free"]["attack/map_drop"] >= r["greedy"]["attack/map_drop"] - 0.01
+    ratio = values(runs, "seagram", "map_drop").mean() / values(runs, "greedy", "map_drop").mean()
+    assert ratio >= 0.75, ratio
 
 
 @pytest.mark.slow
@@ -66,3 +79,14 @@ def test_seagram_needs_at_least_5x_fewer_solver_calls(runs):
         seagram_calls = r["seagram_train"]["solver_calls"]
         assert 0 < seagram_calls <= SCIENCE["al_budget"]
         assert r["greedy"]["attack/solver_calls_test"] >= 5 * seagram_calls
+
+
+@pytest.mark.slow
+def test_uncertainty_sampling_does_not_beat_random_sampling_at_equal_labels(runs):
+    for r in runs:  # the passive arm spends exactly the same solver calls
+        assert r["seagram_train_random"]["solver_calls"] == r["seagram_train"]["solver_calls"]
+    uncertainty = values(runs, "seagram", "label_preserved")
+    passive = values(runs, "seagram_random", "label_preserved")
+    assert uncertainty.mean() <= passive.mean() + 0.02, (uncertainty, passive)
+    drop_u, drop_r = values(runs, "seagram", "map_drop"), values(runs, "seagram_random", "map_drop")
+    assert drop_u.mean() <= drop_r.mean() + 0.03, (drop_u, drop_r)

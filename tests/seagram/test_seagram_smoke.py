@@ -19,13 +19,13 @@ def data_dir(tmp_path_factory):
 @pytest.mark.slow
 def test_smoke_sweep_reports_every_metric(smoke_sweep, data_dir):
     results, _, experiment = smoke_sweep("seagram", f"config.data_dir={data_dir}")
-    assert len(results) == 2  # gmn and neuromatch
+    assert len(results) == 2  # active learning: uncertainty and random sampling
     for result in results:
         assert result.error is None
         assert_finite_metrics(result.metrics, FINAL_METRICS)
         assert result.metrics["train/phase"] == 2
         assert result.metrics["attack/solver_calls_test"] == 0  # SEAGRAM: no solver at attack time
-        assert result.metrics["attack/solver_calls_train"] == 60
+        assert 0 < result.metrics["attack/solver_calls_train"] <= 60  # al_budget: an upper bound (the pool may run short)
         assert result.metrics["attack/flips_mean"] > 0  # the attack path ran with real flips
         assert result.checkpoint is not None
         history = result.metrics_dataframe
@@ -58,7 +58,7 @@ def test_stopped_trial_resumes_and_matches_uninterrupted(local_trial, tmp_path, 
 
 
 def test_baseline_attacks_run_through_the_loop(local_trial, tmp_path, data_dir):
-    for attack in ("greedy", "random"):
+    for attack in ("greedy", "greedy_free", "random"):
         rows = local_trial("seagram_baselines", f"config.data_dir={data_dir}",
                            f"config.attack={attack}", trial_dir=tmp_path / attack)
         final = rows[-1]
@@ -67,6 +67,19 @@ def test_baseline_attacks_run_through_the_loop(local_trial, tmp_path, data_dir):
         if attack == "greedy":
             assert final["attack/solver_calls_test"] > 0
             assert final["attack/label_preserved"] == 1.0
+            assert final["attack/solver_calls_labels"] == final["attack/pairs"]
+        elif attack == "greedy_free":  # the unconstrained reference: no check, labels used
+            assert final["attack/solver_calls_test"] == 0 and final["attack/flips_mean"] > 0
+            assert final["attack/solver_calls_labels"] == final["attack/pairs"]
         else:
             assert final["attack/solver_calls_test"] == 0
             assert final["attack/flips_mean"] == 2
+
+
+def test_victim_label_variant_uses_no_test_label(local_trial, tmp_path, data_dir):
+    rows = local_trial("seagram_no_labels", f"config.data_dir={data_dir}", "config.attack=greedy_free",
+                       "config.label_source=victim", trial_dir=tmp_path / "nolabel")
+    final = rows[-1]
+    assert_finite_metrics(final, FINAL_METRICS + ("attack/pred_label_acc",))
+    assert final["attack/solver_calls_labels"] == 0 and final["attack/solver_calls_test"] == 0
+    assert 0 <= final["attack/pred_label_acc"] <= 1

@@ -152,7 +152,7 @@ def test_config_validation_names_the_key():
     assert from_dict(Config, {}, "test").al_per_round == 150
 
 
-@pytest.mark.parametrize("name", ["seagram", "seagram_baselines"])
+@pytest.mark.parametrize("name", ["seagram", "seagram_baselines", "seagram_no_labels"])
 @pytest.mark.parametrize("smoke", [False, True])
 def test_experiment_files_validate(name, smoke):
     experiment = experiments.load(name, smoke=smoke)

@@ -10,6 +10,7 @@ FINAL_METRICS = (
     "attack/label_unknown",
     "attack/flips_mean",
     "attack/perturbed_frac",
+    "attack/solver_calls_labels",
     "attack/solver_calls_train",
     "attack/solver_calls_test",
     "attack/solver_unknown_test",
@@ -33,6 +34,8 @@ FINAL_METRICS = (
 METRICS = FINAL_METRICS + (
     "victim/loss",
     "victim/step",
+    "victim/best_step",
+    "attack/pred_label_acc",
     "victim/map_val",
     "seagram/al_round",
     "seagram/noncritical_rate",

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from trainers.seagram.model import CrossEncoder, _mlp
-from trainers.seagram.solver import SubgraphSolver, Verdict
+from trainers.seagram.solver import SolverStats, SubgraphSolver, Verdict
 
 # ------------------------------------------------------------------------ pure functions
 
@@ -434,14 +434,18 @@ def random_attack(batch: PairBatch, budget: int, rng: np.random.Generator) -> At
     return AttackOutcome(flips, seconds=time.perf_counter() - start)
 
 
-def greedy_attack(victim: nn.Module, batch: PairBatch, budget: int, solver: SubgraphSolver,
+def greedy_attack(victim: nn.Module, batch: PairBatch, budget: int, solver: SubgraphSolver | None,
                   max_checks: int = 0, top_k: int = 0) -> AttackOutcome:
     """Per step and pair, the flip of largest positive gain that the solver says keeps the label.
 
     Candidates are checked in decreasing gain; ``max_checks`` > 0 caps the checks per step. A
-    solver timeout counts as "not preserving" (the flip is skipped), never as a label.
+    solver "unknown" counts as "not preserving" (the flip is skipped), never as a label.
+    ``solver=None``: the unconstrained greedy attack, the largest positive gain flip with no
+    label check (an upper bound on damage that may break labels).
     """
     start = time.perf_counter()
+    if solver is None:
+        solver = _NoSolver()
     calls0, unknown0, sec0 = solver.stats.calls, solver.stats.unknown, solver.stats.seconds
     done = torch.zeros_like(batch.c_adj, dtype=torch.bool)
     flips = torch.zeros(len(batch), dtype=torch.long)
@@ -456,8 +460,8 @@ def greedy_attack(victim: nn.Module, batch: PairBatch, budget: int, solver: Subg
             if max_checks > 0:
                 rows = rows[:max_checks]
             query, graph, target = batch.query(i), batch.graph(i), int(batch.y[i])
-            chosen = -1
-            for r in rows.tolist():
+            chosen = int(rows[0]) if isinstance(solver, _NoSolver) and len(rows) else -1
+            for r in rows.tolist() if chosen < 0 else []:
                 verdict = solver(query, flipped(graph, int(u[r]), int(v[r])))
                 if verdict is not Verdict.UNKNOWN and int(verdict) == target:
                     chosen = r
@@ -471,6 +475,12 @@ def greedy_attack(victim: nn.Module, batch: PairBatch, budget: int, solver: Subg
             break
     return AttackOutcome(flips, solver.stats.calls - calls0, solver.stats.unknown - unknown0,
                          solver.stats.seconds - sec0, time.perf_counter() - start)
+
+
+class _NoSolver:
+    """The unconstrained greedy attack's stand-in: no calls, nothing spent."""
+
+    stats = SolverStats()
 
 
 def seagram_attack(victim: nn.Module, clf: CriticalityClassifier, batch: PairBatch, budget: int,

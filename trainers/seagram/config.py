@@ -15,13 +15,20 @@ from raylab.config import require, require_at_least
 @dataclass(frozen=True)
 class Config:
     # ---------------------------------------------------------------- data
+    dataset: Literal["", "aids", "mutag", "ptc_fm", "ptc_fr", "ptc_mm", "ptc_mr"] = ""
+    """A released IsoNet benchmark split (IsoNet++ ``large_dataset``, read from ``data_dir``:
+    ``<data_dir>/large_dataset/splits/...``); empty: generate data from ``source``. The released
+    data fixes the corpus, queries, labels and splits (the generation fields below are unused)."""
+    verify_checksums: bool = True
+    """Released data: check every file's SHA-256 against the released files'."""
     source: str = "nci"
     """Graph source: ``nci`` (the 5,000 NCI molecules RDKit ships, offline) or a TU dataset
     name read through torch-geometric's TUDataset (AIDS, MUTAG, PTC_FM, PTC_FR, PTC_MM,
     PTC_MR)."""
     data_dir: str = "~/.cache/raylab/seagram"
-    """Where TU datasets live (``<data_dir>/<NAME>/raw/<NAME>_A.txt`` ...). A relative path is
-    taken from the directory the run was started in."""
+    """Where TU datasets (``<data_dir>/<NAME>/raw/<NAME>_A.txt`` ...) or the released IsoNet
+    splits (``<data_dir>/large_dataset/splits/``) live. A relative path is taken from the
+    directory the run was started in."""
     cache_dir: str = ""
     """Where generated retrieval datasets are cached (npz + json); empty: ``<data_dir>/cache``."""
     download: bool = False
@@ -29,19 +36,23 @@ class Config:
     n_corpus: int = 800
     """Corpus graphs (shared by all queries)."""
     n_queries: int = 500
-    """Query graphs kept (those whose fraction of relevant corpus graphs is in pos_frac)."""
+    """Query graphs kept (those whose relevant:irrelevant ratio is in pos_ratio)."""
     corpus_nodes: tuple[int, int] = (16, 20)
     """Node count range of corpus graphs (BFS samples), inclusive."""
     query_nodes: tuple[int, int] = (7, 15)
     """Node count range of query graphs (BFS samples), inclusive."""
-    pos_frac: tuple[float, float] = (0.1, 0.4)
-    """A query is kept when its fraction of relevant corpus graphs lies in this range."""
+    pos_ratio: tuple[float, float] = (0.1, 0.4)
+    """A query is kept when its ratio of relevant to irrelevant corpus graphs lies in this
+    range (IsoNet's filter: 0.1-0.4, about 9-29% relevant)."""
     split: tuple[float, float, float] = (0.6, 0.15, 0.25)
     """Train/val/test fractions of the queries."""
     induced: bool = True
     """Relevance relation: induced subgraph isomorphism (True) or monomorphism (False)."""
-    solver_timeout_s: float = 1.0
-    """Per-call limit of the exact solver; a call that runs out is "unknown", never a label."""
+    solver_budget: int = 200000
+    """Per-call limit of the exact solver in node expansions (VF2 feasibility tests),
+    deterministic; a call that runs out is "unknown", never a label. 0: no limit."""
+    solver_timeout_s: float = 0.0
+    """Optional per-call wall-clock limit in seconds (labels then depend on machine load); 0: none."""
     max_query_attempts: int = 20000
     """Query samples tried before data generation gives up."""
     nci_max_molecules: int = 5000
@@ -49,14 +60,23 @@ class Config:
     data_seed: int = 0
     """Seed of the data generation (sampling and splits)."""
     # ---------------------------------------------------------------- victim
-    victim: Literal["gmn", "neuromatch", "isonet"] = "gmn"
-    """Victim NSGM model: GMN cross-graph matching, NeuroMatch order embedding, IsoNet alignment."""
-    hidden: int = 64
-    """Victim hidden width."""
-    layers: int = 3
-    """Victim message-passing layers."""
+    victim: Literal["gmn", "neuromatch", "isonet", "isonet_node"] = "gmn"
+    """Victim NSGM model: GMN cross-graph matching, NeuroMatch order embedding, IsoNet (edge
+    alignment), or the node-alignment ablation ``isonet_node``."""
+    hidden: int = 10
+    """Victim node state width (IsoNet++: 10)."""
+    layers: int = 5
+    """Victim propagation steps / layers (IsoNet++: 5 for GMN and IsoNet)."""
     lr: float = 1e-3
     """Victim Adam learning rate."""
+    weight_decay: float = 5e-4
+    """Victim Adam weight decay (IsoNet++: 5e-4)."""
+    patience: int = 10
+    """Early stopping: evaluations (every report_every steps) without a validation MAP gain
+    of es_tolerance before the victim stops; 0: run all victim_steps. Either way the
+    best-validation model is restored."""
+    es_tolerance: float = 1e-4
+    """Early stopping: the smallest validation MAP gain that counts (IsoNet++: 1e-4)."""
     victim_steps: int = 10000
     """Victim optimizer steps."""
     queries_per_step: int = 16
@@ -70,8 +90,14 @@ class Config:
     report_every: int = 500
     """Victim steps between reports (validation MAP, checkpoint at the experiment's cadence)."""
     # ---------------------------------------------------------------- attack
-    attack: Literal["seagram", "greedy", "random"] = "seagram"
-    """The attack this trial runs on the test pairs."""
+    attack: Literal["seagram", "greedy", "greedy_free", "random"] = "seagram"
+    """The attack this trial runs on the test pairs (``greedy_free``: greedy with no label
+    check, the unconstrained reference)."""
+    label_source: Literal["solver", "victim"] = "solver"
+    """What SEAGRAM and greedy_free condition on (gain sign, classifier input): ``solver``, each
+    test pair's true label (made by the solver at data generation; the attacker knows it), or
+    ``victim``, the victim's predicted label (score at or above the threshold that best
+    separates the train pairs; no test label needed). Greedy always checks true labels."""
     budget: int = 3
     """Edge flips per attacked (query, corpus graph) pair, at most."""
     top_k: int = 0
@@ -137,8 +163,8 @@ class Config:
         qlo, qhi = self.query_nodes
         require(2 <= qlo <= qhi <= hi, "query_nodes",
                 f"need 2 <= min <= max <= corpus max {hi}, got {list(self.query_nodes)}")
-        plo, phi = self.pos_frac
-        require(0 <= plo <= phi <= 1 and phi > 0, "pos_frac", f"need 0 <= min <= max <= 1, got {list(self.pos_frac)}")
+        plo, phi = self.pos_ratio
+        require(0 <= plo <= phi and phi > 0, "pos_ratio", f"need 0 <= min <= max, max > 0, got {list(self.pos_ratio)}")
         require(all(f >= 0 for f in self.split) and abs(sum(self.split) - 1) < 1e-6 and self.split[0] > 0
                 and self.split[2] > 0, "split", f"need train, val, test >= 0 summing to 1 "
                 f"(train, test > 0), got {list(self.split)}")
@@ -146,10 +172,12 @@ class Config:
                          "hidden", "layers", "victim_steps", "queries_per_step", "pos_per_query",
                          "neg_per_query", "report_every", "budget", "al_rounds", "al_candidates",
                          "clf_hidden", "clf_layers", "clf_members", "clf_batch")
-        require_at_least(self, 0, "top_k", "greedy_max_checks", "attack_queries", "witness_labels",
+        require_at_least(self, 0, "solver_budget", "top_k", "greedy_max_checks", "attack_queries", "patience", "witness_labels",
                          "clf_epochs_init", "clf_epochs", "torch_threads")
         require(self.solver_timeout_s >= 0, "solver_timeout_s", f"must be >= 0 (0: no limit), got {self.solver_timeout_s}")
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        require(self.es_tolerance >= 0, "es_tolerance", f"must be >= 0, got {self.es_tolerance}")
         require(self.clf_lr > 0, "clf_lr", f"must be > 0, got {self.clf_lr}")
         require(self.margin > 0, "margin", f"must be > 0, got {self.margin}")
         require(0 < self.threshold < 1, "threshold", f"must be in (0, 1), got {self.threshold}")

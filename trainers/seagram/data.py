@@ -7,9 +7,9 @@ From a source set of graphs (a TU dataset, or the NCI molecules RDKit ships):
    breadth-first search from a random node reaches (neighbours visited in random order);
 2. query graphs: the same with sizes in ``query_nodes`` (7 to 15);
 3. labels: the exact solver decides, for every query and every corpus graph, whether the query
-   is a subgraph of the corpus graph (induced by default). A query is kept when its fraction of
-   relevant corpus graphs lies in ``pos_frac`` (0.1 to 0.4, as in IsoNet); a query with any
-   solver timeout in its row is dropped, never labelled by guess;
+   is a subgraph of the corpus graph (induced by default). A query is kept when its ratio of
+   relevant to irrelevant corpus graphs lies in ``pos_ratio`` (0.1 to 0.4, IsoNet's filter);
+   a query with any solver "unknown" in its row is dropped, never labelled by guess;
 4. splits: the kept queries are split into train/val/test (60/15/25 by default); the corpus is
    shared.
 
@@ -18,6 +18,9 @@ cached as ``<cache_dir>/<source>-<hash>.npz`` (padded adjacency matrices, sizes,
 matrix, the splits) beside a ``.json`` with the generation config, the statistics (positive
 rate per split, solver calls, seconds, timeouts) and the SHA-256 of the source files. A cache
 file whose stored generation config differs from the requested one is never used.
+
+With ``dataset`` set (``aids``, ``mutag``, ``ptc_*``), none of this runs: ``load_data`` reads
+the released IsoNet splits (``isonet_data.py``) instead.
 """
 
 from __future__ import annotations
@@ -54,9 +57,10 @@ class DataSpec:
     n_queries: int = Config.n_queries
     corpus_nodes: tuple[int, int] = Config.corpus_nodes
     query_nodes: tuple[int, int] = Config.query_nodes
-    pos_frac: tuple[float, float] = Config.pos_frac
+    pos_ratio: tuple[float, float] = Config.pos_ratio
     split: tuple[float, float, float] = Config.split
     induced: bool = Config.induced
+    solver_budget: int = Config.solver_budget
     solver_timeout_s: float = Config.solver_timeout_s
     max_query_attempts: int = Config.max_query_attempts
     nci_max_molecules: int = Config.nci_max_molecules
@@ -209,25 +213,35 @@ def sample_graphs(sources: list[np.ndarray], count: int, sizes: tuple[int, int],
 # ------------------------------------------------------------------------ generation
 
 
+def positives_range(pos_ratio: tuple[float, float], n_corpus: int) -> tuple[int, int]:
+    """The counts ``k`` of relevant corpus graphs a query may have: ``lo <= k / (n - k) <= hi``.
+
+    IsoNet's filter is on the ratio relevant:irrelevant (0.1-0.4), i.e. ``k >= lo n / (1 + lo)``
+    and ``k <= hi n / (1 + hi)``; a ratio, not a fraction of the corpus.
+    """
+    lo, hi = pos_ratio
+    min_pos = int(np.ceil(lo * n_corpus / (1 + lo) - 1e-9))
+    max_pos = int(np.floor(hi * n_corpus / (1 + hi) + 1e-9))
+    return min_pos, max_pos
+
+
 def generate(spec: DataSpec, sources: list[np.ndarray]) -> RetrievalData:
     """Sample the corpus and the queries, label every pair with the solver, split the queries."""
     rng = np.random.default_rng(spec.seed)
-    solver = SubgraphSolver(induced=spec.induced, timeout_s=spec.solver_timeout_s)
+    solver = SubgraphSolver.from_config(spec)
     started = time.perf_counter()
     corpus = sample_graphs(sources, spec.n_corpus, spec.corpus_nodes, rng)
     corpus_nx = [_nx(g) for g in corpus]
-    lo, hi = spec.pos_frac
-    max_pos = int(np.floor(hi * spec.n_corpus + 1e-9))
-    min_pos = int(np.ceil(lo * spec.n_corpus - 1e-9))
+    min_pos, max_pos = positives_range(spec.pos_ratio, spec.n_corpus)
     queries, rows = [], []
     attempts = dropped_unknown = dropped_frac = 0
     while len(queries) < spec.n_queries:
         attempts += 1
         if attempts > spec.max_query_attempts:
             raise UserError(
-                f"data: only {len(queries)} of n_queries={spec.n_queries} queries have a positive "
-                f"fraction in pos_frac={list(spec.pos_frac)} after max_query_attempts="
-                f"{spec.max_query_attempts}; raise max_query_attempts or widen pos_frac")
+                f"data: only {len(queries)} of n_queries={spec.n_queries} queries have a relevant:"
+                f"irrelevant ratio in pos_ratio={list(spec.pos_ratio)} after max_query_attempts="
+                f"{spec.max_query_attempts}; raise max_query_attempts or widen pos_ratio")
         q = sample_graphs(sources, 1, spec.query_nodes, rng)[0]
         q_nx = _nx(q)
         row = np.zeros(spec.n_corpus, dtype=np.int8)
@@ -240,7 +254,7 @@ def generate(spec: DataSpec, sources: list[np.ndarray]) -> RetrievalData:
             row[j] = int(verdict)
             positives = row[:j + 1].sum()
             if positives > max_pos or positives + spec.n_corpus - j - 1 < min_pos:
-                break  # the fraction can no longer land in pos_frac: reject early
+                break  # the ratio can no longer land in pos_ratio: reject early
         if verdict_unknown:
             dropped_unknown += 1
             continue
@@ -261,11 +275,47 @@ def generate(spec: DataSpec, sources: list[np.ndarray]) -> RetrievalData:
            for k, v in splits.items()},
         "query_attempts": attempts,
         "queries_dropped_unknown": dropped_unknown,
-        "queries_dropped_pos_frac": dropped_frac,
+        "queries_dropped_pos_ratio": dropped_frac,
         "solver": solver.stats.as_dict(),
         "seconds": time.perf_counter() - started,
     }
     return RetrievalData(corpus, queries, labels, splits, stats, spec)
+
+
+def load_released_data(cfg) -> RetrievalData:
+    """The released IsoNet splits of ``cfg.dataset`` (from ``cfg.data_dir``) as ``RetrievalData``.
+
+    The solver labelled every released pair once when the data was made (by its releasers, not
+    here): ``stats["solver"]["calls"]`` is that count (queries x corpus graphs), ``seconds`` NaN.
+    """
+    from trainers.seagram import isonet_data
+
+    data_dir, _ = data_dirs(cfg)
+    corpus, queries, labels, splits, sha = isonet_data.load_released(data_dir, cfg.dataset,
+                                                                     cfg.verify_checksums)
+    for kind, graphs, limit, key in (("corpus", corpus, cfg.corpus_nodes[1], "corpus_nodes"),
+                                     ("query", queries, cfg.query_nodes[1], "query_nodes")):
+        largest = max(g.shape[0] for g in graphs)
+        if largest > limit:
+            raise UserError(f"{key}: dataset {cfg.dataset} has a {kind} graph of {largest} nodes, "
+                            f"more than {key}[1]={limit}; raise it")
+    stats = {
+        "pos_rate": float(labels.mean()),
+        **{f"pos_rate_{k}": float(labels[v].mean()) for k, v in splits.items()},
+        "query_attempts": len(queries), "queries_dropped_unknown": 0, "queries_dropped_pos_ratio": 0,
+        "solver": {"calls": int(labels.size), "seconds": float("nan"), "yes": int(labels.sum()),
+                   "no": int(labels.size - labels.sum()), "unknown": 0, "expansions": 0},
+        "seconds": 0.0, "source_sha256": sha, "released": cfg.dataset,
+    }
+    return RetrievalData(corpus, queries, labels, splits, stats, spec_from_config(cfg))
+
+
+def load_data(cfg) -> RetrievalData:
+    """The dataset of a config: the released split of ``dataset``, or generated from ``source``."""
+    if cfg.dataset:
+        return load_released_data(cfg)
+    data_dir, cache_dir = data_dirs(cfg)
+    return load_or_generate(spec_from_config(cfg), data_dir, cache_dir, cfg.download)
 
 
 def load_or_generate(spec: DataSpec, data_dir: str | os.PathLike, cache_dir: str | os.PathLike,
@@ -351,7 +401,11 @@ def preflight(cfg) -> None:
     data_dir, cache_dir = data_dirs(cfg)
     spec = spec_from_config(cfg)
     cached = (cache_dir / f"{spec.key()}.npz").is_file()
-    if not cached:
+    if cfg.dataset:
+        from trainers.seagram.isonet_data import check_present
+
+        check_present(data_dir, cfg.dataset)
+    elif not cached:
         if cfg.source == "nci":
             if not nci_path().is_file():
                 raise UserError(f"source: nci: RDKit's NCI molecules not found at {nci_path()}; "
@@ -363,10 +417,10 @@ def preflight(cfg) -> None:
                     f"data_dir: TU dataset {cfg.source} not found: no {missing[0]}; put the raw TU "
                     f"files in {data_dir / cfg.source / 'raw'} or set config.download=true "
                     f"(needs internet)")
-    n_test = max(1, round(cfg.split[2] * cfg.n_queries))
+    n_test = 75 if cfg.dataset else max(1, round(cfg.split[2] * cfg.n_queries))
     if cfg.attack_queries:
         n_test = min(n_test, cfg.attack_queries)
-    pairs = n_test * cfg.n_corpus
+    pairs = n_test * (800 if cfg.dataset else cfg.n_corpus)
     n, nq = cfg.corpus_nodes[1], cfg.query_nodes[1]
     # the attacked pairs (adjacency, its gradient, done mask), every pair's candidate flips
     # (pair, u, v, gain and masks: about 40 bytes each), one scoring chunk of 4096 graphs

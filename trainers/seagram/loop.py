@@ -19,6 +19,7 @@ Ray Tune wants the experiment's metric in every report: until the attack has run
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -28,7 +29,7 @@ from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from trainers.seagram import attack as atk
 from trainers.seagram.config import Config
-from trainers.seagram.data import RetrievalData, data_dirs, load_or_generate, preflight, spec_from_config
+from trainers.seagram.data import RetrievalData, load_data, preflight
 from trainers.seagram.loss import mean_average_precision, ranking_hinge_loss
 from trainers.seagram.model import build_victim, dense_batch
 from trainers.seagram.solver import SubgraphSolver
@@ -41,8 +42,7 @@ def train_loop(config: dict) -> None:
     preflight(cfg)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
-    data_dir, cache_dir = data_dirs(cfg)
-    data = load_or_generate(spec_from_config(cfg), data_dir, cache_dir, cfg.download)
+    data = load_data(cfg)
     device = session.device()
     n_query, n_corpus = cfg.query_nodes[1], cfg.corpus_nodes[1]
     data_metrics = {
@@ -53,18 +53,20 @@ def train_loop(config: dict) -> None:
     }
 
     torch.manual_seed(cfg.seed)
-    victim = build_victim(cfg.victim, cfg.hidden, cfg.layers, cfg.corpus_nodes[1]).to(device)
-    optimizer = torch.optim.Adam(victim.parameters(), lr=cfg.lr)
+    victim, _ = make_victim(cfg, data)
+    victim = victim.to(device)
+    optimizer = torch.optim.Adam(victim.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     torch.manual_seed(cfg.seed + 1)
     clf = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members).to(device)
     clf_optimizer = torch.optim.Adam(clf.parameters(), lr=cfg.clf_lr)
     victim_rng = np.random.default_rng([cfg.seed, 1])
     al_rng = np.random.default_rng([cfg.seed, 2])
     clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
-    solver = SubgraphSolver(induced=cfg.induced, timeout_s=cfg.solver_timeout_s)
+    solver = SubgraphSolver.from_config(cfg)
     st = {"phase": "victim", "step": 0, "round": 0, "rows": np.zeros((0, 4), np.int64),
           "targets": np.zeros(0, np.int64), "clean_map": None, "victim_seconds": 0.0,
-          "al_seconds": 0.0, "clf_loss": float("nan"), "pairs_per_s": 0.0}
+          "al_seconds": 0.0, "clf_loss": float("nan"), "pairs_per_s": 0.0, "early_stopping": None}
+    stopping = EarlyStopping(cfg.patience, cfg.es_tolerance)
 
     state = session.restore()
     if state is not None:
@@ -79,7 +81,8 @@ def train_loop(config: dict) -> None:
         for key, value in state["solver"].items():
             setattr(solver.stats, key, value)
         st.update({k: state[k] for k in ("phase", "step", "round", "clean_map", "victim_seconds",
-                                         "al_seconds", "clf_loss", "pairs_per_s")})
+                                         "al_seconds", "clf_loss", "pairs_per_s", "early_stopping")})
+        stopping.load(st["early_stopping"])
         st["rows"] = state["rows"].numpy()
         st["targets"] = state["targets"].numpy()
     if st["phase"] == "done":
@@ -91,10 +94,9 @@ def train_loop(config: dict) -> None:
             "clf": clf.state_dict(), "clf_optimizer": clf_optimizer.state_dict(),
             "victim_rng": victim_rng.bit_generator.state, "al_rng": al_rng.bit_generator.state,
             "clf_gen": clf_gen.get_state(), "rng": rng_state(),
-            "solver": {"calls": solver.stats.calls, "seconds": solver.stats.seconds,
-                       "yes": solver.stats.yes, "no": solver.stats.no, "unknown": solver.stats.unknown},
+            "solver": solver.stats.as_dict(),
             **{k: st[k] for k in ("phase", "step", "round", "clean_map", "victim_seconds",
-                                  "al_seconds", "clf_loss", "pairs_per_s")},
+                                  "al_seconds", "clf_loss", "pairs_per_s", "early_stopping")},
             "rows": torch.from_numpy(st["rows"]), "targets": torch.from_numpy(st["targets"]),
             "config": config,
         }
@@ -116,20 +118,25 @@ def train_loop(config: dict) -> None:
                 st["victim_seconds"] += time.perf_counter() - started
                 st["pairs_per_s"] = pairs / max(time.perf_counter() - started, 1e-9)
                 victim.eval()
-                val = data.splits["val"] if len(data.splits["val"]) else data.splits["train"]
-                map_val = split_map(victim, data, val, n_query, n_corpus)
-                st["clean_map"] = split_map(victim, data, test_queries, n_query, n_corpus)
-                victim.train()
-                last = st["step"] == cfg.victim_steps
+                map_val = split_map(victim, data, val_queries(data), n_query, n_corpus)
+                stopping.check(map_val, st["step"], victim)
+                last = st["step"] == cfg.victim_steps or stopping.stop
                 if last:
+                    stopping.restore(victim)
+                    st["clean_map"] = split_map(victim, data, test_queries, n_query, n_corpus)
                     st["phase"] = "attack_train" if cfg.attack == "seagram" else "eval"
+                victim.train()
+                st["early_stopping"] = stopping.state()
                 session.report(
                     {"victim/loss": float(np.mean(losses)), "victim/step": st["step"],
-                     "victim/map_val": map_val, "victim/map": st["clean_map"],
+                     "victim/map_val": map_val, "victim/best_step": stopping.best_step,
                      "victim/pairs_per_s": st["pairs_per_s"], "attack/map": float("nan"),
-                     "train/phase": 0, **data_metrics},
+                     "train/phase": 0, **data_metrics,
+                     **({"victim/map": st["clean_map"]} if last else {})},
                     state=snapshot, checkpoint=True if last else None)
                 losses, pairs, started = [], 0, time.perf_counter()
+                if last:
+                    break
         st["phase"] = "attack_train" if cfg.attack == "seagram" else "eval"
     victim.eval()
     for p in victim.parameters():
@@ -172,6 +179,79 @@ def train_loop(config: dict) -> None:
          "attack/label_check_calls": checker.stats.calls,
          "seagram/labeled": int((st["targets"] >= 0).sum()), "train/phase": 2, **data_metrics},
         state=snapshot, checkpoint=True)
+
+
+class EarlyStopping:
+    """Early stopping on validation MAP with restore of the best model (IsoNet++'s rule).
+
+    An evaluation improves when ``map_val >= best + tolerance`` (the first always does); the
+    best model's weights are kept. Training stops after more than ``patience`` evaluations in
+    a row without improvement (``patience = 0``: never early); ``restore`` loads the best
+    weights, whether training stopped early or ran to the end.
+    """
+
+    def __init__(self, patience: int, tolerance: float):
+        self.patience, self.tolerance = patience, tolerance
+        self.best, self.best_step, self.bad, self.weights = float("-inf"), 0, 0, None
+
+    @property
+    def stop(self) -> bool:
+        return self.patience > 0 and self.bad > self.patience
+
+    def check(self, map_val: float, step: int, model) -> bool:
+        """Record one evaluation; returns whether it improved."""
+        if self.weights is None or map_val >= self.best + self.tolerance:
+            self.best, self.best_step, self.bad = map_val, step, 0
+            self.weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            return True
+        self.bad += 1
+        return False
+
+    def restore(self, model) -> None:
+        if self.weights is not None:
+            model.load_state_dict(self.weights)
+
+    def state(self) -> dict:
+        return {"best": self.best, "best_step": self.best_step, "bad": self.bad, "weights": self.weights}
+
+    def load(self, state: dict | None) -> None:
+        if state:
+            self.best, self.best_step, self.bad, self.weights = (
+                state["best"], state["best_step"], state["bad"], state["weights"])
+
+
+def val_queries(data: RetrievalData) -> np.ndarray:
+    """The validation queries (the train queries when the split has none)."""
+    return data.splits["val"] if len(data.splits["val"]) else data.splits["train"]
+
+
+def train_victim(victim, optimizer, data: RetrievalData, cfg: Config, rng: np.random.Generator) -> dict:
+    """Train without a session (side-by-side studies): the same steps, evaluations every
+    ``report_every`` steps and early stopping as ``train_loop``; restores the best model."""
+    stopping = EarlyStopping(cfg.patience, cfg.es_tolerance)
+    started, pairs, step = time.perf_counter(), 0, 0
+    victim.train()
+    while step < cfg.victim_steps and not stopping.stop:
+        pairs += victim_step(victim, optimizer, data, cfg, rng)[1]
+        step += 1
+        if step % cfg.report_every == 0 or step == cfg.victim_steps:
+            victim.eval()
+            stopping.check(split_map(victim, data, val_queries(data), cfg.query_nodes[1],
+                                     cfg.corpus_nodes[1]), step, victim)
+            victim.train()
+    seconds = time.perf_counter() - started
+    stopping.restore(victim)
+    victim.eval()
+    return {"pairs_per_s": pairs / seconds, "seconds": seconds, "steps": step,
+            "best_step": stopping.best_step, "map_val": stopping.best}
+
+
+def make_victim(cfg: Config, data: RetrievalData):
+    """The victim of ``cfg`` sized for ``data`` (IsoNet's edge slots: the most edges of any
+    graph plus the flip budget) and its Adam optimizer (IsoNet++'s weight decay)."""
+    max_edges = max(int(g.sum()) // 2 for g in data.corpus + data.queries) + cfg.budget
+    victim = build_victim(cfg.victim, cfg.hidden, cfg.layers, cfg.corpus_nodes[1], max_edges)
+    return victim, torch.optim.Adam(victim.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
 def victim_step(victim, optimizer, data: RetrievalData, cfg: Config, rng: np.random.Generator):
@@ -249,20 +329,62 @@ def run_attack(cfg: Config, data: RetrievalData, victim, clf, test_queries: np.n
                                 data.labels[test_queries].reshape(-1), n_query, n_corpus)
     clean = atk.pair_scores(victim, batch).view(len(test_queries), -1)
     labels = torch.from_numpy(data.labels[test_queries])
+    true_y = batch.y.clone()
+    predicted = cfg.label_source == "victim" and attack in ("seagram", "greedy_free")
+    extra = {}
+    if predicted:
+        threshold = fit_threshold(train_scores(victim, data, cfg), data.split_labels("train").reshape(-1))
+        batch.y = (clean.reshape(-1) >= threshold).to(true_y.dtype)
+        extra["attack/pred_label_acc"] = float((batch.y == true_y).float().mean())
     if attack == "random":
         outcome = atk.random_attack(batch, cfg.budget, np.random.default_rng([cfg.seed, 4]))
-    elif attack == "greedy":
+    elif attack in ("greedy", "greedy_free"):
         outcome = atk.greedy_attack(victim, batch, cfg.budget,
-                                    SubgraphSolver(induced=cfg.induced, timeout_s=cfg.solver_timeout_s),
+                                    SubgraphSolver.from_config(cfg) if attack == "greedy" else None,
                                     max_checks=cfg.greedy_max_checks, top_k=cfg.top_k)
     else:
         outcome = atk.seagram_attack(victim, clf, batch, cfg.budget, cfg.threshold,
                                      top_k=cfg.top_k, select=cfg.select)
+    batch.y = true_y
     attacked = atk.pair_scores(victim, batch).view(len(test_queries), -1)
-    checker = SubgraphSolver(induced=cfg.induced, timeout_s=cfg.solver_timeout_s)
+    checker = SubgraphSolver.from_config(cfg)
     metrics = attack_metrics(batch, outcome, atk.label_check(batch, outcome.flips, checker),
                              clean, attacked, labels)
-    return metrics, checker
+    # solver calls behind the labels the attack used: one per attacked pair at generation
+    uses_labels = attack in ("greedy", "seagram", "greedy_free") and not predicted
+    metrics["attack/solver_calls_labels"] = len(batch) if uses_labels else 0
+    return {**metrics, **extra}, checker
+
+
+def train_scores(victim, data: RetrievalData, cfg: Config) -> torch.Tensor:
+    """The victim's scores of every (train query, corpus graph) pair, row-major."""
+    queries = data.splits["train"]
+    batch = atk.PairBatch.build([data.queries[q] for q in queries for _ in data.corpus],
+                                [c for _ in queries for c in data.corpus],
+                                data.labels[queries].reshape(-1), cfg.query_nodes[1], cfg.corpus_nodes[1])
+    return atk.pair_scores(victim, batch)
+
+
+def fit_threshold(scores: torch.Tensor, labels: np.ndarray) -> float:
+    """The score threshold ``t`` maximizing the accuracy of ``[s >= t]`` against ``labels``.
+
+    Candidates are the midpoints between consecutive distinct sorted scores (and +inf: all
+    predicted irrelevant); the first best one (the highest threshold among ties) is returned.
+    """
+    s = scores.detach().double().cpu().numpy().reshape(-1)
+    y = np.asarray(labels).reshape(-1).astype(np.int64)
+    order = np.argsort(-s, kind="stable")
+    s, y = s[order], y[order]
+    # predicting the top k as relevant: correct = positives in top k + negatives below
+    correct = np.concatenate([[0], np.cumsum(y)]) + (len(y) - np.sum(y)) - np.concatenate([[0], np.cumsum(1 - y)])
+    boundary = np.concatenate([[True], s[1:] != s[:-1], [True]])  # cut only between distinct scores
+    correct = np.where(boundary, correct, -1)
+    k = int(np.argmax(correct))
+    if k == 0:
+        return float("inf")
+    if k == len(s):
+        return float(s[-1])
+    return float((s[k - 1] + s[k]) / 2)
 
 
 def attack_metrics(batch: atk.PairBatch, outcome: atk.AttackOutcome, after: torch.Tensor,
@@ -348,46 +470,64 @@ def sample_pool(pool: atk.FlipPool, cfg: Config, rng: np.random.Generator, count
                               n_query, n_corpus)
 
 
-def compare_attacks(cfg: Config, data: RetrievalData, attacks=("random", "greedy", "seagram")) -> dict:
+def train_seagram(cfg: Config, data: RetrievalData, victim) -> tuple:
+    """Active learning of the criticality classifier for ``victim`` (phase 2 of ``train_loop``,
+    no session); returns the classifier and its cost (solver calls and seconds, labels)."""
+    torch.manual_seed(cfg.seed + 1)
+    clf = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members)
+    clf_optimizer = torch.optim.Adam(clf.parameters(), lr=cfg.clf_lr)
+    solver = SubgraphSolver.from_config(cfg)
+    al_rng = np.random.default_rng([cfg.seed, 2])
+    clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
+    pool = flip_pool(data, cfg)
+    rows, targets = np.zeros((0, 4), np.int64), np.zeros(0, np.int64)
+    started = time.perf_counter()
+    for r in range(cfg.al_rounds + 1):
+        rows, targets, _ = al_round(r, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen,
+                                    victim, rows, targets)
+    return clf, {"solver_calls": solver.stats.calls, "solver_s": solver.stats.seconds,
+                 "seconds": time.perf_counter() - started, "labeled": int((targets >= 0).sum())}
+
+
+def trained_victim(cfg: Config, data: RetrievalData) -> tuple:
+    """A victim trained as ``train_loop`` trains it (early stopping, best model), frozen, and
+    ``{"map": clean test MAP, ...training statistics}``."""
+    torch.manual_seed(cfg.seed)
+    victim, optimizer = make_victim(cfg, data)
+    trained = train_victim(victim, optimizer, data, cfg, np.random.default_rng([cfg.seed, 1]))
+    for p in victim.parameters():
+        p.requires_grad_(False)
+    return victim, {"map": split_map(victim, data, attacked_queries(cfg, data), cfg.query_nodes[1],
+                                     cfg.corpus_nodes[1]), **trained}
+
+
+def attacked_queries(cfg: Config, data: RetrievalData) -> np.ndarray:
+    """The test queries the attacks run on (the first ``attack_queries``; 0: all)."""
+    return data.splits["test"][:cfg.attack_queries] if cfg.attack_queries else data.splits["test"]
+
+
+def compare_attacks(cfg: Config, data: RetrievalData, attacks=("random", "greedy", "seagram"),
+                    al_strategies: tuple[str, ...] = ()) -> dict:
     """Train one victim, then run each attack on it; no session, no checkpoints.
 
     For side-by-side studies (the science test, ``benchmarks/seagram_cost.py``): the same
     phases as ``train_loop``, on one victim. Returns ``{attack: metrics}`` plus ``"victim"``
     (its clean test MAP, training pairs/s and seconds) and, with SEAGRAM, ``"seagram_train"``
-    (solver calls and seconds of active learning).
+    (solver calls and seconds of active learning). ``al_strategies``: SEAGRAM is also trained
+    with each of these sampling strategies on the same victim, its results under
+    ``"seagram_<strategy>"`` and ``"seagram_train_<strategy>"``.
     """
-    torch.manual_seed(cfg.seed)
-    victim = build_victim(cfg.victim, cfg.hidden, cfg.layers, cfg.corpus_nodes[1])
-    optimizer = torch.optim.Adam(victim.parameters(), lr=cfg.lr)
-    rng = np.random.default_rng([cfg.seed, 1])
-    started, pairs = time.perf_counter(), 0
-    victim.train()
-    for _ in range(cfg.victim_steps):
-        pairs += victim_step(victim, optimizer, data, cfg, rng)[1]
-    victim_seconds = time.perf_counter() - started
-    victim.eval()
-    for p in victim.parameters():
-        p.requires_grad_(False)
-    test_queries = data.splits["test"][:cfg.attack_queries] if cfg.attack_queries else data.splits["test"]
-    out = {"victim": {"map": split_map(victim, data, test_queries, cfg.query_nodes[1], cfg.corpus_nodes[1]),
-                      "pairs_per_s": pairs / victim_seconds, "seconds": victim_seconds}}
+    victim, clean = trained_victim(cfg, data)
+    out = {"victim": clean}
+    test_queries = attacked_queries(cfg, data)
     clf = None
     if "seagram" in attacks:
-        torch.manual_seed(cfg.seed + 1)
-        clf = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members)
-        clf_optimizer = torch.optim.Adam(clf.parameters(), lr=cfg.clf_lr)
-        solver = SubgraphSolver(induced=cfg.induced, timeout_s=cfg.solver_timeout_s)
-        al_rng = np.random.default_rng([cfg.seed, 2])
-        clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
-        pool = flip_pool(data, cfg)
-        rows, targets = np.zeros((0, 4), np.int64), np.zeros(0, np.int64)
-        started = time.perf_counter()
-        for r in range(cfg.al_rounds + 1):
-            rows, targets, _ = al_round(r, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen,
-                                        victim, rows, targets)
-        out["seagram_train"] = {"solver_calls": solver.stats.calls, "solver_s": solver.stats.seconds,
-                                "seconds": time.perf_counter() - started,
-                                "labeled": int((targets >= 0).sum())}
+        clf, out["seagram_train"] = train_seagram(cfg, data, victim)
+        for strategy in al_strategies:
+            other = replace(cfg, al_strategy=strategy)
+            other_clf, out[f"seagram_train_{strategy}"] = train_seagram(other, data, victim)
+            out[f"seagram_{strategy}"] = run_attack(other, data, victim, other_clf, test_queries,
+                                                    attack="seagram")[0]
     for name in attacks:
         out[name] = run_attack(cfg, data, victim, clf, test_queries, attack=name)[0]
     return out

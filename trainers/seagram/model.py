@@ -8,12 +8,15 @@ relevance scores ``[B]``; higher means "the query is more likely a subgraph".
 
 - ``NeuroMatch``: order embeddings (Ying et al. 2020, graph-level): a siamese GIN embeds both
   graphs and the score is the order-violation penalty ``-|| max(0, z_q - z_c) ||^2``.
-- ``GMN``: the graph matching network (Li et al. 2019): propagation layers that combine
-  within-graph messages with cross-graph attention ``mu_i = sum_j a_ij (h_i - h'_j)``,
-  a gated-sum readout, and the same asymmetric order score on the two graph vectors.
-- ``IsoNet``: node alignment (Roy et al. 2022, node variant): GIN node embeddings, a soft
-  permutation ``P = Sinkhorn(f(H_q) f(H_c)^T / T)`` over both graphs padded to ``n_nodes``
-  and ``-sum relu(H_q - P H_c)``.
+- ``GMN`` (``gmn.py``): the graph matching network as IsoNet++ runs it (edge-aware messages,
+  GRU update, cross-graph attention, gated-sum readout, L1 order score).
+- ``IsoNetEdge`` (``gmn.py``, victim ``isonet``): IsoNet's edge alignment as published.
+- ``IsoNetNode`` (victim ``isonet_node``): a node-alignment ablation: GIN node embeddings, a
+  soft permutation ``P = Sinkhorn(f(H_q) f(H_c)^T / T)`` (10 iterations, no masking) over both
+  graphs padded to ``n_nodes`` and ``-sum relu(H_q - P H_c)``.
+
+``CrossEncoder`` (GMN-style propagation with residual MLP updates) is the criticality
+classifier's encoder, not a victim.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import torch
 from torch import nn
 from torch_geometric.nn import DenseGINConv
 
-VICTIMS = ("gmn", "neuromatch", "isonet")
+from trainers.seagram.gmn import GMN, IsoNetEdge
+
+VICTIMS = ("gmn", "neuromatch", "isonet", "isonet_node")
 
 
 def dense_batch(graphs: list[np.ndarray], n: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,26 +121,6 @@ class CrossEncoder(nn.Module):
         return hq, hc
 
 
-class GMN(nn.Module):
-    """Graph matching network: ``CrossEncoder``, gated-sum readout, asymmetric order score."""
-
-    def __init__(self, hidden: int = 64, layers: int = 3):
-        super().__init__()
-        self.encoder = CrossEncoder(hidden, layers)
-        self.gate = nn.Linear(hidden, hidden)
-        self.value = nn.Linear(hidden, hidden)
-        self.head = _mlp(hidden, hidden, hidden)
-
-    def _readout(self, h, mask):
-        """Gated sum: ``sum_i sigmoid(W_g h_i) * (W h_i)``, then an MLP."""
-        pooled = (torch.sigmoid(self.gate(h)) * self.value(h) * mask.unsqueeze(-1)).sum(1)
-        return self.head(pooled)
-
-    def forward(self, q_adj, q_mask, c_adj, c_mask) -> torch.Tensor:
-        hq, hc = self.encoder(q_adj, q_mask, c_adj, c_mask)
-        return order_score(self._readout(hq, q_mask), self._readout(hc, c_mask))
-
-
 def sinkhorn(log_alpha: torch.Tensor, iterations: int) -> torch.Tensor:
     """Alternate row and column normalization in log space: a soft permutation matrix."""
     for _ in range(iterations):
@@ -144,8 +129,8 @@ def sinkhorn(log_alpha: torch.Tensor, iterations: int) -> torch.Tensor:
     return log_alpha.exp()
 
 
-class IsoNet(nn.Module):
-    """Node-alignment model: GIN node embeddings, Sinkhorn alignment, asymmetric hinge."""
+class IsoNetNode(nn.Module):
+    """Node-alignment ablation: GIN node embeddings, Sinkhorn alignment, asymmetric hinge."""
 
     def __init__(self, hidden: int = 64, layers: int = 3, n_nodes: int = 20,
                  sinkhorn_iters: int = 10, temperature: float = 0.1):
@@ -176,14 +161,21 @@ def _pad_to(adj: torch.Tensor, mask: torch.Tensor, n: int):
     return (nn.functional.pad(adj, (0, extra, 0, extra)), nn.functional.pad(mask, (0, extra)))
 
 
-def build_victim(name: str, hidden: int, layers: int, n_nodes: int = 20) -> nn.Module:
-    """The victim model called ``name`` (one of ``VICTIMS``); ``n_nodes``: largest graph size."""
+def build_victim(name: str, hidden: int, layers: int, n_nodes: int = 20, max_edges: int = 30) -> nn.Module:
+    """The victim model called ``name`` (one of ``VICTIMS``).
+
+    ``hidden``: node state width, ``layers``: propagation steps (GMN, IsoNet) or layers;
+    ``n_nodes``: largest graph size; ``max_edges``: IsoNet's edge slots (the most edges a graph,
+    attacked included, can have).
+    """
     if name == "gmn":
-        return GMN(hidden, layers)
+        return GMN(hidden, layers, n_nodes)
     if name == "neuromatch":
         return NeuroMatch(hidden, layers)
     if name == "isonet":
-        return IsoNet(hidden, layers, n_nodes)
+        return IsoNetEdge(hidden, layers, max_edges)
+    if name == "isonet_node":
+        return IsoNetNode(hidden, layers, n_nodes)
     raise ValueError(f"unknown victim {name!r}; valid: {', '.join(VICTIMS)}")
 
 

@@ -5,10 +5,12 @@ isomorphism by default (the query is isomorphic to a node-induced subgraph of th
 graph: edges and non-edges both preserved), *monomorphism* as an option (only the query's
 edges need to be present). Every call is counted and timed.
 
-networkx's VF2 has no timeout of its own. ``SubgraphSolver`` gives every call a deadline that
-the search itself checks: ``_DeadlineMatcher`` overrides ``syntactic_feasibility``, which VF2
-calls for every candidate node pair it tries, and aborts the search once the wall clock passes
-the deadline. An aborted search returns ``Verdict.UNKNOWN``, which is counted separately and is
+networkx's VF2 has no limit of its own. ``SubgraphSolver`` gives every call a budget that the
+search itself checks: ``_DeadlineMatcher`` overrides ``syntactic_feasibility``, which VF2 calls
+for every candidate node pair it tries (a *node expansion*), and aborts the search once it has
+made ``max_expansions`` of them (deterministic: the same call gives the same verdict on any
+machine) or, optionally, once the wall clock passes a deadline (``timeout_s``: the verdict then
+depends on machine load). An aborted search returns ``Verdict.UNKNOWN``, which is counted separately and is
 never turned into a label: callers must decide what an unknown means for them (data generation
 drops the query, the greedy attack treats the flip as not label-preserving, evaluation reports
 it).
@@ -38,20 +40,25 @@ class _DeadlineExceeded(Exception):
 
 
 class _DeadlineMatcher(GraphMatcher):
-    """VF2 that raises ``_DeadlineExceeded`` once ``time.perf_counter()`` passes ``deadline``.
+    """VF2 that raises ``_DeadlineExceeded`` after ``max_expansions`` feasibility tests, or
+    once ``time.perf_counter()`` passes ``deadline``.
 
     The clock is read every ``check_every`` feasibility tests (a clock read costs about as much
     as a feasibility test), so a call overruns its deadline by at most that many tests.
     """
 
-    def __init__(self, g1, g2, deadline: float, check_every: int = 64):
+    def __init__(self, g1, g2, deadline: float, max_expansions: float = float("inf"),
+                 check_every: int = 64):
         super().__init__(g1, g2)
         self.deadline = deadline
+        self.max_expansions = max_expansions
         self.check_every = check_every
         self.ticks = 0
 
     def syntactic_feasibility(self, g1_node, g2_node):
         self.ticks += 1
+        if self.ticks > self.max_expansions:
+            raise _DeadlineExceeded
         if self.ticks % self.check_every == 0 and time.perf_counter() > self.deadline:
             raise _DeadlineExceeded
         return super().syntactic_feasibility(g1_node, g2_node)
@@ -76,10 +83,11 @@ class SolverStats:
     yes: int = 0
     no: int = 0
     unknown: int = 0
+    expansions: int = 0
 
     def as_dict(self) -> dict[str, float]:
         return {"calls": self.calls, "seconds": self.seconds, "yes": self.yes, "no": self.no,
-                "unknown": self.unknown}
+                "unknown": self.unknown, "expansions": self.expansions}
 
 
 class SubgraphSolver:
@@ -87,14 +95,23 @@ class SubgraphSolver:
 
     ``solver(query, corpus)`` answers whether ``query`` is isomorphic to an induced subgraph of
     ``corpus`` (``induced=False``: to a subgraph, i.e. a monomorphism exists). Graphs are
-    networkx graphs or 0/1 adjacency matrices. ``timeout_s`` bounds each call's search (``None``
-    or 0: no limit); a call that runs out of time returns ``Verdict.UNKNOWN``.
+    networkx graphs or 0/1 adjacency matrices. ``max_expansions`` bounds each call's search by
+    node expansions (VF2 feasibility tests; deterministic) and ``timeout_s`` by wall seconds
+    (``None`` or 0: no limit of that kind); a call that runs out returns ``Verdict.UNKNOWN``.
+    ``stats.expansions`` sums the expansions of every call.
     """
 
-    def __init__(self, induced: bool = True, timeout_s: float | None = 1.0):
+    def __init__(self, induced: bool = True, timeout_s: float | None = None,
+                 max_expansions: int | None = 200_000):
         self.induced = induced
         self.timeout_s = timeout_s if timeout_s else None
+        self.max_expansions = max_expansions if max_expansions else None
         self.stats = SolverStats()
+
+    @classmethod
+    def from_config(cls, cfg) -> "SubgraphSolver":
+        """The solver a seagram config asks for (``induced``, ``solver_budget``, ``solver_timeout_s``)."""
+        return cls(induced=cfg.induced, timeout_s=cfg.solver_timeout_s, max_expansions=cfg.solver_budget)
 
     def __call__(self, query, corpus) -> Verdict:
         return self.solve(query, corpus)[0]
@@ -118,7 +135,8 @@ class SubgraphSolver:
         if q.number_of_nodes() > c.number_of_nodes() or q.number_of_edges() > c.number_of_edges():
             return Verdict.NO, None
         deadline = start + self.timeout_s if self.timeout_s is not None else float("inf")
-        matcher = _DeadlineMatcher(c, q, deadline)  # GraphMatcher(G1, G2) looks for G2 in G1
+        limit = self.max_expansions if self.max_expansions is not None else float("inf")
+        matcher = _DeadlineMatcher(c, q, deadline, limit)  # GraphMatcher(G1, G2) looks for G2 in G1
         search = (matcher.subgraph_isomorphisms_iter() if self.induced
                   else matcher.subgraph_monomorphisms_iter())
         try:
@@ -128,6 +146,8 @@ class SubgraphSolver:
             return Verdict.NO, None
         except _DeadlineExceeded:
             return Verdict.UNKNOWN, None
+        finally:
+            self.stats.expansions += min(matcher.ticks, limit)
 
 
 def is_embedding(query: np.ndarray, corpus: np.ndarray, mapping: dict[int, int], induced: bool) -> bool:
