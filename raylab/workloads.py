@@ -32,6 +32,10 @@ class Workload:
     figures: str = ""
     """Optional ``module:attribute`` of the workload's ``raylab.report_spec.Report``: the
     figures and tables ``python -m raylab.report`` draws (``trainers/<name>/figures.py``)."""
+    data_parallel: bool = False
+    """Whether the loop shards its data across Ray Train workers, so that ``workers > 1``
+    trains one model on more data per step; a workload that is not is refused for
+    ``workers > 1`` at validation."""
 
     def config_class(self) -> type:
         return _resolve(self.config)

@@ -7,7 +7,7 @@ per heavy atom in RDKit atom order, resumable (run the same command again to con
     .venv-boltz/bin/python -m trainers.boltz_distill.teacher --teacher boltz2 \\
         --checkpoint ~/.boltz/boltz2_conf.ckpt --smiles corpus.smi --out stores/boltz2_trunk_s
     # the atom encoder's output instead, with a protein (needs boltz's CCD 'mols' folder)
-    ... --layer atom_encoder --protein MKT...LE --mol-dir ~/.boltz/mols
+    ... --layer atom_attention --protein MKT...LE --mol-dir ~/.boltz/mols
     # RDKit teachers (either environment)
     python -m trainers.boltz_distill.teacher --teacher conformer --smiles corpus.smi --out stores/conformer
     python -m trainers.boltz_distill.teacher --teacher descriptors --smiles corpus.smi --out stores/descriptors
@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="conformer/featurizer seed")
     g = p.add_argument_group("boltz2")
     g.add_argument("--checkpoint", help="Boltz-2 checkpoint (boltz2_conf.ckpt), downloaded by you")
-    g.add_argument("--layer", default="trunk_s", help="trunk_s (default), s_inputs or atom_encoder")
+    g.add_argument("--layer", default="trunk_s", help="trunk_s (default), atom_attention, s_inputs, or atom_input (the linear input control)")
     g.add_argument("--recycling-steps", type=int, default=3)
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
     g.add_argument("--precision", default="auto", choices=["auto", "32", "bf16-mixed"],
