@@ -3,7 +3,8 @@
 A randomly initialized ``Boltz2`` (boltz's own model class, small configuration) is saved as a
 Lightning checkpoint; the teacher command loads it, runs boltz's SMILES parser, tokenizer,
 featurizer and trunk on a few ligands and writes the store. Checked: shapes, atom mapping to
-RDKit indices, determinism, and that an interrupted run resumes to the same store.
+RDKit indices, determinism, that an interrupted run resumes to the same store, that the Ray job
+writes the same store, and each layer's shape and linearity in the raw inputs.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ print("RESULT " + json.dumps(out))
 
 
 @pytest.mark.slow
-def test_boltz2_teacher_store_shapes_mapping_determinism_resume(tmp_path):
+def test_boltz2_teacher_store_shapes_mapping_determinism_resume_and_ray_job(tmp_path):
     smi = tmp_path / "ligands.smi"
     smi.write_text("\n".join(SMILES) + "\n")
     proc = subprocess.run(
@@ -101,6 +102,24 @@ def test_boltz2_teacher_store_shapes_mapping_determinism_resume(tmp_path):
     # the atoms of the charged, non-canonically written glycolate are not all alike
     glycolate = full[canonical_smiles("OCC(=O)[O-]")].astype(np.float32)
     assert len({tuple(np.round(r, 3)) for r in glycolate}) == glycolate.shape[0]
+
+    # The Ray job (a local Ray, CPU tasks of 2 molecules, from the main environment) writes what
+    # the single-process command wrote, and resumes without redoing finished chunks.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    job = [sys.executable, "-m", "trainers.boltz_distill.teacher", "--teacher", "boltz2", "--checkpoint",
+           str(tmp_path / "small.ckpt"), "--smiles", str(smi), "--recycling-steps", "1", "--out",
+           str(tmp_path / "job"), "--address", "local", "--gpus-per-task", "0", "--chunk-size", "2",
+           "--boltz-python", str(BOLTZ_PYTHON)]
+    first = subprocess.run(job + ["--limit", "2"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rest = subprocess.run(job, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    assert "1 written, 2 already there, 0 failed" in rest.stdout, rest.stdout
+    assert "boltz2 trunk_s" in rest.stderr and "3/3" in rest.stderr  # the progress bar
+    job_store = EmbeddingStore(tmp_path / "job")
+    assert sorted(job_store.keys()) == sorted(keys) and job_store.meta == full.meta
+    for key in keys:
+        assert np.array_equal(job_store[key], full[key])
 
 
 LAYER_SCRIPT = r"""
