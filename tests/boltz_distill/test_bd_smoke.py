@@ -22,7 +22,7 @@ def test_distill_smoke_sweep_reports_metrics(smoke_sweep, tmp_path):
         assert_finite_metrics(result.metrics, DISTILL_METRICS)
         assert result.metrics["distill/epoch"] == 2
         assert result.checkpoint is not None
-    assert {tuple(r.config["teachers"]) for r in results} == {("descriptors",), ("conformer",)}
+    assert {tuple(r.config["variant"]["teachers"]) for r in results} == {("descriptors",), ("conformer",)}
 
 
 @pytest.mark.slow

@@ -84,7 +84,7 @@ def train_chemprop(train_smiles, train_y, valid_smiles, valid_y, test_smiles, cl
         best = ModelCheckpoint(dirpath=tmp, monitor="val_loss", mode="min", save_top_k=1)
         trainer = pl.Trainer(logger=False, callbacks=[best], accelerator="cpu", devices=1,
                              max_epochs=settings.epochs, enable_progress_bar=False,
-                             enable_model_summary=False, deterministic=True)
+                             enable_model_summary=False)
         trainer.fit(model, data.build_dataloader(train, batch_size=settings.batch_size, seed=settings.seed),
                     data.build_dataloader(valid, batch_size=settings.batch_size, shuffle=False, drop_last=False))
         model = models.MPNN.load_from_checkpoint(best.best_model_path, map_location="cpu")
