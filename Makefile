@@ -8,12 +8,14 @@ STAMP := $(VENV)/.installed
 
 # torchattacks (the fair_adv tests' independent PGD) goes in with --no-deps: its metadata asks
 # for torchvision (a second torch build) and requests~=2.25, and its code imports neither.
+# molsets (MOSES) too: boltz_distill reads only the molecule files its wheel ships.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack,backdoor]"
 	$(PY) -m pip install --quiet --no-deps torchattacks==3.5.1
+	$(PY) -m pip install --quiet --no-deps molsets==0.3.1
 	touch $(STAMP)
 
 # Boltz-2 teacher environment (trainers/boltz_distill): boltz pins numpy<2, scipy 1.13.1 and

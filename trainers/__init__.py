@@ -67,6 +67,7 @@ WORKLOADS: dict[str, Workload] = {
         description="distil Boltz-2 (or RDKit conformer/descriptor) per-atom ligand embeddings into a GINE student",
         preflight="trainers.boltz_distill.loop:preflight",
         figures="trainers.boltz_distill.figures:REPORT",
+        data_parallel=True,
     ),
     "admet_probe": Workload(
         config="trainers.boltz_distill.config:ProbeConfig",

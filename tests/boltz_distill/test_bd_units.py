@@ -267,16 +267,57 @@ def test_distill_preflight_without_boltz_store(tmp_path):
 def test_table_aggregates_seeds_mean_and_population_std(tmp_path, capsys):
     from trainers.boltz_distill import table
 
-    for i, (features, seed, value) in enumerate([("student", 1, 0.6), ("student", 2, 0.8), ("morgan", 1, 1.0)]):
+    trials = [({"features": "student", "student_teachers": ["descriptors"]}, 1, 0.6, 0),
+              ({"features": "student", "student_teachers": ["descriptors"]}, 2, 0.8, 3),
+              ({"features": "student", "student_teachers": ["boltz2"], "student_layer": "atom_attention"}, 1, 0.5, 0),
+              ({"variant": {"features": "chemprop", "probe": "end_to_end"}}, 1, 1.0, 0)]
+    for i, (params, seed, value, imputed) in enumerate(trials):
         trial = tmp_path / f"trial_{i}"
         trial.mkdir()
-        (trial / "params.json").write_text(json.dumps({"task": "solubility", "seed": seed,
-                                                       "features": features, "probe": "linear"}))
+        (trial / "params.json").write_text(json.dumps({"task": "solubility", "seed": seed, "probe": "linear", **params}))
         (trial / "result.json").write_text(json.dumps({"probe/solubility/mae": 9.0}) + "\n"
-                                           + json.dumps({"probe/solubility/mae": value}) + "\n")
+                                           + json.dumps({"probe/solubility/mae": value, "probe/test/imputed": imputed}) + "\n")
     assert table.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "solubility (mae)" in out[0]
-    assert out[2].split()[:2] == ["student", "linear"] and "0.700 ± 0.100 (n=2)" in out[2]
-    assert "1.000 ± 0.000 (n=1)" in out[3]
+    assert out[2].startswith("Chemprop D-MPNN") and "end_to_end" in out[2] and "1.000 ± 0.000 (n=1)" in out[2]
+    rows = {line.split("  ")[0]: line for line in out[3:]}
+    assert "0.700 ± 0.100 (n=2, 3 imputed)" in rows["student <- descriptors"]  # students apart by teacher
+    assert "0.500 ± 0.000 (n=1)" in rows["student <- boltz2:atom_attention"]
     assert table.main([str(tmp_path / "none")]) == 2
+
+
+def test_config_refuses_duplicate_trials_and_mismatched_probe():
+    with pytest.raises(UserError, match="boltz2_layer"):
+        from_dict(Config, {"teachers": ["conformer"], "boltz2_layer": "atom_attention"}, "t.yaml", "config")
+    assert from_dict(Config, {"boltz2_layer": "atom_attention"}, "t.yaml").boltz2_layer == "atom_attention"
+    with pytest.raises(UserError, match="probe"):
+        from_dict(ProbeConfig, {"features": "chemprop", "probe": "mlp"}, "t.yaml", "config")
+    with pytest.raises(UserError, match="probe"):
+        from_dict(ProbeConfig, {"features": "morgan", "probe": "end_to_end"}, "t.yaml", "config")
+
+
+def test_corpus_leaves_out_every_test_molecule_and_reads_moses(tmp_path):
+    from trainers.boltz_distill import corpus
+
+    solubility = data.load_task("solubility")
+    test_keys, sources = corpus.test_set_keys()
+    assert sources == ["solubility", "freesolv"]
+    assert {k for k in map(chem.canonical_smiles, solubility.test_smiles) if k} <= test_keys
+    smi = tmp_path / "c.smi"
+    train_part = [s for s in solubility.train_val_smiles[:30] if chem.canonical_smiles(s) not in test_keys]
+    smi.write_text("\n".join(solubility.test_smiles[:30] + train_part + train_part[:3]) + "\n")
+    kept = corpus.corpus_smiles(str(smi), limit=0)
+    assert not set(kept) & test_keys
+    assert kept == list(dict.fromkeys(map(chem.canonical_smiles, train_part)))  # file order, duplicates once
+    assert len(corpus.corpus_smiles(str(smi), limit=0, exclude_tests=False)) > len(kept)
+    # an ADMET test set under tdc_data_dir is left out too
+    folder = tmp_path / "tdc" / "admet_group" / "herg"
+    folder.mkdir(parents=True)
+    (folder / "train_val.csv").write_text("Drug_ID,Drug,Y\n0,CCO,1\n")
+    (folder / "test.csv").write_text(f"Drug_ID,Drug,Y\n0,{train_part[0]},1\n")
+    with pytest.warns(UserWarning, match="21 of 22 TDC ADMET test sets"):
+        admet_kept = corpus.corpus_smiles(str(smi), limit=0, tdc_data_dir=str(tmp_path / "tdc"))
+    assert admet_kept == kept[1:]
+    moses = corpus.corpus_smiles("moses", limit=200)
+    assert len(moses) == 200 and all(Chem.MolFromSmiles(k) is not None for k in moses)

@@ -10,9 +10,16 @@ Layers (``LAYERS``):
 
 - ``trunk_s``: the trunk's single representation ``s`` after the Pairformer (default),
   ``token_s`` wide. Boltz tokenizes a ligand per heavy atom, so ligand token = heavy atom.
+- ``atom_attention``: the learned per-atom representation, the second output ``q`` of
+  ``input_embedder.atom_attention_encoder`` (after its windowed atom transformer, which
+  attends over neighbours with a bias from reference-conformer distances), ``atom_s`` wide.
+  Boltz itself pools it to tokens and discards the per-atom tensor; a forward hook keeps it.
 - ``s_inputs``: the input embedder's output (before the trunk), ``token_s`` wide.
-- ``atom_encoder``: the atom encoder's per-atom output ``q`` (a forward hook on
-  ``input_embedder.atom_encoder``), ``atom_s`` wide.
+- ``atom_input`` (a control, not a representation Boltz learned much in): the atom encoder's
+  per-atom ``q`` (forward hook on ``input_embedder.atom_encoder``), which is
+  ``Linear(cat[ref_pos, ref_charge, ref_element, ref_atom_name_chars])``: a linear map of the
+  raw inputs (uncentred conformer coordinates and atom-name characters included), ``atom_s``
+  wide. ``raw_atom_inputs`` returns those inputs, so a least-squares fit can show it.
 
 Atom mapping: the teacher passes the canonical SMILES (the store key) to boltz and maps each of
 boltz's ligand atoms back to the RDKit atom index by its name (element + canonical rank, as
@@ -40,7 +47,9 @@ import torch
 from raylab.errors import UserError
 from trainers.boltz_distill.chem import boltz_atom_names
 
-LAYERS = ("trunk_s", "s_inputs", "atom_encoder")
+LAYERS = ("trunk_s", "atom_attention", "s_inputs", "atom_input")
+ATOM_LAYERS = ("atom_attention", "atom_input")
+"""Layers with one row per featurized atom (the others have one per token)."""
 LIGAND_CHAIN = "L"
 PROTEIN_CHAIN = "A"
 
@@ -68,13 +77,35 @@ def small_hparams() -> dict[str, Any]:
     )
 
 
-def write_random_checkpoint(path: str | Path, seed: int = 0, hparams: dict | None = None) -> Path:
-    """Save a randomly initialized ``Boltz2`` in Lightning's checkpoint layout (for tests)."""
+def redraw_weights(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Draw every weight matrix of ``model`` from N(0, 1/fan_in) (biases and norms kept).
+
+    Boltz's own initialization zeroes the output projections of its attention and transition
+    blocks (AlphaFold-3's "final init"), so at that initialization every residual block is the
+    identity and ``atom_attention`` equals ``atom_input`` exactly. Redrawn weights make each
+    block compute a nonlinear function, as trained weights do; the tests use them to check
+    which layers are more than a linear map of the inputs.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.ndim >= 2:
+                fan_in = param[0].numel()
+                param.copy_(torch.randn(param.shape, generator=generator) / fan_in ** 0.5)
+    return model
+
+
+def write_random_checkpoint(path: str | Path, seed: int = 0, hparams: dict | None = None,
+                            redraw: bool = False) -> Path:
+    """Save a randomly initialized ``Boltz2`` in Lightning's checkpoint layout (for tests);
+    ``redraw``: with every weight matrix redrawn (``redraw_weights``)."""
     import pytorch_lightning
     from boltz.model.models.boltz2 import Boltz2
 
     torch.manual_seed(seed)
     model = Boltz2(**(hparams or small_hparams()))
+    if redraw:
+        redraw_weights(model, seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({
@@ -126,6 +157,15 @@ def load_boltz2(checkpoint: str | Path, trust_checkpoint: bool = False):
     model.confidence_prediction = False
     model.affinity_prediction = False
     return model
+
+
+def raw_atom_inputs(batch: dict[str, Any]) -> np.ndarray:
+    """The atom encoder's raw per-atom inputs, [atoms, 388]: ``cat[ref_pos, ref_charge,
+    ref_element, ref_atom_name_chars]``, as ``AtomEncoder.forward`` concatenates them."""
+    n = batch["ref_pos"].shape[1]
+    parts = [batch["ref_pos"][0], batch["ref_charge"][0].unsqueeze(-1), batch["ref_element"][0],
+             batch["ref_atom_name_chars"][0].reshape(n, -1)]
+    return torch.cat([p.float().cpu() for p in parts], dim=-1).numpy()
 
 
 class _SeededAllChem:
@@ -189,15 +229,18 @@ class Boltz2Teacher:
         self.precision = precision
         self.model = load_boltz2(checkpoint, trust_checkpoint).to(self.device)
         hp = self.model.hparams
-        self.dim = int(hp["atom_s"] if layer == "atom_encoder" else hp["token_s"])
+        self.dim = int(hp["atom_s"] if layer in ATOM_LAYERS else hp["token_s"])
         self._canonicals = None
         self._captured: dict[str, torch.Tensor] = {}
-        if layer == "atom_encoder":
-            self.model.input_embedder.atom_encoder.register_forward_hook(
+        embedder = self.model.input_embedder
+        if layer == "atom_attention":  # outputs (a, q, c, to_keys): q is the per-atom output
+            embedder.atom_attention_encoder.register_forward_hook(
+                lambda _m, _i, out: self._captured.__setitem__("out", out[1]))
+        elif layer == "atom_input":  # outputs (q, c, p, to_keys): q = Linear(raw atom features)
+            embedder.atom_encoder.register_forward_hook(
                 lambda _m, _i, out: self._captured.__setitem__("out", out[0]))
         elif layer == "s_inputs":
-            self.model.input_embedder.register_forward_hook(
-                lambda _m, _i, out: self._captured.__setitem__("out", out))
+            embedder.register_forward_hook(lambda _m, _i, out: self._captured.__setitem__("out", out))
 
     def settings(self) -> dict[str, Any]:
         """What determines the embeddings (written into the store's meta.json)."""
@@ -277,7 +320,7 @@ class Boltz2Teacher:
         token_rows = np.nonzero(tokens["asym_id"] == asym)[0]
         atom_idx = tokens["atom_idx"][token_rows]
         names = [str(n) for n in tokenized.structure.atoms["name"][atom_idx]]
-        if self.layer != "atom_encoder":
+        if self.layer not in ATOM_LAYERS:
             rows = token_rows
         else:
             # atom k of the featurized atoms belongs to token argmax(atom_to_token[k])
@@ -288,8 +331,9 @@ class Boltz2Teacher:
                 first_atom.setdefault(int(atom_to_token[k]), int(k))
             rows = np.array([first_atom[int(t)] for t in token_rows])
         ref_element = batch["ref_element"][0].argmax(-1).cpu().numpy()
-        atom_rows = rows if self.layer == "atom_encoder" else np.array([
+        atom_rows = rows if self.layer in ATOM_LAYERS else np.array([
             int(np.nonzero(batch["atom_to_token"][0][:, t].cpu().numpy())[0][0]) for t in token_rows])
+        self._atom_rows = atom_rows
         return rows, names, ref_element[atom_rows]
 
     @torch.no_grad()
@@ -315,5 +359,6 @@ class Boltz2Teacher:
             raise ValueError(f"boltz atoms {names} do not match RDKit atoms {expected}")
         order = [position[name] for name in expected]
         embedding = values[rows[order]]
-        mapping = {"names": [names[i] for i in order], "elements": elements[order].tolist()}
+        mapping = {"names": [names[i] for i in order], "elements": elements[order].tolist(),
+                   "raw_inputs": raw_atom_inputs(batch)[self._atom_rows[order]]}
         return embedding, mapping

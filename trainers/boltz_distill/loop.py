@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import math
 import os
@@ -19,8 +20,8 @@ from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.paths import user_path
-from trainers.boltz_distill.chem import nci_smiles_path, read_smiles_file
 from trainers.boltz_distill.config import Config
+from trainers.boltz_distill.corpus import corpus_exists, corpus_smiles
 from trainers.boltz_distill.featurize import graphs_from_smiles
 from trainers.boltz_distill.loss import distill_loss, standardize
 from trainers.boltz_distill.model import GINEStudent
@@ -34,15 +35,14 @@ def store_path(cfg: Config, teacher: str) -> Path:
     return user_path(cfg.store_root) / name
 
 
-def corpus_smiles(cfg: Config) -> list[str]:
-    return read_smiles_file(cfg.corpus or nci_smiles_path(), limit=cfg.max_molecules)
+def corpus_of(cfg: Config) -> list[str]:
+    """The corpus's canonical SMILES under the leakage rule of ``corpus.py``."""
+    return corpus_smiles(cfg.corpus, cfg.max_molecules, cfg.exclude_tests, cfg.tdc_data_dir)
 
 
 def preflight(cfg: Config) -> None:
     """Refuse before Ray starts: corpus or Boltz-2 store missing, targets larger than memory."""
-    corpus = user_path(cfg.corpus) if cfg.corpus else nci_smiles_path()
-    if not corpus.is_file():
-        raise UserError(f"config.corpus: SMILES file {corpus} does not exist")
+    corpus = corpus_exists(cfg.corpus)
     rows, dims = 0, 0
     for teacher in cfg.teachers:
         path = store_path(cfg, teacher)
@@ -50,7 +50,9 @@ def preflight(cfg: Config) -> None:
             raise UserError(
                 f"config.teachers: no Boltz-2 store at {path}; make it with: .venv-boltz/bin/python "
                 f"-m trainers.boltz_distill.teacher --teacher boltz2 --checkpoint boltz2_conf.ckpt "
-                f"--layer {cfg.boltz2_layer} --smiles {corpus} --out {path}"
+                f"--layer {cfg.boltz2_layer} --smiles CORPUS.smi --out {path} (CORPUS.smi from: "
+                f"python -m trainers.boltz_distill.corpus {cfg.corpus} --limit {cfg.max_molecules} "
+                f"--out CORPUS.smi; across a cluster's GPUs add --address auto)"
             )
         if (path / "meta.json").is_file():
             store = EmbeddingStore(path)
@@ -111,7 +113,7 @@ def load_targets(cfg: Config, keys: list[str]) -> tuple[list[np.ndarray | None],
 
 def prepare(cfg: Config):
     """Graphs with targets, the train/val split and the target statistics (deterministic)."""
-    graphs, keys, _ = graphs_from_smiles(corpus_smiles(cfg), what=cfg.corpus or "NCI corpus")
+    graphs, keys, _ = graphs_from_smiles(corpus_of(cfg), what=f"corpus {cfg.corpus}")
     unique = {}
     for graph, key in zip(graphs, keys):
         unique.setdefault(key, graph)
@@ -141,34 +143,105 @@ def prepare(cfg: Config):
 
 @torch.no_grad()
 def evaluate(model, graphs, mean, std, cfg: Config, device, batch_size: int = 256) -> dict[str, float]:
-    """Atom-weighted validation loss, MSE and cosine terms over ``graphs``."""
+    """Atom-weighted validation loss, MSE and cosine terms over ``graphs``, and ``r2``: the
+    share of the held-out standardized targets' variance the student explains,
+    ``1 - sum (p - t)^2 / sum (t - mean_val(t))^2`` over atoms and dimensions."""
     model.eval()
     totals = {"loss": 0.0, "mse": 0.0, "cosine": 0.0}
-    atoms = 0
+    atoms, sse, t_sum, t_sq = 0, 0.0, 0.0, 0.0
     for start in range(0, len(graphs), batch_size):
         batch = Batch.from_data_list(graphs[start : start + batch_size]).to(device)
         target = standardize(batch.y, mean, std)
-        loss, parts = distill_loss(model(batch), target, cfg.mse_weight, cfg.cosine_weight)
+        pred = model(batch)
+        loss, parts = distill_loss(pred, target, cfg.mse_weight, cfg.cosine_weight)
         n = batch.num_nodes
         totals["loss"] += loss.item() * n
         totals["mse"] += parts["mse"].item() * n
         totals["cosine"] += parts["cosine"].item() * n
         atoms += n
+        sse += float(((pred - target) ** 2).sum())
+        t_sum = t_sum + target.double().sum(0)
+        t_sq = t_sq + (target.double() ** 2).sum(0)
     model.train()
-    return {k: v / atoms for k, v in totals.items()}
+    sst = float((t_sq - t_sum**2 / atoms).sum())
+    return {**{k: v / atoms for k, v in totals.items()}, "r2": 1.0 - sse / sst if sst > 0 else float("nan")}
+
+
+def train_step(model, optimizer, graphs, idx: list[int], mean, std, cfg: Config, device,
+               rank: int = 0, world: int = 1) -> float:
+    """One optimizer step on the global batch ``graphs[idx]``, of which this rank takes every
+    ``world``-th molecule from position ``rank``; returns the global batch's loss.
+
+    Data parallel without DDP's averaging: each rank's loss is its atoms' mean loss times
+    ``its atoms / the global batch's atoms``, so the sum over ranks is the global batch's mean
+    loss ``L`` (``loss.py``; every term is a mean over atoms), and summing the ranks' gradients
+    (one all-reduce of the flattened gradients and loss) gives ``dL/dtheta`` exactly, up to
+    floating point. The student has no cross-molecule operation (LayerNorm is per atom,
+    pooling per molecule), so the result does not depend on ``world``.
+    """
+    mine = idx[rank::world]
+    total_atoms = sum(graphs[i].num_nodes for i in idx)
+    optimizer.zero_grad(set_to_none=False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if mine:
+        batch = Batch.from_data_list([graphs[i] for i in mine]).to(device)
+        loss, _ = distill_loss(model(batch), standardize(batch.y, mean, std), cfg.mse_weight, cfg.cosine_weight)
+        loss = loss * (batch.num_nodes / total_atoms)
+        loss.backward()
+        value = loss.detach()
+    else:
+        value = torch.zeros((), device=device)
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    if world > 1:
+        import torch.distributed as dist
+
+        flat = torch.cat([p.grad.reshape(-1) for p in params] + [value.reshape(1)])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+        value = flat[-1]
+    optimizer.step()
+    return float(value)
+
+
+def init_training(cfg: Config, out_dim: int, device):
+    """The student, its optimizer and the batch-order generator, seeded by ``cfg.seed`` (the
+    same on every rank)."""
+    torch.manual_seed(cfg.seed)
+    model = GINEStudent(cfg.width, cfg.depth, out_dim, cfg.dropout, cfg.head_layers, cfg.global_context).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return model, optimizer, torch.Generator().manual_seed(cfg.seed + 1)
+
+
+def distill(cfg: Config, device=None) -> dict:
+    """Distil a student outside a trial (no reports, no checkpoints): the same steps as
+    ``train_loop`` on one worker; returns the state ``load_student`` reads."""
+    device = device or torch.device("cpu")
+    train, _, mean, std, out_dim = prepare(cfg)
+    model, optimizer, order_gen = init_training(cfg, out_dim, device)
+    mean, std = mean.to(device), std.to(device)
+    model.train()
+    for _ in range(cfg.epochs):
+        perm = torch.randperm(len(train), generator=order_gen).tolist()
+        for pos in range(0, len(train), cfg.batch_size):
+            train_step(model, optimizer, train, perm[pos : pos + cfg.batch_size], mean, std, cfg, device)
+    return {"model": model.state_dict(), "out_dim": out_dim, "config": {**dataclasses.asdict(cfg), "teachers": list(cfg.teachers)},
+            "target_mean": mean.cpu(), "target_std": std.cpu()}
 
 
 def train_loop(config: dict) -> None:
     cfg = from_dict(Config, config, "trial config")
     preflight(cfg)
     device = session.device()
+    rank, world = session.world_rank(), session.world_size()
     train, val, mean, std, out_dim = prepare(cfg)
     mean, std = mean.to(device), std.to(device)
 
-    torch.manual_seed(cfg.seed)
-    model = GINEStudent(cfg.width, cfg.depth, out_dim, cfg.dropout, cfg.head_layers, cfg.global_context).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    order_gen = torch.Generator().manual_seed(cfg.seed + 1)
+    model, optimizer, order_gen = init_training(cfg, out_dim, device)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
     step, epoch, pos = 0, 0, 0
@@ -186,12 +259,7 @@ def train_loop(config: dict) -> None:
     while step < total_steps:
         started = time.perf_counter()
         idx = perm[pos : pos + cfg.batch_size].tolist()
-        batch = Batch.from_data_list([train[i] for i in idx]).to(device)
-        loss, _ = distill_loss(model(batch), standardize(batch.y, mean, std), cfg.mse_weight, cfg.cosine_weight)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        running += loss.item()
+        running += train_step(model, optimizer, train, idx, mean, std, cfg, device, rank, world)
         running_n += 1
         molecules += len(idx)
         busy += time.perf_counter() - started
@@ -208,9 +276,10 @@ def train_loop(config: dict) -> None:
                     "distill/val_loss": val_metrics["loss"],
                     "distill/val_mse": val_metrics["mse"],
                     "distill/val_cosine": val_metrics["cosine"],
+                    "distill/val_r2": val_metrics["r2"],
                     "distill/step": step,
                     "distill/epoch": step / steps_per_epoch,
-                    "distill/molecules_per_s": molecules / busy,  # training steps only
+                    "distill/molecules_per_s": molecules / busy,  # training steps only, all ranks
                 },
                 state=lambda: {
                     "model": model.state_dict(),

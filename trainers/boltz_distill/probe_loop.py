@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import warnings
 
 import numpy as np
@@ -32,16 +33,17 @@ def preflight(cfg: ProbeConfig) -> None:
     """Refuse before Ray starts: ADMET data missing offline, checkpoint or store missing."""
     if cfg.task in tasks.ADMET_METRICS and not cfg.download and tasks.admet_missing(cfg.data_dir, [cfg.task]):
         raise UserError(tasks.admet_missing_message(cfg.data_dir, cfg.task))
-    if cfg.features == "student" and not cfg.student_checkpoint:
-        raise UserError("config.student_checkpoint: features=student needs the distilled student's "
-                        "checkpoint (a boltz_distill trial or checkpoint folder)")
-    if cfg.features == "teacher" and not cfg.teacher_store:
-        raise UserError("config.teacher_store: features=teacher needs a teacher embedding store")
-    if cfg.features == "student":
+    if cfg.features == "student" and not cfg.student_checkpoint and not cfg.student_teachers:
+        raise UserError("config.student_checkpoint: features=student needs a distilled student's checkpoint "
+                        "(a boltz_distill trial or checkpoint folder), or student_teachers to distil one here")
+    if cfg.features == "student" and cfg.student_checkpoint:
         path = user_path(cfg.student_checkpoint)
         if not path.exists():
             raise UserError(f"config.student_checkpoint: {path} does not exist")
-    if cfg.features == "teacher" and not (user_path(cfg.teacher_store) / "meta.json").is_file():
+    if cfg.features == "teacher" and not cfg.teacher and not cfg.teacher_store:
+        raise UserError("config.teacher_store: features=teacher needs a teacher embedding store "
+                        "(or teacher: descriptors / conformer, built here)")
+    if cfg.features == "teacher" and cfg.teacher_store and not (user_path(cfg.teacher_store) / "meta.json").is_file():
         raise UserError(f"config.teacher_store: no embedding store at {cfg.teacher_store}")
 
 
@@ -75,27 +77,91 @@ def descriptor_features(mols: list[Chem.Mol]) -> torch.Tensor:
     return torch.from_numpy(out.astype(np.float32))
 
 
-def teacher_features(store_dir: str, keys: list[str]) -> torch.Tensor:
+def cached_descriptor_features(keys: list[str], mols: list[Chem.Mol], store_root: str) -> torch.Tensor:
+    """``descriptor_features``, kept per molecule (one row each) in a store under
+    ``store_root/molecule_descriptors`` so that seeds and rows sharing molecules compute them once."""
+    from trainers.boltz_distill.loop import _locked
+    from trainers.boltz_distill.store import EmbeddingStore, StoreWriter
+
+    path = user_path(store_root) / "molecule_descriptors"
+    meta = {"teacher": "molecule_descriptors", "settings": {"names": [n for n, _ in Descriptors.descList]}}
+    with _locked(path):
+        with StoreWriter(path, len(meta["settings"]["names"]), meta, shard_size=10**6) as writer:
+            todo = [i for i, k in enumerate(keys) if k not in writer]
+            if todo:
+                values = descriptor_features([mols[i] for i in todo]).numpy()
+                for row, i in enumerate(todo):
+                    writer.add(keys[i], values[row : row + 1])
+        store = EmbeddingStore(path)
+        return torch.from_numpy(np.concatenate([store[k] for k in keys]).astype(np.float32))
+
+
+def teacher_store_dir(cfg: ProbeConfig, keys: list[str]) -> str:
+    """The store that ``features=teacher`` reads: ``teacher_store``, or the RDKit teacher's
+    store under ``store_root``, built (resumably, under a lock) for the task's molecules."""
+    if cfg.teacher_store:
+        return cfg.teacher_store
+    from trainers.boltz_distill.loop import _locked
+    from trainers.boltz_distill.teachers import build_rdkit_store
+
+    path = user_path(cfg.store_root) / cfg.teacher
+    with _locked(path):
+        build_rdkit_store(cfg.teacher, keys, str(path), cfg.num_conformers, 0)
+    return str(path)
+
+
+def teacher_features(store_dir: str, keys: list[str]) -> tuple[torch.Tensor, np.ndarray]:
+    """Mean-over-atoms teacher embeddings of ``keys`` (zeros where missing) and the mask of
+    molecules the store holds. What happens to the missing ones is ``prepare``'s rule."""
     from trainers.boltz_distill.store import EmbeddingStore
 
     store = EmbeddingStore(user_path(store_dir))
-    missing = store.missing(keys)
-    if missing:
-        raise UserError(
-            f"config.teacher_store: {len(missing)} of {len(keys)} task molecules are not in "
-            f"{store_dir} (e.g. {missing[0]}); run the teacher command on the task's SMILES "
-            f"with --out {store_dir}"
-        )
-    return torch.from_numpy(np.stack([store[k].astype(np.float32).mean(0) for k in keys]))
+    present = np.array([k in store for k in keys], dtype=bool)
+    if not present.any():
+        raise UserError(f"config.teacher_store: none of the {len(keys)} task molecules are in {store_dir}; "
+                        f"run the teacher command on the task's SMILES with --out {store_dir}")
+    out = np.zeros((len(keys), store.dim), dtype=np.float32)
+    for i, key in enumerate(keys):
+        if present[i]:
+            out[i] = store[key].astype(np.float32).mean(0)
+    return torch.from_numpy(out), present
 
 
-def features(cfg: ProbeConfig, keys: list[str], mols: list[Chem.Mol]) -> torch.Tensor:
-    """The frozen [molecules, dim] representation ``cfg.features`` of the molecules."""
+def distilled_student(cfg: ProbeConfig) -> str:
+    """The folder of the student distilled from ``cfg.student_teachers`` with the ``distill_*``
+    settings (seed 0, the GINE's ``random_width`` x ``random_depth``), made once and cached
+    under ``student_root`` (a lock makes concurrent trials wait for the first)."""
+    import hashlib
+    import json
+
+    from raylab import checkpoint as ckpt
+    from trainers.boltz_distill.config import Config
+    from trainers.boltz_distill.loop import _locked, distill
+
+    distill_cfg = Config(
+        corpus=cfg.distill_corpus, max_molecules=cfg.distill_max_molecules, epochs=cfg.distill_epochs,
+        teachers=tuple(cfg.student_teachers), width=cfg.random_width, depth=cfg.random_depth,
+        boltz2_layer=cfg.student_layer if "boltz2" in cfg.student_teachers else "trunk_s",
+        store_root=cfg.store_root, tdc_data_dir=cfg.data_dir, num_conformers=cfg.num_conformers, seed=0,
+    )
+    fields = json.dumps(dataclasses.asdict(distill_cfg), sort_keys=True, default=list)
+    name = "+".join(cfg.student_teachers) + "-" + hashlib.sha256(fields.encode()).hexdigest()[:12]
+    folder = user_path(cfg.student_root) / name
+    with _locked(folder):
+        if not (folder / "state.pt").is_file():
+            ckpt.save(folder, distill(distill_cfg))
+    return str(folder)
+
+
+def features(cfg: ProbeConfig, keys: list[str], mols: list[Chem.Mol]) -> tuple[torch.Tensor, np.ndarray]:
+    """The frozen [molecules, dim] representation ``cfg.features`` of the molecules, and the
+    mask of molecules it exists for (all but a teacher store's missing ones)."""
+    every = np.ones(len(keys), dtype=bool)
     if cfg.features in ("student", "random_student"):
         from trainers.boltz_distill.loop import load_student
 
         if cfg.features == "student":
-            model, _ = load_student(cfg.student_checkpoint)
+            model, _ = load_student(cfg.student_checkpoint or distilled_student(cfg))
         else:
             width, depth, out_dim = cfg.random_width, cfg.random_depth, 1
             if cfg.student_checkpoint:
@@ -106,48 +172,125 @@ def features(cfg: ProbeConfig, keys: list[str], mols: list[Chem.Mol]) -> torch.T
                 width, depth, out_dim = trained.width, trained.depth, state["out_dim"]
             torch.manual_seed(cfg.seed)
             model = GINEStudent(width, depth, out_dim)
-        return student_features(model, mols)
+        return student_features(model, mols), every
     if cfg.features == "morgan":
-        return morgan_features(mols, cfg.morgan_radius, cfg.morgan_bits)
+        return morgan_features(mols, cfg.morgan_radius, cfg.morgan_bits), every
     if cfg.features == "descriptors":
-        return descriptor_features(mols)
-    return teacher_features(cfg.teacher_store, keys)
+        return cached_descriptor_features(keys, mols, cfg.store_root), every
+    if cfg.features == "morgan_descriptors":
+        return torch.cat([morgan_features(mols, cfg.morgan_radius, cfg.morgan_bits), cached_descriptor_features(keys, mols, cfg.store_root)], 1), every
+    return teacher_features(teacher_store_dir(cfg, keys), keys)
 
 
-def prepare(cfg: ProbeConfig):
-    """Standardized features and labels of train / valid / test for this seed."""
+@dataclasses.dataclass
+class Split:
+    """One task and split seed: parsed molecules and labels of train / valid / test."""
+
+    task: tasks.Task
+    train: list[int]
+    valid: list[int]
+    keys: list[str]
+    mols: list[Chem.Mol]
+    y: np.ndarray
+    test_keys: list[str]
+    test_mols: list[Chem.Mol]
+    test_parsed: np.ndarray
+    """Which of the task's test molecules RDKit parsed (the others are imputed)."""
+
+    @property
+    def test_y(self) -> np.ndarray:
+        return self.task.test_y
+
+
+def load_split(cfg: ProbeConfig) -> Split:
     task = tasks.load_task(cfg.task, cfg.data_dir, cfg.download, cfg.expected_sha256)
     tv_keys, tv_mols, tv_kept = parse_smiles(task.train_val_smiles, f"{cfg.task} train_val")
     te_keys, te_mols, te_kept = parse_smiles(task.test_smiles, f"{cfg.task} test")
-    tv_y, te_y = task.train_val_y[tv_kept], task.test_y[te_kept]
+    parsed = np.zeros(len(task.test_smiles), dtype=bool)
+    parsed[te_kept] = True
     train_idx, valid_idx = tasks.scaffold_split(tv_keys, cfg.seed)
-    x = features(cfg, tv_keys + te_keys, tv_mols + te_mols).float()
-    x_tv, x_te = x[: len(tv_keys)], x[len(tv_keys) :]
-    scale = Standardizer.fit(x_tv[train_idx])
+    return Split(task, train_idx, valid_idx, tv_keys, tv_mols, task.train_val_y[tv_kept], te_keys, te_mols, parsed)
+
+
+def prepare(cfg: ProbeConfig, split: Split):
+    """Standardized features and labels of train / valid / test, with the coverage rule.
+
+    Every test molecule of the task is scored. A test molecule without features (RDKit cannot
+    parse it, or a teacher store lacks it: Boltz rejects some molecules by construction) gets
+    the training set's mean feature vector, which standardization makes zero: the probe then
+    predicts for it what it predicts for an average training molecule. Train and valid
+    molecules without features are left out of fitting. Returns the count of imputed test
+    molecules too.
+    """
+    x, present = features(cfg, split.keys + split.test_keys, split.mols + split.test_mols)
+    x = x.float()
+    n = len(split.keys)
+    x_tv, x_te, tv_ok, te_ok = x[:n], x[n:], present[:n], present[n:]
+    train = [i for i in split.train if tv_ok[i]]
+    valid = [i for i in split.valid if tv_ok[i]]
+    if len(train) < 2 or not valid:
+        raise UserError(f"config.features: only {len(train)} train / {len(valid)} valid molecules of "
+                        f"{cfg.task} have features")
+    scale = Standardizer.fit(x_tv[train])
+    x_test = torch.zeros((len(split.test_parsed), x.shape[1]))
+    rows = np.nonzero(split.test_parsed)[0]
+    x_test[rows[te_ok]] = scale(x_te[torch.as_tensor(te_ok)])  # missing rows stay 0: the training mean
+    imputed = int(len(x_test) - te_ok.sum())
     y = lambda a: torch.as_tensor(a, dtype=torch.float32)  # noqa: E731
-    return (task, scale(x_tv[train_idx]), y(tv_y[train_idx]), scale(x_tv[valid_idx]), y(tv_y[valid_idx]),
-            scale(x_te), te_y)
+    return (scale(x_tv[train]), y(split.y[train]), scale(x_tv[valid]), y(split.y[valid]), x_test, imputed)
+
+
+def end_to_end(cfg: ProbeConfig, split: Split) -> tuple[np.ndarray, float]:
+    """Test predictions (every test molecule; unparsed ones get the training mean) and the
+    valid metric of a model trained end to end on the task."""
+    from trainers.boltz_distill.supervised import EndToEnd, train_chemprop, train_gine
+
+    task, tr, va = split.task, split.train, split.valid
+    classify, metric = task.classification, task.metric
+    settings = EndToEnd(epochs=cfg.e2e_epochs, seed=cfg.seed, patience=cfg.e2e_patience)
+    if cfg.features == "chemprop":
+        pred = train_chemprop([split.keys[i] for i in tr], split.y[tr], [split.keys[i] for i in va], split.y[va],
+                              split.test_keys + [split.keys[i] for i in va], classify, settings)
+    else:
+        settings = dataclasses.replace(settings, width=cfg.random_width, depth=cfg.random_depth, lr=cfg.mlp_lr)
+        pred = train_gine([split.mols[i] for i in tr], split.y[tr], [split.mols[i] for i in va], split.y[va],
+                          split.test_mols + [split.mols[i] for i in va], metric, classify, settings,
+                          cfg.mlp_hidden, cfg.mlp_dropout)
+    test_pred, valid_pred = pred[: len(split.test_keys)], pred[len(split.test_keys) :]
+    full = np.full(len(split.test_parsed), float(np.mean(test_pred)) if classify else float(np.mean(split.y[tr])))
+    full[split.test_parsed] = test_pred
+    return full, score(metric, split.y[va], valid_pred)
 
 
 def train_loop(config: dict) -> None:
     cfg = from_dict(ProbeConfig, config, "trial config")
     preflight(cfg)
-    task, x_tr, y_tr, x_va, y_va, x_te, y_te = prepare(cfg)
+    split = load_split(cfg)
+    task, y_te = split.task, split.test_y
     metric, name = task.metric, tasks.metric_name(cfg.task)
     sign = -1.0 if metric == "mae" else 1.0
-    baseline = score(metric, y_te, mean_predictor(y_tr.numpy(), len(y_te), metric))
+    baseline = score(metric, y_te, mean_predictor(split.y[split.train], len(y_te), metric))
 
-    def row(test_pred, valid_value, epoch, train_loss):
+    def row(test_pred, valid_value, epoch, train_loss, imputed):
         test_value = score(metric, y_te, test_pred)
         return {name: test_value, "probe/test/score": sign * test_value, "probe/valid/score": sign * valid_value,
-                "probe/test/mean_predictor": baseline, "probe/epoch": epoch, "probe/train_loss": train_loss}
+                "probe/test/mean_predictor": baseline, "probe/epoch": epoch, "probe/train_loss": train_loss,
+                "probe/test/molecules": len(y_te), "probe/test/imputed": imputed}
 
+    if cfg.probe == "end_to_end":
+        pred, valid_value = end_to_end(cfg, split)
+        result = row(pred, valid_value, cfg.e2e_epochs, 0.0, int((~split.test_parsed).sum()))
+        del result["probe/train_loss"]  # Chemprop's loop does not return it; neither do we
+        session.report(result, checkpoint=False)
+        return
+
+    x_tr, y_tr, x_va, y_va, x_te, imputed = prepare(cfg, split)
     if cfg.probe == "linear":
         pred, valid_value, _ = linear_probe(x_tr, y_tr, x_va, y_va, torch.cat([x_tr, x_te]), metric)
         fit = torch.as_tensor(pred[: len(y_tr)])
         train_loss = (torch.nn.functional.binary_cross_entropy_with_logits(fit, y_tr) if task.classification
                       else torch.nn.functional.mse_loss(fit, y_tr))
-        session.report(row(pred[len(y_tr) :], valid_value, 0, train_loss.item()), checkpoint=False)
+        session.report(row(pred[len(y_tr) :], valid_value, 0, train_loss.item(), imputed), checkpoint=False)
         return
 
     # MLP probe: standardized regression targets, mini-batches, early stopping on validation.
@@ -196,7 +339,7 @@ def train_loop(config: dict) -> None:
         done = epoch >= cfg.mlp_epochs or since_best >= cfg.mlp_patience
         if epoch % cfg.report_every == 0 or done:
             session.report(
-                row(predict(best_state, x_te), best_valid, epoch, total / len(y_tr)),
+                row(predict(best_state, x_te), best_valid, epoch, total / len(y_tr), imputed),
                 state=lambda: {
                     "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "order_rng": order_gen.get_state(), "rng": rng_state(), "epoch": epoch,

@@ -3,7 +3,10 @@
 Reads every trial folder of a Ray Tune run of ``admet_probe`` (its ``params.json`` and the last
 row of ``result.json``) and prints one row per representation and probe, one column per task,
 each cell ``mean ± std`` of the task's official metric over the split seeds (TDC's protocol:
-seeds 1-5, population std as TDC's ``evaluate_many``). ``--markdown`` prints a Markdown table.
+seeds 1-5, population std as TDC's ``evaluate_many``), with the number of seeds and, where any
+test molecule had no features, the imputed count. A representation is named by what made it
+(``representation``): each distilled student by its teachers and Boltz-2 layer, each teacher by
+its store. ``--markdown`` prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -17,12 +20,44 @@ from pathlib import Path
 from raylab.errors import UserError, exit_on_user_error
 from trainers.boltz_distill import TASK_METRICS, metric_name
 
-ROW_ORDER = ("student", "teacher", "random_student", "morgan", "descriptors")
+ROW_ORDER = ("chemprop", "supervised_gine", "morgan", "descriptors", "morgan_descriptors", "random_student",
+             "teacher", "student")
+NAMES = {"chemprop": "Chemprop D-MPNN", "supervised_gine": "GINE, supervised", "morgan": "Morgan (ECFP4)",
+         "descriptors": "RDKit descriptors", "morgan_descriptors": "Morgan + descriptors",
+         "random_student": "GINE, random init"}
 
 
-def collect(run_dir: Path) -> dict[tuple[str, str], dict[str, list[float]]]:
-    """``{(features, probe): {task: [metric per seed]}}`` from the trial folders of a run."""
-    cells: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+def _teachers(teachers, layer: str) -> str:
+    return "+".join(f"boltz2:{layer}" if t == "boltz2" else t for t in teachers)
+
+
+def representation(params: dict) -> str:
+    """The row name of a trial: ``student <- boltz2:trunk_s``, ``teacher descriptors``, ..."""
+    if isinstance(params.get("variant"), dict):
+        params = {**params, **params["variant"]}
+    features = params.get("features", "student")
+    if features == "student":
+        teachers, layer = params.get("student_teachers") or (), params.get("student_layer", "trunk_s")
+        if params.get("student_checkpoint"):
+            from trainers.boltz_distill.loop import load_student
+
+            trained = load_student(params["student_checkpoint"])[1]["config"]
+            teachers, layer = trained.get("teachers", ()), trained.get("boltz2_layer", "trunk_s")
+        return f"student <- {_teachers(teachers, layer)}"
+    if features == "teacher":
+        if params.get("teacher"):
+            return f"teacher {params['teacher']}"
+        meta_path = Path(params.get("teacher_store", "")).expanduser() / "meta.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        layer = meta.get("settings", {}).get("layer", "")
+        return f"teacher {_teachers([meta.get('teacher', '?')], layer)}"
+    return NAMES.get(features, features)
+
+
+def collect(run_dir: Path) -> dict[tuple[str, str], dict[str, list[tuple[float, int]]]]:
+    """``{(representation, probe): {task: [(metric, imputed test molecules) per seed]}}``."""
+    cells: dict[tuple[str, str], dict[str, list[tuple[float, int]]]] = defaultdict(lambda: defaultdict(list))
+    order: dict[str, int] = {}
     for params_path in sorted(run_dir.glob("*/params.json")):
         result_path = params_path.with_name("result.json")
         if not result_path.is_file():
@@ -35,23 +70,29 @@ def collect(run_dir: Path) -> dict[tuple[str, str], dict[str, list[float]]]:
         task = params.get("task", "solubility")
         value = last.get(metric_name(task))
         if isinstance(value, (int, float)):
-            cells[(params.get("features", "student"), params.get("probe", "mlp"))][task].append(float(value))
-    return cells
+            name = representation(params)
+            features = {**params, **(params.get("variant") or {})}.get("features", "student")
+            order.setdefault(name, ROW_ORDER.index(features) if features in ROW_ORDER else 99)
+            probe = {**params, **(params.get("variant") or {})}.get("probe", "mlp")
+            cells[(name, probe)][task].append((float(value), int(last.get("probe/test/imputed", 0))))
+    return dict(sorted(cells.items(), key=lambda kv: (order[kv[0][0]], kv[0])))
 
 
 def format_table(cells, markdown: bool = False) -> str:
     tasks = [t for t in TASK_METRICS if any(t in row for row in cells.values())]
-    rows = sorted(cells, key=lambda k: (ROW_ORDER.index(k[0]) if k[0] in ROW_ORDER else 99, k[1]))
+    rows = list(cells)
     header = ["representation", "probe"] + [f"{t} ({metric_name(t).rsplit('/', 1)[1]})" for t in tasks]
     body = []
     for key in rows:
         line = [key[0], key[1]]
         for task in tasks:
-            values = cells[key].get(task, [])
+            entries = cells[key].get(task, [])
+            values = [v for v, _ in entries]
             if values:
                 mean = sum(values) / len(values)
                 std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
-                line.append(f"{mean:.3f} ± {std:.3f} (n={len(values)})")
+                imputed = max(i for _, i in entries)
+                line.append(f"{mean:.3f} ± {std:.3f} (n={len(values)}" + (f", {imputed} imputed)" if imputed else ")"))
             else:
                 line.append("-")
         body.append(line)

@@ -7,13 +7,17 @@ per heavy atom in RDKit atom order, resumable (run the same command again to con
     .venv-boltz/bin/python -m trainers.boltz_distill.teacher --teacher boltz2 \\
         --checkpoint ~/.boltz/boltz2_conf.ckpt --smiles corpus.smi --out stores/boltz2_trunk_s
     # the atom encoder's output instead, with a protein (needs boltz's CCD 'mols' folder)
-    ... --layer atom_encoder --protein MKT...LE --mol-dir ~/.boltz/mols
+    ... --layer atom_attention --protein MKT...LE --mol-dir ~/.boltz/mols
+    # across a cluster's GPUs, from the main environment: a Ray job, one task per chunk, resumable
+    python -m trainers.boltz_distill.teacher --teacher boltz2 --checkpoint ~/.boltz/boltz2_conf.ckpt \
+        --smiles moses --limit 100000 --out stores/boltz2_trunk_s --address auto
     # RDKit teachers (either environment)
     python -m trainers.boltz_distill.teacher --teacher conformer --smiles corpus.smi --out stores/conformer
     python -m trainers.boltz_distill.teacher --teacher descriptors --smiles corpus.smi --out stores/descriptors
 
-``--smiles`` takes a .smi/.txt file (first field per line) or a .csv with a SMILES column
-(``smiles``, ``Drug``...); without it, RDKit's shipped NCI set (5,000 molecules) is used.
+``--smiles`` takes ``moses`` or ``nci`` (the corpora of ``corpus.py``, test-set molecules left
+out as the distillation does), a .smi/.txt file (first field per line) or a .csv with a SMILES
+column (``smiles``, ``Drug``...); without it, ``nci``.
 ``--write-random-checkpoint PATH`` saves a small randomly initialized Boltz-2 (for tests).
 """
 
@@ -24,7 +28,8 @@ import sys
 import time
 
 from raylab.errors import UserError, exit_on_user_error
-from trainers.boltz_distill.chem import nci_smiles_path, parse_smiles, read_smiles_file
+from trainers.boltz_distill.chem import parse_smiles, read_smiles_file
+from trainers.boltz_distill.corpus import NAMED, corpus_smiles
 
 TEACHERS = ("boltz2", "conformer", "descriptors")
 
@@ -33,14 +38,17 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m trainers.boltz_distill.teacher",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--teacher", choices=TEACHERS, default="boltz2")
-    p.add_argument("--smiles", help="SMILES file (.smi, .txt, .csv); default: RDKit's NCI 5K set")
+    p.add_argument("--smiles", help="moses, nci (the corpora of corpus.py, test-set molecules left out) or a "
+                                    "SMILES file (.smi, .txt, .csv); default: nci")
+    p.add_argument("--tdc-data-dir", default="~/.cache/raylab/tdc",
+                   help="with --smiles moses/nci: where the ADMET test sets to leave out live")
     p.add_argument("--out", help="store directory (created, or continued if it exists)")
     p.add_argument("--limit", type=int, default=0, help="use the first N molecules (0: all)")
     p.add_argument("--shard-size", type=int, default=1000, help="molecules per shard")
     p.add_argument("--seed", type=int, default=0, help="conformer/featurizer seed")
     g = p.add_argument_group("boltz2")
     g.add_argument("--checkpoint", help="Boltz-2 checkpoint (boltz2_conf.ckpt), downloaded by you")
-    g.add_argument("--layer", default="trunk_s", help="trunk_s (default), s_inputs or atom_encoder")
+    g.add_argument("--layer", default="trunk_s", help="trunk_s (default), atom_attention, s_inputs, or atom_input (the linear input control)")
     g.add_argument("--recycling-steps", type=int, default=3)
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
     g.add_argument("--precision", default="auto", choices=["auto", "32", "bf16-mixed"],
@@ -52,6 +60,9 @@ def parser() -> argparse.ArgumentParser:
                    help="load the checkpoint with full unpickling if weights-only loading fails")
     g.add_argument("--write-random-checkpoint", metavar="PATH",
                    help="save a small randomly initialized Boltz-2 checkpoint and exit (tests)")
+    from trainers.boltz_distill.teacher_job import add_arguments
+
+    add_arguments(p)
     g = p.add_argument_group("conformer")
     g.add_argument("--num-conformers", type=int, default=4)
     g.add_argument("--workers", type=int, default=1, help="processes for the RDKit teachers")
@@ -68,10 +79,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.out:
         raise UserError("--out: name the store directory to write")
-    source = args.smiles or nci_smiles_path()
-    smiles = read_smiles_file(source, limit=args.limit)
+    source = args.smiles or "nci"
+    if source in NAMED:
+        smiles = corpus_smiles(source, args.limit, exclude_tests=True, tdc_data_dir=args.tdc_data_dir)
+    else:
+        smiles = read_smiles_file(source, limit=args.limit)
     started = time.time()
-    if args.teacher == "boltz2":
+    if args.teacher == "boltz2" and args.address:
+        from trainers.boltz_distill.teacher_job import run
+
+        keys, _, _ = parse_smiles(smiles, what=str(source))
+        counts = run(args, keys)
+    elif args.teacher == "boltz2":
         counts = run_boltz2(args, smiles)
     else:
         from trainers.boltz_distill.teachers import build_rdkit_store
