@@ -117,7 +117,7 @@ def sweep(
             stop=dict(experiment.stop) or None,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=experiment.checkpoint.keep),
             failure_config=tune.FailureConfig(max_failures=experiment.failure.max_failures),
-            callbacks=[resolved_config_callback(experiment)],
+            callbacks=[resolved_config_callback(experiment, run_path)],
             verbose=verbose,
         ),
     )

@@ -36,6 +36,7 @@ def parser() -> cli.ArgumentParser:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_intermixed_args(argv)
+    cli.use_config_dirs(args.configs)
     cli.quiet_third_party_warnings()
     if args.list:
         print(cli.list_experiments())
