@@ -55,6 +55,8 @@ class Session:
     reports: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    gauges: Any = None
+    """The trial's ``raylab.gauges.TrialGauges`` where this process reports its rows (Tune)."""
     resume: Any = None
     """Ray Train workers: the Tune trial's checkpoint to start from (a ``ray.train.Checkpoint``
     the trial driver hands over: its latest, or a PBT donor's), used when Ray Train has none."""
@@ -185,15 +187,20 @@ def _report_ray(s: Session, metrics: dict, state_dict: Mapping[str, Any] | None)
     else:
         from ray.train import Checkpoint, report as ray_report
     metrics["node_id"] = _node_id()
+    if s.gauges is not None:
+        s.gauges.report(metrics)
     if state_dict is None:
         ray_report(metrics)
         return
+    started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="raylab-ckpt-"))
     try:
         ckpt.save(tmp, dict(state_dict))
         ray_report(metrics, checkpoint=Checkpoint.from_directory(str(tmp)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if s.gauges is not None:
+        s.gauges.checkpoint(time.perf_counter() - started)
 
 
 @functools.cache

@@ -9,9 +9,12 @@ same loop; that path costs more to start and pays for itself on multi-worker or 
 from __future__ import annotations
 
 import functools
+import os
+import time
 from typing import Any, Callable
 
 from raylab import search_space, session, workloads
+from raylab.gauges import TrialGauges
 from raylab.experiment import Experiment
 from raylab.run_files import RUN_INTERNAL
 
@@ -23,17 +26,25 @@ def trial_settings(experiment: Experiment) -> dict[str, Any]:
         "checkpoint_every": experiment.checkpoint.every,
         "keep": experiment.checkpoint.keep,
         "mode": experiment.mode,
+        "experiment": experiment.name,
+        "metric": experiment.metric,
     }
 
 
 def run_trial(settings: dict[str, Any], backend: str, config: dict[str, Any]) -> None:
     """Run a workload's train loop in a Tune trial or a Train worker (module level: picklable)."""
+    gauges = None
+    if backend == "tune":  # on Ray Train, the trial's driver sets them from all ranks' metrics
+        from ray import tune
+
+        gauges = TrialGauges(tune.get_context().get_trial_id(), settings["experiment"], settings["metric"])
     session.start(
         backend=backend,
         checkpoint_every=settings["checkpoint_every"],
         keep=settings["keep"],
         mode=settings["mode"],
         resume=settings.get("resume"),
+        gauges=gauges,
     )
     loop = workloads.Workload(config="", loop=settings["loop"]).train_loop()
     loop(search_space.with_variant(config))
@@ -58,6 +69,9 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
 
     from raylab.train_bridge import DONE, ForwardToTrial, Mailbox
 
+    # Ray Train's preemption watcher restarts a run after a node drains; retries go through
+    # Tune here (max_preemption_failures=0), so the watcher would be one more actor to start.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
     trial_id = tune.get_context().get_trial_id()
     train_run = f"{settings['train_storage']}/{trial_id}"
     remove_folder(train_run)  # an earlier attempt's run: this one starts from the trial's checkpoint
@@ -95,13 +109,18 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
         finally:
             ray.get(mailbox.send.remote(DONE))
 
+    gauges = TrialGauges(trial_id, settings["experiment"], settings["metric"])
     runner = threading.Thread(target=fit, name=f"train-run-{trial_id}", daemon=True)
     runner.start()
     while (item := ray.get(mailbox.receive.remote())) != DONE:
         metrics, checkpoint = item
+        gauges.report(metrics)
+        started = time.perf_counter()
         if checkpoint is not None:  # Tune copies it from Ray Train's storage into the trial folder
             checkpoint = tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
         tune.report(metrics, checkpoint=checkpoint)
+        if checkpoint is not None:
+            gauges.checkpoint(time.perf_counter() - started)
         mailbox.done.remote()
     mailbox.done.remote()
     runner.join()
