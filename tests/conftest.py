@@ -104,3 +104,13 @@ def assert_finite_metrics(row: dict, names) -> None:
         values = row[name] if isinstance(row[name], list) else [row[name]]
         for value in values:
             assert isinstance(value, (int, float)) and math.isfinite(value), f"{name} = {row[name]}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Count the deprecation warnings of the run (they are not filtered: see pyproject.toml)."""
+    warned = terminalreporter.stats.get("warnings", [])
+    deprecations = [w for w in warned if "Deprecat" in str(getattr(w, "message", ""))
+                    or "FutureWarning" in str(getattr(w, "message", ""))]
+    terminalreporter.write_line(
+        f"deprecation warnings: {len(deprecations)} (of {len(warned)} warnings); "
+        "see the warnings summary above")
