@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any, Callable
 
-from raylab import search_space, session, workloads
+from raylab import paths, search_space, session, workloads
 from raylab.gauges import TrialGauges
 from raylab.experiment import Experiment
 from raylab.run_files import RUN_INTERNAL
@@ -28,11 +28,13 @@ def trial_settings(experiment: Experiment) -> dict[str, Any]:
         "mode": experiment.mode,
         "experiment": experiment.name,
         "metric": experiment.metric,
+        "launch_dir": os.getcwd(),
     }
 
 
 def run_trial(settings: dict[str, Any], backend: str, config: dict[str, Any]) -> None:
     """Run a workload's train loop in a Tune trial or a Train worker (module level: picklable)."""
+    os.environ[paths.LAUNCH_DIR_ENV] = settings["launch_dir"]  # relative data paths
     gauges = None
     if backend == "tune":  # on Ray Train, the trial's driver sets them from all ranks' metrics
         from ray import tune
