@@ -94,4 +94,4 @@ def test_killed_worker_with_corrupted_newest_checkpoint_resumes_from_the_previou
     assert 20 <= steps[restart] <= corrupted_step
     assert steps[-1] == 200
     logs = "".join(p.read_text(errors="replace") for p in Path("/tmp/ray/session_latest/logs").glob("*.err"))
-    assert f"skipping corrupted checkpoint" in logs and struck[0][0] in logs
+    assert "skipping corrupted checkpoint" in logs and struck[0][0] in logs
