@@ -19,7 +19,7 @@ def test_pbt_exploits_a_two_worker_trial_from_the_donors_checkpoint(smoke_sweep)
         "resources.workers=2", "resources.cpus_per_worker=0.5",  # two trials at once on 2 CPUs
         "config.steps=240", f"config.report_every={REPORT_EVERY}", "config.step_time_s=0.01",
         "search.lr=[0.0005, 0.2]", "search.seed=[0]", "num_samples=2",
-        "checkpoint.every=1", "checkpoint.keep=2",
+        "checkpoint.every=1", "checkpoint.keep=null",  # a donor checkpoint outlives the wait
         "scheduler.type=pbt", "scheduler.perturbation_interval=2",
         "scheduler.hyperparam_mutations={lr: [0.1, 0.2]}", "scheduler.resample_probability=1.0",
         "scheduler.quantile_fraction=0.5",
