@@ -2,7 +2,8 @@
 
 - ``mlflow``: ``MLflowLoggerCallback``; one MLflow run per trial in the experiment named after
   the experiment. Tracking URI: ``MLFLOW_TRACKING_URI`` when set, else a file store in the run
-  folder (``RUN/mlruns``; read it with ``mlflow ui --backend-store-uri RUN/mlruns``).
+  folder (``RUN/mlruns``; read it with ``MLFLOW_ALLOW_FILE_STORE=true mlflow ui
+  --backend-store-uri RUN/mlruns``).
 - ``wandb``: ``WandbLoggerCallback``; project ``WANDB_PROJECT`` (default ``raylab``), grouped
   by run name. ``WANDB_MODE=offline`` logs to local files (in ``WANDB_DIR``) for a later ``wandb sync``.
 - ``tensorboard``: ``TBXLoggerCallback`` (Tune adds it by default when tensorboardX is
@@ -40,7 +41,12 @@ def callbacks(names: list[str], experiment_name: str, run_path: str) -> list:
         if name == "mlflow":
             from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-            uri = os.environ.get("MLFLOW_TRACKING_URI") or mlflow_file_store(run_path)
+            uri = os.environ.get("MLFLOW_TRACKING_URI")
+            if not uri:
+                uri = mlflow_file_store(run_path)
+                # MLflow 3 keeps its file store only behind this opt-in (a server or a database
+                # backend is what it recommends; MLFLOW_TRACKING_URI selects one).
+                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             out.append(MLflowLoggerCallback(
                 tracking_uri=uri, experiment_name=experiment_name,
                 tags={"raylab.run": run_name}, save_artifact=False,

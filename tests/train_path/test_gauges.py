@@ -22,16 +22,26 @@ def scrape(ray) -> str:
     return text
 
 
+def trial_tags(text: str, series: str) -> set[str]:
+    """The trial tags of one raylab series in Prometheus text."""
+    return {line.split('trial="', 1)[1].split('"', 1)[0] for line in text.splitlines()
+            if line.startswith(series) and 'trial="' in line}
+
+
 @pytest.mark.slow
 def test_trial_gauges_are_exported_while_the_trial_runs(ray_session, smoke_sweep):
-    seen: list[str] = []
+    series = ("ray_raylab_trial_reports_per_s", "ray_raylab_trial_checkpoint_seconds",
+              "ray_raylab_trial_metric")
+    before = trial_tags(scrape(ray_session), series[0])  # earlier tests' trials in this Ray
+    seen: list[tuple[str, str]] = []
     done = threading.Event()
 
     def poll():
         while not done.is_set():
             text = scrape(ray_session)
-            if "ray_raylab_trial_checkpoint_seconds" in text and 'metric="eval/mse"' in text:
-                seen.append(text)
+            new = set.intersection(*(trial_tags(text, name) for name in series)) - before
+            if new:
+                seen.append((new.pop(), text))
                 return
             time.sleep(1)
 
@@ -43,9 +53,9 @@ def test_trial_gauges_are_exported_while_the_trial_runs(ray_session, smoke_sweep
     poller.join(timeout=10)
     (result,) = results
     assert result.error is None
-    assert seen, "the raylab gauges never appeared in Ray's metrics export"
-    lines = [line for line in seen[0].splitlines() if line.startswith("ray_raylab_trial_")]
-    trial = result.metrics["trial_id"]
-    assert any(f'trial="{trial}"' in line and line.startswith("ray_raylab_trial_reports_per_s")
-               for line in lines), lines
-    assert any('metric="train/loss"' in line for line in lines), lines
+    assert seen, "the raylab gauges of this trial never appeared in Ray's metrics export"
+    trial, text = seen[0]
+    assert trial == result.metrics["trial_id"]
+    mine = [line for line in text.splitlines() if f'trial="{trial}"' in line]
+    assert any('metric="train/loss"' in line for line in mine), mine
+    assert any('metric="eval/mse"' in line for line in mine), mine
