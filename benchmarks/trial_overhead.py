@@ -7,7 +7,13 @@ raylab does); raylab runs the `toy` workload cut to three SGD steps through
 helper). The difference is raylab's fixed cost per trial. Prints seconds for each and the
 ratios (target: raylab <= 1.5x plain Tune).
 
-    python benchmarks/trial_overhead.py [--trials 8] [--repeats 2]
+Then the Ray Train path's fixed cost next to the Tune path's, as a user meets it: the whole
+``python -m raylab.tune toy --smoke`` process (Ray start included, 2 trials), once as is
+(Tune function trainables) and once with ``resources.workers=2 resources.cpus_per_worker=0.5``
+(each trial a Tune function driving a two-worker Ray Train run, the same CPUs per trial).
+Target: the Train path at most 2x the Tune path.
+
+    python benchmarks/trial_overhead.py [--trials 8] [--repeats 2] [--cli-repeats 2]
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -54,11 +62,37 @@ def run_raylab(trials: int, storage: str) -> float:
     return time.perf_counter() - start
 
 
+def run_cli(storage: str, *overrides: str) -> float:
+    """Seconds of one whole ``python -m raylab.tune toy --smoke`` process."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--quiet",
+                    "--storage", storage, *overrides], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def train_path_side_by_side(repeats: int) -> None:
+    tune_path, train_path = [], []
+    with tempfile.TemporaryDirectory() as storage:
+        for _ in range(repeats):
+            tune_path.append(run_cli(storage))
+            train_path.append(run_cli(storage, "resources.workers=2", "resources.cpus_per_worker=0.5"))
+    t, r = statistics.median(tune_path), statistics.median(train_path)
+    print(f"python -m raylab.tune toy --smoke (2 trials, whole process), median of {repeats}:")
+    print(f"  Tune path (function trainables)              : {t:6.2f} s")
+    print(f"  Ray Train path (2 workers x 0.5 CPU a trial) : {r:6.2f} s")
+    print(f"  ratio Train path / Tune path                 : {r / t:6.2f}x  (target <= 2x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--cli-repeats", type=int, default=2)
+    parser.add_argument("--only-train-path", action="store_true", help="skip the plain Tune part")
     args = parser.parse_args()
+    if args.only_train_path:
+        train_path_side_by_side(args.cli_repeats)
+        return
     ray.init(include_dashboard=False, logging_level=logging.ERROR)
     cpus = int(ray.cluster_resources()["CPU"])
     plain, reused, raylab = [], [], []
@@ -76,6 +110,8 @@ def main() -> None:
     print(f"  raylab sweep (toy workload, reuses actors)   : {r:6.2f} s  ({r / n:.2f} s/trial)")
     print(f"  ratio raylab / plain Tune                    : {r / p:6.2f}x  (target <= 1.5x)")
     print(f"  ratio raylab / plain Tune with reused actors : {r / q:6.2f}x")
+    ray.shutdown()
+    train_path_side_by_side(args.cli_repeats)
 
 
 if __name__ == "__main__":

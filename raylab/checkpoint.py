@@ -76,22 +76,86 @@ def load_latest(candidates: list[Path]) -> tuple[dict[str, Any], Path] | None:
     return None
 
 
+def order_key(name: str) -> list:
+    """Sort key of a checkpoint folder name: digit runs compare as numbers.
+
+    Tune names checkpoints ``checkpoint_000012``, Ray Train v2 ``checkpoint_2026-12-01_07-41-08
+    .720567``; both sort oldest to newest under this key.
+    """
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name)]
+
+
+def is_checkpoint_name(name: str) -> bool:
+    """A folder Ray or raylab wrote a checkpoint into (not a download or upload in progress)."""
+    return name.startswith("checkpoint_") and "tmp" not in name
+
+
 def siblings_newest_first(directory: Path) -> list[Path]:
-    """``directory`` followed by the older ``checkpoint_NNNNNN`` folders beside it."""
-    pattern = re.compile(r"checkpoint_(\d+)$")
-    match = pattern.search(directory.name)
-    if not match or not directory.parent.is_dir():
-        return [directory]
-    own = int(match.group(1))
-    older = sorted(
-        (
-            (int(m.group(1)), p)
-            for p in directory.parent.iterdir()
-            if (m := pattern.search(p.name)) and int(m.group(1)) < own and p.is_dir()
-        ),
-        reverse=True,
-    )
-    return [directory] + [p for _, p in older]
+    """``directory`` followed by the older checkpoint folders beside it, newest first."""
+    return [Path(p) for p in sibling_paths_newest_first(str(directory))]
+
+
+def sibling_paths_newest_first(path: str, filesystem: Any = None) -> list[str]:
+    """``path`` then the older checkpoint folders beside it on ``filesystem`` (local or cloud).
+
+    Any naming Ray uses is accepted (see ``order_key``); a folder whose name is not a
+    checkpoint's (a temporary download, ``checkpoint_tmp_*``) has no siblings.
+    """
+    import pyarrow.fs
+
+    filesystem = filesystem or pyarrow.fs.LocalFileSystem()
+    path = path.rstrip("/")
+    parent, _, own = path.rpartition("/")
+    if not is_checkpoint_name(own) or not parent:
+        return [path]
+    try:
+        listing = filesystem.get_file_info(pyarrow.fs.FileSelector(parent))
+    except (OSError, FileNotFoundError):
+        return [path]
+    older = [
+        info.base_name for info in listing
+        if info.type == pyarrow.fs.FileType.Directory and is_checkpoint_name(info.base_name)
+        and order_key(info.base_name) < order_key(own)
+    ]
+    return [path] + [f"{parent}/{name}" for name in sorted(older, key=order_key, reverse=True)]
+
+
+def load_newest_good(path: str, filesystem: Any = None) -> tuple[dict[str, Any], str] | None:
+    """Load the checkpoint at ``path`` or, if it does not verify, the newest good older one.
+
+    ``filesystem`` is a ``pyarrow.fs`` filesystem (a Ray ``Checkpoint``'s ``filesystem``); cloud
+    checkpoints are downloaded one at a time into a temporary folder. Bad ones are named in a
+    warning.
+    """
+    import shutil
+    import tempfile
+
+    import pyarrow.fs
+
+    filesystem = filesystem or pyarrow.fs.LocalFileSystem()
+    local = isinstance(filesystem, pyarrow.fs.LocalFileSystem)
+    for candidate in sibling_paths_newest_first(path, filesystem):
+        tmp = None
+        try:
+            if local:
+                directory = Path(candidate)
+            else:
+                tmp = Path(tempfile.mkdtemp(prefix="raylab-restore-"))
+                pyarrow.fs.copy_files(candidate, str(tmp), source_filesystem=filesystem,
+                                      destination_filesystem=pyarrow.fs.LocalFileSystem())
+                directory = tmp
+            state = load(directory)
+            return state, candidate
+        except (CorruptCheckpoint, OSError) as err:
+            reason = str(err).replace(str(tmp), candidate) if tmp else str(err)
+            if candidate not in reason:
+                reason = f"{candidate}: {reason}"
+            warnings.warn(f"skipping corrupted checkpoint {reason}; trying the previous one",
+                          stacklevel=2)
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return None
 
 
 def rng_state() -> dict[str, Any]:

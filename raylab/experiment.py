@@ -33,7 +33,36 @@ from raylab import search_space, workloads, yaml_io
 from raylab.config import ConfigValueError, from_dict, require, to_dict
 from raylab.errors import UserError
 
-CONFIG_DIR = Path(os.environ.get("RAYLAB_CONFIG_DIR", Path(__file__).parent.parent / "tune_configs"))
+CONFIGS_ENV = "RAYLAB_CONFIGS"
+"""Extra folders of experiment YAMLs (``os.pathsep``-separated), as ``--configs DIR`` adds."""
+PACKAGE_ORIGIN = "package"
+
+
+def config_dirs() -> list[tuple[Path, str]]:
+    """Folders experiments are found in, with their origin: the installed package's
+    ``tune_configs``, then each folder of ``RAYLAB_CONFIGS`` (a name there wins)."""
+    from importlib.resources import files
+
+    try:
+        packaged = Path(str(files("tune_configs")))
+    except ModuleNotFoundError:
+        packaged = None
+    dirs = [(packaged, PACKAGE_ORIGIN)] if packaged is not None else []
+    for folder in os.environ.get(CONFIGS_ENV, "").split(os.pathsep):
+        if folder:
+            path = Path(folder).expanduser()
+            if not path.is_dir():
+                raise UserError(f"{CONFIGS_ENV} / --configs: '{folder}' is not a folder")
+            dirs.append((path, str(path)))
+    return dirs
+
+
+def add_config_dir(folder: str) -> None:
+    """``--configs DIR``: search ``folder`` too (through ``RAYLAB_CONFIGS``, so trials see it)."""
+    if not Path(folder).expanduser().is_dir():
+        raise UserError(f"--configs: '{folder}' is not a folder")
+    current = os.environ.get(CONFIGS_ENV)
+    os.environ[CONFIGS_ENV] = os.pathsep.join(filter(None, [current, str(Path(folder).expanduser().absolute())]))
 
 
 @dataclass(frozen=True)
@@ -165,14 +194,6 @@ class Experiment:
     def __post_init__(self):
         require(self.num_samples >= 1, "num_samples", f"must be >= 1, got {self.num_samples}")
         require(self.max_concurrent_trials >= 0, "max_concurrent_trials", "must be >= 0")
-        # PBT exploits by copying a Tune checkpoint; trials on Ray Train workers checkpoint
-        # through Ray Train, which hands Tune only the path, so PBT would never exploit there.
-        require(
-            self.scheduler.type != "pbt" or not self.resources.uses_ray_train,
-            "scheduler.type",
-            "pbt needs single-worker CPU trials (resources.workers: 1, gpus_per_worker: 0); "
-            "use asha for trials on Ray Train workers",
-        )
 
     def resolved_config(self) -> dict[str, Any]:
         """The workload's full config: defaults, then fixed values (search keys left out)."""
@@ -192,8 +213,17 @@ SECTIONS = {f.name for f in dataclasses.fields(Experiment)} - {"name", "source",
 
 
 def available() -> dict[str, Path]:
-    """Experiment names in the config directory, with their files."""
-    return {p.stem: p for p in sorted(CONFIG_DIR.glob("*.yaml"))}
+    """Experiment names with their files, from every folder of ``config_dirs``."""
+    return {name: path for name, (path, _) in available_with_origin().items()}
+
+
+def available_with_origin() -> dict[str, tuple[Path, str]]:
+    """Experiment names with their files and where each came from (``package`` or a folder)."""
+    found: dict[str, tuple[Path, str]] = {}
+    for folder, origin in config_dirs():
+        for path in sorted(folder.glob("*.yaml")):
+            found[path.stem] = (path, origin)
+    return found
 
 
 def find(name_or_path: str) -> Path:
@@ -207,7 +237,7 @@ def find(name_or_path: str) -> Path:
     if name_or_path not in known:
         raise UserError(
             f"unknown experiment '{name_or_path}'; available: {', '.join(known) or '(none)'} "
-            f"(in {CONFIG_DIR})"
+            f"(in {', '.join(str(folder) for folder, _ in config_dirs())})"
         )
     return known[name_or_path]
 
@@ -261,6 +291,12 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
         raise UserError(
             f"{source}: metric '{experiment.metric}' is not reported by workload "
             f"'{experiment.workload}'; it reports: {', '.join(workload.metrics)}"
+        )
+    if experiment.resources.workers > 1 and not workload.data_parallel:
+        raise UserError(
+            f"{source}: resources.workers: {experiment.resources.workers} asks for data-parallel "
+            f"training, but workload '{experiment.workload}' is not data-parallel (each worker "
+            "would train the same model on the same data); use resources.workers: 1"
         )
     for key, spec in experiment.scheduler.hyperparam_mutations.items():
         search_space.validate(config_cls, config, {key: search_space.normalize(

@@ -54,7 +54,7 @@ def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
 
 def local_resources() -> dict[str, float]:
     """CPUs and GPUs of this machine, as a local Ray would see them (without starting Ray)."""
-    from ray._private.accelerators import get_accelerator_manager_for_resource
+    import torch  # counts the GPUs Ray would see (CUDA_VISIBLE_DEVICES respected), publicly
 
-    gpus = get_accelerator_manager_for_resource("GPU").get_current_node_num_accelerators()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return {"CPU": float(os.cpu_count() or 1), "GPU": float(gpus)}

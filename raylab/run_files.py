@@ -28,20 +28,23 @@ def write_text(run_path: str, filename: str, text: str) -> str:
     return f"{run_path}/{filename}"
 
 
-def resolved_config_callback(experiment: Experiment):
-    """A Tune callback that writes each trial's full config (defaults filled) as ``config.yaml``."""
+def resolved_config_callback(experiment: Experiment, run_path: str | None = None):
+    """A Tune callback that writes each trial's full config (defaults filled) as ``config.yaml``.
+
+    Tune calls ``on_trial_start`` before the trial has created its folder, so the file is
+    written with ``write_text``, which creates the folder first. ``run_path`` is the run folder
+    (a path or URI); without it the trial's own (local) path is used.
+    """
     from ray import tune
 
     config_cls = workloads.get(experiment.workload).config_class()
 
     class WriteResolvedConfig(tune.Callback):
         def on_trial_start(self, iteration, trials, trial, **info):
-            storage = trial.storage
             config = search_space.with_variant(trial.config)
             resolved = to_dict(from_dict(config_cls, config, experiment.source, "config"))
-            with storage.storage_filesystem.open_output_stream(
-                f"{storage.trial_fs_path}/config.yaml"
-            ) as f:
-                f.write(yaml_io.dumps(resolved).encode())
+            trial_name = trial.path.rstrip("/").rsplit("/", 1)[-1]
+            folder = f"{run_path.rstrip('/')}/{trial_name}" if run_path else trial.path
+            write_text(folder, "config.yaml", yaml_io.dumps(resolved))
 
     return WriteResolvedConfig()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 from raylab import checkpoint as ckpt
+from raylab import rank_metrics
 
 State = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 
@@ -54,6 +55,11 @@ class Session:
     reports: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    gauges: Any = None
+    """The trial's ``raylab.gauges.TrialGauges`` where this process reports its rows (Tune)."""
+    resume: Any = None
+    """Ray Train workers: the Tune trial's checkpoint to start from (a ``ray.train.Checkpoint``
+    the trial driver hands over: its latest, or a PBT donor's), used when Ray Train has none."""
     checkpoint_base: int = 0
     """Local trials: the highest ``checkpoint_NNNNNN`` already in ``trial_dir`` when this run
     started, so that a resumed run's checkpoints sort after (and prune) the earlier ones."""
@@ -80,17 +86,25 @@ def current() -> Session:
 
 
 def report(
-    metrics: Mapping[str, Any], state: State | None = None, *, checkpoint: bool | None = None
+    metrics: Mapping[str, Any],
+    state: State | None = None,
+    *,
+    checkpoint: bool | None = None,
+    reduce: Mapping[str, str] | None = None,
 ) -> None:
     """Report one row of metrics; with ``state``, save a checkpoint if one is due.
 
     Metric values may be Python or NumPy numbers, 0-d tensors, or lists of numbers. A
     checkpoint is due every ``checkpoint.every`` reports (from the experiment YAML), or when
-    ``checkpoint=True``; ``checkpoint=False`` never saves.
+    ``checkpoint=True``; ``checkpoint=False`` never saves. Every rank of a multi-worker trial
+    reports; the trial's row is the mean over ranks of each metric, or the ``reduce`` given
+    for it (``sum``, ``max``, ``min``: see ``raylab.rank_metrics``).
     """
     s = _session
     s.reports += 1
     metrics = {k: _plain(v) for k, v in metrics.items()}
+    if reduce and s.backend == "train":
+        metrics[rank_metrics.REDUCE_KEY] = rank_metrics.check_reductions(reduce)
     due = checkpoint if checkpoint is not None else s.reports % s.checkpoint_every == 0
     stopping = s.backend == "local" and _stop_reason(s, metrics)
     due = due or (stopping and checkpoint is not False)  # a stopped local trial can continue
@@ -121,11 +135,11 @@ def restore() -> dict[str, Any] | None:
     else:
         import ray.train
 
-        checkpoint = ray.train.get_checkpoint()
+        checkpoint = ray.train.get_checkpoint() or s.resume
     if checkpoint is None:
         return None
-    with checkpoint.as_directory() as directory:
-        found = ckpt.load_latest(ckpt.siblings_newest_first(Path(directory)))
+    # Read where it is stored (local or cloud), so that the folders beside it are found too.
+    found = ckpt.load_newest_good(checkpoint.path, checkpoint.filesystem)
     return found[0] if found else None
 
 
@@ -173,15 +187,20 @@ def _report_ray(s: Session, metrics: dict, state_dict: Mapping[str, Any] | None)
     else:
         from ray.train import Checkpoint, report as ray_report
     metrics["node_id"] = _node_id()
+    if s.gauges is not None:
+        s.gauges.report(metrics)
     if state_dict is None:
         ray_report(metrics)
         return
+    started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix="raylab-ckpt-"))
     try:
         ckpt.save(tmp, dict(state_dict))
         ray_report(metrics, checkpoint=Checkpoint.from_directory(str(tmp)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if s.gauges is not None:
+        s.gauges.checkpoint(time.perf_counter() - started)
 
 
 @functools.cache

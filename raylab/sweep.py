@@ -13,6 +13,7 @@ from raylab import search_space, yaml_io
 from raylab.checks import fitting_trials
 from raylab.errors import UserError
 from raylab.experiment import Experiment, validate
+from raylab.loggers import callbacks as logger_callbacks
 from raylab.run_files import EXPERIMENT_FILE, resolved_config_callback, write_text
 from raylab.schedulers import make_scheduler
 from raylab.trainables import make_trainable
@@ -68,6 +69,7 @@ def sweep(
     name: str | None = None,
     resume: bool = False,
     verbose: int = 1,
+    loggers: list[str] = (),
 ):
     """Run (or resume) the sweep; return ``(ResultGrid, run_path, experiment)``.
 
@@ -117,7 +119,8 @@ def sweep(
             stop=dict(experiment.stop) or None,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=experiment.checkpoint.keep),
             failure_config=tune.FailureConfig(max_failures=experiment.failure.max_failures),
-            callbacks=[resolved_config_callback(experiment)],
+            callbacks=[resolved_config_callback(experiment, run_path),
+                       *logger_callbacks(list(loggers), experiment.name, run_path)],
             verbose=verbose,
         ),
     )

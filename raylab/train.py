@@ -71,6 +71,7 @@ def run_local(
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_intermixed_args(argv)
+    cli.use_config_dirs(args.configs)
     cli.quiet_third_party_warnings()
     if not args.experiment:
         raise UserError("name an experiment (python -m raylab.tune --list shows them)")

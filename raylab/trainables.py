@@ -9,9 +9,12 @@ same loop; that path costs more to start and pays for itself on multi-worker or 
 from __future__ import annotations
 
 import functools
+import os
+import time
 from typing import Any, Callable
 
-from raylab import search_space, session, workloads
+from raylab import paths, search_space, session, workloads
+from raylab.gauges import TrialGauges
 from raylab.experiment import Experiment
 from raylab.run_files import RUN_INTERNAL
 
@@ -23,31 +26,61 @@ def trial_settings(experiment: Experiment) -> dict[str, Any]:
         "checkpoint_every": experiment.checkpoint.every,
         "keep": experiment.checkpoint.keep,
         "mode": experiment.mode,
+        "experiment": experiment.name,
+        "metric": experiment.metric,
+        "launch_dir": os.getcwd(),
     }
 
 
 def run_trial(settings: dict[str, Any], backend: str, config: dict[str, Any]) -> None:
     """Run a workload's train loop in a Tune trial or a Train worker (module level: picklable)."""
+    os.environ[paths.LAUNCH_DIR_ENV] = settings["launch_dir"]  # relative data paths
+    gauges = None
+    if backend == "tune":  # on Ray Train, the trial's driver sets them from all ranks' metrics
+        from ray import tune
+
+        gauges = TrialGauges(tune.get_context().get_trial_id(), settings["experiment"], settings["metric"])
     session.start(
         backend=backend,
         checkpoint_every=settings["checkpoint_every"],
         keep=settings["keep"],
         mode=settings["mode"],
+        resume=settings.get("resume"),
+        gauges=gauges,
     )
     loop = workloads.Workload(config="", loop=settings["loop"]).train_loop()
     loop(search_space.with_variant(config))
 
 
 def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
-    """A Tune trial that runs the loop on Ray Train workers (several workers, or GPUs)."""
+    """A Tune trial that runs the loop on Ray Train workers (several workers, or GPUs).
+
+    One retry budget: the Train run itself never retries (``FailureConfig(max_failures=0)``),
+    so a failed worker fails the Tune trial, which Tune restarts up to the experiment's
+    ``failure.max_failures`` times from the trial's latest checkpoint. Each attempt (and each
+    restart after a PBT exploit) is a fresh Train run that starts from ``tune.get_checkpoint()``.
+    Each report reaches Tune with its metrics reduced across ranks and its checkpoint, which
+    Tune copies into the trial folder (see ``raylab.train_bridge``).
+    """
+    import threading
+
+    import ray
     import ray.train
     from ray import tune
     from ray.train.torch import TorchTrainer
-    from ray.tune.integration.ray_train import TuneReportCallback
 
-    context = tune.get_context()
+    from raylab.train_bridge import DONE, ForwardToTrial, Mailbox
+
+    # Ray Train's preemption watcher restarts a run after a node drains; retries go through
+    # Tune here (max_preemption_failures=0), so the watcher would be one more actor to start.
+    os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+    trial_id = tune.get_context().get_trial_id()
+    train_run = f"{settings['train_storage']}/{trial_id}"
+    remove_folder(train_run)  # an earlier attempt's run: this one starts from the trial's checkpoint
+    mailbox = Mailbox.remote()
+    worker_settings = {**settings, "resume": tune.get_checkpoint()}
     trainer = TorchTrainer(
-        functools.partial(run_trial, settings, "train"),
+        functools.partial(run_trial, worker_settings, "train"),
         train_loop_config=config,
         scaling_config=ray.train.ScalingConfig(
             num_workers=settings["workers"],
@@ -58,15 +91,56 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
             },
         ),
         run_config=ray.train.RunConfig(
-            # A stable name: a restarted trial finds its Train run and its latest checkpoint.
-            name=context.get_trial_id(),
+            name=trial_id,
             storage_path=settings["train_storage"],
-            callbacks=[TuneReportCallback()],
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=settings["keep"]),
-            failure_config=ray.train.FailureConfig(max_failures=settings["max_failures"]),
+            callbacks=[ForwardToTrial(mailbox)],
+            # Tune keeps the trial's checkpoints; Ray Train only needs the one in transit.
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
+            failure_config=ray.train.FailureConfig(
+                max_failures=0, controller_failure_limit=0, max_preemption_failures=0
+            ),
         ),
     )
-    trainer.fit()
+    failure: list[BaseException] = []
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+        except BaseException as err:  # noqa: BLE001 - handed to the trial's thread below
+            failure.append(err)
+        finally:
+            ray.get(mailbox.send.remote(DONE))
+
+    gauges = TrialGauges(trial_id, settings["experiment"], settings["metric"])
+    runner = threading.Thread(target=fit, name=f"train-run-{trial_id}", daemon=True)
+    runner.start()
+    while (item := ray.get(mailbox.receive.remote())) != DONE:
+        metrics, checkpoint = item
+        gauges.report(metrics)
+        started = time.perf_counter()
+        if checkpoint is not None:  # Tune copies it from Ray Train's storage into the trial folder
+            checkpoint = tune.Checkpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
+        tune.report(metrics, checkpoint=checkpoint)
+        if checkpoint is not None:
+            gauges.checkpoint(time.perf_counter() - started)
+        mailbox.done.remote()
+    mailbox.done.remote()
+    runner.join()
+    if failure:
+        raise failure[0]
+    remove_folder(train_run)  # its checkpoints are in the trial folder now
+
+
+def remove_folder(uri: str) -> None:
+    """Delete a folder on local or cloud storage if it is there."""
+    import pyarrow.fs
+
+    if "://" in uri:
+        fs, path = pyarrow.fs.FileSystem.from_uri(uri)
+    else:
+        fs, path = pyarrow.fs.LocalFileSystem(), uri
+    if fs.get_file_info(path).type == pyarrow.fs.FileType.Directory:
+        fs.delete_dir(path)
 
 
 def make_trainable(experiment: Experiment, run_path: str) -> Callable:
@@ -85,7 +159,6 @@ def make_trainable(experiment: Experiment, run_path: str) -> Callable:
             "workers": resources.workers,
             "cpus_per_worker": resources.cpus_per_worker,
             "gpus_per_worker": resources.gpus_per_worker,
-            "max_failures": experiment.failure.max_failures,
             "train_storage": f"{run_path}/{RUN_INTERNAL}/train",
         }
         def trainable(config):

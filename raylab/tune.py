@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from raylab import checks, cli, ray_start, run_files, summary, sweep, yaml_io
+from raylab import checks, cli, loggers, ray_start, run_files, summary, sweep, yaml_io
 from raylab import experiment as experiments
 from raylab import search_space
 from raylab.errors import UserError, exit_on_user_error
@@ -30,12 +30,16 @@ def parser() -> cli.ArgumentParser:
     p.add_argument("--dashboard", action="store_true", help="local Ray with its dashboard on 127.0.0.1")
     p.add_argument("--report", action="store_true", help="write the figures report when the sweep ends")
     p.add_argument("--quiet", action="store_true", help="no progress table while the sweep runs")
+    p.add_argument("--logger", action="append", default=[], metavar="NAME",
+                   help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/loggers.py")
     return p
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_intermixed_args(argv)
+    cli.use_config_dirs(args.configs)
+    log_to = loggers.check(args.logger)  # before Ray starts: a bad name is one line
     cli.quiet_third_party_warnings()
     if args.list:
         print(cli.list_experiments())
@@ -78,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results, run_path, experiment = sweep.sweep(
         experiment, storage=args.storage, name=args.name, resume=args.resume,
-        verbose=0 if args.quiet else 1,
+        verbose=0 if args.quiet else 1, loggers=log_to,
     )
     table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search))
     csv_path = run_files.write_text(run_path, "summary.csv", summary.to_csv(table))

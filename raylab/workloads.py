@@ -1,12 +1,15 @@
 """The workload registry: names to a Config class and a train loop, imported on first use.
 
-The registry itself is ``trainers.WORKLOADS`` (explicit, one line per workload); this module
-resolves its import paths lazily so that listing or validating experiments stays fast.
+Workloads register through the ``raylab.workloads`` entry-point group (``registry``), so raylab
+never imports a workload package by name; this module resolves their import paths lazily so
+that listing or validating experiments stays fast.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -56,11 +59,39 @@ def _resolve(path: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
-def registry() -> dict[str, Workload]:
-    """All registered workloads by name."""
-    from trainers import WORKLOADS
+ENTRY_POINT_GROUP = "raylab.workloads"
 
-    return WORKLOADS
+
+@functools.cache
+def registry() -> dict[str, Workload]:
+    """All registered workloads by name, from the ``raylab.workloads`` entry-point group.
+
+    An entry point names a ``Workload`` (registered under the entry point's name) or a mapping
+    of names to ``Workload``s. This repository registers ``trainers:WORKLOADS``; a lab's own
+    package adds its workloads the same way in its ``pyproject.toml``::
+
+        [project.entry-points."raylab.workloads"]
+        my_workload = "mylab.workload:WORKLOAD"
+    """
+    from importlib.metadata import entry_points
+
+    found: dict[str, Workload] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            value = entry.load()
+        except Exception as err:  # noqa: BLE001 - a broken plug-in is named, not a traceback
+            raise UserError(f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINT_GROUP}): "
+                            f"cannot load it: {err}") from None
+        items = value.items() if isinstance(value, Mapping) else [(entry.name, value)]
+        for name, workload in items:
+            if not isinstance(workload, Workload):
+                raise UserError(f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINT_GROUP}): "
+                                f"'{name}' is a {type(workload).__name__}, not a raylab Workload")
+            found[name] = workload
+    if not found:
+        raise UserError(f"no workloads are registered (entry-point group '{ENTRY_POINT_GROUP}'); "
+                        "install the package with its entry points: pip install -e .")
+    return found
 
 
 def get(name: str) -> Workload:

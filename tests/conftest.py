@@ -20,11 +20,18 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray (2 CPUs, no dashboard) shared by all tests that need Ray."""
+    """One local Ray (2 CPUs) shared by all tests that need Ray.
+
+    Its dashboard process runs, as ``raylab.tune`` starts it for Ray Train trials: Ray Train's
+    placement-group cleaner asks Ray's State API (served there) whether a run's controller is
+    alive, and without it a Train run stopped from outside (PBT, ASHA, a stop criterion) keeps
+    its CPUs until Ray shuts down.
+    """
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR)
+        ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1",
+                 logging_level=logging.ERROR)
     yield ray
     ray.shutdown()
 
@@ -104,3 +111,13 @@ def assert_finite_metrics(row: dict, names) -> None:
         values = row[name] if isinstance(row[name], list) else [row[name]]
         for value in values:
             assert isinstance(value, (int, float)) and math.isfinite(value), f"{name} = {row[name]}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Count the deprecation warnings of the run (they are not filtered: see pyproject.toml)."""
+    warned = terminalreporter.stats.get("warnings", [])
+    deprecations = [w for w in warned if "Deprecat" in str(getattr(w, "message", ""))
+                    or "FutureWarning" in str(getattr(w, "message", ""))]
+    terminalreporter.write_line(
+        f"deprecation warnings: {len(deprecations)} (of {len(warned)} warnings); "
+        "see the warnings summary above")

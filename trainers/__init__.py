@@ -20,6 +20,7 @@ WORKLOADS: dict[str, Workload] = {
         description="backdoor attacks on CIFAR ResNet-18: early-stage signatures, trigger-dominant neurons, clean fine-tuning",
         preflight="trainers.backdoor.loop:preflight",
         figures="trainers.backdoor.figures:REPORT",
+        data_parallel=True,
     ),
     "backdoor_theory": Workload(
         config="trainers.backdoor.config:TheoryConfig",
@@ -50,6 +51,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=("train/loss", "eval/mse", "train/step"),
         description="linear regression by SGD: the framework's own test and overhead workload",
         figures="trainers.toy.figures:REPORT",
+        data_parallel=True,
     ),
     "fair_adv": Workload(
         config="trainers.fair_adv.config:Config",

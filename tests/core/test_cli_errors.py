@@ -48,8 +48,8 @@ BAD_INPUTS = {
     "bad flag": (None, ["toy", "--nmu-samples", "2"], "unrecognized arguments"),
     "negative num samples": (None, ["toy", "--num-samples", "0"], "num_samples: must be >= 1"),
     "smoke without section": (TOY, ["EXP", "--smoke"], "has no 'smoke' section"),
-    "pbt on Ray Train workers": (None, ["toy", "scheduler.type=pbt", "scheduler.hyperparam_mutations={lr: [0.01, 0.1]}",
-                                        "resources.workers=2"], "scheduler.type: pbt needs single-worker CPU trials"),
+    "workers for a workload that is not data-parallel": (
+        None, ["seagram", "--smoke", "resources.workers=2"], "'seagram' is not data-parallel"),
     # Workload configs and preflight checks, still before Ray starts:
     "poisoning ratio above 1": (None, ["backdoor", "--smoke", "config.poison_ratio=1.5"], "config.poison_ratio: must be in [0, 1)"),
     "eps below 0": (None, ["fair_adv", "--smoke", "config.eps=-0.1"], "config.eps"),

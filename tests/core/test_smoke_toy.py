@@ -45,6 +45,6 @@ def test_multi_worker_trial_runs_on_ray_train(smoke_sweep):
     assert result.error is None, result.error
     assert_finite_metrics(result.metrics, ["train/loss", "eval/mse", "train/step"])
     assert result.metrics["train/step"] == 60
-    # The Ray Train run keeps its checkpoints under the sweep's run folder, named by trial id.
-    train_run = Path(run_path) / "_raylab" / "train" / result.metrics["trial_id"]
-    assert any(train_run.glob("checkpoint_*/state.pt"))
+    # The Ray Train run's checkpoints reach the trial folder, as a plain Tune trial's do.
+    assert result.checkpoint is not None and Path(result.checkpoint.path).parent == Path(result.path)
+    assert (Path(result.checkpoint.path) / "state.pt").is_file()

@@ -122,7 +122,7 @@ def test_synthetic_writes_are_byte_identical_and_never_replace_real_data(tmp_pat
 
 
 def test_prepare_cifar_synthetic_and_relative_dirs(tmp_path, monkeypatch):
-    monkeypatch.setenv("TUNE_ORIG_WORKING_DIR", str(tmp_path))
+    monkeypatch.setenv("RAYLAB_LAUNCH_DIR", str(tmp_path))
     monkeypatch.chdir(tmp_path.parent)
     assert user_path("data/x") == tmp_path / "data" / "x"
     assert user_path(tmp_path / "abs") == tmp_path / "abs"

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from raylab import session
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from trainers.toy.config import Config
+
+
+def batch_seed(seed: int, rank: int, step: int) -> int:
+    """The seed of worker ``rank``'s batch at ``step``: each worker its own batches, and a
+    resumed worker draws exactly the batches it would have drawn (nothing to checkpoint)."""
+    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def train_loop(config: dict) -> None:
@@ -19,7 +26,7 @@ def train_loop(config: dict) -> None:
     x_eval = torch.randn(512, cfg.dim, generator=data_gen)
     y_eval = x_eval @ true_w
 
-    data_gen.manual_seed(cfg.seed + 1000 * session.world_rank())  # each worker its own batches
+    rank = session.world_rank()
     torch.manual_seed(cfg.seed)
     model = session.prepare_model(torch.nn.Linear(cfg.dim, 1, bias=False))
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
@@ -28,13 +35,15 @@ def train_loop(config: dict) -> None:
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        data_gen.set_state(state["data_rng"])
+        for group in optimizer.param_groups:  # this trial's lr (PBT may have mutated it)
+            group["lr"] = cfg.lr
         set_rng_state(state["rng"])
         step = state["step"]
 
     while step < cfg.steps:
-        x = torch.randn(cfg.batch_size, cfg.dim, generator=data_gen)
-        y = x @ true_w + cfg.noise * torch.randn(cfg.batch_size, generator=data_gen)
+        batch_gen = torch.Generator().manual_seed(batch_seed(cfg.seed, rank, step))
+        x = torch.randn(cfg.batch_size, cfg.dim, generator=batch_gen)
+        y = x @ true_w + cfg.noise * torch.randn(cfg.batch_size, generator=batch_gen)
         loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
         optimizer.zero_grad()
         loss.backward()
@@ -50,7 +59,6 @@ def train_loop(config: dict) -> None:
                 state=lambda: {
                     "model": model.state_dict(),
                     "optimizer": optimizer.state_dict(),
-                    "data_rng": data_gen.get_state(),
                     "rng": rng_state(),
                     "step": step,
                     "config": config,

@@ -1,0 +1,47 @@
+"""--logger mlflow|wandb|tensorboard: Ray's logger callbacks write what their tools read back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from raylab import loggers
+from raylab.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_unknown_or_missing_logger_is_a_user_error():
+    with pytest.raises(UserError, match="expected one of mlflow, wandb, tensorboard"):
+        loggers.check(["comet"])
+    done = subprocess.run([sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--logger", "comet"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 2 and "--logger comet" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_mlflow_and_wandb_offline_runs_read_back(smoke_sweep, tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    (tmp_path / "wandb").mkdir()
+    from raylab import experiment as experiments, sweep
+
+    experiment = experiments.load("toy", ["search.seed=[0]"], smoke=True)
+    results, run_path, _ = sweep.sweep(experiment, storage=str(tmp_path / "results"), verbose=0,
+                                       loggers=["mlflow", "wandb", "tensorboard"])
+    (result,) = results
+    assert result.error is None
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"file://{run_path}/mlruns")
+    (exp,) = [e for e in client.search_experiments() if e.name == "toy"]
+    (run,) = client.search_runs([exp.experiment_id])
+    history = client.get_metric_history(run.info.run_id, "eval/mse")
+    assert len(history) == 3 and history[-1].value == pytest.approx(result.metrics["eval/mse"])
+    assert run.data.params["steps"] == "60"
+    assert list((tmp_path / "wandb").rglob("*.wandb")), "no offline W&B run was written"
+    assert list(Path(result.path).glob("events.out.tfevents.*"))

@@ -1,0 +1,97 @@
+"""Trials on Ray Train workers through real Ray Tune: repeatable, one retry budget, checkpoints
+in the trial folder, a corrupted newest checkpoint skipped after a worker is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from conftest import assert_finite_metrics
+from faults import strike_when, trial_rows
+
+from raylab import checkpoint as ckpt
+
+TWO_WORKERS = ["resources.workers=2", "resources.cpus_per_worker=1"]
+
+
+@pytest.mark.slow
+def test_two_worker_smoke_passes_every_time(smoke_sweep):
+    """The smoke run on two workers, three times in a row: each ends well, writes its trial's
+    config.yaml, and keeps its checkpoints in the trial folder, where Tune's result finds them."""
+    for attempt in range(3):
+        results, run_path, _ = smoke_sweep(
+            "toy", "search.seed=[0]", *TWO_WORKERS, run_name=f"again-{attempt}")
+        (result,) = results
+        assert result.error is None, result.error
+        assert_finite_metrics(result.metrics, ["train/loss", "eval/mse", "train/step"])
+        assert result.metrics["train/step"] == 60
+        assert yaml.safe_load((Path(result.path) / "config.yaml").read_text())["steps"] == 60
+        assert result.checkpoint is not None
+        assert Path(result.checkpoint.path).parent == Path(result.path)
+        assert ckpt.load(result.checkpoint.path)["step"] == 60
+        assert not (Path(run_path) / "_raylab" / "train" / result.metrics["trial_id"]).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resources", [[], TWO_WORKERS], ids=["tune", "ray_train"])
+def test_failing_loop_is_attempted_exactly_max_failures_plus_one_times(
+    smoke_sweep, toy_with_loop, tmp_path, resources
+):
+    experiment = toy_with_loop("tests.train_path.failing_loop:train_loop", "toy_failing")
+    results, run_path, _ = smoke_sweep(experiment, "failure.max_failures=2", *resources, smoke=False)
+    (result,) = results
+    assert result.error is not None
+    (rows,) = trial_rows(Path(run_path)).values()
+    assert [row["train/step"] for row in rows] == [1, 2, 3]  # each attempt resumed the last
+    assert len({row["attempt_pid"] for row in rows}) == 3
+
+
+def ray_train_workers() -> list[psutil.Process]:
+    """This test process's Ray Train worker processes."""
+    me = os.getpid()
+    return [
+        p for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"] and p.info["cmdline"][0].startswith("ray::RayTrainWorker")
+        and any(parent.pid == me for parent in p.parents())
+    ]
+
+
+@pytest.mark.slow
+def test_killed_worker_with_corrupted_newest_checkpoint_resumes_from_the_previous(
+    smoke_sweep, tmp_path
+):
+    struck = []
+
+    def corrupt_and_kill(trial_dir, rows):
+        newest = sorted(trial_dir.glob("checkpoint_*"), key=lambda p: ckpt.order_key(p.name))[-1]
+        state = newest / ckpt.STATE_FILE
+        state.write_bytes(state.read_bytes()[:-9])
+        struck.append((newest.name, rows[-1]["train/step"]))
+        for worker in ray_train_workers()[:1]:
+            worker.send_signal(signal.SIGKILL)
+
+    def two_checkpoints(trial_dir, rows):
+        return len([p for p in trial_dir.glob("checkpoint_*") if (p / ckpt.META_FILE).exists()]) >= 2
+
+    watcher = strike_when(tmp_path / "results" / "killed", two_checkpoints, corrupt_and_kill)
+    results, run_path, _ = smoke_sweep(
+        "toy", "search.seed=[0]", *TWO_WORKERS, "config.steps=200", "config.step_time_s=0.02",
+        "failure.max_failures=1", run_name="killed")
+    watcher.join(timeout=5)
+    assert struck, "never struck"
+    (result,) = results
+    assert result.error is None, result.error
+    (rows,) = trial_rows(Path(run_path)).values()
+    steps = [row["train/step"] for row in rows]
+    restart = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
+    corrupted_step = struck[0][1]
+    # The corrupted newest (at the step struck or later) was skipped: the run resumed from the
+    # one before it, not from step 0.
+    assert 20 <= steps[restart] <= corrupted_step
+    assert steps[-1] == 200
+    logs = "".join(p.read_text(errors="replace") for p in Path("/tmp/ray/session_latest/logs").glob("*.err"))
+    assert "skipping corrupted checkpoint" in logs and struck[0][0] in logs
