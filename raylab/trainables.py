@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from raylab import search_space, session, workloads
+from raylab import search_space, session, storage, workloads
 from raylab.experiment import Experiment
 from raylab.run_files import RUN_INTERNAL
 
@@ -28,6 +28,7 @@ def trial_settings(experiment: Experiment) -> dict[str, Any]:
 
 def run_trial(settings: dict[str, Any], backend: str, config: dict[str, Any]) -> None:
     """Run a workload's train loop in a Tune trial or a Train worker (module level: picklable)."""
+    session.hide_unreserved_gpus()
     session.start(
         backend=backend,
         checkpoint_every=settings["checkpoint_every"],
@@ -42,13 +43,14 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
     """A Tune trial that runs the loop on Ray Train workers (several workers, or GPUs)."""
     import ray.train
     from ray import tune
-    from ray.train.torch import TorchTrainer
+    from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
     context = tune.get_context()
     trainer = TorchTrainer(
         functools.partial(run_trial, settings, "train"),
         train_loop_config=config,
+        torch_config=TorchConfig(backend=distributed_backend(settings["gpus_per_worker"])),
         scaling_config=ray.train.ScalingConfig(
             num_workers=settings["workers"],
             use_gpu=settings["gpus_per_worker"] > 0,
@@ -69,6 +71,31 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
     trainer.fit()
 
 
+def distributed_backend(gpus_per_worker: float) -> str:
+    """The torch.distributed backend of a trial's Train workers: nccl on CUDA, gloo otherwise."""
+    return "nccl" if gpus_per_worker > 0 else "gloo"
+
+
+DRIVER_RESOURCE = "trial_driver"
+"""A custom resource a cluster's head may declare (``cluster/gpu.yaml``): a Ray Train trial's
+driver, and the Train controller it starts on its node, then run on the head, which the
+autoscaler never removes, instead of on a worker node that may be lost or scaled down."""
+
+
+def driver_request() -> dict[str, float]:
+    """The resource request of a Tune trial that drives a Ray Train run.
+
+    The driver only waits on the Train run, whose workers hold the CPUs and GPUs: one unit of
+    ``DRIVER_RESOURCE`` where the cluster has it, else a nominal byte of memory (Ray refuses
+    an empty request).
+    """
+    import ray
+
+    if ray.is_initialized() and ray.cluster_resources().get(DRIVER_RESOURCE, 0) >= 1:
+        return {"CPU": 0, DRIVER_RESOURCE: 1}
+    return {"CPU": 0, "memory": 1}
+
+
 def make_trainable(experiment: Experiment, run_path: str) -> Callable:
     """The Tune trainable for ``experiment``, with its resource request attached."""
     from ray import tune
@@ -86,13 +113,11 @@ def make_trainable(experiment: Experiment, run_path: str) -> Callable:
             "cpus_per_worker": resources.cpus_per_worker,
             "gpus_per_worker": resources.gpus_per_worker,
             "max_failures": experiment.failure.max_failures,
-            "train_storage": f"{run_path}/{RUN_INTERNAL}/train",
+            "train_storage": storage.join(run_path, RUN_INTERNAL, "train"),
         }
         def trainable(config):
             drive_train_run(settings, config)
 
-        # The driver only waits on the Train run, whose workers hold the CPUs and GPUs; Ray
-        # refuses an empty request, so the driver asks for a nominal byte of memory.
-        request = {"CPU": 0, "memory": 1}
+        request = driver_request()
     trainable.__name__ = experiment.workload
     return tune.with_resources(trainable, request)
