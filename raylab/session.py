@@ -151,7 +151,8 @@ def device():
     """The torch device this worker should train on: the GPU Ray assigned it, else the CPU.
 
     A Tune function trial never reserves a GPU, so it always trains on the CPU, even on a
-    GPU node; a Ray Train worker gets the GPU (or GPU share) Ray assigned it. Only a local
+    GPU node; a Ray Train worker gets the GPU (or GPU share) Ray assigned it, and only that
+    one (Ray narrows ``CUDA_VISIBLE_DEVICES`` to it). Only a local
     run (``python -m raylab.train``) takes whatever GPU this machine has.
     """
     import torch
@@ -159,7 +160,9 @@ def device():
     if _session.backend == "train":
         import ray.train.torch
 
-        return ray.train.torch.get_device()
+        assigned = ray.train.torch.get_device()
+        # a GPU resource with no CUDA device behind it (a simulated cluster's) trains on the CPU
+        return assigned if assigned.type != "cuda" or torch.cuda.is_available() else torch.device("cpu")
     if _session.backend == "tune":
         return torch.device("cpu")
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -50,7 +50,9 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
     trainer = TorchTrainer(
         functools.partial(run_trial, settings, "train"),
         train_loop_config=config,
-        torch_config=TorchConfig(backend=distributed_backend(settings["gpus_per_worker"])),
+        torch_config=TorchConfig(
+            backend=distributed_backend(settings["gpus_per_worker"], settings["cpus_per_worker"])
+        ),
         scaling_config=ray.train.ScalingConfig(
             num_workers=settings["workers"],
             use_gpu=settings["gpus_per_worker"] > 0,
@@ -71,9 +73,30 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
     trainer.fit()
 
 
-def distributed_backend(gpus_per_worker: float) -> str:
-    """The torch.distributed backend of a trial's Train workers: nccl on CUDA, gloo otherwise."""
-    return "nccl" if gpus_per_worker > 0 else "gloo"
+def distributed_backend(
+    gpus_per_worker: float, cpus_per_worker: float = 0, cuda: bool | None = None
+) -> str:
+    """The torch.distributed backend of a trial's Train workers: nccl on CUDA, gloo otherwise.
+
+    ``cuda`` says whether the workers' GPUs are CUDA devices torch can use; by default a task
+    with one worker's resource request answers that, on a node like theirs (so that on an
+    autoscaling cluster it asks for the node type the workers will need). A GPU resource with
+    no CUDA behind it, as on a simulated cluster, gets gloo, and the loop trains on the CPU.
+    """
+    if gpus_per_worker <= 0:
+        return "gloo"
+    if cuda is None:
+        import ray
+
+        probe = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)(_cuda_usable)
+        cuda = ray.get(probe.remote())
+    return "nccl" if cuda else "gloo"
+
+
+def _cuda_usable() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 DRIVER_RESOURCE = "trial_driver"

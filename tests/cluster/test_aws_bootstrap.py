@@ -13,7 +13,6 @@ name follows AWS's documented pattern for that AMI.
 from __future__ import annotations
 
 import copy
-import json
 import re
 from pathlib import Path
 
@@ -38,6 +37,7 @@ def aws(monkeypatch, tmp_path):
         "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-west-2",
         "HOME": str(tmp_path),
+        "MOTO_IAM_LOAD_MANAGED_POLICIES": "true",  # AWS's managed policies (AmazonEC2FullAccess)
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
@@ -45,17 +45,28 @@ def aws(monkeypatch, tmp_path):
         yield
 
 
+def policy(name: str) -> str:
+    """A policy file of cluster/iam/, with the README's placeholders filled in."""
+    text = (REPO / "cluster" / "iam" / name).read_text()
+    return text.replace("BUCKET", "raylab-results").replace("ACCOUNT_ID", "123456789012")
+
+
 def make_instance_profiles(config: dict) -> None:
-    """The README's one-time IAM setup: a role and an instance profile per name in the YAML."""
+    """The README's one-time IAM setup, with the policies in cluster/iam/, for the YAML's names."""
     iam = boto3.client("iam")
-    trust = {"Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
-                            "Action": "sts:AssumeRole"}]}
     names = {t["node_config"]["IamInstanceProfile"]["Name"]
              for t in config["available_node_types"].values()}
+    assert names == {"raylab-head", "raylab-worker"}
     for name in sorted(names):
-        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=policy("trust.json"))
+        iam.put_role_policy(RoleName=name, PolicyName="results-bucket",
+                            PolicyDocument=policy("results-bucket.json"))
         iam.create_instance_profile(InstanceProfileName=name)
         iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+    iam.attach_role_policy(RoleName="raylab-head",
+                           PolicyArn="arn:aws:iam::aws:policy/AmazonEC2FullAccess")
+    iam.put_role_policy(RoleName="raylab-head", PolicyName="launch-workers",
+                        PolicyDocument=policy("head-launches-workers.json"))
 
 
 def bootstrap(config: dict) -> dict:

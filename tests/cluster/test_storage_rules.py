@@ -79,8 +79,9 @@ def test_trials_queue_on_a_joined_cluster_and_fit_the_machine_locally(joined):
 
 
 def test_distributed_backend_is_nccl_on_cuda_and_gloo_otherwise():
-    assert trainables.distributed_backend(1) == "nccl"
-    assert trainables.distributed_backend(0.5) == "nccl"
+    assert trainables.distributed_backend(1, 4, cuda=True) == "nccl"
+    assert trainables.distributed_backend(0.5, 6, cuda=True) == "nccl"
+    assert trainables.distributed_backend(1, 4, cuda=False) == "gloo"  # a GPU resource, no CUDA
     assert trainables.distributed_backend(0) == "gloo"
 
 
