@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
-from pathlib import Path
 
 from raylab import search_space, workloads
+from raylab import storage as storage_paths
 from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.experiment import Experiment
@@ -63,13 +62,15 @@ def preflight(experiment: Experiment, limit: int = 256) -> None:
         check(from_dict(workload.config_class(), values, experiment.source, "config"))
 
 
-def check_storage(storage: str) -> None:
-    """Fail early on a local storage path that cannot be written (URIs pass through to Ray)."""
-    if "://" in storage:
+def check_storage(storage: str, joined: bool = False, shared: bool = False) -> None:
+    """Fail before Ray starts on a ``--storage`` that cannot work.
+
+    A local folder must take a file (created and removed again); on a joined cluster
+    (``joined``) it must also be declared ``shared`` (mounted by every node), else it is
+    refused. URIs pass through to Ray's storage layer.
+    """
+    if storage_paths.is_uri(storage):
         return
-    path = Path(storage).expanduser().absolute()
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise UserError(f"--storage {storage}: '{probe}' is not a writable directory")
+    storage_paths.probe_local(storage)
+    if joined:
+        storage_paths.refuse_unshared_local(storage, shared)

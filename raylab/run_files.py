@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raylab import search_space, workloads, yaml_io
+from raylab import search_space, storage, workloads, yaml_io
 from raylab.config import from_dict, to_dict
 from raylab.experiment import Experiment
 
@@ -25,7 +25,7 @@ def write_text(run_path: str, filename: str, text: str) -> str:
     fs.create_dir(path, recursive=True)
     with fs.open_output_stream(f"{path}/{filename}") as f:
         f.write(text.encode())
-    return f"{run_path}/{filename}"
+    return storage.join(run_path, filename)
 
 
 def resolved_config_callback(experiment: Experiment, run_path: str | None = None):

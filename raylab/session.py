@@ -162,14 +162,38 @@ def world_size() -> int:
 
 
 def device():
-    """The torch device this worker should train on (the GPU Ray assigned, else the CPU)."""
+    """The torch device this worker should train on: the GPU Ray assigned it, else the CPU.
+
+    A Tune function trial never reserves a GPU, so it always trains on the CPU, even on a
+    GPU node; a Ray Train worker gets the GPU (or GPU share) Ray assigned it, and only that
+    one (Ray narrows ``CUDA_VISIBLE_DEVICES`` to it). Only a local
+    run (``python -m raylab.train``) takes whatever GPU this machine has.
+    """
     import torch
 
     if _session.backend == "train":
         import ray.train.torch
 
-        return ray.train.torch.get_device()
+        assigned = ray.train.torch.get_device()
+        # a GPU resource with no CUDA device behind it (a simulated cluster's) trains on the CPU
+        return assigned if assigned.type != "cuda" or torch.cuda.is_available() else torch.device("cpu")
+    if _session.backend == "tune":
+        return torch.device("cpu")
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def hide_unreserved_gpus() -> None:
+    """Make a Ray worker that reserved no GPU see none (``CUDA_VISIBLE_DEVICES=""``).
+
+    Ray leaves ``CUDA_VISIBLE_DEVICES`` untouched for a worker that asked for 0 GPUs, so on a
+    GPU node torch would otherwise find every GPU there. Called before the loop touches CUDA.
+    """
+    import os
+
+    import ray
+
+    if not ray.get_runtime_context().get_accelerator_ids().get("GPU"):
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 def prepare_model(model):

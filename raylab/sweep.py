@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from raylab import search_space, yaml_io
+from raylab import storage as storage_paths
 from raylab.checks import fitting_trials
 from raylab.errors import UserError
 from raylab.experiment import Experiment, validate
@@ -27,7 +28,7 @@ def default_run_name(experiment: Experiment) -> str:
 
 def storage_root(storage: str) -> str:
     """``--storage`` as an absolute path, or the URI as given."""
-    return storage if "://" in storage else str(Path(storage).expanduser().absolute())
+    return storage_paths.root(storage)
 
 
 def find_run_to_resume(storage: str, experiment_name: str, smoke: bool, name: str | None) -> str:
@@ -35,7 +36,7 @@ def find_run_to_resume(storage: str, experiment_name: str, smoke: bool, name: st
     from ray import tune
 
     if name:
-        path = f"{storage.rstrip('/')}/{name}"
+        path = storage_paths.join(storage, name)
         if not tune.Tuner.can_restore(path):
             raise UserError(f"--resume: no resumable sweep at {path}")
         return path
@@ -63,6 +64,25 @@ def saved_experiment(run_path: str) -> Experiment:
     return validate(raw, name=name, source=str(path), smoke=smoke)
 
 
+def max_concurrent_trials(
+    experiment: Experiment, available: dict[str, float], joined_cluster: bool
+) -> int | None:
+    """How many trials Tune may run at once (``None``: no limit, every trial queued).
+
+    The experiment's ``max_concurrent_trials`` wins when set. On a joined cluster, which may
+    autoscale, every trial is queued, so that the autoscaler sees the whole demand and adds
+    nodes for it (the cluster's ``max_workers`` caps the cost); a Ray Train trial that finds
+    no room waits, retrying its worker group's start. On a local Ray, a Ray Train trial's
+    driver holds no CPU, so without a limit every trial would start its workers at once:
+    the limit is then what fits on this machine.
+    """
+    if experiment.max_concurrent_trials:
+        return experiment.max_concurrent_trials
+    if joined_cluster or not experiment.resources.uses_ray_train:
+        return None
+    return fitting_trials(experiment, available)
+
+
 def sweep(
     experiment: Experiment,
     storage: str = "results",
@@ -70,12 +90,14 @@ def sweep(
     resume: bool = False,
     verbose: int = 1,
     loggers: list[str] = (),
+    joined_cluster: bool = False,
 ):
     """Run (or resume) the sweep; return ``(ResultGrid, run_path, experiment)``.
 
     Ray must be connected (``connect``). With ``resume``, the run folder's saved experiment is
     used and the sweep continues: finished trials are kept, unfinished and errored ones resume
-    from their checkpoints.
+    from their checkpoints. On a ``joined_cluster`` every trial is queued at once (see
+    ``max_concurrent_trials``).
     """
     import ray
     from ray import tune
@@ -97,11 +119,8 @@ def sweep(
         return tuner.fit(), run_path, experiment
 
     run_name = name or default_run_name(experiment)
-    run_path = f"{storage_uri}/{run_name}"
-    available = ray.cluster_resources()
-    max_concurrent = experiment.max_concurrent_trials or (
-        fitting_trials(experiment, available) if experiment.resources.uses_ray_train else 0
-    )
+    run_path = storage_paths.join(storage_uri, run_name)
+    max_concurrent = max_concurrent_trials(experiment, ray.cluster_resources(), joined_cluster)
     tuner = tune.Tuner(
         make_trainable(experiment, run_path),
         param_space={**experiment.config, **search_space.to_tune(experiment.search)},
@@ -110,7 +129,7 @@ def sweep(
             mode=experiment.mode,
             scheduler=make_scheduler(experiment),
             num_samples=experiment.num_samples,
-            max_concurrent_trials=max_concurrent or None,
+            max_concurrent_trials=max_concurrent,
             reuse_actors=not experiment.resources.uses_ray_train,
         ),
         run_config=tune.RunConfig(

@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any, Callable
 
-from raylab import paths, search_space, session, workloads
+from raylab import paths, search_space, session, storage, workloads
 from raylab.gauges import TrialGauges
 from raylab.experiment import Experiment
 from raylab.run_files import RUN_INTERNAL
@@ -34,6 +34,7 @@ def trial_settings(experiment: Experiment) -> dict[str, Any]:
 
 def run_trial(settings: dict[str, Any], backend: str, config: dict[str, Any]) -> None:
     """Run a workload's train loop in a Tune trial or a Train worker (module level: picklable)."""
+    session.hide_unreserved_gpus()
     os.environ[paths.LAUNCH_DIR_ENV] = settings["launch_dir"]  # relative data paths
     gauges = None
     if backend == "tune":  # on Ray Train, the trial's driver sets them from all ranks' metrics
@@ -67,7 +68,7 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
     import ray
     import ray.train
     from ray import tune
-    from ray.train.torch import TorchTrainer
+    from ray.train.torch import TorchConfig, TorchTrainer
 
     from raylab.train_bridge import DONE, ForwardToTrial, Mailbox
 
@@ -82,6 +83,9 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
     trainer = TorchTrainer(
         functools.partial(run_trial, worker_settings, "train"),
         train_loop_config=config,
+        torch_config=TorchConfig(
+            backend=distributed_backend(settings["gpus_per_worker"], settings["cpus_per_worker"])
+        ),
         scaling_config=ray.train.ScalingConfig(
             num_workers=settings["workers"],
             use_gpu=settings["gpus_per_worker"] > 0,
@@ -143,6 +147,52 @@ def remove_folder(uri: str) -> None:
         fs.delete_dir(path)
 
 
+def distributed_backend(
+    gpus_per_worker: float, cpus_per_worker: float = 0, cuda: bool | None = None
+) -> str:
+    """The torch.distributed backend of a trial's Train workers: nccl on CUDA, gloo otherwise.
+
+    ``cuda`` says whether the workers' GPUs are CUDA devices torch can use; by default a task
+    with one worker's resource request answers that, on a node like theirs (so that on an
+    autoscaling cluster it asks for the node type the workers will need). A GPU resource with
+    no CUDA behind it, as on a simulated cluster, gets gloo, and the loop trains on the CPU.
+    """
+    if gpus_per_worker <= 0:
+        return "gloo"
+    if cuda is None:
+        import ray
+
+        probe = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)(_cuda_usable)
+        cuda = ray.get(probe.remote())
+    return "nccl" if cuda else "gloo"
+
+
+def _cuda_usable() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+DRIVER_RESOURCE = "trial_driver"
+"""A custom resource a cluster's head may declare (``cluster/gpu.yaml``): a Ray Train trial's
+driver, and the Train controller it starts on its node, then run on the head, which the
+autoscaler never removes, instead of on a worker node that may be lost or scaled down."""
+
+
+def driver_request() -> dict[str, float]:
+    """The resource request of a Tune trial that drives a Ray Train run.
+
+    The driver only waits on the Train run, whose workers hold the CPUs and GPUs: one unit of
+    ``DRIVER_RESOURCE`` where the cluster has it, else a nominal byte of memory (Ray refuses
+    an empty request).
+    """
+    import ray
+
+    if ray.is_initialized() and ray.cluster_resources().get(DRIVER_RESOURCE, 0) >= 1:
+        return {"CPU": 0, DRIVER_RESOURCE: 1}
+    return {"CPU": 0, "memory": 1}
+
+
 def make_trainable(experiment: Experiment, run_path: str) -> Callable:
     """The Tune trainable for ``experiment``, with its resource request attached."""
     from ray import tune
@@ -159,13 +209,11 @@ def make_trainable(experiment: Experiment, run_path: str) -> Callable:
             "workers": resources.workers,
             "cpus_per_worker": resources.cpus_per_worker,
             "gpus_per_worker": resources.gpus_per_worker,
-            "train_storage": f"{run_path}/{RUN_INTERNAL}/train",
+            "train_storage": storage.join(run_path, RUN_INTERNAL, "train"),
         }
         def trainable(config):
             drive_train_run(settings, config)
 
-        # The driver only waits on the Train run, whose workers hold the CPUs and GPUs; Ray
-        # refuses an empty request, so the driver asks for a nominal byte of memory.
-        request = {"CPU": 0, "memory": 1}
+        request = driver_request()
     trainable.__name__ = experiment.workload
     return tune.with_resources(trainable, request)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from raylab import checks, cli, loggers, ray_start, run_files, summary, sweep, yaml_io
+from raylab import checks, cli, loggers, ray_start, run_files, storage, summary, sweep, yaml_io
 from raylab import experiment as experiments
 from raylab import search_space
 from raylab.errors import UserError, exit_on_user_error
@@ -27,6 +27,10 @@ def parser() -> cli.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="continue the newest (or --name) run")
     p.add_argument("--num-samples", type=int, help="override num_samples")
     p.add_argument("--address", help="join a running Ray cluster: auto or HOST:PORT")
+    p.add_argument(
+        "--shared-storage", action="store_true",
+        help="a local --storage that every cluster node mounts at the same path (NFS)",
+    )
     p.add_argument("--dashboard", action="store_true", help="local Ray with its dashboard on 127.0.0.1")
     p.add_argument("--report", action="store_true", help="write the figures report when the sweep ends")
     p.add_argument("--quiet", action="store_true", help="no progress table while the sweep runs")
@@ -75,14 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     if ray_info["dashboard_url"]:
         cli.stderr(f"Ray dashboard: {ray_info['dashboard_url']}")
-    if args.address:
+    if args.address:  # before any trial starts: a local folder must be one every node mounts
         import ray
 
+        checks.check_storage(args.storage, joined=True, shared=args.shared_storage)
         checks.check_resources(experiment, ray.cluster_resources(), local=False)
 
     results, run_path, experiment = sweep.sweep(
         experiment, storage=args.storage, name=args.name, resume=args.resume,
-        verbose=0 if args.quiet else 1, loggers=log_to,
+        verbose=0 if args.quiet else 1, loggers=log_to, joined_cluster=bool(args.address),
     )
     table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search))
     csv_path = run_files.write_text(run_path, "summary.csv", summary.to_csv(table))
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {report.write_report(run_path)}")
     unfinished = [row["trial"] for row in table if row["status"] not in ("TERMINATED", "ERROR")]
     if unfinished:
-        run_name = run_path.rstrip("/").rsplit("/", 1)[-1]
+        run_name = storage.name_of(run_path)
         cli.stderr(
             f"sweep interrupted with {len(unfinished)} unfinished trial(s); continue it with: "
             f"python -m raylab.tune {experiment.name} --resume --name {run_name}"

@@ -1,0 +1,93 @@
+"""Where a sweep's results go: a local folder, or a cloud URI (``s3://``, ``gs://``).
+
+A URI may carry pyarrow filesystem options as a query string, for S3-compatible stores (MinIO,
+Ceph, a lab's own store)::
+
+    s3://bucket/runs?endpoint_override=http://10.0.0.5:9000&scheme=http
+
+``join`` keeps that query string at the end when a run name or a file name is appended, so
+every path raylab and Ray derive from ``--storage`` reaches the same store.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from raylab.errors import UserError
+
+
+def is_uri(storage: str) -> bool:
+    """Whether ``storage`` names a filesystem by scheme (``s3://``, ``gs://``, ``file://``)."""
+    return "://" in storage
+
+
+def root(storage: str) -> str:
+    """``storage`` as an absolute local path, or the URI as given."""
+    return storage if is_uri(storage) else str(Path(storage).expanduser().absolute())
+
+
+def join(base: str, *parts: str) -> str:
+    """``base/part/...``; on a URI the parts go into the path, before any ``?query``.
+
+    >>> join("s3://b/runs?endpoint_override=http://127.0.0.1:9000", "run-1", "x.yaml")
+    's3://b/runs/run-1/x.yaml?endpoint_override=http://127.0.0.1:9000'
+    """
+    path, sep, query = base.partition("?") if is_uri(base) else (base, "", "")
+    for part in parts:
+        path = f"{path.rstrip('/')}/{part.strip('/')}"
+    return f"{path}{sep}{query}"
+
+
+def name_of(run_path: str) -> str:
+    """The last path element of a run folder (its run name), query string ignored."""
+    path = run_path.partition("?")[0] if is_uri(run_path) else run_path
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def scheme(storage: str) -> str:
+    """The URI scheme (``s3``, ``gs``, ...), or ``""`` for a local path."""
+    return urlsplit(storage).scheme if is_uri(storage) else ""
+
+
+def probe_local(storage: str) -> None:
+    """Fail early on a local ``--storage`` that cannot hold results.
+
+    The nearest existing folder is written to: a file is created there and removed again
+    (permission bits alone can lie, as on ``/proc``, read-only mounts or root-squashed NFS).
+    """
+    path = Path(storage).expanduser().absolute()
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"--storage {storage}: '{probe}' is not a writable directory")
+    marker = probe / f".raylab-write-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        marker.touch(exist_ok=False)
+        marker.unlink()
+    except OSError as err:
+        raise UserError(
+            f"--storage {storage}: '{probe}' is not a writable directory ({err.strerror or err})"
+        ) from None
+
+
+def refuse_unshared_local(storage: str, shared: bool) -> None:
+    """On a joined cluster, refuse a local ``--storage`` that is not declared shared.
+
+    Ray Train persists each checkpoint from the node its trial runs on, and refuses a local
+    storage folder that this node's marker file is missing from, so an unshared folder fails
+    every trial at its first checkpoint on any other node. Whether a joined cluster has one
+    node or can add more (an autoscaler) is not visible through Ray's public API, so any
+    joined cluster is treated as multi-node.
+    """
+    if is_uri(storage) or shared:
+        return
+    raise UserError(
+        f"--storage {storage}: a local folder is only on this node, and trials on other "
+        "nodes of the cluster cannot checkpoint there; use --storage s3://BUCKET/PATH (or "
+        "gs://), or add --shared-storage if that folder is on a filesystem every node mounts "
+        "(NFS) at the same path"
+    )

@@ -1,0 +1,42 @@
+"""An S3-compatible server on 127.0.0.1 (moto's), started and stopped by the tests using it."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def s3_server(monkeypatch):
+    """``(storage_uri, client)``: a bucket on a moto S3 server and a boto3 client for it.
+
+    ``storage_uri`` is an ``s3://`` URI with the server as its endpoint override, as a lab's
+    own MinIO or Ceph store is given to ``--storage``. Credentials go into this process's
+    environment, which subprocesses (and the Ray they start) inherit.
+    """
+    boto3 = pytest.importorskip("boto3")
+    server_module = pytest.importorskip("moto.server")
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    port = free_port()
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket="raylab")
+        yield f"s3://raylab/runs?endpoint_override={endpoint}&scheme=http", client
+    finally:
+        server.stop()

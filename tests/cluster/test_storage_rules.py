@@ -1,0 +1,121 @@
+"""Storage that is right or refused, queueing on clusters, GPU discipline: the rules, no Ray."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from raylab import checks, storage
+from raylab import experiment as experiments
+from raylab import session, sweep, trainables
+from raylab import tune as raylab_tune
+from raylab.errors import UserError
+
+ENDPOINT = "s3://bucket/runs?endpoint_override=http://127.0.0.1:9000&scheme=http"
+
+
+def test_join_keeps_the_query_string_at_the_end():
+    assert storage.join(ENDPOINT, "toy-1", "_raylab/train") == (
+        "s3://bucket/runs/toy-1/_raylab/train?endpoint_override=http://127.0.0.1:9000&scheme=http"
+    )
+    assert storage.join("s3://bucket/runs/", "toy-1") == "s3://bucket/runs/toy-1"
+    assert storage.join("/data/results", "toy-1", "x.csv") == "/data/results/toy-1/x.csv"
+    # a local folder may have a '?' in its name: it is a path there, not a query
+    assert storage.join("/tmp/a?b", "run") == "/tmp/a?b/run"
+    assert storage.name_of(storage.join(ENDPOINT, "toy-1")) == "toy-1"
+
+
+def test_joined_paths_open_the_same_store_through_pyarrow():
+    """What Ray and raylab do with a joined URI: pyarrow sees the endpoint and the full path."""
+    import pyarrow.fs
+
+    fs, path = pyarrow.fs.FileSystem.from_uri(storage.join(ENDPOINT, "toy-1"))
+    assert isinstance(fs, pyarrow.fs.S3FileSystem) and path == "bucket/runs/toy-1"
+    options = fs.__reduce__()[1][0]  # the options pyarrow would rebuild this filesystem with
+    assert options["endpoint_override"] == "http://127.0.0.1:9000" and options["scheme"] == "http"
+
+
+def test_an_unwritable_local_storage_fails_with_one_line(tmp_path, capsys):
+    assert raylab_tune.main(["toy", "--smoke", "--storage", "/proc/x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--storage /proc/x: '/proc' is not a writable directory" in err
+    checks.check_storage(str(tmp_path / "new" / "results"))  # a writable parent is fine
+    assert not list(tmp_path.iterdir()), "the probe leaves nothing behind"
+
+
+def test_a_file_as_storage_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(UserError, match="is not a writable directory"):
+        checks.check_storage(str(tmp_path / "f" / "results"))
+
+
+def test_local_storage_on_a_joined_cluster_is_refused_unless_shared(tmp_path, capsys, monkeypatch):
+    from raylab import ray_start
+
+    results = str(tmp_path / "results")
+    # refused right after joining, before the sweep: the cluster itself is not needed here
+    monkeypatch.setattr(ray_start, "connect", lambda *a, **k: {"started": False, "dashboard_url": None})
+    assert raylab_tune.main(["toy", "--smoke", "--address", "auto", "--storage", results]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "trials on other nodes of the cluster cannot checkpoint there" in err
+    assert "--storage s3://" in err and "--shared-storage" in err
+    checks.check_storage(results, joined=True, shared=True)
+    checks.check_storage(ENDPOINT, joined=True)
+
+
+@pytest.mark.parametrize("joined", [False, True])
+def test_trials_queue_on_a_joined_cluster_and_fit_the_machine_locally(joined):
+    gpu = experiments.load("toy", ["resources.gpus_per_worker=1", "resources.cpus_per_worker=1"])
+    four_gpus = {"CPU": 16, "GPU": 4}
+    assert sweep.max_concurrent_trials(gpu, four_gpus, joined) == (None if joined else 4)
+    # a fresh autoscaling cluster with no GPU node yet: nothing fits, yet every trial queues
+    assert sweep.max_concurrent_trials(gpu, {"CPU": 8}, joined) == (None if joined else 1)
+    capped = experiments.load("toy", ["resources.gpus_per_worker=1", "max_concurrent_trials=3"])
+    assert sweep.max_concurrent_trials(capped, four_gpus, joined) == 3
+    cpu = experiments.load("toy")
+    assert sweep.max_concurrent_trials(cpu, four_gpus, joined) is None
+
+
+def test_distributed_backend_is_nccl_on_cuda_and_gloo_otherwise():
+    assert trainables.distributed_backend(1, 4, cuda=True) == "nccl"
+    assert trainables.distributed_backend(0.5, 6, cuda=True) == "nccl"
+    assert trainables.distributed_backend(1, 4, cuda=False) == "gloo"  # a GPU resource, no CUDA
+    assert trainables.distributed_backend(0) == "gloo"
+
+
+def test_a_tune_trial_trains_on_the_cpu_whatever_the_machine_has():
+    import torch
+
+    session.start(backend="tune")
+    try:
+        assert session.device() == torch.device("cpu")
+    finally:
+        session.start()
+
+
+def test_without_a_driver_resource_the_driver_asks_for_a_byte():
+    import ray
+
+    assert not ray.is_initialized()
+    assert trainables.driver_request() == {"CPU": 0, "memory": 1}
+
+
+def test_hide_unreserved_gpus_empties_cuda_visible_devices(monkeypatch):
+    import ray
+
+    class Context:
+        def __init__(self, gpus):
+            self.gpus = gpus
+
+        def get_accelerator_ids(self):
+            return {"GPU": self.gpus}
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context(["1"]))
+    session.hide_unreserved_gpus()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"  # Ray already narrowed it for a GPU worker
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context([]))
+    session.hide_unreserved_gpus()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
