@@ -9,6 +9,7 @@ same loop; that path costs more to start and pays for itself on multi-worker or 
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Callable
 
 from raylab import search_space, session, workloads
@@ -28,6 +29,8 @@ def trial_settings(experiment: Experiment) -> dict[str, Any]:
 
 def run_trial(settings: dict[str, Any], backend: str, config: dict[str, Any]) -> None:
     """Run a workload's train loop in a Tune trial or a Train worker (module level: picklable)."""
+    # Ray Train logs one INFO line per checkpoint, which the driver's console repeats.
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
     session.start(
         backend=backend,
         checkpoint_every=settings["checkpoint_every"],
