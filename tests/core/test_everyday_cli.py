@@ -139,3 +139,15 @@ def test_dashboard_text_says_how_to_get_past_the_token_prompt(monkeypatch):
     assert "http://127.0.0.1:8265" in text and "ray get-auth-token" in text
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     assert "token" not in ray_start.dashboard_text({"dashboard_url": "http://127.0.0.1:8265"})
+
+
+def test_raylab_train_refuses_a_taken_name_and_resumes_by_name_alone(tmp_path, capsys):
+    from raylab import train as raylab_train
+
+    argv = ["toy", "--smoke", "--quiet", "--storage", str(tmp_path), "--name", "t"]
+    assert raylab_train.main(argv) == 0
+    assert raylab_train.main(argv) == 2
+    assert "--name t: a run already exists" in capsys.readouterr().err
+    # a full toy run would differ from the smoke run; the folder says it was a smoke run
+    assert raylab_train.main(["toy", "--resume", "--quiet", "--storage", str(tmp_path), "--name", "t"]) == 0
+    assert "t" in capsys.readouterr().out
