@@ -151,3 +151,16 @@ def test_raylab_train_refuses_a_taken_name_and_resumes_by_name_alone(tmp_path, c
     # a full toy run would differ from the smoke run; the folder says it was a smoke run
     assert raylab_train.main(["toy", "--resume", "--quiet", "--storage", str(tmp_path), "--name", "t"]) == 0
     assert "t" in capsys.readouterr().out
+
+
+def test_through_a_storage_uri_finished_runs_say_so_and_the_saved_experiment_is_read(tmp_path, capsys):
+    # file:// takes the path cloud storage takes (pyarrow's filesystem), without a cloud.
+    fake_run(tmp_path, "done", finished=True)
+    fake_run(tmp_path, "open", experiment="dqn_softlinf")
+    uri = f"file://{tmp_path}"
+    assert raylab_tune.main(["toy", "--resume", "--name", "done", "--storage", uri]) == 0
+    assert "done has finished" in capsys.readouterr().out
+    saved = sweep.saved_experiment(f"{uri}/open")
+    assert saved.smoke and saved.search["variant"]["grid"][1] == {"loss": "soft_linf", "beta": 10.0}
+    assert raylab_tune.main(["dqn_softlinf", "--smoke", "--name", "open", "--storage", uri]) == 2
+    assert "a run already exists" in capsys.readouterr().err
