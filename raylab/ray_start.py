@@ -66,8 +66,12 @@ def token_auth_enabled() -> bool:
 
 def wait_for_ctrl_c(ray_info: dict[str, Any]) -> None:
     """Keep this process, and so the local Ray and its dashboard, up until Ctrl-C."""
+    import signal
     import time
 
+    # Ray Tune's fit() leaves its own SIGINT handler behind (it only flags a stop); Ctrl-C must
+    # raise here again.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print(f"the dashboard stays up at {ray_info['dashboard_url']}; press Ctrl-C to stop Ray",
           file=sys.stderr, flush=True)
     try:
