@@ -30,10 +30,10 @@ from raylab import search_space, sweep, workloads
 
 REPO = Path(__file__).resolve().parents[2]
 # Run by default: the variant sweep (dqn_softlinf, the one whose saved experiment used to fail
-# validation) and toy. RAYLAB_RESUME_EVERY_EXPERIMENT=1 runs every file in tune_configs/ (about
+# validation), fair_adv (compared bit for bit) and toy. RAYLAB_RESUME_EVERY_EXPERIMENT=1 runs every file in tune_configs/ (about
 # 40 s each on two cores).
 EXPERIMENTS = (sorted(experiments.available()) if os.environ.get("RAYLAB_RESUME_EVERY_EXPERIMENT") == "1"
-               else ["dqn_softlinf", "toy"])
+               else ["dqn_softlinf", "fair_adv", "toy"])
 EXACT_RESUME = {"toy", "backdoor", "backdoor_theory", "fair_adv"}  # workloads promising it
 NOT_COMPARED = ("perf/", "time", "timestamp")
 # Workloads whose three smoke reports take well under a second get a pause per step, so the
