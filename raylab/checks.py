@@ -30,7 +30,7 @@ def check_resources(experiment: Experiment, available: dict[str, float], local: 
             f"{have:g} {name}"
         )
         if local:
-            hint = " (use --address to run on a GPU cluster)" if name == "GPU" else ""
+            hint = f" (--smoke runs the small version here; --address runs it on a cluster{' with GPUs' if name == 'GPU' else ''})"
             raise UserError(message + hint)
         print(f"warning: {message} now; trials will wait for the autoscaler to add nodes")
 

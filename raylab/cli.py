@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import warnings
@@ -13,7 +14,14 @@ from raylab.errors import UserError
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse that reports a bad command line as one ``UserError`` line (exit code 2)."""
+    """argparse that reports a bad command line as one ``UserError`` line (exit code 2).
+
+    Flags must be spelled out: ``--smok`` is an error, not ``--smoke``.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UserError(f"{message} (see {self.prog} --help)")
@@ -57,15 +65,27 @@ def list_experiments() -> str:
     return "\n".join(lines)
 
 
-def quiet_third_party_warnings() -> None:
+def quiet_third_party_warnings(verbose: bool = False) -> None:
     """Keep the terminal for raylab's own output: named third-party noise only is hidden.
 
     Deprecations that raylab's own calls trigger stay visible (Python shows those raised from
     ``__main__``; the test run shows all of them), so an upgrade that will break raylab is seen.
+    Unless ``verbose``, Ray's advice to call ``Tuner.restore(...)`` is dropped (raylab prints
+    the command that resumes a run), and so is Ray Tune's own progress output.
     """
     warnings.filterwarnings("ignore", message=".*pkg_resources is deprecated", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="wandb.*")
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    if not verbose:
+        logging.getLogger("ray.tune.tune").addFilter(_drop_ray_resume_advice)
+        # Ray Tune's new output engine prints its configuration box and a TensorBoard hint
+        # into Ray's temp folder even at verbose=0; the legacy one is silent there.
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+        os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+
+def _drop_ray_resume_advice(record: logging.LogRecord) -> bool:
+    return "Tuner.restore(" not in record.getMessage()
 
 
 def stderr(message: str) -> None:

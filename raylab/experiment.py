@@ -159,6 +159,22 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Estimate:
+    """What one trial costs, as the experiment file states it (``--dry-run`` multiplies it out)."""
+
+    steps_per_s: float = 0.0
+    """Progress (the unit of the ``stop`` criterion) one trial makes per second; 0: not stated."""
+    rate_basis: str = ""
+    """Where ``steps_per_s`` comes from (a measurement, or a target not measured)."""
+    checkpoint_bytes: float = 0.0
+    """Bytes one checkpoint of one trial holds (``checkpoint.keep`` of them are kept); 0: not stated."""
+
+    def __post_init__(self):
+        require(self.steps_per_s >= 0, "steps_per_s", f"must be >= 0, got {self.steps_per_s}")
+        require(self.checkpoint_bytes >= 0, "checkpoint_bytes", f"must be >= 0, got {self.checkpoint_bytes}")
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A fully resolved and validated experiment."""
 
@@ -188,6 +204,7 @@ class Experiment:
     """Stop a trial when a reported metric reaches this value (e.g. ``env/steps``)."""
     checkpoint: Checkpointing = field(default_factory=Checkpointing)
     failure: Failure = field(default_factory=Failure)
+    estimate: Estimate = field(default_factory=Estimate)
     smoke: bool = False
     """Whether the file's ``smoke`` overrides were applied."""
 
@@ -204,9 +221,20 @@ class Experiment:
         """Everything that defines this experiment, for ``--dry-run`` and the run folder."""
         out = to_dict(self)
         out["config"] = self.resolved_config()
-        for key in self.search:
+        for key in self.searched_fields():
             out["config"].pop(key, None)
         return out
+
+    def searched_fields(self) -> list[str]:
+        """The config fields the search sets, each once: its keys, and the fields that
+        ``variant`` groups set in place of the ``variant`` key itself."""
+        fields: dict[str, None] = {}
+        for key, spec in self.search.items():
+            if key == search_space.VARIANT:
+                fields.update(dict.fromkeys(k for group in spec.get("grid", []) for k in group))
+            else:
+                fields[key] = None
+        return list(fields)
 
 
 SECTIONS = {f.name for f in dataclasses.fields(Experiment)} - {"name", "source", "smoke"}
@@ -302,6 +330,16 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
         search_space.validate(config_cls, config, {key: search_space.normalize(
             spec, source, f"scheduler.hyperparam_mutations.{key}")}, source)
     return experiment
+
+
+def from_saved(raw: Any, source: str) -> Experiment:
+    """The experiment a run folder saved (``Experiment.to_yaml_dict``), validated again."""
+    if not isinstance(raw, dict) or not {"name", "workload"} <= set(raw):
+        raise UserError(f"{source}: not an experiment saved by raylab")
+    raw = dict(raw)
+    name, smoke = raw.pop("name"), bool(raw.pop("smoke", False))
+    raw.pop("source", None)
+    return validate(raw, name=name, source=source, smoke=smoke)
 
 
 def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -5,20 +5,23 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 from typing import Any
 
 from raylab.errors import UserError
 
 
 def connect(
-    address: str | None = None, dashboard: bool = False, state_api: bool = False
+    address: str | None = None, dashboard: bool = False, state_api: bool = False,
+    listen: bool = False,
 ) -> dict[str, Any]:
     """Start a local Ray sized to this machine, or join ``address`` (``auto`` or ``HOST:PORT``).
 
     Returns what the caller may print: whether Ray was started here and the dashboard URL
     (with ``dashboard``). ``state_api`` starts the dashboard process without announcing it:
     Ray Train's controller polls Ray's state API, which that process serves. An address that
-    does not answer fails within seconds.
+    does not answer fails within seconds. A local Ray's dashboard listens on 127.0.0.1 only,
+    unless ``listen`` (all interfaces).
     """
     import ray
 
@@ -34,11 +37,48 @@ def connect(
         return {"started": False, "dashboard_url": context.dashboard_url}
     context = ray.init(
         include_dashboard=dashboard or state_api,
-        dashboard_host="127.0.0.1",
+        dashboard_host="0.0.0.0" if listen else "127.0.0.1",
         logging_level=logging.WARNING,
     )
     url = f"http://{context.dashboard_url}" if dashboard and context.dashboard_url else None
+    if url and listen:
+        url = url.replace("0.0.0.0", socket.gethostname(), 1)
     return {"started": True, "dashboard_url": url}
+
+
+def dashboard_text(ray_info: dict[str, Any]) -> str:
+    """How to open the dashboard: its URL and, when Ray asks for one, where the token is."""
+    text = f"Ray dashboard: {ray_info['dashboard_url']}"
+    if token_auth_enabled():
+        text += ("\n  it asks for a token: paste the output of `ray get-auth-token` (this "
+                 "machine's Ray token) into its prompt once; the browser keeps it in a cookie")
+    return text
+
+
+def token_auth_enabled() -> bool:
+    """Whether this Ray asks clients (and the dashboard's browser) for a token.
+
+    Ray 2.60 turns token authentication on for a local ``ray.init()`` unless
+    ``RAY_AUTH_MODE`` says otherwise; ``ray.init`` sets the variable for its process.
+    """
+    return os.environ.get("RAY_AUTH_MODE", "").lower() == "token"
+
+
+def wait_for_ctrl_c(ray_info: dict[str, Any]) -> None:
+    """Keep this process, and so the local Ray and its dashboard, up until Ctrl-C."""
+    import signal
+    import time
+
+    # Ray Tune's fit() leaves its own SIGINT handler behind (it only flags a stop); Ctrl-C must
+    # raise here again.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    print(f"the dashboard stays up at {ray_info['dashboard_url']}; press Ctrl-C to stop Ray",
+          file=sys.stderr, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
 
 
 def _check_reachable(address: str, timeout_s: float = 3.0) -> None:

@@ -43,18 +43,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m raylab.report", description=__doc__.split("\n")[0])
+    p = _Parser(prog="python -m raylab.report", description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("run", help="a run folder (path or URI), or an experiment name (its newest run)")
     p.add_argument("--out", help="report folder (default: RUN/report, or reports/RUN_NAME for a URI)")
     p.add_argument("--format", choices=FORMATS, default="html", help="html (self-contained) or md")
     p.add_argument("--storage", default="results", help="where to look for runs of an experiment name")
+    p.add_argument("--train-runs", action="store_true",
+                   help="an experiment name may also pick a python -m raylab.train debug run")
     return p
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    run_path = find_run(args.run, args.storage)
+    run_path = find_run(args.run, args.storage, train_runs=args.train_runs)
     print(f"report: {write_report(run_path, out=args.out, fmt=args.format)}")
     return 0
 

@@ -98,10 +98,15 @@ def key_of(trial: Trial, keys: list[str]) -> tuple:
 
 
 def label_of(keys: list[str], values: tuple) -> str:
-    """``loss=mse, lr=0.001`` (or ``all trials`` when there are no keys)."""
+    """``loss=mse, lr=0.001`` (or ``all trials`` when there are no keys).
+
+    A key a trial does not set (``beta`` of an mse trial, where only soft_linf variants set it)
+    is left out rather than shown as ``beta=None``.
+    """
     if not keys:
         return "all trials"
-    return ", ".join(f"{k}={format_value(_unhash(v))}" for k, v in zip(keys, values))
+    return ", ".join(f"{k}={format_value(_unhash(v))}" for k, v in zip(keys, values)
+                     if _unhash(v) is not None) or "all trials"
 
 
 def group(run: Run, trials: list[Trial], keys: list[str]) -> dict[tuple, list[Trial]]:

@@ -111,11 +111,12 @@ class _Files:
 # ------------------------------------------------------------------------ finding runs
 
 
-def find_run(target: str, storage: str = "results") -> str:
+def find_run(target: str, storage: str = "results", train_runs: bool = False) -> str:
     """The run folder ``target`` names: a path or URI of one, or an experiment name (newest run).
 
-    An experiment name matches the folders ``NAME-STAMP``, ``NAME-smoke-STAMP``,
-    ``NAME-train-STAMP`` and ``NAME-train-smoke-STAMP`` under ``storage``; the newest stamp wins.
+    An experiment name matches the sweep folders ``NAME-STAMP`` and ``NAME-smoke-STAMP`` under
+    ``storage`` and, with ``train_runs``, the ``python -m raylab.train`` debug runs
+    ``NAME-train-STAMP`` and ``NAME-train-smoke-STAMP``; the newest stamp wins.
     """
     looks_like_path = "://" in target or "/" in target or target.startswith(".")
     files = _Files(target) if looks_like_path or Path(target).exists() else None
@@ -129,7 +130,8 @@ def find_run(target: str, storage: str = "results") -> str:
     storage_files = _Files(storage)
     if storage_files.kind() != "dir":
         raise UserError(f"'{target}' is not a run folder, and --storage {storage} has no runs of it")
-    pattern = re.compile(rf"^{re.escape(target)}(-train)?(-smoke)?-\d{{8}}-\d{{6}}$")
+    train = "(-train)?" if train_runs else ""
+    pattern = re.compile(rf"^{re.escape(target)}{train}(-smoke)?-\d{{8}}-\d{{6}}$")
     runs = [name for name, kind in storage_files.listdir() if kind == "dir" and pattern.match(name)]
     if not runs:
         raise UserError(f"no run of experiment '{target}' under {storage_files.root} "
@@ -183,13 +185,13 @@ def _is_trial_dir(files: _Files, name: str) -> bool:
 
 def _swept_keys(search: dict) -> list[str]:
     """The search's keys, with a ``variant`` grid standing for the fields its groups set."""
-    keys = []
+    keys: dict[str, None] = {}  # each key once, in order
     for key, spec in search.items():
         if key == "variant" and "grid" in spec:
-            keys += [k for group in spec["grid"] if isinstance(group, dict) for k in group if k not in keys]
+            keys.update(dict.fromkeys(k for group in spec["grid"] if isinstance(group, dict) for k in group))
         else:
-            keys.append(key)
-    return keys
+            keys[key] = None
+    return list(keys)
 
 
 def _load_trial(files: _Files, name: str, state: dict | None) -> Trial:

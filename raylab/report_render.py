@@ -17,6 +17,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 body{max-width:1400px}
 h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}h3{font-size:1em}
 table{border-collapse:collapse;margin:8px 0 16px;font-size:0.85em}
+.scroll{overflow-x:auto;max-width:100%}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 td.num{text-align:right;white-space:nowrap}th{background:#f3f3f3}
 td.best{background:#e3f4e3;font-weight:bold}.n{color:#888;font-size:0.85em}
@@ -105,7 +106,7 @@ def _html_block(block: dict[str, Any]) -> str:
             cells.append(f"<td{cls}>{e(text)}{suffix}</td>")
         rows.append(f"<tr><td>{e(row['label'])}</td>{''.join(cells)}</tr>")
     title = f"<p><b>{e(block['title'])}</b></p>" if block["title"] else ""
-    return f"{title}<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f"{title}<div class=\"scroll\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
 
 
 def _html_plain_table(columns: list[str], rows: list[list[Any]]) -> str:
@@ -116,7 +117,7 @@ def _html_plain_table(columns: list[str], rows: list[list[Any]]) -> str:
         return f'<td class="num">{e(fmt_number(value))}</td>' if number else f"<td>{e(fmt_number(value))}</td>"
 
     body = "".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 # ------------------------------------------------------------------------ Markdown

@@ -10,13 +10,15 @@ from raylab.experiment import Experiment
 
 EXPERIMENT_FILE = "experiment.yaml"
 RUN_INTERNAL = "_raylab"
+FINISHED_FILE = f"{RUN_INTERNAL}/finished.yaml"
+"""Written when every trial of a sweep has terminated: ``--resume`` then has nothing to do."""
 
 
 def write_text(run_path: str, filename: str, text: str) -> str:
     """Write a file into the run folder, local or on cloud storage; return its path."""
     if "://" not in run_path:
-        Path(run_path).mkdir(parents=True, exist_ok=True)
         target = Path(run_path) / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         return str(target)
     import pyarrow.fs
@@ -26,6 +28,36 @@ def write_text(run_path: str, filename: str, text: str) -> str:
     with fs.open_output_stream(f"{path}/{filename}") as f:
         f.write(text.encode())
     return storage.join(run_path, filename)
+
+
+def read_text(run_path: str, filename: str) -> str | None:
+    """A file of the run folder (local or on cloud storage), or None when it is not there."""
+    if "://" not in run_path:
+        target = Path(run_path) / filename
+        return target.read_text() if target.is_file() else None
+    import pyarrow.fs
+
+    fs, path = pyarrow.fs.FileSystem.from_uri(run_path)
+    if fs.get_file_info(f"{path}/{filename}").type != pyarrow.fs.FileType.File:
+        return None
+    with fs.open_input_stream(f"{path}/{filename}") as f:
+        return f.read().decode()
+
+
+def run_exists(run_path: str) -> bool:
+    """Whether a run folder (local or on cloud storage) already holds anything."""
+    if "://" not in run_path:
+        path = Path(run_path)
+        return path.exists() and (not path.is_dir() or any(path.iterdir()))
+    import pyarrow.fs
+
+    fs, path = pyarrow.fs.FileSystem.from_uri(run_path)
+    info = fs.get_file_info(path)
+    if info.type == pyarrow.fs.FileType.NotFound:
+        return False
+    if info.type == pyarrow.fs.FileType.File:
+        return True
+    return bool(fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True)))
 
 
 def resolved_config_callback(experiment: Experiment, run_path: str | None = None):

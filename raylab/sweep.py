@@ -13,9 +13,12 @@ from raylab import search_space, yaml_io
 from raylab import storage as storage_paths
 from raylab.checks import fitting_trials
 from raylab.errors import UserError
-from raylab.experiment import Experiment, validate
+from raylab.experiment import Experiment, from_saved
 from raylab.loggers import callbacks as logger_callbacks
-from raylab.run_files import EXPERIMENT_FILE, resolved_config_callback, write_text
+from raylab.run_files import (
+    EXPERIMENT_FILE, FINISHED_FILE, read_text, resolved_config_callback, run_exists, write_text,
+)
+from raylab.progress import callback as progress_callback
 from raylab.schedulers import make_scheduler
 from raylab.trainables import make_trainable
 
@@ -31,37 +34,75 @@ def storage_root(storage: str) -> str:
     return storage_paths.root(storage)
 
 
-def find_run_to_resume(storage: str, experiment_name: str, smoke: bool, name: str | None) -> str:
-    """The run folder ``--resume`` continues: ``--name``, else the newest run of the experiment."""
+def run_path_of(storage: str, name: str) -> str:
+    """The run folder ``name`` under the storage root (a path or a URI, query kept last)."""
+    return storage_paths.join(storage, name)
+
+
+def refuse_existing_run(storage: str, name: str) -> None:
+    """``--name`` of a run that exists would write a second sweep into its folder: refuse."""
+    path = run_path_of(storage, name)
+    if run_exists(path):
+        raise UserError(
+            f"--name {name}: a run already exists at {path}; continue it with --resume, "
+            f"or choose another name"
+        )
+
+
+def is_finished(run_path: str) -> bool:
+    """Whether every trial of the run terminated (its sweep wrote the finished marker)."""
+    return read_text(run_path, FINISHED_FILE) is not None
+
+
+def find_run_to_resume(
+    storage: str, experiment_name: str, smoke: bool | None, name: str | None
+) -> str:
+    """The run folder ``--resume`` continues: ``--name``, else the newest unfinished run.
+
+    Without ``--name``, the runs of ``experiment_name`` in a local storage root are those whose
+    saved ``experiment.yaml`` names it and that Tune can restore; ``smoke`` (True or False)
+    keeps only smoke or only full runs, None keeps both. Finished runs are skipped.
+    """
     from ray import tune
 
     if name:
-        path = storage_paths.join(storage, name)
+        path = run_path_of(storage, name)
         if not tune.Tuner.can_restore(path):
             raise UserError(f"--resume: no resumable sweep at {path}")
         return path
     if "://" in storage:
         raise UserError("--resume with a cloud --storage needs --name (the run folder to resume)")
-    prefix = f"{experiment_name}{'-smoke' if smoke else ''}-"
     root = Path(storage)
-    runs = sorted(
-        (p for p in root.glob(f"{prefix}*") if p.name[len(prefix):][:8].isdigit()),
-        key=lambda p: p.name,
-        reverse=True,
-    ) if root.is_dir() else []
-    for run in runs:
-        if tune.Tuner.can_restore(str(run.absolute())):
-            return str(run.absolute())
-    raise UserError(f"--resume: no resumable run of '{prefix[:-1]}' in {root.absolute()}")
+    runs = []
+    for saved in root.glob(f"*/{EXPERIMENT_FILE}") if root.is_dir() else []:
+        try:
+            raw = yaml_io.load(saved)
+        except UserError:
+            continue
+        if not isinstance(raw, dict) or raw.get("name") != experiment_name:
+            continue
+        if smoke is not None and bool(raw.get("smoke")) != smoke:
+            continue
+        if tune.Tuner.can_restore(str(saved.parent)):
+            runs.append(saved.parent)
+    runs.sort(key=lambda run: (run / EXPERIMENT_FILE).stat().st_mtime, reverse=True)
+    unfinished = [run for run in runs if not is_finished(str(run))]
+    kind = {True: " smoke", False: " full", None: ""}[smoke]
+    if not unfinished:
+        if runs:
+            raise UserError(f"--resume: every{kind} run of '{experiment_name}' in {root} has "
+                            f"finished (newest: {runs[0].name}); nothing to resume")
+        raise UserError(f"--resume: no resumable{kind} run of '{experiment_name}' in {root}")
+    return str(unfinished[0])
 
 
 def saved_experiment(run_path: str) -> Experiment:
-    """The experiment a run folder was started with (its ``experiment.yaml``)."""
-    path = Path(run_path) / EXPERIMENT_FILE
-    raw = yaml_io.load(path)
-    name, smoke = raw.pop("name"), raw.pop("smoke")
-    raw.pop("source", None)
-    return validate(raw, name=name, source=str(path), smoke=smoke)
+    """The experiment a run folder was started with (its ``experiment.yaml``), local or cloud."""
+    source = f"{run_path.rstrip('/')}/{EXPERIMENT_FILE}"
+    text = read_text(run_path, EXPERIMENT_FILE)
+    if text is None:
+        raise UserError(f"--resume: {source} is missing; this folder was not started by raylab")
+    return from_saved(yaml_io.loads(text, source), source)
 
 
 def max_concurrent_trials(
@@ -91,13 +132,16 @@ def sweep(
     verbose: int = 1,
     loggers: list[str] = (),
     joined_cluster: bool = False,
+    progress: bool = False,
 ):
     """Run (or resume) the sweep; return ``(ResultGrid, run_path, experiment)``.
 
     Ray must be connected (``connect``). With ``resume``, the run folder's saved experiment is
     used and the sweep continues: finished trials are kept, unfinished and errored ones resume
     from their checkpoints. On a ``joined_cluster`` every trial is queued at once (see
-    ``max_concurrent_trials``).
+    ``max_concurrent_trials``). ``verbose`` is Ray Tune's own output; ``progress`` prints
+    raylab's one line per trial update. A resumed run keeps the console settings it was
+    started with (Ray restores its RunConfig).
     """
     import ray
     from ray import tune
@@ -109,17 +153,19 @@ def sweep(
     storage_uri = storage_root(storage)
     if resume:
         run_path = find_run_to_resume(storage_uri, experiment.name, experiment.smoke, name)
-        experiment = saved_experiment(run_path) if "://" not in run_path else experiment
+        experiment = saved_experiment(run_path)
         tuner = tune.Tuner.restore(
             run_path,
             trainable=make_trainable(experiment, run_path),
             resume_unfinished=True,
             resume_errored=True,
         )
-        return tuner.fit(), run_path, experiment
+        return _fit(tuner, run_path), run_path, experiment
 
     run_name = name or default_run_name(experiment)
-    run_path = storage_paths.join(storage_uri, run_name)
+    if name:
+        refuse_existing_run(storage_uri, name)
+    run_path = run_path_of(storage_uri, run_name)
     max_concurrent = max_concurrent_trials(experiment, ray.cluster_resources(), joined_cluster)
     tuner = tune.Tuner(
         make_trainable(experiment, run_path),
@@ -139,9 +185,22 @@ def sweep(
             checkpoint_config=tune.CheckpointConfig(num_to_keep=experiment.checkpoint.keep),
             failure_config=tune.FailureConfig(max_failures=experiment.failure.max_failures),
             callbacks=[resolved_config_callback(experiment, run_path),
-                       *logger_callbacks(list(loggers), experiment.name, run_path)],
+                       *logger_callbacks(list(loggers), experiment.name, run_path)]
+            + ([progress_callback(experiment)] if progress else []),
             verbose=verbose,
         ),
     )
     write_text(run_path, EXPERIMENT_FILE, yaml_io.dumps(experiment.to_yaml_dict()))
-    return tuner.fit(), run_path, experiment
+    return _fit(tuner, run_path), run_path, experiment
+
+
+def _fit(tuner, run_path: str):
+    """``tuner.fit()``, then the finished marker when every trial reached its end.
+
+    A trial has ended when its last result says ``done``; Tune's trial status does not tell
+    (an interrupted sweep marks its stopped trials TERMINATED too).
+    """
+    results = tuner.fit()
+    if len(results) and all(r.error is None and (r.metrics or {}).get("done") for r in results):
+        write_text(run_path, FINISHED_FILE, yaml_io.dumps({"trials": len(results)}))
+    return results

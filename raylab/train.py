@@ -77,17 +77,20 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("name an experiment (python -m raylab.tune --list shows them)")
     if args.resume and args.overrides:
         raise UserError("--resume continues a trial as it was started; drop the overrides")
-    experiment = experiments.load(args.experiment, args.overrides, smoke=args.smoke)
+    root = Path(args.storage)
+    if args.resume:  # the run folder's own experiment (smoke or not), before any check
+        name = Path(args.experiment).stem if args.experiment.endswith((".yaml", ".yml")) else args.experiment
+        run_dir = _newest_run(root, name, args.smoke, args.name)
+        experiment = sweep.saved_experiment(str(run_dir))
+    else:
+        experiment = experiments.load(args.experiment, args.overrides, smoke=args.smoke)
+        run_dir = root / (args.name or sweep.default_run_name(experiment).replace(
+            experiment.name, f"{experiment.name}-train", 1))
+        if args.name:
+            sweep.refuse_existing_run(str(root.absolute()), args.name)
     checks.check_storage(args.storage)
     checks.check_resources(experiment, ray_start.local_resources(), local=True)
     checks.preflight(experiment)
-    root = Path(args.storage)
-    if args.resume:
-        run_dir = _newest_run(root, experiment, args.name)
-        experiment = sweep.saved_experiment(str(run_dir))
-    else:
-        run_dir = root / (args.name or sweep.default_run_name(experiment).replace(
-            experiment.name, f"{experiment.name}-train", 1))
     config, picked = single_config(experiment)
     for key, value in picked.items():
         cli.stderr(f"search.{key}: using {value!r} (pin it with config.{key}=...)")
@@ -113,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _newest_run(root: Path, experiment: experiments.Experiment, name: str | None) -> Path:
+def _newest_run(root: Path, experiment_name: str, smoke: bool, name: str | None) -> Path:
     if name:
         if not (root / name / run_files.EXPERIMENT_FILE).is_file():
             raise UserError(f"--resume: no trial run at {root / name}")
         return root / name
-    prefix = f"{experiment.name}-train{'-smoke' if experiment.smoke else ''}-"
+    prefix = f"{experiment_name}-train{'-smoke' if smoke else ''}-"
     runs = sorted(root.glob(f"{prefix}*"), reverse=True) if root.is_dir() else []
     runs = [r for r in runs if (r / run_files.EXPERIMENT_FILE).is_file()]
     if not runs:

@@ -9,6 +9,7 @@ same loop; that path costs more to start and pays for itself on multi-worker or 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 from typing import Any, Callable
@@ -41,6 +42,8 @@ def run_trial(settings: dict[str, Any], backend: str, config: dict[str, Any]) ->
         from ray import tune
 
         gauges = TrialGauges(tune.get_context().get_trial_id(), settings["experiment"], settings["metric"])
+    # Ray Train logs one INFO line per checkpoint, which the driver's console repeats.
+    logging.getLogger("ray.train").setLevel(logging.WARNING)
     session.start(
         backend=backend,
         checkpoint_every=settings["checkpoint_every"],

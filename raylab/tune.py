@@ -11,7 +11,9 @@ Examples::
 
 from __future__ import annotations
 
+import shlex
 import sys
+from pathlib import Path
 
 from raylab import checks, cli, loggers, ray_start, run_files, storage, summary, sweep, yaml_io
 from raylab import experiment as experiments
@@ -32,10 +34,13 @@ def parser() -> cli.ArgumentParser:
         help="a local --storage that every cluster node mounts at the same path (NFS)",
     )
     p.add_argument("--dashboard", action="store_true", help="local Ray with its dashboard on 127.0.0.1")
+    p.add_argument("--keep", action="store_true", help="with --dashboard: keep it up after the sweep until Ctrl-C")
+    p.add_argument("--listen", action="store_true", help="local Ray listens on all interfaces, not only 127.0.0.1")
     p.add_argument("--report", action="store_true", help="write the figures report when the sweep ends")
-    p.add_argument("--quiet", action="store_true", help="no progress table while the sweep runs")
+    p.add_argument("--quiet", action="store_true", help="no progress lines while the sweep runs")
     p.add_argument("--logger", action="append", default=[], metavar="NAME",
                    help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/loggers.py")
+    p.add_argument("--verbose", action="store_true", help="Ray Tune's own progress tables and logs too")
     return p
 
 
@@ -44,50 +49,55 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_intermixed_args(argv)
     cli.use_config_dirs(args.configs)
     log_to = loggers.check(args.logger)  # before Ray starts: a bad name is one line
-    cli.quiet_third_party_warnings()
+    cli.quiet_third_party_warnings(verbose=args.verbose)
     if args.list:
         print(cli.list_experiments())
         return 0
     if not args.experiment:
         raise UserError("name an experiment (python -m raylab.tune --list shows them)")
-    overrides = list(args.overrides)
-    if args.num_samples is not None:
-        overrides.append(f"num_samples={args.num_samples}")
-    if args.resume and overrides:
-        raise UserError("--resume continues a sweep as it was started; drop the overrides")
-    experiment = experiments.load(args.experiment, overrides, smoke=args.smoke)
+    if args.keep and not args.dashboard:
+        raise UserError("--keep keeps the dashboard up after the sweep; it needs --dashboard")
+    if args.listen and args.address:
+        raise UserError("--listen is for the local Ray raylab starts; a joined cluster binds as it was started")
+    root = sweep.storage_root(args.storage)
+    if args.resume:
+        run_path, experiment = run_to_resume(args, root)
+        if sweep.is_finished(run_path):
+            print(f"{run_name_of(run_path)} has finished: every trial terminated; nothing to "
+                  f"resume.\nresults: {run_path}")
+            return 0
+    else:
+        experiment = experiments.load(args.experiment, overrides_of(args), smoke=args.smoke)
 
     if args.dry_run:
         print(dry_run_text(experiment))
-        try:  # the checks a local run would make; a cluster may well pass where this machine fails
-            checks.preflight(experiment)
-            print("# preflight on this machine: ok")
-        except UserError as err:
-            print(f"# preflight on this machine: {err}")
+        print(cost_text(experiment))
+        for check, problem in run_checks(args, experiment, root):
+            print(f"# {check}: {problem or 'ok'}")
         return 0
 
-    checks.check_storage(args.storage)
-    if args.resume:  # fail before Ray starts when there is nothing to resume
-        sweep.find_run_to_resume(
-            sweep.storage_root(args.storage), experiment.name, experiment.smoke, args.name
-        )
-    if not args.address:
-        checks.check_resources(experiment, ray_start.local_resources(), local=True)
-        checks.preflight(experiment)
+    for _, problem in run_checks(args, experiment, root, stop_at_first=True):
+        if problem:
+            raise UserError(problem)
     ray_info = ray_start.connect(
-        args.address, dashboard=args.dashboard, state_api=experiment.resources.uses_ray_train
+        args.address, dashboard=args.dashboard, state_api=experiment.resources.uses_ray_train,
+        listen=args.listen,
     )
-    if ray_info["dashboard_url"]:
-        cli.stderr(f"Ray dashboard: {ray_info['dashboard_url']}")
     if args.address:  # before any trial starts: a local folder must be one every node mounts
         import ray
 
         checks.check_storage(args.storage, joined=True, shared=args.shared_storage)
         checks.check_resources(experiment, ray.cluster_resources(), local=False)
+    if ray_info["dashboard_url"]:
+        cli.stderr(ray_start.dashboard_text(ray_info))
 
+    run_name = args.name or (run_name_of(run_path) if args.resume else sweep.default_run_name(experiment))
+    cli.stderr(f"run folder: {sweep.run_path_of(root, run_name)}\n"
+               f"TensorBoard: tensorboard --logdir {sweep.run_path_of(root, run_name)}")
     results, run_path, experiment = sweep.sweep(
-        experiment, storage=args.storage, name=args.name, resume=args.resume,
-        verbose=0 if args.quiet else 1, loggers=log_to, joined_cluster=bool(args.address),
+        experiment, storage=args.storage, name=run_name, resume=args.resume,
+        verbose=2 if args.verbose else 0, progress=not args.quiet,
+        loggers=log_to, joined_cluster=bool(args.address),
     )
     table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search))
     csv_path = run_files.write_text(run_path, "summary.csv", summary.to_csv(table))
@@ -98,13 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         from raylab import report
 
         print(f"report: {report.write_report(run_path)}")
-    unfinished = [row["trial"] for row in table if row["status"] not in ("TERMINATED", "ERROR")]
+    unfinished = sum(row["status"] not in ("TERMINATED", "ERROR") for row in table)
+    if ray_info["dashboard_url"] and args.keep and not unfinished:
+        ray_start.wait_for_ctrl_c(ray_info)
     if unfinished:
-        run_name = storage.name_of(run_path)
         cli.stderr(
-            f"sweep interrupted with {len(unfinished)} unfinished trial(s); continue it with: "
-            f"python -m raylab.tune {experiment.name} --resume --name {run_name}"
-            + (f" --storage {args.storage}" if args.storage != "results" else "")
+            f"sweep interrupted with {unfinished} unfinished trial(s); continue it with:\n"
+            f"  {resume_command(experiment.name, run_name_of(run_path), args)}"
         )
         return 130
     failed = [row["trial"] for row in table if row["status"] == "ERROR"]
@@ -112,6 +122,77 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their error.txt", file=sys.stderr)
         return 1
     return 0
+
+
+def overrides_of(args) -> list[str]:
+    overrides = list(args.overrides)
+    if args.num_samples is not None:
+        overrides.append(f"num_samples={args.num_samples}")
+    return overrides
+
+
+def run_to_resume(args, root: str) -> tuple[str, experiments.Experiment]:
+    """The run folder ``--resume`` continues and the experiment it saved (before Ray starts)."""
+    if overrides_of(args):
+        raise UserError("--resume continues a sweep as it was started; drop the overrides")
+    name = experiment_name(args.experiment)
+    run_path = sweep.find_run_to_resume(root, name, True if args.smoke else None, args.name)
+    experiment = sweep.saved_experiment(run_path)
+    if experiment.name != name:
+        raise UserError(f"--resume --name {args.name}: that run is of experiment "
+                        f"'{experiment.name}', not '{name}'")
+    if not args.name:
+        cli.stderr(f"resuming {run_name_of(run_path)}, the newest unfinished run of '{name}'")
+    return run_path, experiment
+
+
+def experiment_name(name_or_path: str) -> str:
+    """An experiment's name as run folders save it: a YAML path's stem, or the name given."""
+    return Path(name_or_path).stem if name_or_path.endswith((".yaml", ".yml")) else name_or_path
+
+
+def run_name_of(run_path: str) -> str:
+    return storage.name_of(run_path)
+
+
+def resume_command(experiment_name: str, run_name: str, args) -> str:
+    """The command that continues this run, exactly as it must be typed."""
+    command = f"python -m raylab.tune {experiment_name} --resume --name {run_name}"
+    if args.storage != "results":
+        command += f" --storage {shlex.quote(args.storage)}"
+    if args.address:
+        command += f" --address {shlex.quote(args.address)}"
+    return command
+
+
+def run_checks(args, experiment, root: str, stop_at_first: bool = False):
+    """The checks the sweep passes before Ray starts, as ``(check, problem or None)`` pairs.
+
+    ``--dry-run`` runs them all and prints each; a real run stops at the first problem.
+    """
+    def name_is_free():
+        if args.name and not args.resume:
+            sweep.refuse_existing_run(root, args.name)
+
+    def resources():
+        if not args.address:
+            checks.check_resources(experiment, ray_start.local_resources(), local=True)
+
+    steps = [
+        ("storage", lambda: checks.check_storage(args.storage)),
+        ("run name", name_is_free),
+        ("resources on the cluster (checked once joined)" if args.address
+         else "resources on this machine", resources),
+        ("workload preflight", lambda: checks.preflight(experiment)),
+    ]
+    for check, run in steps:
+        try:
+            run()
+            yield check, None
+        except UserError as err:
+            yield check, str(err)
+            if stop_at_first:
+                return
 
 
 def dry_run_text(experiment: experiments.Experiment) -> str:
@@ -124,6 +205,45 @@ def dry_run_text(experiment: experiments.Experiment) -> str:
         + yaml_io.dumps(experiment.to_yaml_dict())
         + f"# trials: {trials}; per trial: {total['CPU']:g} CPU, {total['GPU']:g} GPU ({path})"
     )
+
+
+def cost_text(experiment: experiments.Experiment) -> str:
+    """The sweep's size: trials x steps, GPU-hours at the file's stated rate, checkpoint bytes."""
+    trials = search_space.grid_size(experiment.search) * experiment.num_samples
+    estimate = experiment.estimate
+    lines = []
+    if experiment.stop:
+        key, steps = next(iter(experiment.stop.items()))
+        lines.append(f"# cost: {trials} trials x {steps:,.0f} {key} = {trials * steps:,.0f} {key}")
+        if estimate.steps_per_s:
+            hours = trials * steps / estimate.steps_per_s / 3600
+            gpus = experiment.resources.total()["GPU"]
+            lines.append(
+                f"#   at {estimate.steps_per_s:,.0f} {key}/s per trial ({estimate.rate_basis or 'rate stated in the file'}): "
+                f"{hours:,.1f} trial-hours" + (f", {hours * gpus:,.1f} GPU-hours" if gpus else "")
+                + f", {hours * experiment.resources.total()['CPU']:,.1f} CPU-hours"
+            )
+    else:
+        lines.append(f"# cost: {trials} trials; no stop criterion, so no step count to multiply")
+    if estimate.checkpoint_bytes:
+        kept = experiment.checkpoint.keep
+        per_trial = estimate.checkpoint_bytes * (kept if kept is not None else 1)
+        lines.append(f"#   checkpoints kept: {trials} trials x {kept if kept is not None else 'all (at least 1)'} x "
+                     f"{_bytes(estimate.checkpoint_bytes)} = {_bytes(trials * per_trial)}")
+    if not estimate.steps_per_s or not estimate.checkpoint_bytes:
+        lines.append("#   (the file states no " + " or ".join(
+            name for name, value in (("steps_per_s", estimate.steps_per_s),
+                                     ("checkpoint_bytes", estimate.checkpoint_bytes)) if not value)
+            + " in its estimate: section)")
+    return "\n".join(lines)
+
+
+def _bytes(count: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if count < 1000 or unit == "TB":
+            return f"{count:,.1f} {unit}" if unit != "B" else f"{count:,.0f} B"
+        count /= 1000
+    return f"{count:,.1f} TB"
 
 
 if __name__ == "__main__":

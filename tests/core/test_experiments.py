@@ -56,11 +56,11 @@ def test_every_workload_config_field_has_a_docstring(name):
 
 def test_experiment_sections_have_docstrings():
     for cls in (Experiment, experiments.Resources, experiments.Scheduler,
-                experiments.Checkpointing, experiments.Failure):
+                experiments.Checkpointing, experiments.Failure, experiments.Estimate):
         docs = field_docs(cls)
         undocumented = [f.name for f in dataclasses.fields(cls)
                         if not docs.get(f.name) and not dataclasses.is_dataclass(f.type)
-                        and f.name not in {"scheduler", "resources", "checkpoint", "failure"}]
+                        and f.name not in {"scheduler", "resources", "checkpoint", "failure", "estimate"}]
         assert not undocumented, (cls.__name__, undocumented)
 
 
