@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack,backdoor,atari-wrappers,aws]"
 	$(PY) -m pip install --quiet --no-deps torchattacks==3.5.1
 	$(PY) -m pip install --quiet --no-deps molsets==0.3.1
+	# molsets' wheel also installs a top-level 'tests' package, which would shadow this repo's tests/
+	rm -rf "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/tests"
 	touch $(STAMP)
 
 # Boltz-2 teacher environment (trainers/boltz_distill): boltz pins numpy<2, scipy 1.13.1 and

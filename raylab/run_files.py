@@ -76,7 +76,7 @@ def resolved_config_callback(experiment: Experiment, run_path: str | None = None
             config = search_space.with_variant(trial.config)
             resolved = to_dict(from_dict(config_cls, config, experiment.source, "config"))
             trial_name = trial.path.rstrip("/").rsplit("/", 1)[-1]
-            folder = f"{run_path.rstrip('/')}/{trial_name}" if run_path else trial.path
+            folder = storage.join(run_path, trial_name) if run_path else trial.path
             write_text(folder, "config.yaml", yaml_io.dumps(resolved))
 
     return WriteResolvedConfig()

@@ -162,6 +162,8 @@ def resume_command(experiment_name: str, run_name: str, args) -> str:
         command += f" --storage {shlex.quote(args.storage)}"
     if args.address:
         command += f" --address {shlex.quote(args.address)}"
+    if args.shared_storage:
+        command += " --shared-storage"
     return command
 
 

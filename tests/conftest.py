@@ -16,6 +16,12 @@ from raylab import sweep
 from raylab import train as raylab_train
 
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+# Loops that live in tests/ (faulty and failing loops) are imported by module path in Ray
+# workers, whose working directory is not the repository's: they find it on PYTHONPATH.
+REPO_ROOT = Path(__file__).resolve().parents[1]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
+)
 
 
 @pytest.fixture(scope="session")

@@ -96,9 +96,7 @@ def test_a_tune_trial_trains_on_the_cpu_whatever_the_machine_has():
 
 
 def test_without_a_driver_resource_the_driver_asks_for_a_byte():
-    import ray
-
-    assert not ray.is_initialized()
+    # Whether or not an earlier test left Ray running, it has no trial_driver resource.
     assert trainables.driver_request() == {"CPU": 0, "memory": 1}
 
 

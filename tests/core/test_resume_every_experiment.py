@@ -81,7 +81,7 @@ def test_interrupted_smoke_sweep_resumes_with_the_printed_command(name, sig, ray
     address = ray_session.get_runtime_context().gcs_address
     overrides = short_overrides(name)
     proc = tune_cli([name, "--smoke", *overrides, "--storage", str(storage), "--name", "run",
-                     "--address", address, "--quiet"])
+                     "--address", address, "--shared-storage", "--quiet"])
     deadline = time.monotonic() + 240
     while reported(storage / "run") == 0:
         assert proc.poll() is None, proc.communicate()
@@ -90,7 +90,7 @@ def test_interrupted_smoke_sweep_resumes_with_the_printed_command(name, sig, ray
     if sig == signal.SIGKILL:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-        command = f"python -m raylab.tune {name} --resume --name run --storage {storage} --address {address}"
+        command = f"python -m raylab.tune {name} --resume --name run --storage {storage} --address {address} --shared-storage"
     else:
         os.kill(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=180)

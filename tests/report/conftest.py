@@ -77,11 +77,24 @@ def is_seed(key: str, seeds) -> bool:
     return key in seeds if seeds is not None else key == "seed" or key.endswith("_seed")
 
 
+def searched_fields(search: dict) -> list[str]:
+    """The config fields a saved search sets: its keys, with ``variant`` replaced by the fields
+    its groups set (the report shows those, once each)."""
+    fields: dict[str, None] = {}
+    for key, spec in search.items():
+        if key == "variant":
+            groups = spec.get("grid", []) if isinstance(spec, dict) else spec
+            fields.update(dict.fromkeys(k for group in groups for k in group))
+        else:
+            fields[key] = None
+    return list(fields)
+
+
 def check_tables(run: Path, report: dict, seeds=None) -> int:
     """Every table cell equals the oracle's aggregate; every oracle group has its cell."""
     experiment = yaml.safe_load((run / "experiment.yaml").read_text())
     trials = read_trials(run)
-    conditions = [k for k in experiment.get("search", {}) if not is_seed(k, seeds)]
+    conditions = [k for k in searched_fields(experiment.get("search", {})) if not is_seed(k, seeds)]
     html = (run / "report" / "report.html").read_text() if (run / "report" / "report.html").exists() else ""
     checked = 0
     for table in report["tables"]:
