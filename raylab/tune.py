@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         cli.stderr(ray_start.dashboard_text(ray_info))
 
     run_name = args.name or (run_name_of(run_path) if args.resume else sweep.default_run_name(experiment))
-    cli.stderr(f"run folder: {sweep.run_path_of(root, run_name)}\n"
-               f"TensorBoard: tensorboard --logdir {sweep.run_path_of(root, run_name)}")
+    folder = sweep.run_path_of(root, run_name)
+    cli.stderr(f"run folder: {folder}\nTensorBoard: tensorboard --logdir {folder}")
     results, run_path, experiment = sweep.sweep(
         experiment, storage=args.storage, name=run_name, resume=args.resume,
         verbose=2 if args.verbose else 0, progress=not args.quiet,
