@@ -11,6 +11,11 @@ from typing import Any
 from raylab.errors import UserError
 
 
+def cluster_address(address: str | None) -> str | None:
+    """The cluster to join: ``address``, else the one ``ray job submit`` names in RAY_ADDRESS."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
 def connect(
     address: str | None = None, dashboard: bool = False, state_api: bool = False,
     listen: bool = False,
@@ -27,6 +32,7 @@ def connect(
 
     if ray.is_initialized():
         return {"started": False, "dashboard_url": None}
+    address = cluster_address(address)
     if address:
         if address != "auto" and not address.startswith("ray://"):
             _check_reachable(address)
@@ -35,7 +41,10 @@ def connect(
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise UserError(f"cannot join Ray cluster at '{address}': {err}") from None
         return {"started": False, "dashboard_url": context.dashboard_url}
+    # "local", not None: ray.init() would otherwise join whatever cluster the last `ray start`
+    # on this machine recorded in Ray's temp folder, even one long gone (it then hangs).
     context = ray.init(
+        address="local",
         include_dashboard=dashboard or state_api,
         dashboard_host="0.0.0.0" if listen else "127.0.0.1",
         logging_level=logging.WARNING,

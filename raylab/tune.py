@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.experiment:
         raise UserError("name an experiment (python -m raylab.tune --list shows them)")
+    args.address = ray_start.cluster_address(args.address)
     if args.keep and not args.dashboard:
         raise UserError("--keep keeps the dashboard up after the sweep; it needs --dashboard")
     if args.listen and args.address:

@@ -36,7 +36,7 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1",
+        ray.init(address="local", num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1",
                  logging_level=logging.ERROR)
     yield ray
     ray.shutdown()

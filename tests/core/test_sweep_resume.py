@@ -74,3 +74,25 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, s
     assert 20 < after[0] <= steps_before[-1] + 20 and after == list(range(after[0], 401, 20))
     rows = list(csv.DictReader((run / "summary.csv").open()))
     assert len(rows) == 2 and {r["status"] for r in rows} == {"TERMINATED"}
+
+
+def test_a_stale_ray_address_file_does_not_capture_a_local_sweep(tmp_path):
+    """`ray start` records its cluster in Ray's temp folder; a killed cluster leaves the file
+    behind. Without --address raylab starts its own Ray rather than dialling that address."""
+    import tempfile
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rlstale-", dir="/tmp"))  # short: Ray's socket paths
+    (ray_tmp / "ray").mkdir()
+    (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:9\n")  # nothing listens
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = tune_cli("--name", "run", "search.steps=[5]", "search.seed=[0]",
+                    storage=tmp_path / "results", env={**env, "RAY_TMPDIR": str(ray_tmp)})
+    try:
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    from raylab import run_files
+
+    assert (tmp_path / "results" / "run" / run_files.FINISHED_FILE).exists()
