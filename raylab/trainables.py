@@ -59,8 +59,8 @@ def run_trial(settings: dict[str, Any], backend: str, config: dict[str, Any]) ->
 def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
     """A Tune trial that runs the loop on Ray Train workers (several workers, or GPUs).
 
-    One retry budget: the Train run itself never retries (``FailureConfig(max_failures=0)``),
-    so a failed worker fails the Tune trial, which Tune restarts up to the experiment's
+    One retry budget: the Train run itself never retries a failure of its workers
+    (``FailureConfig(max_failures=0)``), so a failed worker fails the Tune trial, which Tune restarts up to the experiment's
     ``failure.max_failures`` times from the trial's latest checkpoint. Each attempt (and each
     restart after a PBT exploit) is a fresh Train run that starts from ``tune.get_checkpoint()``.
     Each report reaches Tune with its metrics reduced across ranks and its checkpoint, which
@@ -87,7 +87,7 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
         functools.partial(run_trial, worker_settings, "train"),
         train_loop_config=config,
         torch_config=TorchConfig(
-            backend=distributed_backend(settings["gpus_per_worker"], settings["cpus_per_worker"])
+            backend=distributed_backend(settings["gpus_per_worker"])
         ),
         scaling_config=ray.train.ScalingConfig(
             num_workers=settings["workers"],
@@ -103,8 +103,10 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
             callbacks=[ForwardToTrial(mailbox)],
             # Tune keeps the trial's checkpoints; Ray Train only needs the one in transit.
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=1),
+            # A worker group that cannot start yet (its node is still being added by the
+            # autoscaler) is no failure of the loop: Ray Train retries the start, as by default.
             failure_config=ray.train.FailureConfig(
-                max_failures=0, controller_failure_limit=0, max_preemption_failures=0
+                max_failures=0, controller_failure_limit=-1, max_preemption_failures=0
             ),
         ),
     )
@@ -150,30 +152,22 @@ def remove_folder(uri: str) -> None:
         fs.delete_dir(path)
 
 
-def distributed_backend(
-    gpus_per_worker: float, cpus_per_worker: float = 0, cuda: bool | None = None
-) -> str:
-    """The torch.distributed backend of a trial's Train workers: nccl on CUDA, gloo otherwise.
+def distributed_backend(gpus_per_worker: float, nccl_built: bool | None = None) -> str:
+    """The torch.distributed backend of a trial's Train workers: nccl on GPUs, gloo otherwise.
 
-    ``cuda`` says whether the workers' GPUs are CUDA devices torch can use; by default a task
-    with one worker's resource request answers that, on a node like theirs (so that on an
-    autoscaling cluster it asks for the node type the workers will need). A GPU resource with
-    no CUDA behind it, as on a simulated cluster, gets gloo, and the loop trains on the CPU.
+    nccl needs a torch built with it (``nccl_built``, by default asked of this torch; every
+    node runs the same image). A GPU resource with no CUDA torch behind it, as on a simulated
+    cluster, gets gloo, and the loop trains on the CPU. Decided here, in the trial's driver,
+    without a probe task: a task asking for a GPU from inside the trial's placement group
+    fits none of its bundles, and outside it would wait for a GPU the trials hold.
     """
     if gpus_per_worker <= 0:
         return "gloo"
-    if cuda is None:
-        import ray
+    if nccl_built is None:
+        import torch.distributed
 
-        probe = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker)(_cuda_usable)
-        cuda = ray.get(probe.remote())
-    return "nccl" if cuda else "gloo"
-
-
-def _cuda_usable() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+        nccl_built = torch.distributed.is_available() and torch.distributed.is_nccl_available()
+    return "nccl" if nccl_built else "gloo"
 
 
 DRIVER_RESOURCE = "trial_driver"

@@ -66,6 +66,7 @@ def autoscaling_config(port: int, gpu_nodes: int, idle_timeout_s: float) -> dict
             },
         },
         "head_node_type": "ray.head.default",
+        "auth": {},  # the node launcher hashes it into each launch config, even for fake nodes
         "file_mounts": {},
         "cluster_synced_files": [],
         "file_mounts_sync_continuously": False,
