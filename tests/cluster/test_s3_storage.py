@@ -50,3 +50,54 @@ def test_sweep_checkpoints_and_reports_on_an_s3_compatible_store(s3_server, tmp_
     )
     assert report.returncode == 0, report.stderr[-3000:]
     assert (out / "report.json").exists() and any(out.glob("*.md"))
+
+
+def s3_result_steps(client, run: str) -> list[int]:
+    """The steps in the (one) trial's result.json in the bucket."""
+    import json
+
+    (key,) = [k for k in keys(client, f"runs/{run}/") if k.endswith("/result.json")]
+    text = client.get_object(Bucket="raylab", Key=key)["Body"].read().decode()
+    return [json.loads(line)["train/step"] for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_on_s3_resumes_from_a_fresh_process_with_the_printed_command(s3_server):
+    import shlex
+    import signal
+    import time
+
+    storage, client = s3_server
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--quiet", "--storage", storage,
+         "--name", "s3int", "search.steps=[400]", "search.seed=[0]", "config.step_time_s=0.05"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:  # checkpoints go to the bucket as they are reported
+        if len({k.split("/")[3] for k in keys(client, "runs/s3int/") if "/checkpoint_" in k}) >= 2:
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("no checkpoint reached the bucket")
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    (printed,) = [line.strip() for line in err.splitlines() if "--resume --name s3int" in line]
+    assert printed.startswith("python -m raylab.tune toy --resume --name s3int --storage ")
+    before = s3_result_steps(client, "s3int")
+    assert before and before[-1] < 400
+
+    resumed = tune(*shlex.split(printed)[3:])  # exactly the printed command, in a new process
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    steps = s3_result_steps(client, "s3int")
+    assert steps[: len(before)] == before and steps[-1] == 400, (before, steps)
+    after = steps[len(before):]
+    # Continued from a checkpoint in the bucket (not from step 0): only steps since it ran again.
+    assert 20 < after[0] <= before[-1] + 20 and after == list(range(after[0], 401, 20)), steps
+
+    again = tune(*shlex.split(printed)[3:])
+    assert again.returncode == 0 and "has finished" in again.stdout, again.stdout + again.stderr[-2000:]

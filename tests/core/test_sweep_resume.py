@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -92,6 +93,7 @@ def test_a_stale_ray_address_file_does_not_capture_a_local_sweep(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, err[-3000:]
     from raylab import run_files
 

