@@ -60,8 +60,9 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
     """A Tune trial that runs the loop on Ray Train workers (several workers, or GPUs).
 
     One retry budget: the Train run itself never retries a failure of its workers
-    (``FailureConfig(max_failures=0)``), so a failed worker fails the Tune trial, which Tune restarts up to the experiment's
-    ``failure.max_failures`` times from the trial's latest checkpoint. Each attempt (and each
+    (``FailureConfig(max_failures=0)``), so a failed worker fails the Tune trial, which Tune
+    restarts up to the experiment's ``failure.max_failures`` times from the trial's latest
+    checkpoint. Each attempt (and each
     restart after a PBT exploit) is a fresh Train run that starts from ``tune.get_checkpoint()``.
     Each report reaches Tune with its metrics reduced across ranks and its checkpoint, which
     Tune copies into the trial folder (see ``raylab.train_bridge``).

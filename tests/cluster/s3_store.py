@@ -16,3 +16,17 @@ def keys(client, prefix: str = "") -> list[str]:
             return found
 
 
+
+
+def checkpoint_names(client, run: str) -> set[str]:
+    """The checkpoint folders of a run's trials in the test bucket (``runs/RUN/TRIAL/checkpoint_*``)."""
+    return {k.split("/")[3] for k in keys(client, f"runs/{run}/") if "/checkpoint_" in k}
+
+
+def result_rows(client, run: str) -> list[dict]:
+    """The rows of the (one) trial's result.json of a run in the test bucket."""
+    import json
+
+    (key,) = [k for k in keys(client, f"runs/{run}/") if k.endswith("/result.json")]
+    text = client.get_object(Bucket="raylab", Key=key)["Body"].read().decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -11,7 +11,6 @@ that was never interrupted.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cluster.fake_cluster import fake_cluster
-from cluster.s3_store import keys
+from cluster.s3_store import checkpoint_names, result_rows
 
 TRIAL = ["search.seed=[0]", "config.steps=200", "config.report_every=10"]
 
@@ -44,16 +43,6 @@ def train_worker_nodes(cluster) -> dict[int, str]:
     return found
 
 
-def checkpoints_in_bucket(client, run: str) -> set[str]:
-    return {k.split("/")[3] for k in keys(client, f"runs/{run}/") if "/checkpoint_" in k}
-
-
-def result_rows(client, run: str) -> list[dict]:
-    (key,) = [k for k in keys(client, f"runs/{run}/") if k.endswith("/result.json")]
-    text = client.get_object(Bucket="raylab", Key=key)["Body"].read().decode()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 @pytest.mark.slow
 @pytest.mark.skip(reason="not yet passing: the strike never found the trial's Ray Train worker among the "
                   "simulated cluster's processes (its node id is looked up in the worker's environment); "
@@ -68,7 +57,7 @@ def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoin
         def strike() -> None:
             deadline = time.monotonic() + 400
             while time.monotonic() < deadline and not struck:
-                if len(checkpoints_in_bucket(client, "lost")) >= 2 and (workers := train_worker_nodes(cluster)):
+                if len(checkpoint_names(client, "lost")) >= 2 and (workers := train_worker_nodes(cluster)):
                     node = next(iter(workers.values()))
                     raylet = cluster.raylet_pid(node)
                     for pid in filter(None, [raylet, *workers]):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.s3_store import keys
+from cluster.s3_store import checkpoint_names, keys, result_rows
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,12 +53,7 @@ def test_sweep_checkpoints_and_reports_on_an_s3_compatible_store(s3_server, tmp_
 
 
 def s3_result_steps(client, run: str) -> list[int]:
-    """The steps in the (one) trial's result.json in the bucket."""
-    import json
-
-    (key,) = [k for k in keys(client, f"runs/{run}/") if k.endswith("/result.json")]
-    text = client.get_object(Bucket="raylab", Key=key)["Body"].read().decode()
-    return [json.loads(line)["train/step"] for line in text.splitlines() if line.strip()]
+    return [row["train/step"] for row in result_rows(client, run)]
 
 
 @pytest.mark.slow
@@ -76,7 +71,7 @@ def test_an_interrupted_sweep_on_s3_resumes_from_a_fresh_process_with_the_printe
     )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # checkpoints go to the bucket as they are reported
-        if len({k.split("/")[3] for k in keys(client, "runs/s3int/") if "/checkpoint_" in k}) >= 2:
+        if len(checkpoint_names(client, "s3int")) >= 2:
             break
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.5)
