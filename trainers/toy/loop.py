@@ -39,6 +39,7 @@ def train_loop(config: dict) -> None:
             group["lr"] = cfg.lr
         set_rng_state(state["rng"])
         step = state["step"]
+    resumed_from_step = step  # 0 on a fresh start: lets a reader see where each run began
 
     while step < cfg.steps:
         batch_gen = torch.Generator().manual_seed(batch_seed(cfg.seed, rank, step))
@@ -55,7 +56,8 @@ def train_loop(config: dict) -> None:
             with torch.no_grad():
                 eval_mse = torch.nn.functional.mse_loss(model(x_eval).squeeze(-1), y_eval)
             session.report(
-                {"train/loss": loss.item(), "eval/mse": eval_mse.item(), "train/step": step},
+                {"train/loss": loss.item(), "eval/mse": eval_mse.item(), "train/step": step,
+                 "train/resumed_from_step": resumed_from_step},
                 state=lambda: {
                     "model": model.state_dict(),
                     "optimizer": optimizer.state_dict(),
