@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raylab import storage as storage_paths
 from raylab import yaml_io
 from raylab.errors import UserError
 
@@ -137,7 +138,7 @@ def find_run(target: str, storage: str = "results", train_runs: bool = False) ->
         raise UserError(f"no run of experiment '{target}' under {storage_files.root} "
                         f"(folders named {target}[-smoke]-YYYYmmdd-HHMMSS)")
     newest = max(runs, key=lambda name: _STAMP.search(name).group(1))
-    return f"{storage.rstrip('/')}/{newest}" if "://" in storage else f"{storage_files.root}/{newest}"
+    return storage_paths.join(storage, newest) if "://" in storage else f"{storage_files.root}/{newest}"
 
 
 # ------------------------------------------------------------------------ reading a run

@@ -98,7 +98,7 @@ def find_run_to_resume(
 
 def saved_experiment(run_path: str) -> Experiment:
     """The experiment a run folder was started with (its ``experiment.yaml``), local or cloud."""
-    source = f"{run_path.rstrip('/')}/{EXPERIMENT_FILE}"
+    source = storage_paths.join(run_path, EXPERIMENT_FILE)
     text = read_text(run_path, EXPERIMENT_FILE)
     if text is None:
         raise UserError(f"--resume: {source} is missing; this folder was not started by raylab")

@@ -80,7 +80,7 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
     # Tune here (max_preemption_failures=0), so the watcher would be one more actor to start.
     os.environ.setdefault("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
     trial_id = tune.get_context().get_trial_id()
-    train_run = f"{settings['train_storage']}/{trial_id}"
+    train_run = storage.join(settings["train_storage"], trial_id)  # before any ?query of the URI
     remove_folder(train_run)  # an earlier attempt's run: this one starts from the trial's checkpoint
     mailbox = Mailbox.remote()
     worker_settings = {**settings, "resume": tune.get_checkpoint()}

@@ -11,12 +11,12 @@ that was never interrupted.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -27,26 +27,22 @@ TRIAL = ["search.seed=[0]", "config.steps=200", "config.report_every=10"]
 
 
 def train_worker_nodes(cluster) -> dict[int, str]:
-    """``{pid: fake node id}`` of the cluster's Ray Train worker processes."""
-    found = {}
-    for pid in cluster.pids():
-        try:
-            if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
-                continue
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        marker = b"RAY_OVERRIDE_NODE_ID_FOR_TESTING="
-        node = next((e[len(marker):].decode() for e in environ if e.startswith(marker)), None)
-        if node:
-            found[pid] = node
-    return found
+    """``{pid: node id}`` of the cluster's live Ray Train workers, from Ray's State API.
+
+    (On the simulated cluster a node's Ray id is the fake provider's id for it, which names
+    its raylet's environment.)"""
+    code = (
+        "import json; from ray.util.state import list_actors;"
+        "print(json.dumps({a.pid: a.node_id for a in list_actors(address='auto', filters=["
+        "('class_name', '=', 'RayTrainWorker'), ('state', '=', 'ALIVE')])}))"
+    )
+    proc = cluster.run(sys.executable, "-c", code, timeout=60)
+    if proc.returncode != 0:
+        return {}
+    return {int(pid): node for pid, node in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="not yet passing: the strike never found the trial's Ray Train worker among the "
-                  "simulated cluster's processes (its node id is looked up in the worker's environment); "
-                  "open work of the cluster issue")
 def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoint(
     s3_server, local_trial
 ):
@@ -75,7 +71,7 @@ def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoin
             *TRIAL, timeout=600,
         )
         watcher.join(timeout=5)
-    assert struck, "the trial's node was never struck"
+    assert struck, "the trial's node was never struck:\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     rows = result_rows(client, "lost")

@@ -52,6 +52,31 @@ def test_sweep_checkpoints_and_reports_on_an_s3_compatible_store(s3_server, tmp_
     assert (out / "report.json").exists() and any(out.glob("*.md"))
 
 
+@pytest.mark.slow
+def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_name(s3_server, tmp_path):
+    """The Ray Train path on the same store: its run folder (``_raylab/train/TRIAL``) is joined
+    before the URI's query string, and the checkpoints end in the trial folder."""
+    storage, client = s3_server
+    proc = tune("toy", "--smoke", "--quiet", "--storage", storage,  # named toy-smoke-STAMP
+                "search.seed=[0]", "resources.workers=2", "resources.cpus_per_worker=1")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run,) = {k.split("/")[1] for k in keys(client, "runs/toy-smoke-")}
+    stored = keys(client, f"runs/{run}/")
+    (trial,) = {k.split("/")[2] for k in stored if k.endswith("/result.json")}
+    assert {k.split("/")[2] for k in stored if "/checkpoint_" in k and "/_raylab/" not in k} == {trial}
+    assert not [k for k in stored if "/_raylab/train/" in k and "/checkpoint_" in k]  # moved
+    assert result_rows(client, run)[-1]["train/step"] == 60
+
+    # An experiment name finds the newest run of it under an ``s3://...?query`` storage.
+    report = subprocess.run(
+        [sys.executable, "-m", "raylab.report", "toy", "--storage", storage,
+         "--out", str(tmp_path / "report"), "--format", "md"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert run in (tmp_path / "report" / "report.md").read_text()
+
+
 def s3_result_steps(client, run: str) -> list[int]:
     return [row["train/step"] for row in result_rows(client, run)]
 
