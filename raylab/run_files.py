@@ -12,6 +12,10 @@ EXPERIMENT_FILE = "experiment.yaml"
 RUN_INTERNAL = "_raylab"
 FINISHED_FILE = f"{RUN_INTERNAL}/finished.yaml"
 """Written when every trial of a sweep has terminated: ``--resume`` then has nothing to do."""
+ENDED_DIR = f"{RUN_INTERNAL}/ended"
+"""One empty file per trial whose loop returned (``_raylab/ended/TRIAL_ID``). Tune's saved state
+can miss it: a trial whose function returns is saved TERMINATED, but its last result, which a
+sweep killed soon after keeps, may lack the ``done`` that says so (Ray 2.60)."""
 
 
 def write_text(run_path: str, filename: str, text: str) -> str:
@@ -28,6 +32,16 @@ def write_text(run_path: str, filename: str, text: str) -> str:
     with fs.open_output_stream(f"{path}/{filename}") as f:
         f.write(text.encode())
     return storage.join(run_path, filename)
+
+
+def mark_trial_ended(run_path: str, trial_id: str) -> None:
+    """Record that trial ``trial_id``'s loop returned (called in the trial, as it ends)."""
+    write_text(run_path, f"{ENDED_DIR}/{trial_id}", "")
+
+
+def trial_ended(run_path: str, trial_id: str) -> bool:
+    """Whether trial ``trial_id``'s loop returned, in this run or an earlier run of the sweep."""
+    return read_text(run_path, f"{ENDED_DIR}/{trial_id}") is not None
 
 
 def read_text(run_path: str, filename: str) -> str | None:

@@ -8,8 +8,13 @@ import math
 from typing import Any
 
 
-def rows(result_grid, metric: str, mode: str, swept: list[str]) -> list[dict[str, Any]]:
-    """One dict per trial: name, status, swept values, iterations, last and best metric."""
+def rows(
+    result_grid, metric: str, mode: str, swept: list[str], ended: frozenset[str] = frozenset()
+) -> list[dict[str, Any]]:
+    """One dict per trial: name, status, swept values, iterations, last and best metric.
+
+    A trial is TERMINATED when its last result says ``done`` or its id is in ``ended`` (the
+    trials whose loop returned: ``raylab.run_files.trial_ended``)."""
     out = []
     for result in result_grid:
         metrics = result.metrics or {}
@@ -22,7 +27,7 @@ def rows(result_grid, metric: str, mode: str, swept: list[str]) -> list[dict[str
         best = (max if mode == "max" else min)(values) if values else None
         if result.error is not None:
             status = "ERROR"
-        elif metrics.get("done"):
+        elif metrics.get("done") or metrics.get("trial_id") in ended:
             status = "TERMINATED"
         else:
             status = "STOPPED" if metrics else "PENDING"

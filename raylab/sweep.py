@@ -16,7 +16,8 @@ from raylab.errors import UserError
 from raylab.experiment import Experiment, from_saved
 from raylab.loggers import callbacks as logger_callbacks
 from raylab.run_files import (
-    EXPERIMENT_FILE, FINISHED_FILE, read_text, resolved_config_callback, run_exists, write_text,
+    EXPERIMENT_FILE, FINISHED_FILE, read_text, resolved_config_callback, run_exists, trial_ended,
+    write_text,
 )
 from raylab.progress import callback as progress_callback
 from raylab.schedulers import make_scheduler
@@ -194,13 +195,27 @@ def sweep(
     return _fit(tuner, run_path), run_path, experiment
 
 
+def ended_trials(run_path: str, results) -> frozenset[str]:
+    """The ids of the trials whose last result lacks ``done`` but whose loop returned."""
+    return frozenset(
+        trial_id for r in results
+        if not (r.metrics or {}).get("done") and (trial_id := (r.metrics or {}).get("trial_id"))
+        and trial_ended(run_path, trial_id)
+    )
+
+
 def _fit(tuner, run_path: str):
     """``tuner.fit()``, then the finished marker when every trial reached its end.
 
-    A trial has ended when its last result says ``done``; Tune's trial status does not tell
-    (an interrupted sweep marks its stopped trials TERMINATED too).
+    A trial has ended when its last result says ``done`` or its loop returned
+    (``ended_trials``); Tune's trial status does not tell (an interrupted sweep marks its
+    stopped trials TERMINATED too).
     """
     results = tuner.fit()
-    if len(results) and all(r.error is None and (r.metrics or {}).get("done") for r in results):
+    ended = ended_trials(run_path, results)
+    metrics = [r.metrics or {} for r in results]
+    if len(results) and all(
+        r.error is None and (m.get("done") or m.get("trial_id") in ended) for r, m in zip(results, metrics)
+    ):
         write_text(run_path, FINISHED_FILE, yaml_io.dumps({"trials": len(results)}))
     return results

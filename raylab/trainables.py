@@ -17,7 +17,7 @@ from typing import Any, Callable
 from raylab import paths, search_space, session, storage, workloads
 from raylab.gauges import TrialGauges
 from raylab.experiment import Experiment
-from raylab.run_files import RUN_INTERNAL
+from raylab.run_files import RUN_INTERNAL, mark_trial_ended
 
 
 def trial_settings(experiment: Experiment) -> dict[str, Any]:
@@ -200,6 +200,7 @@ def make_trainable(experiment: Experiment, run_path: str) -> Callable:
     if not resources.uses_ray_train:
         def trainable(config):
             run_trial(settings, "tune", config)
+            mark_trial_ended(run_path, tune.get_context().get_trial_id())
 
         request = {"CPU": resources.cpus_per_worker}
     else:
@@ -211,6 +212,7 @@ def make_trainable(experiment: Experiment, run_path: str) -> Callable:
         }
         def trainable(config):
             drive_train_run(settings, config)
+            mark_trial_ended(run_path, tune.get_context().get_trial_id())
 
         request = driver_request()
     trainable.__name__ = experiment.workload

@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         verbose=2 if args.verbose else 0, progress=not args.quiet,
         loggers=log_to, joined_cluster=bool(args.address),
     )
-    table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search))
+    table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search),
+                         ended=sweep.ended_trials(run_path, results))
     csv_path = run_files.write_text(run_path, "summary.csv", summary.to_csv(table))
     print()
     print(summary.format_table(table))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+TWO_WORKERS = ["resources.workers=2", "resources.cpus_per_worker=0.5"]  # two trials at once on 2 CPUs
 
 
 def steps_reported(trial_dir: Path) -> list[int]:
@@ -33,13 +34,14 @@ def tune_cli(*args: str, storage: Path, **kwargs) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, sig):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+@pytest.mark.parametrize("resources", [[], TWO_WORKERS], ids=["tune", "ray_train"])
+def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, sig, resources):
     storage, run = tmp_path / "results", tmp_path / "results" / "run"
     # One short trial (40 steps) that finishes before the interrupt, one long one (400 steps).
     proc = tune_cli(
         "--name", "run", "search.steps=[40,400]", "search.seed=[0]", "config.step_time_s=0.05",
-        storage=storage,
+        *resources, storage=storage,
     )
     short = long = None
     deadline = time.monotonic() + 240
@@ -65,7 +67,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, s
 
     resumed = tune_cli("--resume", "--name", "run", storage=storage)
     out, err = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, err[-3000:]
+    assert resumed.returncode == 0, out[-2000:] + err[-3000:]
 
     assert steps_reported(short) == [20, 40]  # finished trial not run again
     steps = steps_reported(long)
