@@ -14,8 +14,8 @@ FINISHED_FILE = f"{RUN_INTERNAL}/finished.yaml"
 """Written when every trial of a sweep has terminated: ``--resume`` then has nothing to do."""
 ENDED_DIR = f"{RUN_INTERNAL}/ended"
 """One empty file per trial whose loop returned (``_raylab/ended/TRIAL_ID``). Tune's saved state
-can miss it: a trial whose function returns is saved TERMINATED, but its last result, which a
-sweep killed soon after keeps, may lack the ``done`` that says so (Ray 2.60)."""
+can miss that: when a sweep is killed soon after a trial's function returns, Ray 2.60 may have
+saved the trial TERMINATED with a last result that lacks ``done``, and a resume keeps it so."""
 
 
 def write_text(run_path: str, filename: str, text: str) -> str:
