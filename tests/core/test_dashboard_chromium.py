@@ -56,7 +56,7 @@ def test_dashboard_opens_in_chromium_shows_the_trial_actors_and_stays_with_keep(
     err_path = tmp_path / "stderr.txt"
     with err_path.open("w") as err_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "config.step_time_s=0.25",
+            [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "config.step_time_s=1.0",  # 60 s trials: alive when the page loads
              "--dashboard", "--keep", "--storage", str(tmp_path / "results"), "--name", "d"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=err_file, text=True, start_new_session=True,
         )
