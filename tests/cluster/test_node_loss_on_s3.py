@@ -76,11 +76,15 @@ def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoin
 
     rows = result_rows(client, "lost")
     nodes = [row["node_id"] for row in rows]
-    assert nodes[0] == struck[0] and nodes[-1] != struck[0], (struck, nodes)
-    steps = [row["train/step"] for row in rows]
-    moved = nodes.index(nodes[-1])  # the first row on the node it ended on
+    # The rows before the strike need not all come from the struck node: in one CI run the
+    # first ones came from the other GPU node (the trial had been retried once before).
+    assert struck[0] in nodes, (struck, nodes)
+    last_on_struck = max(i for i, node in enumerate(nodes) if node == struck[0])
+    after = rows[last_on_struck + 1:]
+    assert after and struck[0] not in nodes[last_on_struck + 1:], (struck, nodes)
     # Continued from a checkpoint in the bucket, not from step 0; and the trial finished.
-    assert 10 < steps[moved] <= steps[moved - 1] + 10 and steps[-1] == 200, steps
+    resumed = after[0]["train/resumed_from_step"]
+    assert 0 < resumed <= rows[last_on_struck]["train/step"], (resumed, [row["train/step"] for row in rows])
+    assert after[-1]["train/step"] == 200, [row["train/step"] for row in rows]
     uninterrupted = local_trial("toy", *TRIAL)
     assert rows[-1]["eval/mse"] == uninterrupted[-1]["eval/mse"]
-

@@ -30,7 +30,7 @@ def train_loop(config: dict) -> None:
     torch.manual_seed(cfg.seed)
     model = session.prepare_model(torch.nn.Linear(cfg.dim, 1, bias=False))
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-    step = 0
+    step, loss = 0, float("nan")
     state = session.restore()
     if state is not None:
         model.load_state_dict(state["model"])
@@ -38,32 +38,41 @@ def train_loop(config: dict) -> None:
         for group in optimizer.param_groups:  # this trial's lr (PBT may have mutated it)
             group["lr"] = cfg.lr
         set_rng_state(state["rng"])
-        step = state["step"]
+        step, loss = state["step"], state["loss"]
     resumed_from_step = step  # 0 on a fresh start: lets a reader see where each run began
 
+    def report() -> None:
+        with torch.no_grad():
+            eval_mse = torch.nn.functional.mse_loss(model(x_eval).squeeze(-1), y_eval)
+        session.report(
+            {"train/loss": loss, "eval/mse": eval_mse.item(), "train/step": step,
+             "train/resumed_from_step": resumed_from_step},
+            state=lambda: {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "rng": rng_state(),
+                "step": step,
+                "loss": loss,
+                "resumed_from_step": resumed_from_step,
+                "config": config,
+            },
+            checkpoint=True if step == cfg.steps else None,
+        )
+
+    if step >= cfg.steps:
+        # Restored from a finished run's checkpoint (PBT can clone a donor at its last step):
+        # report it once, so the trial ends with its metrics rather than its own earlier ones.
+        report()
     while step < cfg.steps:
         batch_gen = torch.Generator().manual_seed(batch_seed(cfg.seed, rank, step))
         x = torch.randn(cfg.batch_size, cfg.dim, generator=batch_gen)
         y = x @ true_w + cfg.noise * torch.randn(cfg.batch_size, generator=batch_gen)
-        loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
+        batch_loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
         optimizer.zero_grad()
-        loss.backward()
+        batch_loss.backward()
         optimizer.step()
-        step += 1
+        step, loss = step + 1, batch_loss.item()
         if cfg.step_time_s:
             time.sleep(cfg.step_time_s)
         if step % cfg.report_every == 0 or step == cfg.steps:
-            with torch.no_grad():
-                eval_mse = torch.nn.functional.mse_loss(model(x_eval).squeeze(-1), y_eval)
-            session.report(
-                {"train/loss": loss.item(), "eval/mse": eval_mse.item(), "train/step": step,
-                 "train/resumed_from_step": resumed_from_step},
-                state=lambda: {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "rng": rng_state(),
-                    "step": step,
-                    "config": config,
-                },
-                checkpoint=True if step == cfg.steps else None,
-            )
+            report()
