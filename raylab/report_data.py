@@ -74,13 +74,10 @@ class _Files:
         import pyarrow.fs
 
         self.fs_module = pyarrow.fs
-        if "://" in location:
-            try:
-                self.fs, self.root = pyarrow.fs.FileSystem.from_uri(location)
-            except (pyarrow.ArrowInvalid, OSError, ValueError) as err:
-                raise UserError(f"cannot open {location}: {err}") from None
-        else:
-            self.fs, self.root = pyarrow.fs.LocalFileSystem(), str(Path(location).expanduser().absolute())
+        try:
+            self.fs, self.root = storage_paths.filesystem(location)
+        except (pyarrow.ArrowInvalid, OSError, ValueError) as err:
+            raise UserError(f"cannot open {location}: {err}") from None
         self.root = self.root.rstrip("/") or "/"
 
     def kind(self, relative: str = "") -> str:

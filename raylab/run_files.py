@@ -25,9 +25,7 @@ def write_text(run_path: str, filename: str, text: str) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
         return str(target)
-    import pyarrow.fs
-
-    fs, path = pyarrow.fs.FileSystem.from_uri(run_path)
+    fs, path = storage.filesystem(run_path)
     fs.create_dir(path, recursive=True)
     with fs.open_output_stream(f"{path}/{filename}") as f:
         f.write(text.encode())
@@ -51,7 +49,7 @@ def read_text(run_path: str, filename: str) -> str | None:
         return target.read_text() if target.is_file() else None
     import pyarrow.fs
 
-    fs, path = pyarrow.fs.FileSystem.from_uri(run_path)
+    fs, path = storage.filesystem(run_path)
     if fs.get_file_info(f"{path}/{filename}").type != pyarrow.fs.FileType.File:
         return None
     with fs.open_input_stream(f"{path}/{filename}") as f:
@@ -65,7 +63,7 @@ def run_exists(run_path: str) -> bool:
         return path.exists() and (not path.is_dir() or any(path.iterdir()))
     import pyarrow.fs
 
-    fs, path = pyarrow.fs.FileSystem.from_uri(run_path)
+    fs, path = storage.filesystem(run_path)
     info = fs.get_file_info(path)
     if info.type == pyarrow.fs.FileType.NotFound:
         return False

@@ -41,6 +41,18 @@ def join(base: str, *parts: str) -> str:
     return f"{path}{sep}{query}"
 
 
+def filesystem(location: str):
+    """The pyarrow filesystem of a local folder or a URI, and the path on it.
+
+    A URI's ``?query`` configures the filesystem (``pyarrow.fs.FileSystem.from_uri``); a local
+    path comes back absolute."""
+    import pyarrow.fs
+
+    if is_uri(location):
+        return pyarrow.fs.FileSystem.from_uri(location)
+    return pyarrow.fs.LocalFileSystem(), root(location)
+
+
 def name_of(run_path: str) -> str:
     """The last path element of a run folder (its run name), query string ignored."""
     path = run_path.partition("?")[0] if is_uri(run_path) else run_path

@@ -167,10 +167,7 @@ def remove_folder(uri: str) -> None:
     """Delete a folder on local or cloud storage if it is there."""
     import pyarrow.fs
 
-    if "://" in uri:
-        fs, path = pyarrow.fs.FileSystem.from_uri(uri)
-    else:
-        fs, path = pyarrow.fs.LocalFileSystem(), uri
+    fs, path = storage.filesystem(uri)
     if fs.get_file_info(path).type == pyarrow.fs.FileType.Directory:
         fs.delete_dir(path)
 

@@ -30,10 +30,18 @@ def test_joined_paths_open_the_same_store_through_pyarrow():
     """What Ray and raylab do with a joined URI: pyarrow sees the endpoint and the full path."""
     import pyarrow.fs
 
-    fs, path = pyarrow.fs.FileSystem.from_uri(storage.join(ENDPOINT, "toy-1"))
+    fs, path = storage.filesystem(storage.join(ENDPOINT, "toy-1"))
     assert isinstance(fs, pyarrow.fs.S3FileSystem) and path == "bucket/runs/toy-1"
     options = fs.__reduce__()[1][0]  # the options pyarrow would rebuild this filesystem with
     assert options["endpoint_override"] == "http://127.0.0.1:9000" and options["scheme"] == "http"
+
+
+def test_a_local_folder_opens_on_the_local_filesystem_by_its_absolute_path(tmp_path, monkeypatch):
+    import pyarrow.fs
+
+    monkeypatch.chdir(tmp_path)
+    fs, path = storage.filesystem("results/run-1")
+    assert isinstance(fs, pyarrow.fs.LocalFileSystem) and path == str(tmp_path / "results" / "run-1")
 
 
 def test_an_unwritable_local_storage_fails_with_one_line(tmp_path, capsys):
