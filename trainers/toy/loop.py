@@ -45,14 +45,14 @@ def train_loop(config: dict) -> None:
         with torch.no_grad():
             eval_mse = torch.nn.functional.mse_loss(model(x_eval).squeeze(-1), y_eval)
         session.report(
-            {"train/loss": loss, "eval/mse": eval_mse.item(), "train/step": step,
+            {"train/loss": float(loss), "eval/mse": eval_mse.item(), "train/step": step,
              "train/resumed_from_step": resumed_from_step},
             state=lambda: {
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "rng": rng_state(),
                 "step": step,
-                "loss": loss,
+                "loss": float(loss),
                 "resumed_from_step": resumed_from_step,
                 "config": config,
             },
@@ -71,7 +71,7 @@ def train_loop(config: dict) -> None:
         optimizer.zero_grad()
         batch_loss.backward()
         optimizer.step()
-        step, loss = step + 1, batch_loss.item()
+        step, loss = step + 1, batch_loss.detach()  # read (a device sync) only when reported
         if cfg.step_time_s:
             time.sleep(cfg.step_time_s)
         if step % cfg.report_every == 0 or step == cfg.steps:
