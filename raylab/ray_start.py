@@ -10,10 +10,39 @@ from typing import Any
 
 from raylab.errors import UserError
 
+# Ray's documented switch between a single-machine Ray (the default on macOS and Windows) and one
+# other machines may join; read once, when Ray is first imported.
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
 
 def cluster_address(address: str | None) -> str | None:
     """The cluster to join: ``address``, else the one ``ray job submit`` names in RAY_ADDRESS."""
     return address or os.environ.get("RAY_ADDRESS") or None
+
+
+def bind_to_loopback_unless_asked(argv: list[str], environ: dict[str, str] | None = None) -> bool:
+    """Make the local Ray this command may start listen on 127.0.0.1 only; True if it will.
+
+    On Linux a local ``ray.init()`` takes the machine's reachable IP as its node address, and the
+    GCS, the raylet and every worker then listen on all interfaces, on a laptop too. With
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` Ray treats the machine as it treats a Mac: the node
+    address is 127.0.0.1 and every server binds there (the dashboard is told separately, in
+    ``connect``). Ray reads the variable when it is first imported, so the CLI modules call this
+    with their arguments before importing anything that imports Ray. Nothing changes with
+    ``--listen``, with a cluster to join (``--address``, ``RAY_ADDRESS``: the driver must be
+    reachable from the cluster), when the user set the variable, or once Ray is imported.
+    """
+    import argparse
+
+    environ = os.environ if environ is None else environ
+    wants = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    wants.add_argument("--listen", action="store_true")
+    wants.add_argument("--address")
+    asked, _ = wants.parse_known_args(argv)
+    if asked.listen or cluster_address(asked.address) or environ.get("RAY_ADDRESS") or "ray" in sys.modules:
+        return False
+    environ.setdefault(SINGLE_MACHINE_ENV, "0")
+    return environ[SINGLE_MACHINE_ENV] == "0"
 
 
 def connect(
@@ -26,7 +55,8 @@ def connect(
     (with ``dashboard``). ``state_api`` starts the dashboard process without announcing it:
     Ray Train's controller polls Ray's state API, which that process serves. An address that
     does not answer fails within seconds. A local Ray's dashboard listens on 127.0.0.1 only,
-    unless ``listen`` (all interfaces).
+    unless ``listen`` (all interfaces); its other servers too when the CLI called
+    ``bind_to_loopback_unless_asked`` first.
     """
     import ray
 

@@ -15,7 +15,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from raylab import checks, cli, loggers, ray_start, run_files, storage, summary, sweep, yaml_io
+from raylab import ray_start
+
+if __name__ == "__main__":  # before Ray is imported (below): where a local Ray listens
+    ray_start.bind_to_loopback_unless_asked(sys.argv[1:])
+
+from raylab import checks, cli, loggers, run_files, storage, summary, sweep, yaml_io
 from raylab import experiment as experiments
 from raylab import search_space
 from raylab.errors import UserError, exit_on_user_error

@@ -1,5 +1,6 @@
 """``--dashboard``: the printed URL and token advice get a browser past Ray's token prompt to the
-running trial's actors; the local Ray's dashboard listens on 127.0.0.1 only; ``--keep`` keeps it
+running trial's actors; the local Ray listens on 127.0.0.1 only (the dashboard and every other
+server of the CLI's process tree: GCS, raylet, workers); ``--keep`` keeps it
 up after the sweep until Ctrl-C. The screenshot is kept in ``test-output/`` (or
 ``$RAYLAB_TEST_OUTPUT``) for a person to look at."""
 
@@ -46,6 +47,26 @@ def status_of(url: str) -> int:
         return 0
 
 
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def listening_beyond_loopback(root_pid: int) -> list[str]:
+    """Every listening socket of ``root_pid`` and its descendants not bound to loopback."""
+    import psutil
+
+    root = psutil.Process(root_pid)
+    found = []
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            sockets = process.net_connections(kind="inet")
+            name = process.name()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        found += [f"{name} (pid {process.pid}) on {c.laddr.ip}:{c.laddr.port}" for c in sockets
+                  if c.status == psutil.CONN_LISTEN and c.laddr.ip not in LOOPBACK]
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which(CHROMIUM) is None,
                     reason=f"{CHROMIUM} is absent (Debian's chromium package; make chromium installs it)")
@@ -68,6 +89,8 @@ def test_dashboard_opens_in_chromium_shows_the_trial_actors_and_stays_with_keep(
         listening = {c.laddr.ip for c in psutil.net_connections("inet")
                      if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
         assert listening == {"127.0.0.1"}, listening
+        open_to_all = listening_beyond_loopback(proc.pid)
+        assert not open_to_all, open_to_all
         token = None
         if status_of(f"{url}/api/version") == 401:  # Ray asks for its token: the CLI said how
             assert "ray get-auth-token" in advice, advice

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -164,3 +165,23 @@ def test_through_a_storage_uri_finished_runs_say_so_and_the_saved_experiment_is_
     assert saved.smoke and saved.search["variant"]["grid"][1] == {"loss": "soft_linf", "beta": 10.0}
     assert raylab_tune.main(["dqn_softlinf", "--smoke", "--name", "open", "--storage", uri]) == 2
     assert "a run already exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, environ, binds_loopback", [
+    (["toy", "--smoke"], {}, True),
+    (["toy", "--listen"], {}, False),
+    (["toy", "--address", "auto"], {}, False),
+    (["toy", "--address=10.0.0.5:6379"], {}, False),
+    (["toy"], {"RAY_ADDRESS": "auto"}, False),
+    (["toy"], {ray_start.SINGLE_MACHINE_ENV: "1"}, False),  # the user's own choice stands
+])
+def test_a_local_ray_listens_on_loopback_unless_asked(argv, environ, binds_loopback, monkeypatch):
+    monkeypatch.delitem(sys.modules, "ray")  # as in a fresh CLI process, before Ray is imported
+    assert ray_start.bind_to_loopback_unless_asked(argv, environ) is binds_loopback
+    assert (environ.get(ray_start.SINGLE_MACHINE_ENV) == "0") is binds_loopback
+
+
+def test_loopback_binding_is_not_attempted_once_ray_is_imported():
+    environ: dict[str, str] = {}
+    assert "ray" in sys.modules
+    assert ray_start.bind_to_loopback_unless_asked(["toy"], environ) is False and not environ
