@@ -91,7 +91,8 @@ def drive_train_run(settings: dict[str, Any], config: dict[str, Any]) -> None:
     from ray import tune
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from raylab.train_bridge import DONE, ForwardToTrial, Mailbox
+    from raylab.mailbox import DONE, Mailbox
+    from raylab.train_bridge import ForwardToTrial
 
     # Ray Train's preemption watcher restarts a run after a node drains; retries go through
     # Tune here (max_preemption_failures=0), so the watcher would be one more actor to start.
