@@ -39,7 +39,7 @@ def bind_to_loopback_unless_asked(argv: list[str], environ: dict[str, str] | Non
     wants.add_argument("--listen", action="store_true")
     wants.add_argument("--address")
     asked, _ = wants.parse_known_args(argv)
-    if asked.listen or cluster_address(asked.address) or environ.get("RAY_ADDRESS") or "ray" in sys.modules:
+    if asked.listen or asked.address or environ.get("RAY_ADDRESS") or "ray" in sys.modules:
         return False
     environ.setdefault(SINGLE_MACHINE_ENV, "0")
     return environ[SINGLE_MACHINE_ENV] == "0"
