@@ -45,6 +45,7 @@ chromium:
 
 # Every run records its test durations: the 30 slowest in the log, all of them in the junit file.
 test: $(STAMP) $(BOLTZ_STAMP) chromium
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q --durations=30 --junitxml=test-output/junit.xml
 
 demo: $(STAMP)

@@ -95,13 +95,13 @@ def declared_report(run: Run) -> tuple[Report, str]:
     default = Report(items=(Curve(metric),) if metric else ())
     try:
         workload = workloads.registry().get(name) if name else None
-    except Exception as err:  # a workload package that fails to import must not cost the report
+    except Exception as err:  # noqa: BLE001 - a workload package that fails to import must not cost the report
         return default, f"could not read the workload registry: {type(err).__name__}: {err}"
     if workload is None:
         return default, f"workload '{name}' is not registered here: default figures only" if name else ""
     try:
         spec = workload.report_spec()
-    except Exception as err:  # a broken declaration must not cost the report
+    except Exception as err:  # noqa: BLE001 - a broken declaration must not cost the report
         return default, f"could not load {workload.figures}: {type(err).__name__}: {err}"
     if spec is None:
         return default, ""
@@ -167,7 +167,7 @@ def workloads_metrics(run: Run) -> tuple[str, ...]:
     """The metrics the run's workload registers (none when it is unknown here)."""
     try:
         workload = workloads.registry().get(run.experiment.get("workload"))
-    except Exception:  # reported once, by declared_report
+    except Exception:  # noqa: BLE001 - reported once, by declared_report
         return ()
     return tuple(workload.metrics) if workload else ()
 

@@ -114,7 +114,7 @@ def test_interrupted_smoke_sweep_resumes_with_the_printed_command(name, sig, ray
         assert proc.returncode == 130, err[-3000:]
         assert "Tuner.restore" not in out + err  # one resume hint: raylab's
         lines = err.splitlines()
-        command = lines[lines.index(next(l for l in lines if l.endswith("continue it with:"))) + 1].strip()
+        command = lines[lines.index(next(line for line in lines if line.endswith("continue it with:"))) + 1].strip()
         assert "--smoke" not in command  # the run folder remembers
     argv = shlex.split(command)
     assert argv[:3] == ["python", "-m", "raylab.tune"]
