@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from raylab import storage as storage_paths
 from raylab import workloads
 from raylab.errors import UserError, exit_on_user_error
 from raylab.report_aggregate import conditions, resolve_metric, table_blocks
@@ -83,7 +84,7 @@ def write_report(run_path: str, out: str | Path | None = None, fmt: str = "html"
 
 
 def default_out(run: Run) -> Path:
-    if "://" in run.path:
+    if storage_paths.is_uri(run.path):
         return Path("reports") / run.name
     return Path(run.path) / "report"
 
