@@ -94,10 +94,10 @@ def test_killed_worker_with_corrupted_newest_checkpoint_resumes_from_the_previou
     def two_checkpoints(trial_dir, rows):
         return len([p for p in trial_dir.glob("checkpoint_*") if (p / ckpt.META_FILE).exists()]) >= 2
 
-    watcher = strike_when(tmp_path / "results" / "killed", two_checkpoints, corrupt_and_kill)
+    watcher = strike_when(tmp_path / "results" / "killed", two_checkpoints, corrupt_and_kill, timeout_s=600)
     # The trial is held after its report at step 100 (checkpoints at 40 and 80) until the strike,
     # however late result.json shows the second checkpoint on a loaded machine.
-    safety = threading.Timer(300, release.touch)  # no strike: the run goes on, the test fails
+    safety = threading.Timer(600, release.touch)  # no strike: the run goes on, the test fails
     safety.start()
     try:
         results, run_path, _ = smoke_sweep(
