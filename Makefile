@@ -43,8 +43,10 @@ chromium:
 	  || echo "warning: could not install chromium; the report's browser test will be skipped"; \
 	fi
 
+# Every run records its test durations: the 30 slowest in the log, all of them in the junit file.
 test: $(STAMP) $(BOLTZ_STAMP) chromium
-	$(PY) -m pytest -q
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q --durations=30 --junitxml=test-output/junit.xml
 
 demo: $(STAMP)
 	$(PY) -m raylab.tune dqn_softlinf --smoke

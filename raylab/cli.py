@@ -51,7 +51,7 @@ def use_config_dirs(folders: list[str]) -> None:
 
 def list_experiments() -> str:
     """The ``--list`` text: experiments with their workload and metric, then workloads."""
-    lines = ["experiments (origin: package = tune_configs/ shipped with raylab, else the folder):"]
+    lines = ["experiments (origin: package = a folder an installed package registers (raylab.experiments), else the folder):"]
     for name, (path, origin) in experiments.available_with_origin().items():
         try:
             exp = experiments.load(str(path))

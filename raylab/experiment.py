@@ -38,16 +38,40 @@ CONFIGS_ENV = "RAYLAB_CONFIGS"
 PACKAGE_ORIGIN = "package"
 
 
-def config_dirs() -> list[tuple[Path, str]]:
-    """Folders experiments are found in, with their origin: the installed package's
-    ``tune_configs``, then each folder of ``RAYLAB_CONFIGS`` (a name there wins)."""
+EXPERIMENTS_GROUP = "raylab.experiments"
+"""Entry-point group of installed experiment folders: each entry names a package whose folder
+holds experiment YAMLs. This repository registers ``tune_configs``; a lab's package adds its
+own (``[project.entry-points."raylab.experiments"] lab = "mylab_configs"``)."""
+
+
+def packaged_config_dirs() -> list[Path]:
+    """The folders of the packages registered in ``raylab.experiments``, in entry-point order.
+
+    An installation of raylab whose metadata predates the group (an editable install not
+    reinstalled since) registers none: its ``tune_configs`` package is searched first then."""
+    from importlib.metadata import PackageNotFoundError, distribution, entry_points
     from importlib.resources import files
 
+    registered = [(entry.name, entry.value) for entry in entry_points(group=EXPERIMENTS_GROUP)]
     try:
-        packaged = Path(str(files("tune_configs")))
-    except ModuleNotFoundError:
-        packaged = None
-    dirs = [(packaged, PACKAGE_ORIGIN)] if packaged is not None else []
+        stale = not distribution("raylab").entry_points.select(group=EXPERIMENTS_GROUP)
+    except PackageNotFoundError:  # raylab on the path, not installed
+        stale = True
+    dirs = []
+    for name, package in [("", "tune_configs")] * stale + registered:
+        try:
+            dirs.append(Path(str(files(package))))
+        except ModuleNotFoundError:
+            if name:
+                raise UserError(f"entry point '{name} = {package}' ({EXPERIMENTS_GROUP}): "
+                                f"package '{package}' is not importable") from None
+    return list(dict.fromkeys(dirs))
+
+
+def config_dirs() -> list[tuple[Path, str]]:
+    """Folders experiments are found in, with their origin: the installed packages' folders
+    (``packaged_config_dirs``), then each folder of ``RAYLAB_CONFIGS`` (a name there wins)."""
+    dirs = [(path, PACKAGE_ORIGIN) for path in packaged_config_dirs()]
     for folder in os.environ.get(CONFIGS_ENV, "").split(os.pathsep):
         if folder:
             path = Path(folder).expanduser()

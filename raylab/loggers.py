@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from raylab import storage
 from raylab.errors import UserError
 
 LOGGERS = ("mlflow", "wandb", "tensorboard")
@@ -36,7 +37,7 @@ def check(names: list[str]) -> list[str]:
 def callbacks(names: list[str], experiment_name: str, run_path: str) -> list:
     """Tune callbacks for ``names`` (already checked), logging to the run at ``run_path``."""
     out = []
-    run_name = run_path.rstrip("/").rsplit("/", 1)[-1]
+    run_name = storage.name_of(run_path)  # a URI's ?query is not part of it
     for name in names:
         if name == "mlflow":
             from ray.air.integrations.mlflow import MLflowLoggerCallback
@@ -71,7 +72,7 @@ def callbacks(names: list[str], experiment_name: str, run_path: str) -> list:
 
 def mlflow_file_store(run_path: str) -> str:
     """The default MLflow tracking URI: a file store in the run folder (local runs only)."""
-    if "://" in run_path:
+    if storage.is_uri(run_path):
         raise UserError("--logger mlflow with a cloud --storage needs MLFLOW_TRACKING_URI "
                         "(an MLflow server)")
     return f"file://{run_path.rstrip('/')}/mlruns"

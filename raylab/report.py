@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from raylab import storage as storage_paths
 from raylab import workloads
 from raylab.errors import UserError, exit_on_user_error
 from raylab.report_aggregate import conditions, resolve_metric, table_blocks
@@ -83,7 +84,7 @@ def write_report(run_path: str, out: str | Path | None = None, fmt: str = "html"
 
 
 def default_out(run: Run) -> Path:
-    if "://" in run.path:
+    if storage_paths.is_uri(run.path):
         return Path("reports") / run.name
     return Path(run.path) / "report"
 
@@ -95,13 +96,13 @@ def declared_report(run: Run) -> tuple[Report, str]:
     default = Report(items=(Curve(metric),) if metric else ())
     try:
         workload = workloads.registry().get(name) if name else None
-    except Exception as err:  # a workload package that fails to import must not cost the report
+    except Exception as err:  # noqa: BLE001 - a workload package that fails to import must not cost the report
         return default, f"could not read the workload registry: {type(err).__name__}: {err}"
     if workload is None:
         return default, f"workload '{name}' is not registered here: default figures only" if name else ""
     try:
         spec = workload.report_spec()
-    except Exception as err:  # a broken declaration must not cost the report
+    except Exception as err:  # noqa: BLE001 - a broken declaration must not cost the report
         return default, f"could not load {workload.figures}: {type(err).__name__}: {err}"
     if spec is None:
         return default, ""
@@ -167,7 +168,7 @@ def workloads_metrics(run: Run) -> tuple[str, ...]:
     """The metrics the run's workload registers (none when it is unknown here)."""
     try:
         workload = workloads.registry().get(run.experiment.get("workload"))
-    except Exception:  # reported once, by declared_report
+    except Exception:  # noqa: BLE001 - reported once, by declared_report
         return ()
     return tuple(workload.metrics) if workload else ()
 

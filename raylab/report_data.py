@@ -61,7 +61,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return self.path.rstrip("/").rsplit("/", 1)[-1]
+        return storage_paths.name_of(self.path)  # a URI's ?query is not part of it
 
 
 # ------------------------------------------------------------------------ filesystem
@@ -116,7 +116,7 @@ def find_run(target: str, storage: str = "results", train_runs: bool = False) ->
     ``storage`` and, with ``train_runs``, the ``python -m raylab.train`` debug runs
     ``NAME-train-STAMP`` and ``NAME-train-smoke-STAMP``; the newest stamp wins.
     """
-    looks_like_path = "://" in target or "/" in target or target.startswith(".")
+    looks_like_path = storage_paths.is_uri(target) or "/" in target or target.startswith(".")
     files = _Files(target) if looks_like_path or Path(target).exists() else None
     if files is not None:
         kind = files.kind()
@@ -124,7 +124,7 @@ def find_run(target: str, storage: str = "results", train_runs: bool = False) ->
             raise UserError(f"{target}: no such run folder")
         if kind != "dir":
             raise UserError(f"{target}: not a run folder (a file, not a folder)")
-        return target if "://" in target else files.root
+        return target if storage_paths.is_uri(target) else files.root
     storage_files = _Files(storage)
     if storage_files.kind() != "dir":
         raise UserError(f"'{target}' is not a run folder, and --storage {storage} has no runs of it")
@@ -135,7 +135,7 @@ def find_run(target: str, storage: str = "results", train_runs: bool = False) ->
         raise UserError(f"no run of experiment '{target}' under {storage_files.root} "
                         f"(folders named {target}[-smoke]-YYYYmmdd-HHMMSS)")
     newest = max(runs, key=lambda name: _STAMP.search(name).group(1))
-    return storage_paths.join(storage, newest) if "://" in storage else f"{storage_files.root}/{newest}"
+    return storage_paths.join(storage, newest) if storage_paths.is_uri(storage) else f"{storage_files.root}/{newest}"
 
 
 # ------------------------------------------------------------------------ reading a run
@@ -166,7 +166,7 @@ def load_run(path: str) -> Run:
                             status=state.get("status") or "PENDING"))
     search = experiment.get("search") or {}
     swept = _swept_keys(search) or _varying_keys(trials)
-    run = Run(path=path if "://" in path else files.root, experiment=experiment, trials=trials, swept=swept)
+    run = Run(path=path if storage_paths.is_uri(path) else files.root, experiment=experiment, trials=trials, swept=swept)
     single = trial_dirs == ["trial"] and not states  # python -m raylab.train: one trial, no search
     if search and not single:
         run.expected = _expected_trials(search, int(experiment.get("num_samples") or 1))

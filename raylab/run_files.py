@@ -20,7 +20,7 @@ saved the trial TERMINATED with a last result that lacks ``done``, and a resume 
 
 def write_text(run_path: str, filename: str, text: str) -> str:
     """Write a file into the run folder, local or on cloud storage; return its path."""
-    if "://" not in run_path:
+    if not storage.is_uri(run_path):
         target = Path(run_path) / filename
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
@@ -44,7 +44,7 @@ def trial_ended(run_path: str, trial_id: str) -> bool:
 
 def read_text(run_path: str, filename: str) -> str | None:
     """A file of the run folder (local or on cloud storage), or None when it is not there."""
-    if "://" not in run_path:
+    if not storage.is_uri(run_path):
         target = Path(run_path) / filename
         return target.read_text() if target.is_file() else None
     import pyarrow.fs
@@ -58,7 +58,7 @@ def read_text(run_path: str, filename: str) -> str | None:
 
 def run_exists(run_path: str) -> bool:
     """Whether a run folder (local or on cloud storage) already holds anything."""
-    if "://" not in run_path:
+    if not storage.is_uri(run_path):
         path = Path(run_path)
         return path.exists() and (not path.is_dir() or any(path.iterdir()))
     import pyarrow.fs
@@ -87,7 +87,7 @@ def resolved_config_callback(experiment: Experiment, run_path: str | None = None
         def on_trial_start(self, iteration, trials, trial, **info):
             config = search_space.with_variant(trial.config)
             resolved = to_dict(from_dict(config_cls, config, experiment.source, "config"))
-            trial_name = trial.path.rstrip("/").rsplit("/", 1)[-1]
+            trial_name = storage.name_of(trial.path)
             folder = storage.join(run_path, trial_name) if run_path else trial.path
             write_text(folder, "config.yaml", yaml_io.dumps(resolved))
 

@@ -29,19 +29,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ray import tune
-
 from raylab.config import from_dict
 from raylab.errors import UserError
 
-RANGES = {
-    "uniform": (2, tune.uniform),
-    "loguniform": (2, tune.loguniform),
-    "randint": (2, tune.randint),
-    "quniform": (3, tune.quniform),
-    "qloguniform": (3, tune.qloguniform),
-    "qrandint": (3, tune.qrandint),
-}
+# Each range kind: its number of arguments (the Ray Tune sampler of the same name takes them);
+# ray.tune is imported only by to_tune, so that loading and validating an experiment does not.
+RANGES = {"uniform": (2,), "loguniform": (2,), "randint": (2,), "quniform": (3,),
+          "qloguniform": (3,), "qrandint": (3,)}
 KINDS = ("grid", "choice", *RANGES)
 VARIANT = "variant"
 
@@ -127,6 +121,8 @@ def _validate_variants(config_cls, fixed, search, groups, source, fields) -> Non
 
 def to_tune(search: dict) -> dict[str, Any]:
     """The normalized search entries as Ray Tune domains (``tune.grid_search`` etc.)."""
+    from ray import tune
+
     space = {}
     for key, spec in search.items():
         (kind, args), = spec.items()
@@ -135,7 +131,7 @@ def to_tune(search: dict) -> dict[str, Any]:
         elif kind == "choice":
             space[key] = tune.choice(list(args))
         else:
-            space[key] = RANGES[kind][1](*args)
+            space[key] = getattr(tune, kind)(*args)
     return space
 
 

@@ -71,7 +71,7 @@ def find_run_to_resume(
         if not tune.Tuner.can_restore(path):
             raise UserError(f"--resume: no resumable sweep at {path}")
         return path
-    if "://" in storage:
+    if storage_paths.is_uri(storage):
         raise UserError("--resume with a cloud --storage needs --name (the run folder to resume)")
     root = Path(storage)
     runs = []

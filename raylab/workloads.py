@@ -76,6 +76,7 @@ def registry() -> dict[str, Workload]:
     from importlib.metadata import entry_points
 
     found: dict[str, Workload] = {}
+    origin: dict[str, str] = {}  # name -> the entry point that registered it
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         try:
             value = entry.load()
@@ -87,7 +88,11 @@ def registry() -> dict[str, Workload]:
             if not isinstance(workload, Workload):
                 raise UserError(f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINT_GROUP}): "
                                 f"'{name}' is a {type(workload).__name__}, not a raylab Workload")
-            found[name] = workload
+            here = f"{entry.name} = {entry.value}"
+            if name in found:
+                raise UserError(f"workload '{name}' is registered twice ({ENTRY_POINT_GROUP}): by "
+                                f"entry point '{origin[name]}' and by '{here}'; rename one of them")
+            found[name], origin[name] = workload, here
     if not found:
         raise UserError(f"no workloads are registered (entry-point group '{ENTRY_POINT_GROUP}'); "
                         "install the package with its entry points: pip install -e .")

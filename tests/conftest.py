@@ -58,6 +58,29 @@ def smoke_sweep(ray_session, tmp_path):
     return run
 
 
+@pytest.fixture(scope="session")
+def shared_smoke_sweep(ray_session, tmp_path_factory):
+    """``shared_smoke_sweep(name, *overrides)``: ``smoke_sweep``'s result for a sweep that several
+    tests read and none changes, run once per test session (the first test that asks runs it).
+
+    ``{shared}`` in an override is this session's folder of shared sweeps (a data folder there
+    is shared too). Returns ``(result_grid, run_path, experiment)``.
+    """
+    root = tmp_path_factory.mktemp("shared_sweeps")
+    done: dict[tuple[str, ...], tuple] = {}
+
+    def run(name: str, *overrides: str):
+        key = (name, *overrides)
+        if key not in done:
+            resolved = [o.replace("{shared}", str(root)) for o in overrides]
+            experiment = experiments.load(name, resolved, smoke=True)
+            done[key] = sweep.sweep(experiment, storage=str(root / "results"), verbose=0,
+                                    name=f"{Path(name).stem}-{len(done)}")
+        return done[key]
+
+    return run
+
+
 @pytest.fixture
 def local_trial(tmp_path):
     """``local_trial(name, *overrides, trial_dir=None, stop=None)``: one smoke trial in-process.

@@ -72,7 +72,7 @@ def test_boltz2_teacher_store_shapes_mapping_determinism_resume_and_ray_job(tmp_
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert all(result[k] == 0 for k in ("ckpt", "full", "part", "rest", "atom")), result
     assert "skipped 1 invalid SMILES of 4" in proc.stderr
     assert "1 written, 2 already there" in proc.stdout  # the resumed run did only the rest
@@ -168,7 +168,7 @@ def test_boltz2_layers_shapes_and_linear_fit_from_raw_inputs(tmp_path):
         capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
     print(json.dumps(result, indent=1))
     for name, row in result.items():
         assert row["shapes_ok"], name

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.fake_cluster import autoscaling_config, fake_cluster
+from cluster.fake_cluster import fake_cluster
 
 SWEEP = [
     "toy", "--smoke", "--address", "auto", "--quiet",

@@ -75,10 +75,11 @@ def test_dashboard_opens_in_chromium_shows_the_trial_actors_and_stays_with_keep(
     from playwright.sync_api import sync_playwright
 
     err_path = tmp_path / "stderr.txt"
+    release = tmp_path / "release"  # the trials are held after their first report until the page was read
     with err_path.open("w") as err_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "config.step_time_s=1.0",  # 60 s trials: alive when the page loads
-             "--dashboard", "--keep", "--storage", str(tmp_path / "results"), "--name", "d"],
+            [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "config.hold_at_step=20",
+             f"config.release_file={release}", "--dashboard", "--keep", "--storage", str(tmp_path / "results"), "--name", "d"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=err_file, text=True, start_new_session=True,
         )
     try:
@@ -116,6 +117,7 @@ def test_dashboard_opens_in_chromium_shows_the_trial_actors_and_stays_with_keep(
                 page.screenshot(path=str(shot), full_page=True)
             finally:
                 browser.close()
+                release.touch()
         assert "Authentication Token Required" not in body
         assert "ALIVE" in body and "ImplicitFunc" in body, body[:2000]  # Tune's trial actor
 
@@ -125,5 +127,6 @@ def test_dashboard_opens_in_chromium_shows_the_trial_actors_and_stays_with_keep(
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0 and "TERMINATED" in out, (out, err_path.read_text()[-2000:])
     finally:
+        release.touch()
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -87,3 +87,18 @@ def test_pbt_and_asha_schedulers_build(ray_session):
     assert isinstance(schedulers.make_scheduler(experiments.load("toy")), ASHAScheduler)
     pbt = experiments.load("toy", ["scheduler.type=pbt", "scheduler.hyperparam_mutations={lr: [0.01, 0.1]}"])
     assert isinstance(schedulers.make_scheduler(pbt), PopulationBasedTraining)
+
+
+def test_loading_and_validating_every_experiment_does_not_import_ray_tune():
+    """``import raylab.experiment`` and ``load`` (both modes) stay clear of Ray Tune (seconds to
+    import): a fresh interpreter, since this test process has imported it already."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom raylab import experiment\n"
+            "for name in experiment.available():\n"
+            "    experiment.load(name, smoke=True); experiment.load(name)\n"
+            "print(sorted(m for m in sys.modules if m == 'ray.tune' or m.startswith('ray.tune.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout[-2000:]

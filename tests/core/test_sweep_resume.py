@@ -16,6 +16,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_WORKERS = ["resources.workers=2", "resources.cpus_per_worker=0.5"]  # two trials at once on 2 CPUs
+# By default two of the four (path, signal) cases run: Tune trials stopped by SIGINT, with the CLI
+# joining the test session's Ray, and Ray Train trials whose CLI is killed together with the local
+# Ray it started. RAYLAB_RESUME_EVERY_EXPERIMENT=1 runs all four.
+EVERY_CASE = os.environ.get("RAYLAB_RESUME_EVERY_EXPERIMENT") == "1"
+CASES = [
+    pytest.param(resources, sig, id=f"{path}-{sig_id}")
+    for path, resources in (("tune", []), ("ray_train", TWO_WORKERS))
+    for sig, sig_id in ((signal.SIGINT, "sigint"), (signal.SIGKILL, "sigkill"))
+    if EVERY_CASE or (path, sig_id) in (("tune", "sigint"), ("ray_train", "sigkill"))
+]
 
 
 def steps_reported(trial_dir: Path) -> list[int]:
@@ -34,21 +44,28 @@ def tune_cli(*args: str, storage: Path, **kwargs) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
-@pytest.mark.parametrize("resources", [[], TWO_WORKERS], ids=["tune", "ray_train"])
-def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, sig, resources):
+@pytest.mark.parametrize("resources, sig", CASES)
+def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, sig, resources, request):
     storage, run = tmp_path / "results", tmp_path / "results" / "run"
-    # One short trial (40 steps) that finishes before the interrupt, one long one (400 steps).
+    release = tmp_path / "release"
+    # The CLI starts its own Ray where the whole process group is killed (that Ray goes with it);
+    # otherwise it joins the session's.
+    joined = []
+    if sig != signal.SIGKILL:
+        address = request.getfixturevalue("ray_session").get_runtime_context().gcs_address
+        joined = ["--address", address, "--shared-storage"]
+    # One short trial (40 steps) that finishes before the interrupt, one long one (400 steps)
+    # held after its report at step 100 (its last checkpoint: step 80) until the resume.
     proc = tune_cli(
-        "--name", "run", "search.steps=[40,400]", "search.seed=[0]", "config.step_time_s=0.05",
-        *resources, storage=storage,
+        "--name", "run", "search.steps=[40,400]", "search.seed=[0]", "config.hold_at_step=100",
+        f"config.release_file={release}", *resources, *joined, storage=storage,
     )
     short = long = None
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         trials = {p: steps_reported(p) for p in run.glob("toy_*") if p.is_dir()}
         short = next((p for p, s in trials.items() if s and s[-1] == 40), None)
-        long = next((p for p, s in trials.items() if s and s[-1] >= 60 and s[-1] < 300), None)
+        long = next((p for p, s in trials.items() if s and s[-1] == 100), None)  # held there
         if short and long and any(long.glob("checkpoint_*")):
             break
         assert proc.poll() is None, proc.communicate()
@@ -64,8 +81,10 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, s
         assert proc.returncode == 130, err
         assert "--resume --name run" in err
     steps_before = steps_reported(long)
+    assert steps_before[-1] == 100
 
-    resumed = tune_cli("--resume", "--name", "run", storage=storage)
+    release.touch()
+    resumed = tune_cli("--resume", "--name", "run", *joined, storage=storage)
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, out[-2000:] + err[-3000:]
 

@@ -42,8 +42,9 @@ def test_yaml_files_load_and_name_a_reported_metric():
 
 
 @pytest.mark.slow
-def test_smoke_sweep_reports_every_metric(smoke_sweep, tmp_path):
-    results, _, _ = smoke_sweep("fair_adv", f"config.data_dir={tmp_path / 'data'}")
+def test_smoke_sweep_reports_every_metric(shared_smoke_sweep):
+    # the report tests read the same sweep
+    results, _, _ = shared_smoke_sweep("fair_adv", "config.data_dir={shared}/fair_adv-data")
     assert len(results) == 2
     for result in results:
         assert result.error is None

@@ -13,7 +13,8 @@ OVERRIDES = ["search.seed=[0]", "config.steps=200", "config.step_time_s=0.02", "
 
 @pytest.mark.slow
 def test_killed_worker_restarts_from_checkpoint_with_identical_metrics(smoke_sweep, tmp_path):
-    reference, _, _ = smoke_sweep("toy", *OVERRIDES, run_name="reference")
+    # the uninterrupted reference needs no pacing (a pause does not change the metrics)
+    reference, _, _ = smoke_sweep("toy", *OVERRIDES, "config.step_time_s=0", run_name="reference")
     killed = []
 
     def kill(trial_dir, rows):

@@ -25,25 +25,32 @@ def reported_steps(run: Path) -> dict[str, list[int]]:
 
 
 @pytest.mark.slow
-def test_tune_report_flag_and_a_report_of_the_running_sweep(tmp_path):
+def test_tune_report_flag_and_a_report_of_the_running_sweep(tmp_path, ray_session):
     storage, run = tmp_path / "results", tmp_path / "results" / "run"
+    release = tmp_path / "release"
+    address = ray_session.get_runtime_context().gcs_address
+    # The CLI joins the session's Ray; its trials are held after their report at step 100 (of
+    # 200) until the partial report is written.
     proc = subprocess.Popen(
         [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--report", "--quiet", "--storage", str(storage),
-         "--name", "run", f"config.steps={STEPS}", "config.step_time_s=0.03", "search.seed=[0,1]"],
+         "--name", "run", f"config.steps={STEPS}", "config.hold_at_step=100", f"config.release_file={release}",
+         "search.seed=[0,1]", "--address", address, "--shared-storage"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
     try:
         deadline, partial = time.monotonic() + 240, None
         while time.monotonic() < deadline and partial is None:
             steps = reported_steps(run)
-            if any(s and s[-1] < STEPS for s in steps.values()) and (run / "experiment.yaml").is_file():
+            if any(s and s[-1] == 100 for s in steps.values()) and (run / "experiment.yaml").is_file():
                 partial = Path(report.write_report(str(run), out=tmp_path / "partial"))
+                release.touch()
             else:
                 assert proc.poll() is None, proc.communicate()
                 time.sleep(0.2)
         assert partial is not None, "the sweep never got to a partial state"
         out, err = proc.communicate(timeout=300)
     finally:
+        release.touch()
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-3000:]

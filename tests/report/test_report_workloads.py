@@ -15,7 +15,7 @@ EXPERIMENTS = {
     "backdoor_theory": ("backdoor_theory",),
     "backdoor": ("backdoor_resnet", "config.model_width=16"),
     "dqn_softlinf": ("dqn_softlinf_small",),
-    "fair_adv": ("fair_adv",),
+    "fair_adv": ("fair_adv", "config.data_dir={shared}/fair_adv-data"),
     "boltz_distill": ("boltz_distill",),
     "admet_probe": ("admet_probe",),
     "seagram": ("seagram_baselines",),
@@ -24,11 +24,13 @@ EXPERIMENTS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workload", sorted(EXPERIMENTS))
-def test_smoke_sweep_report_has_every_declared_figure_and_exact_tables(workload, smoke_sweep, report_checks):
+def test_smoke_sweep_report_has_every_declared_figure_and_exact_tables(workload, shared_smoke_sweep,
+                                                                       report_checks):
     if workload in ("admet_probe", "boltz_distill"):
         pytest.skip("the oracle checker does not yet read these sweeps' variant groups "
                     "(their reports are drawn, without this oracle check, in tests/boltz_distill/test_bd_smoke.py)")
-    results, run_path, experiment = smoke_sweep(*EXPERIMENTS[workload])
+    # backdoor_theory's and fair_adv's sweeps are their smoke tests' own (run once per session)
+    results, run_path, experiment = shared_smoke_sweep(*EXPERIMENTS[workload])
     assert experiment.workload == workload
     assert all(r.error is None for r in results), [str(r.error)[:300] for r in results if r.error]
     path = Path(report.write_report(run_path))

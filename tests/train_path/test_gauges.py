@@ -29,26 +29,32 @@ def trial_tags(text: str, series: str) -> set[str]:
 
 
 @pytest.mark.slow
-def test_trial_gauges_are_exported_while_the_trial_runs(ray_session, smoke_sweep):
+def test_trial_gauges_are_exported_while_the_trial_runs(ray_session, smoke_sweep, tmp_path):
     series = ("ray_raylab_trial_reports_per_s", "ray_raylab_trial_checkpoint_seconds",
               "ray_raylab_trial_metric")
     before = trial_tags(scrape(ray_session), series[0])  # earlier tests' trials in this Ray
     seen: list[tuple[str, str]] = []
     done = threading.Event()
+    # The trial is held after its report at step 100 until its gauges were seen (or 3 minutes).
+    release = tmp_path / "release"
 
     def poll():
-        while not done.is_set():
-            text = scrape(ray_session)
-            new = set.intersection(*(trial_tags(text, name) for name in series)) - before
-            if new:
-                seen.append((new.pop(), text))
-                return
-            time.sleep(1)
+        deadline = time.monotonic() + 180
+        try:
+            while not done.is_set() and time.monotonic() < deadline:
+                text = scrape(ray_session)
+                new = set.intersection(*(trial_tags(text, name) for name in series)) - before
+                if new:
+                    seen.append((new.pop(), text))
+                    return
+                time.sleep(1)
+        finally:
+            release.touch()
 
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
-    results, _, _ = smoke_sweep("toy", "search.seed=[0]", "config.steps=300", "config.step_time_s=0.1",
-                                "config.report_every=10", run_name="gauges")
+    results, _, _ = smoke_sweep("toy", "search.seed=[0]", "config.steps=300", "config.hold_at_step=100",
+                                f"config.release_file={release}", "config.report_every=10", run_name="gauges")
     done.set()
     poller.join(timeout=10)
     (result,) = results

@@ -45,3 +45,19 @@ def test_mlflow_and_wandb_offline_runs_read_back(smoke_sweep, tmp_path, monkeypa
     assert run.data.params["steps"] == "60"
     assert list((tmp_path / "wandb").rglob("*.wandb")), "no offline W&B run was written"
     assert list(Path(result.path).glob("events.out.tfevents.*"))
+
+
+def test_a_query_string_uri_names_the_logger_runs_and_the_report_folder_by_the_run(monkeypatch, tmp_path):
+    """``--storage s3://b/runs?endpoint_override=http://host:9000&scheme=http``: the MLflow tag,
+    the W&B group and the default report folder are the run name, not the query's tail."""
+    from raylab import report
+    from raylab.report_data import Run
+
+    run_path = "s3://bucket/runs/toy-smoke-20260101-000000?endpoint_override=http://127.0.0.1:9000&scheme=http"
+    assert run_path.rsplit("/", 1)[-1] == "127.0.0.1:9000&scheme=http"  # the trap: a "/" in the query
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file://{tmp_path}/mlruns")  # a cloud run needs one
+    mlflow_cb, wandb_cb = loggers.callbacks(["mlflow", "wandb"], "toy", run_path)
+    assert mlflow_cb.tags == {"raylab.run": "toy-smoke-20260101-000000"}
+    assert wandb_cb.group == "toy-smoke-20260101-000000"
+    run = Run(path=run_path, experiment={}, trials=[], swept=[])
+    assert report.default_out(run) == Path("reports") / "toy-smoke-20260101-000000"

@@ -36,8 +36,19 @@ def make_lab_package(root: Path) -> None:
     (dist / "entry_points.txt").write_text("[raylab.workloads]\nlab_regression = lab_workloads:WORKLOAD\n")
 
 
+def add_lab_experiments(root: Path) -> None:
+    """The lab's package ships an experiment folder too, registered in ``raylab.experiments``."""
+    (root / "lab_configs").mkdir()
+    (root / "lab_configs" / "__init__.py").write_text("")
+    (root / "lab_configs" / "lab_shipped.yaml").write_text(
+        "workload: lab_regression\nmetric: eval/mse\nmode: min\ndescription: the lab's shipped sweep\n")
+    with (root / "lab_workloads-0.1.dist-info" / "entry_points.txt").open("a") as f:
+        f.write("[raylab.experiments]\nlab = lab_configs\n")
+
+
 def test_a_lab_package_adds_a_workload_and_a_folder_adds_experiments(tmp_path):
     make_lab_package(tmp_path / "site")
+    add_lab_experiments(tmp_path / "site")
     configs = tmp_path / "lab_configs"
     configs.mkdir()
     (configs / "lab_sweep.yaml").write_text(
@@ -48,11 +59,34 @@ def test_a_lab_package_adds_a_workload_and_a_folder_adds_experiments(tmp_path):
     (line,) = [line for line in done.stdout.splitlines() if "lab_sweep" in line]
     assert "lab_regression" in line and f"[{configs}]" in line
     assert "[package]" in next(line for line in done.stdout.splitlines() if line.strip().startswith("toy "))
+    # the lab package's registered folder is searched beside this repository's tune_configs
+    assert "[package]" in next(line for line in done.stdout.splitlines() if "lab_shipped" in line)
     # RAYLAB_CONFIGS does the same as --configs.
     dry = raylab_tune("lab_sweep", "--dry-run", env={"PYTHONPATH": str(tmp_path / "site"),
                                                      "RAYLAB_CONFIGS": str(configs)})
     assert dry.returncode == 0, dry.stderr
     assert "workload: lab_regression" in dry.stdout
+
+
+def test_a_workload_name_registered_twice_is_refused_naming_both_entry_points(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    make_lab_package(site)  # lab_regression
+    (site / "lab_workloads" / "again.py").write_text(
+        "from lab_workloads import WORKLOAD\nWORKLOADS = {'toy': WORKLOAD}\n")
+    with (site / "lab_workloads-0.1.dist-info" / "entry_points.txt").open("a") as f:
+        f.write("lab_more = lab_workloads.again:WORKLOADS\n")
+    monkeypatch.syspath_prepend(str(site))  # installed, as far as importlib.metadata can tell
+    workloads.registry.cache_clear()
+    try:
+        with pytest.raises(UserError) as refused:
+            workloads.registry()
+    finally:
+        monkeypatch.undo()
+        workloads.registry.cache_clear()
+    message = str(refused.value)
+    assert "\n" not in message and "workload 'toy' is registered twice" in message
+    assert "'trainers = trainers:WORKLOADS'" in message and "'lab_more = lab_workloads.again:WORKLOADS'" in message
+    assert "toy" in workloads.registry() and "lab_regression" not in workloads.registry()
 
 
 def test_missing_configs_folder_is_one_line_exit_2(tmp_path):

@@ -42,7 +42,7 @@ def corpus_of(cfg: Config) -> list[str]:
 
 def preflight(cfg: Config) -> None:
     """Refuse before Ray starts: corpus or Boltz-2 store missing, targets larger than memory."""
-    corpus = corpus_exists(cfg.corpus)
+    corpus_exists(cfg.corpus)  # raises a UserError naming the missing file
     rows, dims = 0, 0
     for teacher in cfg.teachers:
         path = store_path(cfg, teacher)

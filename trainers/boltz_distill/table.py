@@ -63,7 +63,7 @@ def collect(run_dir: Path) -> dict[tuple[str, str], dict[str, list[tuple[float, 
         if not result_path.is_file():
             continue
         params = json.loads(params_path.read_text())
-        lines = [l for l in result_path.read_text().splitlines() if l.strip()]
+        lines = [line for line in result_path.read_text().splitlines() if line.strip()]
         if not lines:
             continue
         last = json.loads(lines[-1])

@@ -25,6 +25,11 @@ class Config:
     """Seed of the data, the initialization and the batch order."""
     step_time_s: float = 0.0
     """Seconds to sleep after each step: makes a trial long enough to interrupt in tests."""
+    hold_at_step: int = 0
+    """Step after whose report the trial waits until ``release_file`` exists (0: never): holds
+    a trial at a known point while a test interrupts the sweep, instead of pacing it by sleeps."""
+    release_file: str = ""
+    """The file whose existence releases a trial held at ``hold_at_step``."""
 
     def __post_init__(self):
         require(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
@@ -34,3 +39,6 @@ class Config:
         require(self.dim >= 1, "dim", f"must be >= 1, got {self.dim}")
         require(self.noise >= 0, "noise", f"must be >= 0, got {self.noise}")
         require(self.step_time_s >= 0, "step_time_s", f"must be >= 0, got {self.step_time_s}")
+        require(self.hold_at_step >= 0, "hold_at_step", f"must be >= 0, got {self.hold_at_step}")
+        require(not self.hold_at_step or bool(self.release_file), "release_file",
+                "must be set when hold_at_step is")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -76,3 +77,6 @@ def train_loop(config: dict) -> None:
             time.sleep(cfg.step_time_s)
         if step % cfg.report_every == 0 or step == cfg.steps:
             report()
+        if step == cfg.hold_at_step:
+            while not os.path.exists(cfg.release_file):  # the release gate (see Config)
+                time.sleep(0.05)
