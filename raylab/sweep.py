@@ -64,11 +64,9 @@ def find_run_to_resume(
     saved ``experiment.yaml`` names it and that Tune can restore; ``smoke`` (True or False)
     keeps only smoke or only full runs, None keeps both. Finished runs are skipped.
     """
-    from ray import tune
-
     if name:
         path = run_path_of(storage, name)
-        if not tune.Tuner.can_restore(path):
+        if not restorable(path):
             raise UserError(f"--resume: no resumable sweep at {path}")
         return path
     if "://" in storage:
@@ -84,7 +82,7 @@ def find_run_to_resume(
             continue
         if smoke is not None and bool(raw.get("smoke")) != smoke:
             continue
-        if tune.Tuner.can_restore(str(saved.parent)):
+        if restorable(str(saved.parent)):
             runs.append(saved.parent)
     runs.sort(key=lambda run: (run / EXPERIMENT_FILE).stat().st_mtime, reverse=True)
     unfinished = [run for run in runs if not is_finished(str(run))]
@@ -95,6 +93,21 @@ def find_run_to_resume(
                             f"finished (newest: {runs[0].name}); nothing to resume")
         raise UserError(f"--resume: no resumable{kind} run of '{experiment_name}' in {root}")
     return str(unfinished[0])
+
+
+def restorable(run_path: str) -> bool:
+    """Whether Tune can restore the sweep in ``run_path``: its Tuner state (``Tuner.can_restore``)
+    and at least one experiment state file, which ``Tuner.restore`` also needs (a sweep that
+    stopped before its first trial started has the one and not the other)."""
+    import pyarrow.fs
+    from ray import tune
+
+    if not tune.Tuner.can_restore(run_path):
+        return False
+    fs, path = storage_paths.filesystem(run_path)
+    found = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
+    return any(info.base_name.startswith("experiment_state-") and info.base_name.endswith(".json")
+               for info in found)
 
 
 def saved_experiment(run_path: str) -> Experiment:

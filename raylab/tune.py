@@ -189,6 +189,8 @@ def run_checks(args, experiment, root: str, stop_at_first: bool = False):
 
     steps = [
         ("storage", lambda: checks.check_storage(args.storage)),
+        *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), args.storage))]
+          if args.logger else []),
         ("run name", name_is_free),
         ("resources on the cluster (checked once joined)" if args.address
          else "resources on this machine", resources),

@@ -36,12 +36,16 @@ def test_variant_fields_are_left_out_of_the_saved_config():
 
 
 def fake_run(root: Path, name: str, experiment: str = "toy", smoke: bool = True,
-             finished: bool = False, age_s: float = 0.0) -> Path:
-    """A run folder as a sweep leaves it: experiment.yaml, Tune's tuner.pkl, maybe finished."""
+             finished: bool = False, age_s: float = 0.0, tune_state: bool = True) -> Path:
+    """A run folder as a sweep leaves it: experiment.yaml, Tune's tuner.pkl and experiment
+    state (``tune_state``; a sweep that failed before its first trial has tuner.pkl alone),
+    maybe finished."""
     exp = experiments.load(experiment, smoke=smoke)
     run = root / name
     run_files.write_text(str(run), run_files.EXPERIMENT_FILE, yaml_io.dumps(exp.to_yaml_dict()))
     (run / "tuner.pkl").write_bytes(b"")
+    if tune_state:
+        (run / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
     if finished:
         run_files.write_text(str(run), run_files.FINISHED_FILE, "trials: 2\n")
     stamp = time.time() - age_s
@@ -57,6 +61,15 @@ def test_bare_resume_takes_the_newest_unfinished_run(tmp_path):
     fake_run(tmp_path, "full-interrupted", smoke=False, age_s=5)
     assert sweep.find_run_to_resume(str(tmp_path), "toy", None, None).endswith("full-interrupted")
     assert sweep.find_run_to_resume(str(tmp_path), "toy", True, None).endswith("old-interrupted")
+
+
+def test_bare_resume_skips_a_folder_tune_cannot_restore(tmp_path, capsys):
+    fake_run(tmp_path, "older", age_s=300)
+    fake_run(tmp_path, "failed-before-its-first-trial", tune_state=False, age_s=0)
+    assert sweep.find_run_to_resume(str(tmp_path), "toy", None, None) == str(tmp_path / "older")
+    argv = ["toy", "--resume", "--name", "failed-before-its-first-trial", "--storage", str(tmp_path)]
+    assert raylab_tune.main(argv) == 2
+    assert "no resumable sweep at" in capsys.readouterr().err
 
 
 def test_bare_resume_says_when_every_run_has_finished(tmp_path, capsys):
@@ -98,7 +111,8 @@ def test_name_of_an_existing_run_is_refused_without_resume(tmp_path, capsys, dry
     else:
         assert raylab_tune.main(argv) == 2
         assert "--name taken: a run already exists" in capsys.readouterr().err
-    assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == ["experiment.yaml", "tuner.pkl"]
+    assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == [
+        "experiment.yaml", "experiment_state-2026-01-01_00-00-00.json", "tuner.pkl"]
 
 
 def test_dry_run_runs_the_resource_check_the_real_command_runs(capsys, monkeypatch):
