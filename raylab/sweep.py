@@ -200,7 +200,7 @@ def sweep(
             failure_config=tune.FailureConfig(max_failures=experiment.failure.max_failures),
             callbacks=[resolved_config_callback(experiment, run_path),
                        *logger_callbacks(list(loggers), experiment.name, run_path)]
-            + ([progress_callback(experiment)] if progress else []),
+            + ([progress_callback(experiment, run_path)] if progress else []),
             verbose=verbose,
         ),
     )

@@ -45,7 +45,7 @@ def parser() -> cli.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress lines while the sweep runs")
     p.add_argument("--logger", action="append", default=[], metavar="NAME",
                    help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/loggers.py")
-    p.add_argument("--verbose", action="store_true", help="Ray Tune's own progress tables and logs too")
+    p.add_argument("--verbose", action="store_true", help="Ray Tune's own progress tables and logs, tracebacks and the trials' own output too")
     return p
 
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(problem)
     ray_info = ray_start.connect(
         args.address, dashboard=args.dashboard, state_api=experiment.resources.uses_ray_train,
-        listen=args.listen,
+        listen=args.listen, quiet=not args.verbose,
     )
     if args.address:  # before any trial starts: a local folder must be one every node mounts
         import ray
