@@ -364,6 +364,7 @@ def from_saved(raw: Any, source: str) -> Experiment:
     raw = dict(raw)
     name, smoke = raw.pop("name"), bool(raw.pop("smoke", False))
     raw.pop("source", None)
+    raw.pop("provenance", None)  # where the run came from (raylab.provenance), not settings
     return validate(raw, name=name, source=source, smoke=smoke)
 
 

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from raylab import workloads
+from raylab import provenance, workloads
 from raylab.errors import UserError, exit_on_user_error
 from raylab.report_aggregate import conditions, resolve_metric, table_blocks
 from raylab.report_data import TUNE_COUNTERS, Run, find_run, format_value, load_run
@@ -252,7 +252,7 @@ def _facts(run: Run) -> list[tuple[str, Any]]:
     facts.append(("trials", ", ".join(f"{v} {k}" for k, v in counts.items())
                   + (f" (of {run.expected} expected)" if run.expected is not None else "")))
     facts.append(("aggregate", "mean ± sample std (n = trials) over seeds and repeats"))
-    return facts
+    return facts + provenance.facts(exp.get("provenance"))
 
 
 def _counts(run: Run) -> dict[str, int]:

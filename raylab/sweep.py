@@ -9,7 +9,7 @@ import datetime
 import os
 from pathlib import Path
 
-from raylab import search_space, yaml_io
+from raylab import provenance, search_space, workloads, yaml_io
 from raylab import storage as storage_paths
 from raylab.checks import fitting_trials
 from raylab.errors import UserError
@@ -174,7 +174,10 @@ def sweep(
             resume_unfinished=True,
             resume_errored=True,
         )
-        return _fit(tuner, run_path), run_path, experiment
+        _update_provenance(run_path, resumed=provenance.now())
+        results = _fit(tuner, run_path)
+        _update_provenance(run_path, ended=provenance.now())
+        return results, run_path, experiment
 
     run_name = name or default_run_name(experiment)
     if name:
@@ -204,8 +207,36 @@ def sweep(
             verbose=verbose,
         ),
     )
-    write_text(run_path, EXPERIMENT_FILE, yaml_io.dumps(experiment.to_yaml_dict()))
-    return _fit(tuner, run_path), run_path, experiment
+    workload = workloads.get(experiment.workload)
+    saved = {**experiment.to_yaml_dict(),
+             "provenance": provenance.record(_code_folder(workload), workload.packages)}
+    write_text(run_path, EXPERIMENT_FILE, yaml_io.dumps(saved))
+    results = _fit(tuner, run_path)
+    _update_provenance(run_path, ended=provenance.now())
+    return results, run_path, experiment
+
+
+def _code_folder(workload) -> Path:
+    """The folder of the workload's train loop module (its git checkout is the code's)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(workload.loop.partition(":")[0])
+    return Path(spec.origin).parent if spec and spec.origin else Path.cwd()
+
+
+def _update_provenance(run_path: str, ended: str | None = None, resumed: str | None = None) -> None:
+    """Record in the saved experiment when the sweep ended, or that it was resumed."""
+    text = read_text(run_path, EXPERIMENT_FILE)
+    saved = yaml_io.loads(text, EXPERIMENT_FILE) if text else None
+    if not isinstance(saved, dict) or not isinstance(saved.get("provenance"), dict):
+        return
+    record = saved["provenance"]
+    if ended:
+        record["ended"] = ended
+    if resumed:
+        record["resumed"] = [*record.get("resumed", []), resumed]
+        record["ended"] = None
+    write_text(run_path, EXPERIMENT_FILE, yaml_io.dumps(saved))
 
 
 def ended_trials(run_path: str, results) -> frozenset[str]:

@@ -20,7 +20,7 @@ from raylab import ray_start
 if __name__ == "__main__":  # before Ray is imported (below): where a local Ray listens
     ray_start.bind_to_loopback_unless_asked(sys.argv[1:])
 
-from raylab import checks, cli, loggers, run_files, storage, summary, sweep, yaml_io
+from raylab import checks, cli, loggers, run_files, storage, summary, sweep, workloads, yaml_io
 from raylab import experiment as experiments
 from raylab import search_space
 from raylab.errors import UserError, exit_on_user_error
@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search),
                          ended=sweep.ended_trials(run_path, results))
-    csv_path = run_files.write_text(run_path, "summary.csv", summary.to_csv(table))
+    reported = workloads.get(experiment.workload).metrics
+    csv_table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search),
+                             ended=sweep.ended_trials(run_path, results), reported=reported)
+    csv_path = run_files.write_text(run_path, "summary.csv", summary.to_csv(csv_table))
     print()
     print(summary.format_table(table))
     print(f"\nresults: {run_path}\nsummary: {csv_path}")

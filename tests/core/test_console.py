@@ -3,6 +3,7 @@ error.txt, restarts counted, a status line with counts and an ETA."""
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from raylab import experiment as experiments
-from raylab import progress
+from raylab import progress, yaml_io
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,6 +40,18 @@ def test_a_failing_trial_is_one_line_with_its_exception_and_error_txt_and_restar
         path = re.search(r"error\.txt: (\S+?error\.txt)", line).group(1)
         assert f"injected failure on attempt {attempt}" in Path(path).read_text()
     assert failed[0].endswith("; restarting (1 of 1)") and "restarting" not in failed[1]
+    # The run records where it came from, and summary.csv every reported metric's last value.
+    saved = yaml_io.load(run / "experiment.yaml")["provenance"]
+    assert len(saved["git"]["commit"]) == 40 and isinstance(saved["git"]["dirty"], bool)
+    assert {"raylab", "ray", "torch"} <= set(saved["versions"]) and saved["host"]
+    assert saved["started"] <= saved["ended"]
+    from raylab import report, report_data
+
+    facts = dict(report._facts(report_data.load_run(str(run))))  # the report's facts box
+    assert facts["code"].startswith(saved["git"]["commit"][:12]) and facts["host"] == saved["host"]
+    assert f"ray {saved['versions']['ray']}" in facts["versions"] and facts["ended"] == saved["ended"]
+    (row,) = csv.DictReader((run / "summary.csv").open())
+    assert row["train/loss (last)"] == "1.0" and row["train/step (last)"] == "2" and row["eval/mse (last)"] == ""
 
 
 def _trials(*statuses):
