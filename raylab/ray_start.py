@@ -76,10 +76,12 @@ def connect(
         return {"started": False, "dashboard_url": context.dashboard_url}
     # "local", not None: ray.init() would otherwise join whatever cluster the last `ray start`
     # on this machine recorded in Ray's temp folder, even one long gone (it then hangs).
+    port = _state_api_of_this_ray(listen) if dashboard or state_api else None
     context = ray.init(
         address="local",
         include_dashboard=dashboard or state_api,
         dashboard_host="0.0.0.0" if listen else "127.0.0.1",
+        **({"dashboard_port": port} if port else {}),
         logging_level=logging.WARNING,
         log_to_driver=not quiet,
     )
@@ -87,6 +89,28 @@ def connect(
     if url and listen:
         url = url.replace("0.0.0.0", socket.gethostname(), 1)
     return {"started": True, "dashboard_url": url}
+
+
+API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"
+
+
+def _state_api_of_this_ray(listen: bool) -> int | None:
+    """Choose the local Ray's dashboard port and name it in ``RAY_API_SERVER_ADDRESS``.
+
+    Ray Train's controller and its helper actors (the PlacementGroupCleaner, the state actor)
+    call Ray's state API without an address; Ray then looks for the cluster by scanning this
+    machine's processes, and with a second local Ray running (another sweep) fails with "Found
+    multiple active Ray instances". Ray's state API reads ``RAY_API_SERVER_ADDRESS`` first, and
+    every Ray process inherits it from this one when it is set before ``ray.init``, so each
+    sweep's actors talk to their own Ray only. A value the user set is kept (None returned).
+    """
+    if os.environ.get(API_SERVER_ENV):
+        return None
+    with socket.socket() as s:
+        s.bind(("0.0.0.0" if listen else "127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ[API_SERVER_ENV] = f"http://127.0.0.1:{port}"
+    return port
 
 
 def quiet_ray_console() -> None:
