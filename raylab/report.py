@@ -43,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m raylab.report", description=__doc__.split("\n")[0], allow_abbrev=False)
+    p = _Parser(prog="python -m raylab.report", description=__doc__.split("\n")[0].replace("``", ""), allow_abbrev=False)
     p.add_argument("run", help="a run folder (path or URI), or an experiment name (its newest run)")
     p.add_argument("--out", help="report folder (default: RUN/report, or reports/RUN_NAME for a URI)")
     p.add_argument("--format", choices=FORMATS, default="html", help="html (self-contained) or md")

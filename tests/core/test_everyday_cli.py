@@ -199,3 +199,11 @@ def test_loopback_binding_is_not_attempted_once_ray_is_imported():
     environ: dict[str, str] = {}
     assert "ray" in sys.modules
     assert ray_start.bind_to_loopback_unless_asked(["toy"], environ) is False and not environ
+
+
+def test_help_shows_no_rst_markup(capsys):
+    with pytest.raises(SystemExit):
+        raylab_tune.main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m raylab.tune") and "``" not in out
+    assert "python -m raylab.tune NAME [key=value ...]: run an experiment" in out
