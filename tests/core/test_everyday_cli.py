@@ -207,3 +207,20 @@ def test_help_shows_no_rst_markup(capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: python -m raylab.tune") and "``" not in out
     assert "python -m raylab.tune NAME [key=value ...]: run an experiment" in out
+
+
+def test_provenance_records_a_resumption_and_the_end_and_the_saved_experiment_still_loads(tmp_path):
+    from raylab import provenance
+
+    exp = experiments.load("toy", smoke=True)
+    saved = {**exp.to_yaml_dict(), "provenance": provenance.record(Path(__file__).parent)}
+    run_files.write_text(str(tmp_path), run_files.EXPERIMENT_FILE, yaml_io.dumps(saved))
+    resumed = provenance.now()
+    sweep._update_provenance(str(tmp_path), resumed=resumed)
+    assert yaml_io.load(tmp_path / run_files.EXPERIMENT_FILE)["provenance"]["ended"] is None
+    ended = provenance.now()
+    sweep._update_provenance(str(tmp_path), ended=ended)
+    record = yaml_io.load(tmp_path / run_files.EXPERIMENT_FILE)["provenance"]
+    assert record["resumed"] == [resumed] and record["ended"] == ended
+    assert len(record["git"]["commit"]) == 40 and record["started"] <= record["ended"]
+    assert sweep.saved_experiment(str(tmp_path)).name == "toy"  # provenance is not a setting
