@@ -61,6 +61,16 @@ def record(code_folder: Path, packages: tuple[str, ...] = ()) -> dict[str, Any]:
     }
 
 
+def of_workload(workload) -> dict[str, Any]:
+    """``record`` for a ``raylab.workloads.Workload``: the git checkout of its train loop's
+    module, and its declared key packages."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(workload.loop.partition(":")[0])
+    folder = Path(spec.origin).parent if spec and spec.origin else Path.cwd()
+    return record(folder, workload.packages)
+
+
 def facts(saved: dict[str, Any] | None) -> list[tuple[str, Any]]:
     """The report's facts-box rows for a saved ``provenance`` mapping."""
     if not saved:

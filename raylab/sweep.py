@@ -174,9 +174,9 @@ def sweep(
             resume_unfinished=True,
             resume_errored=True,
         )
-        _update_provenance(run_path, resumed=provenance.now())
+        update_provenance(run_path, resumed=provenance.now())
         results = _fit(tuner, run_path)
-        _update_provenance(run_path, ended=provenance.now())
+        update_provenance(run_path, ended=provenance.now())
         return results, run_path, experiment
 
     run_name = name or default_run_name(experiment)
@@ -207,24 +207,15 @@ def sweep(
             verbose=verbose,
         ),
     )
-    workload = workloads.get(experiment.workload)
     saved = {**experiment.to_yaml_dict(),
-             "provenance": provenance.record(_code_folder(workload), workload.packages)}
+             "provenance": provenance.of_workload(workloads.get(experiment.workload))}
     write_text(run_path, EXPERIMENT_FILE, yaml_io.dumps(saved))
     results = _fit(tuner, run_path)
-    _update_provenance(run_path, ended=provenance.now())
+    update_provenance(run_path, ended=provenance.now())
     return results, run_path, experiment
 
 
-def _code_folder(workload) -> Path:
-    """The folder of the workload's train loop module (its git checkout is the code's)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(workload.loop.partition(":")[0])
-    return Path(spec.origin).parent if spec and spec.origin else Path.cwd()
-
-
-def _update_provenance(run_path: str, ended: str | None = None, resumed: str | None = None) -> None:
+def update_provenance(run_path: str, ended: str | None = None, resumed: str | None = None) -> None:
     """Record in the saved experiment when the sweep ended, or that it was resumed."""
     text = read_text(run_path, EXPERIMENT_FILE)
     saved = yaml_io.loads(text, EXPERIMENT_FILE) if text else None

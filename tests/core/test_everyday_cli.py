@@ -166,6 +166,8 @@ def test_raylab_train_refuses_a_taken_name_and_resumes_by_name_alone(tmp_path, c
     # a full toy run would differ from the smoke run; the folder says it was a smoke run
     assert raylab_train.main(["toy", "--resume", "--quiet", "--storage", str(tmp_path), "--name", "t"]) == 0
     assert "t" in capsys.readouterr().out
+    record = yaml_io.load(tmp_path / "t" / run_files.EXPERIMENT_FILE)["provenance"]
+    assert len(record["resumed"]) == 1 and record["started"] <= record["resumed"][0] <= record["ended"]
 
 
 def test_through_a_storage_uri_finished_runs_say_so_and_the_saved_experiment_is_read(tmp_path, capsys):
@@ -216,10 +218,10 @@ def test_provenance_records_a_resumption_and_the_end_and_the_saved_experiment_st
     saved = {**exp.to_yaml_dict(), "provenance": provenance.record(Path(__file__).parent)}
     run_files.write_text(str(tmp_path), run_files.EXPERIMENT_FILE, yaml_io.dumps(saved))
     resumed = provenance.now()
-    sweep._update_provenance(str(tmp_path), resumed=resumed)
+    sweep.update_provenance(str(tmp_path), resumed=resumed)
     assert yaml_io.load(tmp_path / run_files.EXPERIMENT_FILE)["provenance"]["ended"] is None
     ended = provenance.now()
-    sweep._update_provenance(str(tmp_path), ended=ended)
+    sweep.update_provenance(str(tmp_path), ended=ended)
     record = yaml_io.load(tmp_path / run_files.EXPERIMENT_FILE)["provenance"]
     assert record["resumed"] == [resumed] and record["ended"] == ended
     assert len(record["git"]["commit"]) == 40 and record["started"] <= record["ended"]
