@@ -67,9 +67,10 @@ def check_storage(storage: str, joined: bool = False, shared: bool = False) -> N
 
     A local folder must take a file (created and removed again); on a joined cluster
     (``joined``) it must also be declared ``shared`` (mounted by every node), else it is
-    refused. URIs pass through to Ray's storage layer.
+    refused. A URI must take a marker object (written, read back and deleted within seconds).
     """
     if storage_paths.is_uri(storage):
+        storage_paths.probe_uri(storage)
         return
     storage_paths.probe_local(storage)
     if joined:

@@ -21,10 +21,17 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
+        if kwargs.get("description"):  # a module docstring's first line, shown without its RST
+            kwargs["description"] = plain_text(kwargs["description"])
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         raise UserError(f"{message} (see {self.prog} --help)")
+
+
+def plain_text(rst: str) -> str:
+    """A docstring line for a terminal: ````code```` markup dropped."""
+    return rst.replace("``", "")
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

@@ -344,6 +344,8 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
             f"{source}: metric '{experiment.metric}' is not reported by workload "
             f"'{experiment.workload}'; it reports: {', '.join(workload.metrics)}"
         )
+    if workload.metrics:
+        check_progress_keys(experiment, workload.metrics)
     if experiment.resources.workers > 1 and not workload.data_parallel:
         raise UserError(
             f"{source}: resources.workers: {experiment.resources.workers} asks for data-parallel "
@@ -356,6 +358,29 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
     return experiment
 
 
+# Counters Ray Tune adds to every result of a trial (``ray.tune.result.AUTO_RESULT_KEYS``) that
+# a ``stop`` criterion or a scheduler's ``time_attr`` may use besides the workload's metrics.
+TUNE_COUNTERS = ("training_iteration", "time_total_s", "time_since_restore", "iterations_since_restore")
+
+
+def check_progress_keys(experiment: Experiment, metrics: tuple[str, ...]) -> None:
+    """Refuse a ``stop`` key or a scheduler ``time_attr`` that no result will carry.
+
+    Tune ignores a stop key that never appears (the trial runs forever) and ASHA never prunes
+    on a ``time_attr`` it never sees, so a typo is an error naming what the workload reports.
+    """
+    known = (*metrics, *TUNE_COUNTERS)
+    asked = [(f"stop.{key}", key) for key in experiment.stop]
+    if experiment.scheduler.type != "fifo":
+        asked.append(("scheduler.time_attr", experiment.scheduler.time_attr))
+    for where, key in asked:
+        if key not in known:
+            raise UserError(
+                f"{experiment.source}: {where}: '{key}' is not reported by workload "
+                f"'{experiment.workload}'; it reports: {', '.join(known)}"
+            )
+
+
 def from_saved(raw: Any, source: str) -> Experiment:
     """The experiment a run folder saved (``Experiment.to_yaml_dict``), validated again."""
     if not isinstance(raw, dict) or not {"name", "workload"} <= set(raw):
@@ -363,6 +388,7 @@ def from_saved(raw: Any, source: str) -> Experiment:
     raw = dict(raw)
     name, smoke = raw.pop("name"), bool(raw.pop("smoke", False))
     raw.pop("source", None)
+    raw.pop("provenance", None)  # where the run came from (raylab.provenance), not settings
     return validate(raw, name=name, source=source, smoke=smoke)
 
 

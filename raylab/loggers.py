@@ -1,9 +1,11 @@
 """``--logger mlflow|wandb|tensorboard``: Ray Tune's own logger callbacks, set up for a run.
 
 - ``mlflow``: ``MLflowLoggerCallback``; one MLflow run per trial in the experiment named after
-  the experiment. Tracking URI: ``MLFLOW_TRACKING_URI`` when set, else a file store in the run
-  folder (``RUN/mlruns``; read it with ``MLFLOW_ALLOW_FILE_STORE=true mlflow ui
-  --backend-store-uri RUN/mlruns``).
+  the experiment. Tracking URI: ``MLFLOW_TRACKING_URI`` when set (a server, ``file:PATH`` with
+  MLflow's file-store opt-in set for it, or a database such as ``sqlite:///mlflow.db``, which
+  needs SQLAlchemy), else a file store in the run folder (``RUN/mlruns``; read it with
+  ``MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri RUN/mlruns``). Each is checked
+  before Ray starts (``check_targets``).
 - ``wandb``: ``WandbLoggerCallback``; project ``WANDB_PROJECT`` (default ``raylab``), grouped
   by run name. ``WANDB_MODE=offline`` logs to local files (in ``WANDB_DIR``) for a later ``wandb sync``.
 - ``tensorboard``: ``TBXLoggerCallback`` (Tune adds it by default when tensorboardX is
@@ -34,6 +36,96 @@ def check(names: list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def check_targets(names: list[str], storage: str, timeout_s: float = 10.0) -> None:
+    """Before Ray starts: each logger's destination can be used; else one ``UserError`` line.
+
+    MLflow: with no ``MLFLOW_TRACKING_URI`` the store goes into the run folder, which needs a
+    local ``--storage``; a ``file:`` store gets MLflow's file-store opt-in and must be a
+    writable folder; a database store (``sqlite:``, ``postgresql:``...) needs SQLAlchemy; any
+    other URI (an MLflow server) must answer a search for experiments within ``timeout_s``.
+    W&B: online mode needs an API key (``wandb login``); offline mode a writable ``WANDB_DIR``.
+    """
+    from raylab import storage as storage_paths
+
+    if "mlflow" in names:
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+        where = f"--logger mlflow: MLFLOW_TRACKING_URI={uri}"
+        if not uri:
+            mlflow_file_store(storage_paths.root(storage))
+        elif uri.startswith("file:") or "://" not in uri:
+            allow_file_store(uri)
+            storage_paths.probe_local(_file_store_path(uri))
+        elif uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES:
+            import importlib.util
+
+            missing = [p for p in ("sqlalchemy", "alembic") if importlib.util.find_spec(p) is None]
+            if missing:
+                raise UserError(f"{where}: MLflow's database stores need {' and '.join(missing)} "
+                                "(pip install mlflow, not mlflow-skinny); or use a file:PATH store "
+                                "or an MLflow server")
+            if uri.startswith("sqlite:///"):
+                storage_paths.probe_local(str(_file_store_path(uri[len("sqlite:///"):]).parent))
+        else:
+            _ask_mlflow_server(uri, where, timeout_s)
+    if "wandb" in names:
+        mode = os.environ.get("WANDB_MODE", "online").lower()
+        if mode in ("offline", "dryrun"):
+            storage_paths.probe_local(os.environ.get("WANDB_DIR") or ".")
+        elif mode != "disabled" and not _wandb_api_key():
+            raise UserError("--logger wandb: no W&B API key (set WANDB_API_KEY or run `wandb login`; "
+                            "WANDB_MODE=offline logs to local files for a later `wandb sync`)")
+
+
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+
+
+def allow_file_store(uri: str) -> None:
+    """MLflow 3 keeps its file store behind an opt-in (it recommends a database or a server);
+    raylab opts in for a ``file:`` tracking URI, the user's or its own."""
+    if uri.startswith("file:") or "://" not in uri:
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+
+
+def _file_store_path(uri: str):
+    from pathlib import Path
+    from urllib.parse import unquote, urlsplit
+
+    path = unquote(urlsplit(uri).path) if uri.startswith("file:") else uri
+    return Path(path).expanduser().absolute()
+
+
+def _ask_mlflow_server(uri: str, where: str, timeout_s: float) -> None:
+    """One experiments search against the tracking server, without MLflow's minutes of retries."""
+    from raylab import storage as storage_paths
+
+    def ask() -> None:
+        from mlflow.tracking import MlflowClient
+
+        MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+
+    saved = {key: os.environ.get(key) for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT=f"{timeout_s:g}")
+    try:
+        storage_paths.within(timeout_s, where, ask)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _wandb_api_key() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+
+    try:
+        return bool(netrc.netrc().authenticators("api.wandb.ai"))
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
 def callbacks(names: list[str], experiment_name: str, run_path: str) -> list:
     """Tune callbacks for ``names`` (already checked), logging to the run at ``run_path``."""
     out = []
@@ -42,12 +134,8 @@ def callbacks(names: list[str], experiment_name: str, run_path: str) -> list:
         if name == "mlflow":
             from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-            uri = os.environ.get("MLFLOW_TRACKING_URI")
-            if not uri:
-                uri = mlflow_file_store(run_path)
-                # MLflow 3 keeps its file store only behind this opt-in (a server or a database
-                # backend is what it recommends; MLFLOW_TRACKING_URI selects one).
-                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            uri = os.environ.get("MLFLOW_TRACKING_URI") or mlflow_file_store(run_path)
+            allow_file_store(uri)
             out.append(MLflowLoggerCallback(
                 tracking_uri=uri, experiment_name=experiment_name,
                 tags={"raylab.run": run_name}, save_artifact=False,

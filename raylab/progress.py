@@ -32,18 +32,54 @@ def better(mode: str, value: Any, best: float | None) -> float | None:
     return max(best, value) if mode == "max" else min(best, value)
 
 
-def callback(experiment: Experiment, stream=None):
-    """A Tune callback that prints one line per trial result, start, end and error."""
+def status_line(statuses: list[str], elapsed_s: float) -> str:
+    """``3 done, 2 running, 5 pending; ETA 4 min`` from the trials' Tune statuses.
+
+    The ETA assumes the remaining trials take as long, at the rate so far, as the finished
+    ones did: ``elapsed / done x (total - done)``; none finished yet gives no ETA.
+    """
+    done = sum(s in ("TERMINATED", "ERROR") for s in statuses)
+    running = sum(s == "RUNNING" for s in statuses)
+    pending = len(statuses) - done - running
+    text = f"{done} done, {running} running, {pending} pending"
+    if done and done < len(statuses):
+        return text + f"; ETA {_duration(elapsed_s / done * (len(statuses) - done))}"
+    return text + ("" if done else "; ETA once a trial has finished")
+
+
+def error_line(trial_id: str, error_text: str | None, error_file: str | None) -> str:
+    """``toy_1 failed: RuntimeError: boom (error.txt: PATH)``: the exception's last line."""
+    lines = [line.strip() for line in (error_text or "").splitlines() if line.strip()]
+    return (f"{trial_id} failed: {lines[-1] if lines else 'no error message'}"
+            + (f" (error.txt: {error_file})" if error_file else ""))
+
+
+def callback(experiment: Experiment, run_path: str | None = None, stream=None,
+             status_every_s: float = 60.0, clock=time.monotonic):
+    """A Tune callback that prints one line per trial result, start, end, error and restart,
+    and a status line with the trial counts and an ETA at least every ``status_every_s``.
+
+    The clock starts when the sweep (or its resumption) starts; an error line names the
+    trial's ``error.txt`` in the run folder ``run_path``."""
     from ray import tune
 
     class ProgressLines(tune.Callback):
         def __init__(self):
             self.best: dict[str, float | None] = {}
-            self.started = time.monotonic()
+            self.started = clock()
+            self.last_status = self.started
+
+        def setup(self, **info):  # each fit(), a resumed one too: its clock starts again
+            self.started = self.last_status = clock()
 
         def _print(self, text: str) -> None:
-            elapsed = time.monotonic() - self.started
+            elapsed = clock() - self.started
             print(f"[{elapsed:6.0f}s] {text}", file=stream or sys.stdout, flush=True)
+
+        def on_step_end(self, iteration, trials, **info):
+            if clock() - self.last_status >= status_every_s:
+                self.last_status = clock()
+                self._print(status_line([t.status for t in trials], clock() - self.started))
 
         def on_trial_start(self, iteration, trials, trial, **info):
             self._print(f"{trial.trial_id} started")
@@ -56,10 +92,39 @@ def callback(experiment: Experiment, stream=None):
         def on_trial_complete(self, iteration, trials, trial, **info):
             self._print(f"{trial.trial_id} finished")
 
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            limit = experiment.failure.max_failures
+            self._print(_error_line(trial, run_path) + f"; restarting ({trial.num_failures} of "
+                        f"{limit if limit >= 0 else 'unlimited'})")
+
         def on_trial_error(self, iteration, trials, trial, **info):
-            self._print(f"{trial.trial_id} failed (its error.txt says why)")
+            self._print(_error_line(trial, run_path))
 
     return ProgressLines()
+
+
+def _error_line(trial, run_path: str | None) -> str:
+    """The failure Tune has just appended to the trial's error.txt on this machine (the copy in
+    the run folder is synced later), named by its path in the run folder."""
+    from raylab import storage
+
+    try:
+        with open(trial.error_file) as f:
+            text = f.read()
+    except (OSError, TypeError):
+        text = None
+    where = trial.error_file
+    if run_path and trial.local_path:
+        where = storage.join(run_path, storage.name_of(trial.local_path), "error.txt")
+    return error_line(trial.trial_id, text, where)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _number(value: Any) -> str:

@@ -47,7 +47,7 @@ def bind_to_loopback_unless_asked(argv: list[str], environ: dict[str, str] | Non
 
 def connect(
     address: str | None = None, dashboard: bool = False, state_api: bool = False,
-    listen: bool = False,
+    listen: bool = False, quiet: bool = False,
 ) -> dict[str, Any]:
     """Start a local Ray sized to this machine, or join ``address`` (``auto`` or ``HOST:PORT``).
 
@@ -56,10 +56,13 @@ def connect(
     Ray Train's controller polls Ray's state API, which that process serves. An address that
     does not answer fails within seconds. A local Ray's dashboard listens on 127.0.0.1 only,
     unless ``listen`` (all interfaces); its other servers too when the CLI called
-    ``bind_to_loopback_unless_asked`` first.
+    ``bind_to_loopback_unless_asked`` first. ``quiet`` keeps the workers' output and Ray's
+    tracebacks off the console (``quiet_ray_console``).
     """
     import ray
 
+    if quiet:
+        quiet_ray_console()
     if ray.is_initialized():
         return {"started": False, "dashboard_url": None}
     address = cluster_address(address)
@@ -67,22 +70,70 @@ def connect(
         if address != "auto" and not address.startswith("ray://"):
             _check_reachable(address)
         try:
-            context = ray.init(address=address, logging_level=logging.WARNING)
+            context = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=not quiet)
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise UserError(f"cannot join Ray cluster at '{address}': {err}") from None
         return {"started": False, "dashboard_url": context.dashboard_url}
     # "local", not None: ray.init() would otherwise join whatever cluster the last `ray start`
     # on this machine recorded in Ray's temp folder, even one long gone (it then hangs).
+    port = _state_api_of_this_ray(listen) if dashboard or state_api else None
     context = ray.init(
         address="local",
         include_dashboard=dashboard or state_api,
         dashboard_host="0.0.0.0" if listen else "127.0.0.1",
+        **({"dashboard_port": port} if port else {}),
         logging_level=logging.WARNING,
+        log_to_driver=not quiet,
     )
     url = f"http://{context.dashboard_url}" if dashboard and context.dashboard_url else None
     if url and listen:
         url = url.replace("0.0.0.0", socket.gethostname(), 1)
     return {"started": True, "dashboard_url": url}
+
+
+API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"
+
+
+def _state_api_of_this_ray(listen: bool) -> int | None:
+    """Choose the local Ray's dashboard port and name it in ``RAY_API_SERVER_ADDRESS``.
+
+    Ray Train's controller and its helper actors (the PlacementGroupCleaner, the state actor)
+    call Ray's state API without an address; Ray then looks for the cluster by scanning this
+    machine's processes, and with a second local Ray running (another sweep) fails with "Found
+    multiple active Ray instances". Ray's state API reads ``RAY_API_SERVER_ADDRESS`` first, and
+    every Ray process inherits it from this one when it is set before ``ray.init``, so each
+    sweep's actors talk to their own Ray only. A value the user set is kept (None returned).
+    """
+    if os.environ.get(API_SERVER_ENV):
+        return None
+    with socket.socket() as s:
+        s.bind(("0.0.0.0" if listen else "127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ[API_SERVER_ENV] = f"http://127.0.0.1:{port}"
+    return port
+
+
+def quiet_ray_console() -> None:
+    """Keep Ray's tracebacks, and its lines that repeat raylab's own, off the console.
+
+    A failed trial's traceback is in its ``error.txt`` (raylab's line names it); the workers'
+    own output stays in Ray's log files (``log_to_driver=False`` in ``connect``). Ray's other
+    warnings still show.
+    """
+    import ray  # noqa: F401 - Ray's console handler exists once Ray is imported
+
+    for handler in logging.getLogger("ray").handlers:
+        if _ray_record_for_the_console not in handler.filters:
+            handler.addFilter(_ray_record_for_the_console)
+
+
+REPEATED_BY_RAYLAB = ("Trial task failed for trial", "Trials did not complete")
+
+
+def _ray_record_for_the_console(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not (record.exc_info or "Traceback (most recent call last)" in message
+                or message.startswith(REPEATED_BY_RAYLAB))
 
 
 def dashboard_text(ray_info: dict[str, Any]) -> str:

@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from raylab import provenance, workloads
 from raylab import storage as storage_paths
-from raylab import workloads
 from raylab.errors import UserError, exit_on_user_error
 from raylab.report_aggregate import conditions, resolve_metric, table_blocks
 from raylab.report_data import TUNE_COUNTERS, Run, find_run, format_value, load_run
@@ -44,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m raylab.report", description=__doc__.split("\n")[0], allow_abbrev=False)
+    p = _Parser(prog="python -m raylab.report", description=__doc__.split("\n")[0].replace("``", ""), allow_abbrev=False)
     p.add_argument("run", help="a run folder (path or URI), or an experiment name (its newest run)")
     p.add_argument("--out", help="report folder (default: RUN/report, or reports/RUN_NAME for a URI)")
     p.add_argument("--format", choices=FORMATS, default="html", help="html (self-contained) or md")
@@ -253,7 +253,7 @@ def _facts(run: Run) -> list[tuple[str, Any]]:
     facts.append(("trials", ", ".join(f"{v} {k}" for k, v in counts.items())
                   + (f" (of {run.expected} expected)" if run.expected is not None else "")))
     facts.append(("aggregate", "mean ± sample std (n = trials) over seeds and repeats"))
-    return facts
+    return facts + provenance.facts(exp.get("provenance"))
 
 
 def _counts(run: Run) -> dict[str, int]:

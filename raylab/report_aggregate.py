@@ -289,4 +289,6 @@ def _best_index(cells: list[Agg | None], direction: str) -> int | None:
               if c is not None and is_number(c.mean) and np.isfinite(c.mean)]
     if len(scored) < 2:
         return None
-    return (max if direction == "max" else min)(scored)[1]
+    top = (max if direction == "max" else min)(value for value, _ in scored)
+    winners = [i for value, i in scored if value == top]
+    return winners[0] if len(winners) == 1 else None  # a tie has no best

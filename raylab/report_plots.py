@@ -167,6 +167,17 @@ def _versus(ax, item: Versus, run, members, metrics, series_keys, colors) -> int
     return lines
 
 
+def _labels_from(item: Bars, members) -> tuple[str, ...]:
+    """The entries' names from the workload's ``labels_from`` hook on the first trial's config
+    (the trials of one figure share their dataset); () when there is no hook or it fails."""
+    if item.labels_from is None or not members:
+        return ()
+    try:
+        return tuple(str(name) for name in item.labels_from(members[0].params))
+    except Exception:  # noqa: BLE001 - a figure still draws, with entry indices
+        return ()
+
+
 def _bars(ax, item: Bars, run, members, metrics, series_keys, colors) -> int:
     series = list(group(run, members, series_keys).items())
     clusters: list[str] = []
@@ -177,7 +188,8 @@ def _bars(ax, item: Bars, run, members, metrics, series_keys, colors) -> int:
         sizes = [len(a.mean) for a in aggs.values() if a is not None and isinstance(a.mean, list)]
         if sizes:  # a vector: one cluster per entry
             size = max(sizes)
-            labels = list(item.labels[:size]) + [str(i) for i in range(len(item.labels), size)]
+            names = item.labels or _labels_from(item, members)
+            labels = list(names[:size]) + [str(i) for i in range(len(names), size)]
             clusters += [f"{lab}" if len(metrics) == 1 else f"{metric}[{lab}]" for lab in labels]
             for values, agg in aggs.items():
                 ok = agg is not None and isinstance(agg.mean, list) and len(agg.mean) == size

@@ -26,7 +26,7 @@ How every item reads a sweep:
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal, Union
+from typing import Any, Callable, Literal, Sequence, Union
 
 At = Literal["last", "max", "min"]
 _AT = ("last", "max", "min")
@@ -156,6 +156,9 @@ class Bars(_Item):
     at: At = "last"
     labels: tuple[str, ...] = ()
     """Names of the vector's entries (class names); default 0, 1, 2..."""
+    labels_from: Callable[[dict[str, Any]], Sequence[str]] | None = None
+    """The workload's hook naming the vector's entries from a trial's config (e.g. the class
+    names of its ``dataset``), used when ``labels`` is empty; None: 0, 1, 2..."""
     title: str = ""
     name: str = ""
 

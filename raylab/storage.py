@@ -86,6 +86,83 @@ def probe_local(storage: str) -> None:
         ) from None
 
 
+def probe_uri(storage: str, timeout_s: float = 12.0) -> None:
+    """Fail early on a ``--storage`` URI that cannot hold results: a real round trip.
+
+    A marker object is written under the URI, read back and deleted through the filesystem
+    layer Ray Tune itself uses on it (``pyarrow.fs.FileSystem.from_uri``), within ``timeout_s``:
+    a wrong endpoint, a missing bucket or missing credentials fail here, in one line, instead
+    of as a traceback once Ray has started. Nothing is left behind on success.
+    """
+    _check_endpoint(storage, min(timeout_s, 3.0))
+    marker = join(storage, f".raylab-write-test-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    payload = b"raylab storage check"
+
+    def round_trip() -> None:
+        import pyarrow.fs
+
+        fs, path = filesystem(marker)
+        _, base = filesystem(storage)
+        existed = fs.get_file_info(base).type != pyarrow.fs.FileType.NotFound
+        with fs.open_output_stream(path) as out:
+            out.write(payload)
+        with fs.open_input_stream(path) as back:
+            if back.read() != payload:
+                raise OSError("the marker read back differs from what was written")
+        fs.delete_file(path)
+        if not existed and "/" in base.strip("/"):  # the folder the deletion left (not a bucket)
+            fs.delete_dir(base)
+
+    within(timeout_s, f"--storage {storage}", round_trip)
+
+
+def _check_endpoint(storage: str, timeout_s: float) -> None:
+    """A URI's ``endpoint_override`` must accept a connection (pyarrow would retry for seconds)."""
+    import socket
+    from urllib.parse import parse_qs
+
+    endpoint = parse_qs(storage.partition("?")[2]).get("endpoint_override", [""])[0]
+    if not endpoint:
+        return
+    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise UserError(f"--storage {storage}: cannot connect to its endpoint_override "
+                        f"{parts.hostname}:{port} ({err.strerror or err})") from None
+
+
+def within(timeout_s: float, what: str, check) -> None:
+    """Run ``check()`` in a daemon thread; its exception, or no answer in ``timeout_s``, is a
+    ``UserError`` starting with ``what`` and holding the exception's last line."""
+    import threading
+
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            check()
+            outcome.append(None)
+        except BaseException as err:  # noqa: BLE001 - reported as one line below
+            outcome.append(err)
+
+    thread = threading.Thread(target=run, name="raylab-check", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        raise UserError(f"{what}: no answer within {timeout_s:g} s")
+    if outcome[0] is not None:
+        raise UserError(f"{what}: {last_line(outcome[0])}") from None
+
+
+def last_line(err: BaseException) -> str:
+    """An exception as one line: its type and the last non-empty line of its message."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
+
+
 def refuse_unshared_local(storage: str, shared: bool) -> None:
     """On a joined cluster, refuse a local ``--storage`` that is not declared shared.
 

@@ -9,12 +9,15 @@ from typing import Any
 
 
 def rows(
-    result_grid, metric: str, mode: str, swept: list[str], ended: frozenset[str] = frozenset()
+    result_grid, metric: str, mode: str, swept: list[str], ended: frozenset[str] = frozenset(),
+    reported: tuple[str, ...] | None = None,
 ) -> list[dict[str, Any]]:
     """One dict per trial: name, status, swept values, iterations, last and best metric.
 
     A trial is TERMINATED when its last result says ``done`` or its id is in ``ended`` (the
-    trials whose loop returned: ``raylab.run_files.trial_ended``)."""
+    trials whose loop returned: ``raylab.run_files.trial_ended``). With ``reported`` (the
+    workload's metric names; ``summary.csv``), a variant group's fields get one column each
+    (``variant.beta``) and every reported metric its last value (``train/loss (last)``)."""
     out = []
     for result in result_grid:
         metrics = result.metrics or {}
@@ -31,26 +34,54 @@ def rows(
             status = "TERMINATED"
         else:
             status = "STOPPED" if metrics else "PENDING"
-        out.append(
-            {
-                "trial": metrics.get("trial_id") or _dirname(result.path),
-                "status": status,
-                **{key: (result.config or {}).get(key) for key in swept},
-                "iterations": metrics.get("training_iteration"),
-                f"{metric} (last)": metrics.get(metric),
-                f"{metric} ({mode})": best,
-                "path": _dirname(result.path),
-            }
-        )
+        swept_values = {key: (result.config or {}).get(key) for key in swept}
+        if reported is not None:
+            swept_values = _flat(swept_values)
+        row = {
+            "trial": metrics.get("trial_id") or _dirname(result.path),
+            "status": status,
+            **swept_values,
+            "iterations": metrics.get("training_iteration"),
+            f"{metric} (last)": metrics.get(metric),
+            f"{metric} ({mode})": best,
+        }
+        for name in reported or ():
+            if name != metric:
+                row[f"{name} (last)"] = _last(history, name, metrics)
+        out.append({**row, "path": _dirname(result.path)})
     return sorted(out, key=lambda row: row["trial"])
 
 
+def _flat(values: dict[str, Any]) -> dict[str, Any]:
+    """A variant group's fields as their own columns: ``{"variant": {"beta": 1}}`` becomes
+    ``{"variant.beta": 1}``."""
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{field}": inner for field, inner in _flat(value).items()})
+        else:
+            out[key] = value
+    return out
+
+
+def _last(history, name: str, metrics: dict[str, Any]) -> Any:
+    """The last value a trial reported for ``name`` (workloads report some metrics only at
+    their own cadence, so the last row may lack it)."""
+    if name in metrics:
+        return metrics[name]
+    if history is None or name not in history:
+        return None
+    values = history[name].dropna()
+    return values.iloc[-1].item() if len(values) and hasattr(values.iloc[-1], "item") else (
+        values.iloc[-1] if len(values) else None)
+
+
 def to_csv(table: list[dict[str, Any]]) -> str:
-    """The rows as CSV text with a header."""
+    """The rows as CSV text with a header (every row's columns, in first-seen order)."""
     if not table:
         return ""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(table[0]))
+    writer = csv.DictWriter(buffer, fieldnames=list(dict.fromkeys(k for row in table for k in row)))
     writer.writeheader()
     writer.writerows(table)
     return buffer.getvalue()

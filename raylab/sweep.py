@@ -9,7 +9,7 @@ import datetime
 import os
 from pathlib import Path
 
-from raylab import search_space, yaml_io
+from raylab import provenance, search_space, workloads, yaml_io
 from raylab import storage as storage_paths
 from raylab.checks import fitting_trials
 from raylab.errors import UserError
@@ -64,11 +64,9 @@ def find_run_to_resume(
     saved ``experiment.yaml`` names it and that Tune can restore; ``smoke`` (True or False)
     keeps only smoke or only full runs, None keeps both. Finished runs are skipped.
     """
-    from ray import tune
-
     if name:
         path = run_path_of(storage, name)
-        if not tune.Tuner.can_restore(path):
+        if not restorable(path):
             raise UserError(f"--resume: no resumable sweep at {path}")
         return path
     if storage_paths.is_uri(storage):
@@ -84,7 +82,7 @@ def find_run_to_resume(
             continue
         if smoke is not None and bool(raw.get("smoke")) != smoke:
             continue
-        if tune.Tuner.can_restore(str(saved.parent)):
+        if restorable(str(saved.parent)):
             runs.append(saved.parent)
     runs.sort(key=lambda run: (run / EXPERIMENT_FILE).stat().st_mtime, reverse=True)
     unfinished = [run for run in runs if not is_finished(str(run))]
@@ -95,6 +93,21 @@ def find_run_to_resume(
                             f"finished (newest: {runs[0].name}); nothing to resume")
         raise UserError(f"--resume: no resumable{kind} run of '{experiment_name}' in {root}")
     return str(unfinished[0])
+
+
+def restorable(run_path: str) -> bool:
+    """Whether Tune can restore the sweep in ``run_path``: its Tuner state (``Tuner.can_restore``)
+    and at least one experiment state file, which ``Tuner.restore`` also needs (a sweep that
+    stopped before its first trial started has the one and not the other)."""
+    import pyarrow.fs
+    from ray import tune
+
+    if not tune.Tuner.can_restore(run_path):
+        return False
+    fs, path = storage_paths.filesystem(run_path)
+    found = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
+    return any(info.base_name.startswith("experiment_state-") and info.base_name.endswith(".json")
+               for info in found)
 
 
 def saved_experiment(run_path: str) -> Experiment:
@@ -161,7 +174,10 @@ def sweep(
             resume_unfinished=True,
             resume_errored=True,
         )
-        return _fit(tuner, run_path), run_path, experiment
+        update_provenance(run_path, resumed=provenance.now())
+        results = _fit(tuner, run_path)
+        update_provenance(run_path, ended=provenance.now())
+        return results, run_path, experiment
 
     run_name = name or default_run_name(experiment)
     if name:
@@ -187,12 +203,31 @@ def sweep(
             failure_config=tune.FailureConfig(max_failures=experiment.failure.max_failures),
             callbacks=[resolved_config_callback(experiment, run_path),
                        *logger_callbacks(list(loggers), experiment.name, run_path)]
-            + ([progress_callback(experiment)] if progress else []),
+            + ([progress_callback(experiment, run_path)] if progress else []),
             verbose=verbose,
         ),
     )
-    write_text(run_path, EXPERIMENT_FILE, yaml_io.dumps(experiment.to_yaml_dict()))
-    return _fit(tuner, run_path), run_path, experiment
+    saved = {**experiment.to_yaml_dict(),
+             "provenance": provenance.of_workload(workloads.get(experiment.workload))}
+    write_text(run_path, EXPERIMENT_FILE, yaml_io.dumps(saved))
+    results = _fit(tuner, run_path)
+    update_provenance(run_path, ended=provenance.now())
+    return results, run_path, experiment
+
+
+def update_provenance(run_path: str, ended: str | None = None, resumed: str | None = None) -> None:
+    """Record in the saved experiment when the sweep ended, or that it was resumed."""
+    text = read_text(run_path, EXPERIMENT_FILE)
+    saved = yaml_io.loads(text, EXPERIMENT_FILE) if text else None
+    if not isinstance(saved, dict) or not isinstance(saved.get("provenance"), dict):
+        return
+    record = saved["provenance"]
+    if ended:
+        record["ended"] = ended
+    if resumed:
+        record["resumed"] = [*record.get("resumed", []), resumed]
+        record["ended"] = None
+    write_text(run_path, EXPERIMENT_FILE, yaml_io.dumps(saved))
 
 
 def ended_trials(run_path: str, results) -> frozenset[str]:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from raylab import checks, cli, ray_start, run_files, search_space, session, summary, sweep, yaml_io
+from raylab import checks, cli, provenance, ray_start, run_files, search_space, session, summary, sweep, workloads, yaml_io
 from raylab import experiment as experiments
 from raylab.errors import UserError, exit_on_user_error
 
@@ -100,9 +100,13 @@ def main(argv: list[str] | None = None) -> int:
             f"run python -m raylab.tune {experiment.name} {' '.join(f'config.{k}={v}' for k, v in picked.items())}"
         )
     if not args.resume:
-        run_files.write_text(str(run_dir.absolute()), run_files.EXPERIMENT_FILE,
-                           yaml_io.dumps(experiment.to_yaml_dict()))
+        saved = {**experiment.to_yaml_dict(),
+                 "provenance": provenance.of_workload(workloads.get(experiment.workload))}
+        run_files.write_text(str(run_dir.absolute()), run_files.EXPERIMENT_FILE, yaml_io.dumps(saved))
+    else:
+        sweep.update_provenance(str(run_dir.absolute()), resumed=provenance.now())
     history = run_local(experiment, run_dir / "trial", config, verbose=not args.quiet)
+    sweep.update_provenance(str(run_dir.absolute()), ended=provenance.now())
     last = history[-1] if history else {}
     best_values = [r[experiment.metric] for r in history
                    if isinstance(r.get(experiment.metric), (int, float)) and math.isfinite(r[experiment.metric])]

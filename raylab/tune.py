@@ -20,7 +20,7 @@ from raylab import ray_start
 if __name__ == "__main__":  # before Ray is imported (below): where a local Ray listens
     ray_start.bind_to_loopback_unless_asked(sys.argv[1:])
 
-from raylab import checks, cli, loggers, run_files, storage, summary, sweep, yaml_io
+from raylab import checks, cli, loggers, run_files, storage, summary, sweep, workloads, yaml_io
 from raylab import experiment as experiments
 from raylab import search_space
 from raylab.errors import UserError, exit_on_user_error
@@ -45,7 +45,7 @@ def parser() -> cli.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress lines while the sweep runs")
     p.add_argument("--logger", action="append", default=[], metavar="NAME",
                    help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/loggers.py")
-    p.add_argument("--verbose", action="store_true", help="Ray Tune's own progress tables and logs too")
+    p.add_argument("--verbose", action="store_true", help="Ray Tune's own progress tables and logs, tracebacks and the trials' own output too")
     return p
 
 
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(problem)
     ray_info = ray_start.connect(
         args.address, dashboard=args.dashboard, state_api=experiment.resources.uses_ray_train,
-        listen=args.listen,
+        listen=args.listen, quiet=not args.verbose,
     )
     if args.address:  # before any trial starts: a local folder must be one every node mounts
         import ray
@@ -107,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search),
                          ended=sweep.ended_trials(run_path, results))
-    csv_path = run_files.write_text(run_path, "summary.csv", summary.to_csv(table))
+    reported = workloads.get(experiment.workload).metrics
+    csv_table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search),
+                             ended=sweep.ended_trials(run_path, results), reported=reported)
+    csv_path = run_files.write_text(run_path, "summary.csv", summary.to_csv(csv_table))
     print()
     print(summary.format_table(table))
     print(f"\nresults: {run_path}\nsummary: {csv_path}")
@@ -189,6 +192,8 @@ def run_checks(args, experiment, root: str, stop_at_first: bool = False):
 
     steps = [
         ("storage", lambda: checks.check_storage(args.storage)),
+        *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), args.storage))]
+          if args.logger else []),
         ("run name", name_is_free),
         ("resources on the cluster (checked once joined)" if args.address
          else "resources on this machine", resources),

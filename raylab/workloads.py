@@ -40,6 +40,10 @@ class Workload:
     trains one model on more data per step; a workload that is not is refused for
     ``workers > 1`` at validation."""
 
+    packages: tuple[str, ...] = ()
+    """Distribution names whose installed versions a run records in its provenance, besides
+    raylab, Ray and torch (e.g. ``("ale-py", "gymnasium")``)."""
+
     def config_class(self) -> type:
         return _resolve(self.config)
 

@@ -19,6 +19,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=BACKDOOR_METRICS,
         description="backdoor attacks on CIFAR ResNet-18: early-stage signatures, trigger-dominant neurons, clean fine-tuning",
         preflight="trainers.backdoor.loop:preflight",
+        packages=("scikit-image",),
         figures="trainers.backdoor.figures:REPORT",
         data_parallel=True,
     ),
@@ -35,6 +36,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=DQN_SOFTLINF_METRICS,
         description="DQN on Atari with MSE, Huber, L1 or soft-linf inner-loop losses; sup-norm Bellman residual (exact, held-out, K-sample expected)",
         preflight="trainers.dqn_softlinf.preflight:preflight",
+        packages=("ale-py", "gymnasium"),
         figures="trainers.dqn_softlinf.figures:REPORT",
     ),
     "seagram": Workload(
@@ -43,6 +45,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=SEAGRAM_METRICS,
         description="neural subgraph matching victims (GMN, NeuroMatch, IsoNet) under random, solver-checked greedy and SEAGRAM edge-flip attacks",
         preflight="trainers.seagram.data:preflight",
+        packages=("networkx", "rdkit"),
         figures="trainers.seagram.figures:REPORT",
     ),
     "toy": Workload(
@@ -59,6 +62,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=FAIR_ADV_METRICS,
         description="fair adversarial training on CIFAR: PGD-AT, TRADES, FRL, tri-regime reweighting",
         preflight="trainers.fair_adv.loop:preflight",
+        packages=("pyautoattack",),
         figures="trainers.fair_adv.figures:REPORT",
         data_parallel=True,
     ),
@@ -68,6 +72,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=DISTILL_METRICS,
         description="distil Boltz-2 (or RDKit conformer/descriptor) per-atom ligand embeddings into a GINE student",
         preflight="trainers.boltz_distill.loop:preflight",
+        packages=("rdkit", "chemprop", "datamol", "boltz"),
         figures="trainers.boltz_distill.figures:REPORT",
         data_parallel=True,
     ),
@@ -77,6 +82,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=PROBE_METRICS,
         description="linear/MLP probes of frozen molecule representations on the TDC ADMET group",
         preflight="trainers.boltz_distill.probe_loop:preflight",
+        packages=("rdkit", "chemprop", "datamol"),
         figures="trainers.boltz_distill.figures:PROBE_REPORT",
     ),
 }

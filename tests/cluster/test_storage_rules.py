@@ -70,7 +70,7 @@ def test_local_storage_on_a_joined_cluster_is_refused_unless_shared(tmp_path, ca
     assert "trials on other nodes of the cluster cannot checkpoint there" in err
     assert "--storage s3://" in err and "--shared-storage" in err
     checks.check_storage(results, joined=True, shared=True)
-    checks.check_storage(ENDPOINT, joined=True)
+    storage.refuse_unshared_local(ENDPOINT, shared=False)  # a URI is reachable from every node
 
 
 @pytest.mark.parametrize("joined", [False, True])
@@ -126,3 +126,52 @@ def test_hide_unreserved_gpus_empties_cuda_visible_devices(monkeypatch):
     monkeypatch.setattr(ray, "get_runtime_context", lambda: Context([]))
     session.hide_unreserved_gpus()
     assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+
+
+UNREACHABLE = "s3://raylab/runs?endpoint_override=http://127.0.0.1:9&scheme=http"  # port 9: discard, closed
+
+
+@pytest.fixture
+def loopback_only_credentials(monkeypatch):
+    """Test credentials and no EC2 metadata lookup: no request leaves 127.0.0.1."""
+    for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                       "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_an_unreachable_storage_uri_is_refused_in_one_line_before_ray_starts(
+        tmp_path, loopback_only_credentials):
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--storage", UNREACHABLE],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    took = time.monotonic() - start
+    print(f"exit {done.returncode} after {took:.1f} s: {done.stderr.strip()}")
+    assert done.returncode == 2 and took < 15
+    err = done.stderr.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert err.startswith(f"error: --storage {UNREACHABLE}: ") and "127.0.0.1:9" in err
+    assert not list(tmp_path.iterdir()), "nothing is created"
+
+
+def test_dry_run_names_why_a_storage_uri_fails(loopback_only_credentials, capsys):
+    assert raylab_tune.main(["toy", "--smoke", "--storage", UNREACHABLE, "--dry-run"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# storage:")]
+    assert line.startswith(f"# storage: --storage {UNREACHABLE}: ") and "cannot connect to its endpoint_override 127.0.0.1:9" in line, line
+
+
+def test_a_storage_uri_round_trip_leaves_nothing_and_a_missing_bucket_is_refused(s3_server):
+    uri, client = s3_server
+    checks.check_storage(uri)
+    assert client.list_objects_v2(Bucket="raylab").get("KeyCount") == 0, "the marker was deleted"
+    with pytest.raises(UserError, match="--storage s3://no-such-bucket/runs"):
+        checks.check_storage(uri.replace("s3://raylab/", "s3://no-such-bucket/"))
+    assert "nothing answers" in str(pytest.raises(UserError, storage.within, 0.2, "nothing answers",
+                                                 lambda: __import__("time").sleep(5)).value)

@@ -42,6 +42,10 @@ BAD_INPUTS = {
     "override without value": (None, ["toy", "config.lr"], "expected key=value"),
     "unknown workload": (TOY.replace("toy", "tyo"), ["EXP"], "unknown workload 'tyo'; available: "),
     "metric not reported": (TOY.replace("eval/mse", "eval/acc"), ["EXP"], "metric 'eval/acc' is not reported"),
+    "stop key the workload never reports": (
+        None, ["toy", "stop.eval/mse2=1"], "stop.eval/mse2: 'eval/mse2' is not reported by workload 'toy'; it reports: train/loss, eval/mse"),
+    "time_attr the workload never reports": (
+        None, ["toy", "scheduler.time_attr=train/stpe"], "scheduler.time_attr: 'train/stpe' is not reported"),
     "missing mode": (TOY.replace("mode: min\n", ""), ["EXP"], "missing required key 'mode'"),
     "unwritable storage": (TOY, ["EXP", "--storage", "EXP/sub"], "is not a writable directory"),
     "resume without a run": (None, ["toy", "--resume", "--storage", "TMP/empty"], "--resume: no resumable run"),
@@ -118,3 +122,13 @@ def test_cli_process_exit_code_and_no_traceback(tmp_path):
         assert proc.stderr.strip().count("\n") == 0, proc.stderr
         assert time.monotonic() - start < 30
     assert not (tmp_path / "results").exists()
+
+
+def test_counters_a_stop_key_may_use_are_ones_tune_adds_to_every_result():
+    from ray.tune.result import AUTO_RESULT_KEYS
+
+    from raylab import experiment as experiments
+
+    assert set(experiments.TUNE_COUNTERS) <= set(AUTO_RESULT_KEYS)
+    for counter in experiments.TUNE_COUNTERS:  # each accepted as a stop key and as a time_attr
+        experiments.load("toy", [f"stop.{counter}=5", f"scheduler.time_attr={counter}"])

@@ -36,12 +36,16 @@ def test_variant_fields_are_left_out_of_the_saved_config():
 
 
 def fake_run(root: Path, name: str, experiment: str = "toy", smoke: bool = True,
-             finished: bool = False, age_s: float = 0.0) -> Path:
-    """A run folder as a sweep leaves it: experiment.yaml, Tune's tuner.pkl, maybe finished."""
+             finished: bool = False, age_s: float = 0.0, tune_state: bool = True) -> Path:
+    """A run folder as a sweep leaves it: experiment.yaml, Tune's tuner.pkl and experiment
+    state (``tune_state``; a sweep that failed before its first trial has tuner.pkl alone),
+    maybe finished."""
     exp = experiments.load(experiment, smoke=smoke)
     run = root / name
     run_files.write_text(str(run), run_files.EXPERIMENT_FILE, yaml_io.dumps(exp.to_yaml_dict()))
     (run / "tuner.pkl").write_bytes(b"")
+    if tune_state:
+        (run / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
     if finished:
         run_files.write_text(str(run), run_files.FINISHED_FILE, "trials: 2\n")
     stamp = time.time() - age_s
@@ -57,6 +61,15 @@ def test_bare_resume_takes_the_newest_unfinished_run(tmp_path):
     fake_run(tmp_path, "full-interrupted", smoke=False, age_s=5)
     assert sweep.find_run_to_resume(str(tmp_path), "toy", None, None).endswith("full-interrupted")
     assert sweep.find_run_to_resume(str(tmp_path), "toy", True, None).endswith("old-interrupted")
+
+
+def test_bare_resume_skips_a_folder_tune_cannot_restore(tmp_path, capsys):
+    fake_run(tmp_path, "older", age_s=300)
+    fake_run(tmp_path, "failed-before-its-first-trial", tune_state=False, age_s=0)
+    assert sweep.find_run_to_resume(str(tmp_path), "toy", None, None) == str(tmp_path / "older")
+    argv = ["toy", "--resume", "--name", "failed-before-its-first-trial", "--storage", str(tmp_path)]
+    assert raylab_tune.main(argv) == 2
+    assert "no resumable sweep at" in capsys.readouterr().err
 
 
 def test_bare_resume_says_when_every_run_has_finished(tmp_path, capsys):
@@ -98,7 +111,8 @@ def test_name_of_an_existing_run_is_refused_without_resume(tmp_path, capsys, dry
     else:
         assert raylab_tune.main(argv) == 2
         assert "--name taken: a run already exists" in capsys.readouterr().err
-    assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == ["experiment.yaml", "tuner.pkl"]
+    assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == [
+        "experiment.yaml", "experiment_state-2026-01-01_00-00-00.json", "tuner.pkl"]
 
 
 def test_dry_run_runs_the_resource_check_the_real_command_runs(capsys, monkeypatch):
@@ -152,6 +166,8 @@ def test_raylab_train_refuses_a_taken_name_and_resumes_by_name_alone(tmp_path, c
     # a full toy run would differ from the smoke run; the folder says it was a smoke run
     assert raylab_train.main(["toy", "--resume", "--quiet", "--storage", str(tmp_path), "--name", "t"]) == 0
     assert "t" in capsys.readouterr().out
+    record = yaml_io.load(tmp_path / "t" / run_files.EXPERIMENT_FILE)["provenance"]
+    assert len(record["resumed"]) == 1 and record["started"] <= record["resumed"][0] <= record["ended"]
 
 
 def test_through_a_storage_uri_finished_runs_say_so_and_the_saved_experiment_is_read(tmp_path, capsys):
@@ -185,3 +201,28 @@ def test_loopback_binding_is_not_attempted_once_ray_is_imported():
     environ: dict[str, str] = {}
     assert "ray" in sys.modules
     assert ray_start.bind_to_loopback_unless_asked(["toy"], environ) is False and not environ
+
+
+def test_help_shows_no_rst_markup(capsys):
+    with pytest.raises(SystemExit):
+        raylab_tune.main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m raylab.tune") and "``" not in out
+    assert "python -m raylab.tune NAME [key=value ...]: run an experiment" in out
+
+
+def test_provenance_records_a_resumption_and_the_end_and_the_saved_experiment_still_loads(tmp_path):
+    from raylab import provenance
+
+    exp = experiments.load("toy", smoke=True)
+    saved = {**exp.to_yaml_dict(), "provenance": provenance.record(Path(__file__).parent)}
+    run_files.write_text(str(tmp_path), run_files.EXPERIMENT_FILE, yaml_io.dumps(saved))
+    resumed = provenance.now()
+    sweep.update_provenance(str(tmp_path), resumed=resumed)
+    assert yaml_io.load(tmp_path / run_files.EXPERIMENT_FILE)["provenance"]["ended"] is None
+    ended = provenance.now()
+    sweep.update_provenance(str(tmp_path), ended=ended)
+    record = yaml_io.load(tmp_path / run_files.EXPERIMENT_FILE)["provenance"]
+    assert record["resumed"] == [resumed] and record["ended"] == ended
+    assert len(record["git"]["commit"]) == 40 and record["started"] <= record["ended"]
+    assert sweep.saved_experiment(str(tmp_path)).name == "toy"  # provenance is not a setting

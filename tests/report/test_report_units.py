@@ -176,3 +176,32 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, make, argv, mes
     assert report.main([a.format(p=tmp_path) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_bars_take_the_class_names_from_the_workloads_hook_and_a_tie_is_not_marked_best(tmp_path, monkeypatch):
+    trials = [{"params": {"method": m, "seed": s, "dataset": "cifar10"},
+               "rows": [{"acc": [0.5, 0.4 + s / 10], "score": 1.0}]}
+              for m in ("a", "b") for s in (0, 1)]
+    run = load_run(str(write_run(tmp_path, {"method": ["a", "b"], "seed": [0, 1]}, trials)))
+    asked = []
+
+    def names(config):
+        asked.append(config["dataset"])
+        return ("cat", "dog")
+
+    from raylab import report_plots
+
+    ticks = []
+    real_subplots = report_plots.plt.subplots
+
+    def subplots(*args, **kwargs):  # keep the axes the report draws into, to read their ticks
+        fig, axes = real_subplots(*args, **kwargs)
+        ticks.append(axes)
+        return fig, axes
+
+    monkeypatch.setattr(report_plots.plt, "subplots", subplots)
+    drawn, _ = report_plots.draw(Bars("acc", by="method", labels_from=names), run, None, tmp_path / "bars.png")
+    assert drawn and asked == ["cifar10"]
+    assert [t.get_text() for t in ticks[0][0][0].get_xticklabels()] == ["cat", "dog"]
+    (block,) = table_blocks(run, Table("score", rows="method", best="max"), None)
+    assert block.best == []  # both methods score 1.0: no best

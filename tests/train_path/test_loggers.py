@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from raylab import loggers
+from raylab import tune as raylab_tune
 from raylab.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,3 +62,46 @@ def test_a_query_string_uri_names_the_logger_runs_and_the_report_folder_by_the_r
     assert wandb_cb.group == "toy-smoke-20260101-000000"
     run = Run(path=run_path, experiment={}, trials=[], swept=[])
     assert report.default_out(run) == Path("reports") / "toy-smoke-20260101-000000"
+
+
+def test_a_file_store_tracking_uri_works_with_the_opt_in_raylab_sets(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    uri = f"file://{tmp_path / 'store'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    loggers.check_targets(["mlflow"], str(tmp_path / "results"))
+    (callback,) = loggers.callbacks(["mlflow"], "toy", str(tmp_path / "results" / "run-1"))
+    callback.setup()  # what Tune calls on the driver before the first trial
+    assert "toy" in [e.name for e in MlflowClient(tracking_uri=uri).search_experiments()]
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("uri, fragment", [
+    ("sqlite:///TMP/mlflow.db", "MLflow's database stores need"),
+    ("http://127.0.0.1:9", "--logger mlflow: MLFLOW_TRACKING_URI=http://127.0.0.1:9: "),
+    ("file:///proc/mlruns", "'/proc' is not a writable directory"),
+    ("", "--logger mlflow with a cloud --storage needs MLFLOW_TRACKING_URI"),
+])
+def test_an_mlflow_store_that_cannot_work_is_one_line_before_ray_starts(uri, fragment, tmp_path, capsys, monkeypatch):
+    import importlib.util
+    import time
+
+    pytest.importorskip("mlflow")
+    if uri.startswith("sqlite") and importlib.util.find_spec("sqlalchemy"):
+        pytest.skip("SQLAlchemy is installed: the sqlite store can work here")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri.replace("TMP", str(tmp_path)))
+    storage = "s3://bucket/runs" if not uri else str(tmp_path / "results")
+    if not uri:  # the default store goes into the run folder: not on a cloud storage
+        from raylab import storage as storage_paths
+
+        monkeypatch.setattr(storage_paths, "probe_uri", lambda *a, **k: None)
+    start = time.monotonic()
+    assert raylab_tune.main(["toy", "--smoke", "--logger", "mlflow", "--storage", storage]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and fragment in err, err
+    assert time.monotonic() - start < 15
+    assert not list(tmp_path.iterdir()), "nothing is created"
+    assert raylab_tune.main(["toy", "--smoke", "--logger", "mlflow", "--storage", storage, "--dry-run"]) == 0
+    assert "# loggers: " in capsys.readouterr().out
