@@ -102,6 +102,34 @@ def test_setup_check_line_passes_where_every_extra_is_installed(path, tmp_path):
     assert proc.returncode != 0 and "raylab_no_such_module" in proc.stderr
 
 
+def test_gpu_node_types_fail_setup_naming_the_node_where_no_gpu_is_seen(tmp_path):
+    """On this machine (no GPU) each GPU node type's setup check fails with one line naming the
+    node: first at nvidia-smi, and with a stand-in nvidia-smi that lists a GPU, at torch."""
+    import socket
+
+    config = yaml.safe_load((REPO / "cluster" / "gpu.yaml").read_text())
+    gpu_types = {name: t for name, t in config["available_node_types"].items()
+                 if t.get("resources", {}).get("GPU", 0) > 0}
+    assert gpu_types
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in'\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    checks = {}
+    for name, node_type in gpu_types.items():
+        commands = node_type["worker_setup_commands"]
+        # The node type's own list replaces the global one in Ray: it must hold every global line.
+        assert commands[:len(config["setup_commands"])] == config["setup_commands"], name
+        checks.setdefault(commands[-1], name)
+    for check, name in checks.items():  # each distinct check line once
+        for extra_path, says in (("", "nvidia-smi lists no GPU"), (f"{fake}{os.pathsep}", "torch sees no CUDA device")):
+            env = {**os.environ, "PATH": f"{extra_path}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                   "CUDA_VISIBLE_DEVICES": ""}
+            proc = subprocess.run(["bash", "-c", check], env=env, capture_output=True, text=True, timeout=120)
+            assert proc.returncode != 0, (name, proc.stdout)
+            assert socket.gethostname() in proc.stderr and says in proc.stderr, (name, proc.stderr[-500:])
+
+
 def test_validation_is_not_vacuous():
     config = yaml.safe_load((REPO / "cluster" / "gpu.yaml").read_text())
     config["max_wokers"] = 3
