@@ -190,6 +190,9 @@ def main() -> int:
             proc.wait()
         report["sshd_logs"] = {p.name: (p / "sshd.log").read_text()[-1000:]
                                for p in sorted(root.glob("node*"))}
+        report["ray_logs"] = {f"{log.parts[-5]}/{log.name}": log.read_text(errors="replace")[-1500:]
+                              for log in sorted(root.glob("node*/tmp/ray/session_2*/logs/*"))
+                              if log.name in ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")}
         shutil.rmtree(root, ignore_errors=True)
     out.write_text(json.dumps(report))
     return 0

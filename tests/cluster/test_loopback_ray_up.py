@@ -30,13 +30,14 @@ pytestmark = [
 ]
 
 
-def loopback_ray_up(cluster_yaml: Path, tmp_path: Path) -> dict:
+def loopback_ray_up(cluster_yaml: Path, tmp_path: Path, tree: Path = REPO) -> dict:
+    """Run the harness with ``tree`` as the folder ``ray up`` runs in (what ``~/raylab: .`` copies)."""
     out = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
     proc = subprocess.run(
         ["timeout", "-s", "KILL", "1500", "unshare", "--pid", "--fork", "--mount-proc",
          sys.executable, str(SCRIPT), str(cluster_yaml), str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True)
+        cwd=tree, env=env, capture_output=True, text=True)
     assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -56,3 +57,36 @@ def test_ray_up_sets_up_every_node_and_runs_from_the_nodes_copy(name, tmp_path):
         assert {"toy", "dqn_softlinf", "backdoor", "fair_adv", "seagram", "boltz_distill",
                 "admet_probe"} <= set(node["workloads"]), node
     assert report["down"]["rc"] == 0, report["down"]["tail"]
+
+
+controls = pytest.mark.skipif(os.environ.get("RAYLAB_LOOPBACK_CONTROLS") != "1",
+                              reason="set RAYLAB_LOOPBACK_CONTROLS=1 (about 3 minutes each)")
+
+
+@controls
+def test_control_ray_up_fails_when_the_setup_check_names_a_missing_module(tmp_path):
+    """The same run with the setup check line as it was (``autoattack``, a module no package
+    installs) stops at the head's setup."""
+    config = (REPO / "cluster" / "gpu.yaml").read_text().replace("pyautoattack,", "autoattack,")
+    (tmp_path / "old-setup.yaml").write_text(config)
+    report = loopback_ray_up(tmp_path / "old-setup.yaml", tmp_path)
+    print(report["up"]["tail"][-1500:])
+    assert report["up"]["rc"] != 0
+    assert "No module named 'autoattack'" in report["up"]["tail"]
+
+
+@controls
+def test_control_ray_up_fails_when_a_tracked_package_is_not_copied(tmp_path):
+    """The same run from a tree whose .gitignore has git's ``!raylab/data/`` negation (which
+    Ray's rsync filter ignores): raylab/data/ never reaches the head and its setup stops."""
+    tree = tmp_path / "tree"
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True)
+    for rel in listed.stdout.splitlines():
+        if (REPO / rel).is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, tree / rel)
+    (tree / ".gitignore").write_text("results/\n__pycache__/\ndata/\n!raylab/data/\n")
+    report = loopback_ray_up(tree / "cluster" / "gpu.yaml", tmp_path, tree=tree)
+    print(report["up"]["tail"][-1500:])
+    assert report["up"]["rc"] != 0
+    assert "No module named 'raylab.data'" in report["up"]["tail"]
