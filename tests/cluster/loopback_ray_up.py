@@ -190,16 +190,21 @@ def main() -> int:
             proc.wait()
         report["sshd_logs"] = {p.name: (p / "sshd.log").read_text()[-1000:]
                                for p in sorted(root.glob("node*"))}
-        report["ray_logs"] = {f"{log.parts[-5]}/{log.name}": log.read_text(errors="replace")[-1500:]
+        report["ray_logs"] = {f"{log.parts[-6]}/{log.name}": "\n".join(
+                                  line for line in log.read_text(errors="replace").splitlines()
+                                  if " E " in line or " F " in line or "Check failed" in line
+                                  or "rror" in line)[-3000:]
                               for log in sorted(root.glob("node*/tmp/ray/session_2*/logs/*"))
                               if log.name in ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")}
         shutil.rmtree(root, ignore_errors=True)
+        for state in Path("/tmp/ray").glob(f"cluster-{root.name}.*"):  # the local provider's
+            state.unlink(missing_ok=True)
     out.write_text(json.dumps(report))
     return 0
 
 
 def run_cluster(source: Path, root: Path, key: Path, report: dict) -> None:
-    derived = derive(yaml.safe_load(source.read_text()), key, f"raylab-loopback-{os.getppid()}")
+    derived = derive(yaml.safe_load(source.read_text()), key, root.name)
     cfg = root / "cluster.yaml"
     cfg.write_text(yaml.safe_dump(derived, sort_keys=False))
     t0 = time.monotonic()
