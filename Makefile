@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench clean boltz-env chromium
+.PHONY: test demo bench clean boltz-env chromium sshd
 
 # torchattacks (the fair_adv tests' independent PGD) goes in with --no-deps: its metadata asks
 # for torchvision (a second torch build) and requests~=2.25, and its code imports neither.
@@ -43,8 +43,16 @@ chromium:
 	  || echo "warning: could not install chromium; the report's browser test will be skipped"; \
 	fi
 
+# Debian's OpenSSH server and rsync for the loopback `ray up` test (nodes on 127.0.0.x reached
+# over SSH, the tree copied by Ray's rsync); installed the same way, otherwise that test is skipped.
+sshd:
+	@if { [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null; } && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server rsync >/dev/null) \
+	  || echo "warning: could not install openssh-server/rsync; the loopback ray up test will be skipped"; \
+	fi
+
 # Every run records its test durations: the 30 slowest in the log, all of them in the junit file.
-test: $(STAMP) $(BOLTZ_STAMP) chromium
+test: $(STAMP) $(BOLTZ_STAMP) chromium sshd
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q --durations=30 --junitxml=test-output/junit.xml
 

@@ -109,6 +109,14 @@ class Resources:
             "gpus_per_worker",
             f"above 1 must be a whole number, got {self.gpus_per_worker}",
         )
+        # Two workers of one trial on one GPU: NCCL (the backend on CUDA nodes) refuses the
+        # process group ("Duplicate GPU detected"), so a fraction is for single-worker trials.
+        require(
+            self.workers == 1 or self.gpus_per_worker in (0, int(self.gpus_per_worker)),
+            "gpus_per_worker",
+            f"{self.gpus_per_worker} with workers: {self.workers} would put two workers of a trial "
+            "on one GPU, which NCCL refuses; give each worker a whole GPU, or use workers: 1",
+        )
 
     @property
     def uses_ray_train(self) -> bool:

@@ -31,6 +31,8 @@ def parser() -> cli.ArgumentParser:
     cli.add_common_arguments(p)
     p.add_argument("--list", action="store_true", help="list experiments and workloads")
     p.add_argument("--dry-run", action="store_true", help="print the resolved experiment; start nothing")
+    p.add_argument("--cluster", metavar="YAML",
+                   help="with --dry-run: the node types this cluster file launches, and the cost")
     p.add_argument("--resume", action="store_true", help="continue the newest (or --name) run")
     p.add_argument("--num-samples", type=int, help="override num_samples")
     p.add_argument("--address", help="join a running Ray cluster: auto or HOST:PORT")
@@ -78,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(dry_run_text(experiment))
         print(cost_text(experiment))
+        if args.cluster:
+            from raylab import cluster_plan
+
+            print(cluster_plan.plan_text(experiment, args.cluster))
         for check, problem in run_checks(args, experiment, root):
             print(f"# {check}: {problem or 'ok'}")
         return 0

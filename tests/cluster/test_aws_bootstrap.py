@@ -150,39 +150,3 @@ def test_a_duplicated_ssh_rule_is_what_ec2_rejects(aws):
     }
     with pytest.raises(Exception, match="(?i)duplicate"):
         bootstrap(config)
-
-
-def test_node_types_pack_the_shipped_gpu_experiments(aws):
-    """Each GPU experiment's trial fits a node type with no GPU share left idle by CPU shortage.
-
-    Node resources are what Ray's AWS provider detects from the instance types (through
-    moto's EC2 instance-type data), as the autoscaler does.
-    """
-    from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
-
-    from raylab import experiment as experiments
-
-    config = yaml.safe_load(GPU_YAML.read_text())
-    filled = AWSNodeProvider.fillout_available_node_types_resources(copy.deepcopy(config))
-    nodes = {
-        name: t["resources"] for name, t in filled["available_node_types"].items()
-        if name != filled["head_node_type"]
-    }
-    assert filled["available_node_types"][filled["head_node_type"]]["resources"]["CPU"] == 0
-    checked = 0
-    for name, path in experiments.available().items():
-        exp = experiments.load(str(path))
-        need = exp.resources.total()
-        if need["GPU"] == 0:
-            continue
-        checked += 1
-        # The best node type for this trial: the most trials at once with every GPU busy.
-        best = 0.0
-        for resources in nodes.values():
-            gpus = resources.get("GPU", 0)
-            if gpus < need["GPU"] or resources["CPU"] < need["CPU"]:
-                continue
-            fits = min(resources["CPU"] // need["CPU"], gpus // need["GPU"])
-            best = max(best, fits * need["GPU"] / gpus)
-        assert best == 1.0, f"{name}: no node type keeps its GPUs busy ({need}, nodes {nodes})"
-    assert checked >= 5

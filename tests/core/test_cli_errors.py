@@ -94,6 +94,19 @@ def test_gpu_request_on_a_machine_without_gpu_is_refused(capsys, tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_fractional_gpus_for_several_workers_are_refused_before_ray_starts(capsys, tmp_path):
+    """NCCL refuses two workers of one process group on one GPU; refused as one line, exit 2."""
+    argv = ["toy", "resources.workers=2", "resources.gpus_per_worker=0.5", "--storage", str(tmp_path / "r")]
+    assert raylab_tune.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "gpus_per_worker" in err[0] and "NCCL" in err[0], err
+    assert not (tmp_path / "r").exists()
+    # One worker with half a GPU stays allowed (two trials share a GPU, each its own process group).
+    from raylab import experiment as experiments
+
+    assert experiments.load("toy", ["resources.workers=1", "resources.gpus_per_worker=0.5"]).resources.gpus_per_worker == 0.5
+
+
 def test_resources_beyond_a_joined_cluster_only_warn(capsys):
     from raylab import experiment as experiments
 

@@ -1,0 +1,178 @@
+"""What a sweep will launch on an autoscaling cluster, and what it costs, before launch.
+
+``python -m raylab.tune NAME --dry-run --cluster cluster/gpu.yaml`` reads the cluster file's
+node types (their declared ``resources``) and prints the node type the trials go to, how many
+trials run at once at the cluster's cap, its price per hour, and the sweep's trial-hours,
+GPU-hours, wall time, dollars and checkpoint footprint. The node type is chosen the way Ray's
+autoscaler scores node types for a queue of identical trials (the test suite checks the two
+agree for every shipped experiment): GPU trials never go to a node type without GPUs, CPU-only
+trials to one with GPUs only when nothing else fits; among the rest, the type whose least-used
+resource is busiest when packed with such trials, then the cheaper one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from raylab import search_space
+from raylab.errors import UserError
+
+# On-demand list prices in USD per hour, AWS us-west-2 (Linux), as of 2026; other regions differ
+# by up to about 20%. An instance type not listed prints its cost as unknown.
+PRICE_PER_HOUR = {
+    "m5.2xlarge": 0.384,
+    "m5.4xlarge": 0.768,
+    "g5.xlarge": 1.006,
+    "g5.2xlarge": 1.212,
+    "g5.4xlarge": 1.624,
+    "g5.12xlarge": 5.672,
+    "p4d.24xlarge": 32.7726,
+}
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """One of a cluster file's ``available_node_types``."""
+
+    name: str
+    """The node type's key in the cluster file."""
+    cpus: float
+    """Its declared ``resources.CPU``."""
+    gpus: float
+    """Its declared ``resources.GPU`` (0 without)."""
+    max_workers: int
+    """The most nodes of this type at once (the type's cap and the cluster's)."""
+    instance: str
+    """Its ``node_config.InstanceType`` (or ``machineType``), for the price."""
+
+    @property
+    def price(self) -> float | None:
+        """USD per hour, when the instance type's price is known."""
+        return PRICE_PER_HOUR.get(self.instance)
+
+
+def load(path: str | Path) -> tuple[NodeType | None, list[NodeType], int]:
+    """The head node type, the worker node types and the cluster's ``max_workers``."""
+    import yaml
+
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"--cluster {path}: cannot read it: {err}") from None
+    if not isinstance(config, dict) or "available_node_types" not in config:
+        raise UserError(f"--cluster {path}: no available_node_types (a cluster file of an "
+                        "autoscaling provider, such as cluster/gpu.yaml)")
+    cap = int(config.get("max_workers", 0))
+    head, workers = None, []
+    for name, spec in config["available_node_types"].items():
+        resources = spec.get("resources") or {}
+        node_config = spec.get("node_config") or {}
+        if name != config.get("head_node_type") and "CPU" not in resources:
+            raise UserError(f"--cluster {path}: available_node_types.{name}.resources: declare CPU "
+                            "(and GPU) so the node type's capacity is known before launch")
+        node = NodeType(name, float(resources.get("CPU", 0)), float(resources.get("GPU", 0)),
+                        min(int(spec.get("max_workers", cap)), cap),
+                        str(node_config.get("InstanceType", node_config.get("machineType", ""))))
+        if name == config.get("head_node_type"):
+            head = node
+        else:
+            workers.append(node)
+    return head, workers, cap
+
+
+def trials_per_node(node: NodeType, cpus: float, gpus: float) -> int:
+    """How many trials asking ``cpus`` CPUs and ``gpus`` GPUs fit one node:
+    ``min(floor(C_node / c), floor(G_node / g))`` over the resources the trial asks for."""
+    fits = [math.floor(node.cpus / cpus + 1e-9)] if cpus > 0 else []
+    if gpus > 0:
+        fits.append(math.floor(node.gpus / gpus + 1e-9))
+    return min(fits) if fits else 0
+
+
+def choose(nodes: list[NodeType], cpus: float, gpus: float) -> NodeType | None:
+    """The node type the autoscaler launches for a queue of trials of ``cpus`` CPUs, ``gpus`` GPUs.
+
+    Score of a type fitting ``n >= 1`` trials: ``(no GPU wasted on a CPU trial,
+    min_r u_r)`` with ``u_r = n * demand_r / capacity_r`` over the node's CPU and GPU; highest wins,
+    then the lower price per trial.
+    """
+    best, best_key = None, None
+    for node in nodes:
+        n = trials_per_node(node, cpus, gpus)
+        if n < 1:
+            continue
+        used = [n * cpus / node.cpus] if node.cpus else []
+        if node.gpus:
+            used.append(n * gpus / node.gpus)
+        price = node.price if node.price is not None else math.inf
+        key = (gpus > 0 or node.gpus == 0, min(used) if used else 0.0, -price / n)
+        if best_key is None or key > best_key:
+            best, best_key = node, key
+    return best
+
+
+def _hours(hours: float) -> str:
+    return f"{hours:,.1f} h" if hours < 48 else f"{hours / 24:,.1f} days"
+
+
+def plan_text(experiment, cluster: str | Path) -> str:
+    """The ``--dry-run --cluster`` lines for one experiment."""
+    head, nodes, cap = load(cluster)
+    resources = experiment.resources
+    total = resources.total()
+    trials = search_space.grid_size(experiment.search) * experiment.num_samples
+    name = Path(cluster).name
+    if resources.workers > 1:
+        # A multi-worker trial's placement group spans its workers' bundles: per node, the
+        # whole trial when one node holds it.
+        cpus, gpus = total["CPU"], total["GPU"]
+    else:
+        cpus, gpus = resources.cpus_per_worker, resources.gpus_per_worker
+    node = choose(nodes, cpus, gpus)
+    if node is None:
+        return (f"# cluster {name}: no node type holds one trial ({cpus:g} CPU, {gpus:g} GPU); "
+                "its trials would wait forever")
+    per_node = trials_per_node(node, cpus, gpus)
+    nodes_at_cap = min(node.max_workers, math.ceil(trials / per_node))
+    at_once = min(trials, nodes_at_cap * per_node)
+    head_price = head.price if head and head.price is not None else 0.0
+    per_hour = nodes_at_cap * node.price + head_price if node.price is not None else None
+    lines = [
+        f"# cluster {name}: {node.name} ({node.instance}, {node.cpus:g} CPU, {node.gpus:g} GPU): "
+        f"{per_node} trial(s) per node; at the cap {nodes_at_cap} x {node.name} "
+        f"(of max_workers {node.max_workers}), {at_once} of {trials} trials at once",
+        f"#   price at the cap: " + (f"${per_hour:,.2f}/h ({nodes_at_cap} x ${node.price:.3f} + head "
+                                    f"{head.instance if head else '-'} ${head_price:.3f})"
+                                    if per_hour is not None else f"unknown (no price for {node.instance})"),
+    ]
+    estimate = experiment.estimate
+    if experiment.stop and estimate.steps_per_s:
+        steps = next(iter(experiment.stop.values()))
+        trial_hours = steps / estimate.steps_per_s / 3600
+        waves = math.ceil(trials / at_once)
+        wall = waves * trial_hours
+        line = (f"#   {trials} trials x {trial_hours:,.1f} h = {trials * trial_hours:,.1f} trial-hours, "
+                f"{trials * trial_hours * total['GPU']:,.1f} GPU-hours; wall time at the cap "
+                f"{waves} wave(s) x {trial_hours:,.1f} h = {_hours(wall)}")
+        if per_hour is not None:
+            # Nodes go when idle: the last wave pays only for the nodes it still uses.
+            last = trials - (waves - 1) * at_once
+            node_hours = ((waves - 1) * nodes_at_cap + math.ceil(last / per_node)) * trial_hours
+            dollars = node_hours * node.price + wall * head_price
+            line += f"; about ${dollars:,.0f}"
+        lines.append(line)
+    else:
+        lines.append("#   trial-hours, GPU-hours, wall time, dollars: unknown (the file states no "
+                     "estimate.steps_per_s with a stop criterion)")
+    if estimate.checkpoint_bytes:
+        keep = experiment.checkpoint.keep or 1
+        stored = trials * keep * estimate.checkpoint_bytes
+        lines.append(f"#   checkpoints in storage: {trials} x {keep} x "
+                     f"{estimate.checkpoint_bytes / 1e9:,.1f} GB = {stored / 1e9:,.0f} GB "
+                     f"(S3 standard, us-west-2: about ${stored / 1e9 * 0.023:,.0f} per month)")
+    else:
+        lines.append("#   checkpoints in storage: unknown (the file states no estimate.checkpoint_bytes)")
+    return "\n".join(lines)
