@@ -103,6 +103,7 @@ def report(
     s = _session
     s.reports += 1
     metrics = {k: _plain(v) for k, v in metrics.items()}
+    metrics.update(gpu_memory())
     if reduce and s.backend == "train":
         metrics[rank_metrics.REDUCE_KEY] = rank_metrics.check_reductions(reduce)
     due = checkpoint if checkpoint is not None else s.reports % s.checkpoint_every == 0
@@ -115,6 +116,22 @@ def report(
         _report_local(s, metrics, state_dict)
     else:
         _report_ray(s, metrics, state_dict)
+
+
+def gpu_memory() -> dict[str, float]:
+    """``gpu/mem_allocated_mib`` and ``gpu/mem_peak_mib`` of this process, where it uses CUDA.
+
+    Read from the CUDA caching allocator's host-side counters (no device sync): what this
+    process's tensors hold on its GPU now, and the most they held. Empty where this process
+    never initialised CUDA (a CPU trial), so a trial that reports them did touch its GPU.
+    """
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return {}
+    return {"gpu/mem_allocated_mib": torch.cuda.memory_allocated() / 2**20,
+            "gpu/mem_peak_mib": torch.cuda.max_memory_allocated() / 2**20}
 
 
 def restore() -> dict[str, Any] | None:
