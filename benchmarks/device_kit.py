@@ -74,8 +74,12 @@ def machine_packages(path: Path = CONSTRAINTS) -> dict[str, str | None]:
     return packages
 
 
-def write_wheel(path: Path, files: dict[str, bytes]) -> None:
-    """A wheel of ``files`` (archive name -> bytes) with a RECORD that lists them all."""
+def write_wheel(path: Path, files: dict[str, bytes], modes: dict[str, int] | None = None) -> None:
+    """A wheel of ``files`` (archive name -> bytes) with a RECORD that lists them all.
+
+    ``modes``: Unix permissions by name (Ray's gcs_server and raylet must stay executable:
+    pip sets the executable bit from them); 0o644 for the others.
+    """
     dist_info = next(n.split("/")[0] for n in files if n.split("/")[0].endswith(".dist-info"))
     rows = []
     for name, data in files.items():
@@ -86,7 +90,10 @@ def write_wheel(path: Path, files: dict[str, bytes]) -> None:
     csv.writer(record, lineterminator="\n").writerows(rows)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as out:
         for name, data in files.items():
-            out.writestr(name, data)
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = ((modes or {}).get(name, 0o644) & 0o7777 | 0o100000) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            out.writestr(info, data)
         out.writestr(f"{dist_info}/RECORD", record.getvalue())
 
 
@@ -110,10 +117,12 @@ def repack_without(wheel: Path, drop: tuple[str, ...]) -> int:
     """Rewrite ``wheel`` without the members under ``drop``; returns the bytes saved."""
     before = wheel.stat().st_size
     with zipfile.ZipFile(wheel) as z:
-        files = {i.filename: z.read(i) for i in z.infolist()
-                 if not i.filename.startswith(drop) and not i.filename.endswith(".dist-info/RECORD")
-                 and not i.is_dir()}
-    write_wheel(wheel, files)
+        kept = [i for i in z.infolist()
+                if not i.filename.startswith(drop) and not i.filename.endswith(".dist-info/RECORD")
+                and not i.is_dir()]
+        files = {i.filename: z.read(i) for i in kept}
+        modes = {i.filename: (i.external_attr >> 16) or 0o644 for i in kept}
+    write_wheel(wheel, files, modes)
     return before - wheel.stat().st_size
 
 
