@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+LONG = pytest.mark.skipif(os.environ.get("RAYLAB_DEVICE_TESTS") != "1",
+                          reason="long (minutes, or the network): RAYLAB_DEVICE_TESTS=1 runs it")
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -90,7 +92,8 @@ def test_the_machine_stand_ins_resolve_its_versions_and_nothing_else(tmp_path):
     assert kit.resolve(folder, stubs, [str(absent)], tmp_path / "target").returncode != 0
 
 
-@pytest.mark.slow  # downloads about 85 MB from the package registries
+@LONG  # downloads about 85 MB from the package registries; about 1 to 5 minutes
+@pytest.mark.slow
 def test_device_kit_sh_writes_a_kit_under_60_mib_that_resolves_offline(tmp_path):
     kit_dir, mol, stubs = tmp_path / ".kit", tmp_path / ".kit-mol", tmp_path / ".kit-stubs"
     built = subprocess.run(["bash", str(REPO / "benchmarks" / "device_kit.sh"), "--kit", str(kit_dir),

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+LONG = pytest.mark.skipif(os.environ.get("RAYLAB_DEVICE_TESTS") != "1",
+                          reason="long (minutes, or the network): RAYLAB_DEVICE_TESTS=1 runs it")
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
 
@@ -106,7 +108,8 @@ def test_the_runner_prints_one_line_per_step_and_the_figures_last(tmp_path, monk
                           f"failed steps: 2 (logs in {tmp_path})"]
 
 
-@pytest.mark.slow  # two spawned torch processes: about 35 s on two busy cores
+@LONG  # two spawned torch processes: about 35 s on two busy cores
+@pytest.mark.slow
 def test_the_ddp_gloo_step_averages_gradients_across_two_ranks_on_cpu(tmp_path):
     check = load_check()
     script = tmp_path / "ddp.py"
