@@ -14,7 +14,8 @@ Steps:
   fails (``session.device()`` also refuses that);
 - ``two_trials_one_gpu``: two 0.5-GPU trials sampled by ``nvidia-smi --query-compute-apps``
   at the same time on one GPU UUID, both finishing;
-- ``amp_trial``: dqn_softlinf with ``amp_bf16=true`` on the GPU: finite losses;
+- ``amp_trial``: dqn_softlinf with ``amp_bf16=true`` and backdoor with ``amp_bf16=true
+  channels_last=true`` on the GPU: finite losses;
 - ``resume_gpu``: a fair_adv GPU sweep interrupted with SIGINT, continued with the printed
   ``--resume`` command, its final metrics bit for bit those of an uninterrupted GPU run;
 - ``nccl_world1``: an all-reduce in a one-rank NCCL group; ``ddp_gloo_1gpu``: a two-rank gloo
@@ -45,14 +46,14 @@ WORKLOADS = ("dqn_softlinf", "backdoor", "fair_adv", "seagram", "boltz_distill")
 PEAK_FLOOR_MIB = 1.0
 """A trial's ``gpu/mem_peak_mib`` must exceed this: a model and a batch on the GPU."""
 STEPS: dict[str, int] = {
-    **{f"cuda_trial_{w}": 40 for w in WORKLOADS},
+    **{f"cuda_trial_{w}": 38 for w in WORKLOADS},
     "two_trials_one_gpu": 45,
-    "amp_trial": 40,
-    "resume_gpu": 60,
+    "amp_trial": 60,
+    "resume_gpu": 55,
     "nccl_world1": 15,
     "ddp_gloo_1gpu": 20,
     "refuse_half_gpu_workers": 15,
-    "fig_dqn": 40,
+    "fig_dqn": 30,
     "fig_resnet18": 25,
     "fig_pgd": 20,
 }
@@ -166,16 +167,20 @@ class Check:
         return f"{shared} processes seen on one GPU at once"
 
     def amp_trial(self, log: Path, limit: float) -> str:
-        done = self.tune("dqn_softlinf", log, limit, "resources.gpus_per_worker=1", "config.amp_bf16=true",
-                         run_name="amp_dqn")
-        if done.returncode != 0:
-            raise StepFailed(f"exit {done.returncode}")
-        self.peak("amp_dqn")
-        losses = [v for rows in self.rows("amp_dqn") for r in rows for k, v in r.items()
-                  if "loss" in k and isinstance(v, (int, float))]
-        if not losses or not all(math.isfinite(v) for v in losses):
-            raise StepFailed(f"losses not all finite: {losses[:5]}")
-        return f"dqn_softlinf bf16: {len(losses)} finite losses (no image workload has an AMP option yet)"
+        start, notes = time.monotonic(), []
+        for name, overrides in (("dqn_softlinf", ["config.amp_bf16=true"]),
+                                ("backdoor", ["config.amp_bf16=true", "config.channels_last=true"])):
+            done = self.tune(name, log, limit - (time.monotonic() - start), "resources.gpus_per_worker=1",
+                             *overrides, run_name=f"amp_{name}")
+            if done.returncode != 0:
+                raise StepFailed(f"{name}: exit {done.returncode}")
+            self.peak(f"amp_{name}")
+            losses = [v for rows in self.rows(f"amp_{name}") for r in rows for k, v in r.items()
+                      if "loss" in k and isinstance(v, (int, float))]
+            if not losses or not all(math.isfinite(v) for v in losses):
+                raise StepFailed(f"{name}: losses not all finite: {losses[:5]}")
+            notes.append(f"{name} {len(losses)} finite losses")
+        return "bf16: " + ", ".join(notes)
 
     def resume_gpu(self, log: Path, limit: float) -> str:
         overrides = ["resources.gpus_per_worker=1", "stop.training_iteration=3", "checkpoint.every=1"]

@@ -11,6 +11,7 @@ fall between two steps only). The positive control is a planted per-step ``.item
 from __future__ import annotations
 
 import collections
+import math
 import os
 import sys
 from pathlib import Path
@@ -66,7 +67,7 @@ def test_positive_control_a_planted_per_step_item_is_flagged(host_reads):
 # experiment -> overrides that make many optimizer steps per report (small batches, one epoch)
 CASES = {
     "backdoor": ["config.early_epochs=0", "config.epochs=1", "config.synthetic_train_size=256",
-                 "config.batch_size=8"],
+                 "config.batch_size=8", "config.amp_bf16=true", "config.channels_last=true"],
     "fair_adv": ["config.epochs=2", "config.frl_finetune_epochs=1", "config.synthetic_train=96",
                  "config.batch_size=8", "config.lr_milestones=[1]"],
 }
@@ -97,3 +98,5 @@ def test_no_line_of_the_loop_reads_the_device_every_step(name, host_reads, tmp_p
     print(f"{name}: {steps} steps, {reports} reports; reads by line: {table[:8]}")
     assert steps > 2 * reports, (steps, reports)  # else per-step and per-report reads look alike
     assert not per_step_lines(host_reads, steps), table
+    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    assert losses and all(math.isfinite(v) for v in losses), losses  # backdoor: under bf16 autocast
