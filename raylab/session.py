@@ -103,6 +103,7 @@ def report(
     s = _session
     s.reports += 1
     metrics = {k: _plain(v) for k, v in metrics.items()}
+    metrics.update(gpu_memory())
     if reduce and s.backend == "train":
         metrics[rank_metrics.REDUCE_KEY] = rank_metrics.check_reductions(reduce)
     due = checkpoint if checkpoint is not None else s.reports % s.checkpoint_every == 0
@@ -115,6 +116,22 @@ def report(
         _report_local(s, metrics, state_dict)
     else:
         _report_ray(s, metrics, state_dict)
+
+
+def gpu_memory() -> dict[str, float]:
+    """``gpu/mem_allocated_mib`` and ``gpu/mem_peak_mib`` of this process, where it uses CUDA.
+
+    Read from the CUDA caching allocator's host-side counters (no device sync): what this
+    process's tensors hold on its GPU now, and the most they held. Empty where this process
+    never initialised CUDA (a CPU trial), so a trial that reports them did touch its GPU.
+    """
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return {}
+    return {"gpu/mem_allocated_mib": torch.cuda.memory_allocated() / 2**20,
+            "gpu/mem_peak_mib": torch.cuda.max_memory_allocated() / 2**20}
 
 
 def restore() -> dict[str, Any] | None:
@@ -168,6 +185,11 @@ def device():
     GPU node; a Ray Train worker gets the GPU (or GPU share) Ray assigned it, and only that
     one (Ray narrows ``CUDA_VISIBLE_DEVICES`` to it). Only a local
     run (``python -m raylab.train``) takes whatever GPU this machine has.
+
+    A worker that reserved a GPU where torch sees no CUDA device raises
+    ``GPUUnavailableError`` (one line naming the node) rather than train on the CPU; a
+    simulated cluster whose GPUs are only resource labels says so with
+    ``RAYLAB_SIMULATED_GPUS=1`` in its nodes' environment, and its workers use the CPU.
     """
     import torch
 
@@ -175,11 +197,39 @@ def device():
         import ray.train.torch
 
         assigned = ray.train.torch.get_device()
-        # a GPU resource with no CUDA device behind it (a simulated cluster's) trains on the CPU
-        return assigned if assigned.type != "cuda" or torch.cuda.is_available() else torch.device("cpu")
+        return checked_device(assigned, torch.cuda.is_available())
     if _session.backend == "tune":
         return torch.device("cpu")
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class GPUUnavailableError(RuntimeError):
+    """A worker reserved a GPU, and torch on its node sees no CUDA device."""
+
+
+def checked_device(assigned, cuda_available: bool, node: str | None = None):
+    """``assigned`` when it can be used; the CPU on a simulated cluster; else an error.
+
+    ``assigned`` is the device Ray Train gave this worker (``cuda`` when it reserved a GPU).
+    """
+    import os
+
+    import torch
+
+    if assigned.type != "cuda" or cuda_available:
+        return assigned
+    if os.environ.get("RAYLAB_SIMULATED_GPUS") == "1":
+        return torch.device("cpu")
+    if node is None:
+        import socket
+
+        import ray
+
+        node = f"{socket.gethostname()} (Ray node {ray.get_runtime_context().get_node_id()[:12]})"
+    raise GPUUnavailableError(
+        f"this worker reserved a GPU on node {node}, but torch there sees no CUDA device "
+        f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
+        "refusing to train on the CPU (set RAYLAB_SIMULATED_GPUS=1 on a simulated cluster)")
 
 
 def hide_unreserved_gpus() -> None:

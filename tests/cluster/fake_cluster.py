@@ -142,6 +142,7 @@ def fake_cluster(gpu_nodes: int = 2, idle_timeout_s: float = 6.0, env: dict | No
     cluster_env = {
         **os.environ, **(env or {}),
         "RAY_FAKE_CLUSTER": "1",
+        "RAYLAB_SIMULATED_GPUS": "1",  # its GPUs are resource labels: workers train on the CPU
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # every node on 127.0.0.1
         "RAY_TMPDIR": str(root),
         "RAY_ADDRESS": f"127.0.0.1:{port}",

@@ -117,6 +117,12 @@ class Config:
     """Period (epochs) of the fine-tuning cosine schedule, stepped per epoch (BackdoorBench: 100)."""
     finetune_batch_size: int = 256
     """Images per fine-tuning step."""
+    amp_bf16: bool = False
+    """Run the training steps' forward pass and loss under bfloat16 autocast (weights, optimizer
+    and every probe stay float32). Faster on GPUs; changes the arithmetic, so off by default."""
+    channels_last: bool = False
+    """Lay the network and its training batches out as NHWC (``torch.channels_last``): the same
+    arithmetic, faster convolutions on GPUs with tensor cores."""
 
     def __post_init__(self):
         from trainers.backdoor.attack import ATTACKS

@@ -235,6 +235,10 @@ def train_loop(config: dict) -> None:
 
     torch.manual_seed(cfg.seed)
     net = MODELS[cfg.model](num_classes, MEAN[cfg.dataset], STD[cfg.dataset], cfg.model_width)
+    layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    net = net.to(memory_format=layout)
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed image shapes: cuDNN picks its kernels once
     model = session.prepare_model(net)
     net = getattr(model, "module", model)  # the bare network (DDP wraps it)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
@@ -352,8 +356,9 @@ def train_loop(config: dict) -> None:
             else:
                 x, y = crop_flip_batch(data, idx, cfg, ("aug", epoch, batch), rank, world)
             model.train()
-            logits = model(x)
-            loss = F.cross_entropy(logits, y)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp_bf16):
+                logits = model(x.contiguous(memory_format=layout))
+                loss = F.cross_entropy(logits, y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

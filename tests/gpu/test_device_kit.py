@@ -1,0 +1,119 @@
+"""benchmarks/device_kit.sh: the wheels a bare GPU machine lacks, resolved offline, <= 60 MiB.
+
+The offline tests run the kit's pieces with the real pip: the Ray repack keeps a wheel pip
+installs (RECORD consistent, executables executable, the dropped folder gone), and the
+GPU machine's stand-ins carry its documented versions (torch 2.11 there, so a wheel asking for
+torch>=2.12 does not resolve). The slow test builds the whole kit from the registries (about a
+minute here, 85 MB downloaded) and runs the resolution check on it.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+LONG = pytest.mark.skipif(os.environ.get("RAYLAB_DEVICE_TESTS") != "1",
+                          reason="long (minutes, or the network): RAYLAB_DEVICE_TESTS=1 runs it")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_kit():
+    spec = importlib.util.spec_from_file_location("device_kit", REPO / "benchmarks" / "device_kit.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["device_kit"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def pip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300)
+
+
+def record_matches(wheel: Path) -> bool:
+    with zipfile.ZipFile(wheel) as z:
+        record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+        rows = list(csv.reader(io.StringIO(z.read(record).decode())))
+        listed = {row[0] for row in rows}
+        for name, digest, _ in rows:
+            if digest:
+                actual = base64.urlsafe_b64encode(hashlib.sha256(z.read(name)).digest()).rstrip(b"=").decode()
+                if digest != f"sha256={actual}":
+                    return False
+        return listed == {i.filename for i in z.infolist() if not i.is_dir()}
+
+
+def tiny_wheel(folder: Path, name: str, requires: list[str], extra: dict[str, tuple[bytes, int]] | None = None) -> Path:
+    kit = load_kit()
+    base = f"{name}-1.0"
+    files = {f"{name}/__init__.py": b"", **{k: v[0] for k, v in (extra or {}).items()},
+             f"{base}.dist-info/METADATA": ("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n%s" % (
+                 name, "".join(f"Requires-Dist: {r}\n" for r in requires))).encode(),
+             f"{base}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    path = folder / f"{base}-py3-none-any.whl"
+    kit.write_wheel(path, files, {k: v[1] for k, v in (extra or {}).items()})
+    return path
+
+
+def test_the_repacked_wheel_installs_without_the_dropped_folder_and_keeps_executables(tmp_path):
+    kit = load_kit()
+    wheel = tiny_wheel(tmp_path, "rayish", [], {"rayish/core/server": (b"#!/bin/sh\necho up\n", 0o755),
+                                                "rayish/jars/big.jar": (b"x" * 100_000, 0o644)})
+    saved = kit.repack_without(wheel, ("rayish/jars/",))
+    assert saved > 0 and record_matches(wheel)
+    done = pip("install", "--quiet", "--no-deps", "--no-index", "--target", str(tmp_path / "t"), str(wheel))
+    assert done.returncode == 0, done.stderr
+    server = tmp_path / "t" / "rayish" / "core" / "server"
+    assert os.access(server, os.X_OK) and not (tmp_path / "t" / "rayish" / "jars").exists()
+    assert subprocess.run([str(server)], capture_output=True, text=True).stdout == "up\n"
+
+
+def test_the_machine_stand_ins_resolve_its_versions_and_nothing_else(tmp_path):
+    kit = load_kit()
+    packages = kit.machine_packages()
+    assert packages["torch"] == "2.11.0" and "ray" not in packages and "gymnasium" not in packages
+    stubs, folder = tmp_path / "stubs", tmp_path / "kit"
+    folder.mkdir()
+    kit.write_stubs(stubs, {k: v for k, v in packages.items() if k in ("torch", "numpy", "pandas")})
+    fits = tiny_wheel(folder, "fits", ["torch>=2.11", "numpy>=2", "pandas"])
+    newer = tiny_wheel(folder, "newer", ["torch>=2.12"])
+    absent = tiny_wheel(folder, "absent", ["ray"])
+    (tmp_path / "target").mkdir()
+    assert kit.resolve(folder, stubs, [str(fits)], tmp_path / "target").returncode == 0
+    assert kit.resolve(folder, stubs, [str(newer)], tmp_path / "target").returncode != 0
+    assert kit.resolve(folder, stubs, [str(absent)], tmp_path / "target").returncode != 0
+
+
+@LONG  # downloads about 85 MB from the package registries; about 1 to 5 minutes
+@pytest.mark.slow
+def test_device_kit_sh_writes_a_kit_under_60_mib_that_resolves_offline(tmp_path):
+    kit_dir, mol, stubs = tmp_path / ".kit", tmp_path / ".kit-mol", tmp_path / ".kit-stubs"
+    built = subprocess.run(["bash", str(REPO / "benchmarks" / "device_kit.sh"), "--kit", str(kit_dir),
+                            "--mol-kit", str(mol), "--stubs", str(stubs)], capture_output=True, text=True,
+                           timeout=1200, env={**os.environ, "PY": sys.executable})
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    wheels = sorted(kit_dir.glob("*.whl"))
+    size_mib = sum(w.stat().st_size for w in wheels) / 2**20
+    print(f".kit: {len(wheels)} wheels, {size_mib:.1f} MiB")
+    assert size_mib <= 60
+    names = {w.name.split("-")[0].lower().replace("_", "-") for w in wheels}
+    assert {"ray", "raylab", "gymnasium", "ale-py"} <= names and not names & {"torch", "numpy", "rdkit"}
+    assert [w.name.split("-")[0] for w in mol.glob("*.whl")] == ["rdkit"]
+    ray_wheel = next(w for w in wheels if w.name.startswith("ray-"))
+    assert record_matches(ray_wheel)
+    assert not any(n.startswith("ray/jars/") for n in zipfile.ZipFile(ray_wheel).namelist())
+    # the resolution check, as a user runs it: offline, the kit and the machine's stand-ins only
+    check = pip("install", "--dry-run", "--no-index", "--find-links", str(kit_dir), "--find-links", str(stubs),
+                "--python-version", "3.12", "--only-binary=:all:", "--target", str(tmp_path / "T"),
+                "-c", str(REPO / "benchmarks" / "gpu_machine_constraints.txt"),
+                *map(str, wheels))
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert "Would install" in check.stdout
