@@ -122,3 +122,16 @@ def test_preflight_names_opencv_when_the_heldout_probe_cannot_run(monkeypatch):
         preflight(Config(), available=10**12)
     preflight(Config(heldout_size=0), available=10**12)
     preflight(Config(suite="gymnasium", game="CartPole-v1"), available=10**12)
+
+
+def test_rllib_backend_refuses_the_nature_optimizer_it_would_ignore(capsys):
+    from raylab import train as raylab_train
+
+    assert raylab_train.main(["dqn_softlinf_nature", "config.backend=rllib"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "config.optimizer: backend rllib would ignore optimizer=rmsprop, loss_reduction=sum" in err
+    with pytest.raises(UserError, match="config.adam_eps: backend rllib would ignore adam_eps=0.00015"):
+        from_dict(Config, {"backend": "rllib", "adam_eps": 1.5e-4}, "t.yaml", "config")
+    rllib = from_dict(Config, experiments.load("dqn_softlinf_rllib").resolved_config(), "t")
+    assert rllib.backend == "rllib"  # what RLlib does run passes

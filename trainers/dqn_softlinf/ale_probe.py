@@ -56,7 +56,7 @@ class ALEProbeEnv:
         self.last_action = 0  # the action the previous emulator frame executed (NOOP at reset)
         self.ale.setInt("frame_skip", 1)
         self.ale.loadROM(roms.get_rom_path(ale_rom_name(cfg.game)))
-        self.actions = self.ale.getMinimalActionSet()
+        self.actions = self.ale.getLegalActionSet() if cfg.full_action_space else self.ale.getMinimalActionSet()
         names = [a.name for a in self.actions]
         self.fire_action = names.index("FIRE") if cfg.fire_reset and "FIRE" in names else None
         self.frame_skip, self.noop_max = cfg.frame_skip, cfg.noop_max

@@ -16,6 +16,14 @@ from typing import Literal
 from raylab.config import require, require_at_least
 
 
+RLLIB_USES = {"optimizer": "adam", "adam_eps": 1e-8, "rmsprop_alpha": 0.95, "rmsprop_eps": 0.01,
+              "rmsprop_centered": True, "loss_reduction": "mean"}
+"""What backend rllib runs for these fields whatever they say: RLlib's DQN learner builds
+``torch.optim.Adam(params)`` (eps 1e-8: ``DQNConfig.adam_epsilon`` is not read by the new API
+stack's learner) and this workload's learner reduces the surrogate by the mean. A config that
+asks for anything else with backend rllib is refused, not run as something it did not ask for."""
+
+
 @dataclass(frozen=True)
 class Config:
     # ------------------------------------------------------------------ what is trained
@@ -118,7 +126,7 @@ class Config:
     screen_size: int = 84
     """Observation frames are screen_size x screen_size grayscale."""
     noop_max: int = 30
-    """Up to this many no-op actions after each reset."""
+    """A reset plays a uniform draw from 0..noop_max no-op frames (0 turns no-op starts off)."""
     episodic_life: bool = True
     """A lost life ends the TD target's bootstrap (terminal for learning) while the game goes
     on; returns are counted over whole games."""
@@ -126,6 +134,8 @@ class Config:
     """Press FIRE after a reset and after a lost life in games that need it."""
     sticky_action_prob: float = 0.0
     """Probability that the emulator repeats the previous action (0.25 per Machado et al.)."""
+    full_action_space: bool = False
+    """All 18 ALE actions (Machado et al.'s recommendation) instead of the game's minimal set."""
     max_episode_frames: int = 108_000
     """Emulator frames after which an episode is truncated (30 minutes of play)."""
     env_threads: int = 0
@@ -176,6 +186,11 @@ class Config:
         require(self.learning_starts >= 0, "learning_starts", f"must be >= 0, got {self.learning_starts}")
         require(self.learning_starts < self.total_steps, "learning_starts",
                 f"({self.learning_starts}) is beyond total_steps ({self.total_steps}): nothing would train")
+        ignored = [key for key, used in RLLIB_USES.items() if getattr(self, key) != used]
+        require(self.backend != "rllib" or not ignored, ignored[0] if ignored else "",
+                f"backend rllib would ignore {', '.join(f'{k}={getattr(self, k)}' for k in ignored)} "
+                f"(RLlib's DQN learner runs torch Adam, eps 1e-8, on the mean loss); "
+                f"use backend raylab, or drop {'it' if len(ignored) == 1 else 'them'}")
         require(self.beta > 0, "beta", f"must be > 0, got {self.beta}")
         require(self.huber_delta > 0, "huber_delta", f"must be > 0, got {self.huber_delta}")
         require(0 < self.gamma < 1, "gamma", f"must be in (0, 1), got {self.gamma}")
