@@ -246,22 +246,8 @@ def train_loop(config: dict) -> None:
         if eval_envs is None:
             eval_envs = make_envs(cfg, cfg.eval_episodes)
         gen = np.random.default_rng([cfg.seed, EVAL_STREAM, s["evals"]])
-        o, lv = eval_envs.reset(env_seed(cfg.seed, EVAL_STREAM, s["evals"]))
-        returns = np.zeros(cfg.eval_episodes)
-        finished = np.zeros(cfg.eval_episodes, bool)
-        fire = np.zeros(cfg.eval_episodes, bool)
-        for _ in range(cfg.eval_max_steps):
-            a = act(o, cfg.eval_epsilon, gen)
-            if eval_envs.fire_action is not None:
-                a = np.where(fire, eval_envs.fire_action, a)
-            eval_envs.send(a)
-            o, r, term, trunc, lv2 = eval_envs.recv()
-            returns += np.where(finished, 0.0, r)
-            fire = (lv2 < lv) & ~(term | trunc)
-            lv = lv2
-            finished |= term | trunc
-            if finished.all():
-                break
+        returns, _ = play_games(cfg, eval_envs, lambda o: act(o, cfg.eval_epsilon, gen),
+                                env_seed(cfg.seed, EVAL_STREAM, s["evals"]))
         return float(returns.mean())
 
     def checkpoint_state() -> dict:
@@ -312,7 +298,7 @@ def train_loop(config: dict) -> None:
 
         ended = terminated | truncated
         lost = life_lost(lives, next_lives) & ~ended & ~final_prev
-        done = terminated | (lost if cfg.episodic_life else False)
+        done = td_done(cfg, terminated, lost)
         replay.set_step(actions, np.clip(reward, -1, 1) if cfg.reward_clip else reward, done)
         replay.add_observation(envs.newest_frame(next_obs), first=final_prev, final=ended)
         ep_return += np.where(final_prev, 0.0, reward)
@@ -409,3 +395,33 @@ def epsilon_at(cfg: Config, step: int) -> float:
     (Nature's Lua DQN: ``ep_end + max(0, (ep_start - ep_end) (ep_endt - max(0, t - learn_start)) / ep_endt)``)."""
     frac = min(1.0, max(0, step - cfg.epsilon_decay_start) / (cfg.epsilon_fraction * cfg.total_steps))
     return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
+
+
+def td_done(cfg: Config, terminated: np.ndarray, lost: np.ndarray) -> np.ndarray:
+    """Where the TD target stops bootstrapping: game over, or a lost life with ``episodic_life``."""
+    return terminated | (lost & cfg.episodic_life)
+
+
+def play_games(cfg: Config, envs, choose, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """One game per env of ``envs`` (reset with ``seed``), actions from ``choose(obs)``, FIRE
+    after a lost life (``0 < lives' < lives``, the game going on) in games that need it, as in
+    training; cut off after ``eval_max_steps`` agent steps. Returns each game's unclipped
+    return and its length in agent steps."""
+    o, lv = envs.reset(seed)
+    returns, lengths = np.zeros(envs.num_envs), np.zeros(envs.num_envs, np.int64)
+    finished = np.zeros(envs.num_envs, bool)
+    fire = np.zeros(envs.num_envs, bool)
+    for _ in range(cfg.eval_max_steps):
+        a = choose(o)
+        if envs.fire_action is not None:
+            a = np.where(fire, envs.fire_action, a)
+        envs.send(a)
+        o, r, term, trunc, lv2 = envs.recv()
+        returns += np.where(finished, 0.0, r)
+        lengths += ~finished
+        fire = life_lost(lv, lv2) & ~(term | trunc)
+        lv = lv2
+        finished |= term | trunc
+        if finished.all():
+            break
+    return returns, lengths
