@@ -84,6 +84,22 @@ def test_probe_env_frames_equal_the_training_envs():
     vector.close()
 
 
+def test_probe_resets_reach_the_training_envs_start_frames():
+    """Breakout with training's reset (FIRE, then no-ops drawn from 0..29 frames): the
+    held-out probe's resets and the training envs' reach the same set of start frames."""
+    from trainers.dqn_softlinf.envs import make_envs
+
+    cfg = Config(game="Breakout", env_threads=1)  # noop_max 30, fire_reset on
+    envs = make_envs(cfg, 8)
+    training = {o[-1].tobytes() for seed in range(40) for o in envs.reset(env_seed(0, 11, seed))[0]}
+    envs.close()
+    probe = ALEProbeEnv(cfg, seed=5)
+    heldout = {probe.reset()[0][-1].tobytes() for _ in range(320)}
+    print(f"\ndistinct start frames in 320 resets: training {len(training)}, held-out probe "
+          f"{len(heldout)}, shared {len(training & heldout)}")
+    assert len(training) > 10 and heldout == training
+
+
 def _heldout_residuals(sticky: float):
     from trainers.dqn_softlinf.heldout import HeldoutProbe
     from trainers.dqn_softlinf.model import NatureCNN

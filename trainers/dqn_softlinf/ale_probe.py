@@ -5,9 +5,10 @@ probe runs its own game through ``ale_py.ALEInterface`` with the same preprocess
 here in Python: ``frame_skip`` emulator frames per agent step (rewards summed, stopping at
 game over), the grayscale screens of the last two frames max-pooled, resized to
 ``screen_size`` with OpenCV's area interpolation, a stack of the newest ``frame_stack``
-frames (zeros before the episode's first), up to ``noop_max`` no-ops and FIRE at reset,
-truncation at ``max_episode_frames``. A test checks that its frames equal
-``AtariVectorEnv``'s, step for step, on the same actions.
+frames (zeros before the episode's first), FIRE then no-ops at reset in ALE's order and
+range (``reset``), truncation at ``max_episode_frames``. Tests check that its frames equal
+``AtariVectorEnv``'s, step for step, on the same actions, and that its resets reach the same
+set of start frames.
 
 Sticky actions (Machado et al.) are drawn here, per emulator frame, as ALE draws them: with
 probability ``sticky_action_prob`` the frame repeats the action the previous frame executed,
@@ -79,15 +80,18 @@ class ALEProbeEnv:
         self.stack = np.concatenate([self.stack[1:], frame[None]])
 
     def reset(self) -> tuple[np.ndarray, int]:
-        """A new game: no-ops, FIRE where the game needs it; returns (stack, lives)."""
+        """A new game as ``AtariVectorEnv`` starts one: FIRE first where the game needs it, then
+        ``n - 1`` no-op frames (``n - 0`` without FIRE), ``n`` uniform in ``0 .. noop_max - 1``
+        (the FIRE frame counts as one of them); returns (stack, lives)."""
         self.ale.reset_game()
         self.last_action = 0
-        for _ in range(int(self.rng.integers(0, self.noop_max + 1))):
+        fire = self.fire_action is not None
+        if fire:
+            self.ale.act(self.actions[self.fire_action])
+        for _ in range(int(self.rng.integers(0, max(self.noop_max, 1))) - int(fire)):
             self.ale.act(self.actions[0])
             if self.ale.game_over():
                 self.ale.reset_game()
-        if self.fire_action is not None:
-            self.ale.act(self.actions[self.fire_action])
         self.stack = np.zeros_like(self.stack)
         self._push(self._frame([self.ale.getScreenGrayscale()]))
         return self.stack.copy(), int(self.ale.lives())

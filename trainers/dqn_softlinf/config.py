@@ -126,7 +126,9 @@ class Config:
     screen_size: int = 84
     """Observation frames are screen_size x screen_size grayscale."""
     noop_max: int = 30
-    """A reset plays a uniform draw from 0..noop_max no-op frames (0 turns no-op starts off)."""
+    """A reset plays a uniform draw from 0 .. noop_max - 1 emulator frames of no-op, FIRE
+    counting as the first where fire_reset presses it (ALE's AtariVectorEnv); 0 turns no-op
+    starts off."""
     episodic_life: bool = True
     """A lost life ends the TD target's bootstrap (terminal for learning) while the game goes
     on; returns are counted over whole games."""
