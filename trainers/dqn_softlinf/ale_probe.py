@@ -13,10 +13,11 @@ set of start frames.
 Sticky actions (Machado et al.) are drawn here, per emulator frame, as ALE draws them: with
 probability ``sticky_action_prob`` the frame repeats the action the previous frame executed,
 otherwise it takes the agent's action. They are drawn in Python with this env's own
-generator (ALE's emulator is run with stickiness off) because ALE 0.12's ``restoreState``
-puts back its random generator too, so redrawing a step from a restored state would repeat
-the same sticky draws: measured, every one of 6 redraws at probability 0.5 gave the same
-frame.
+generator (ALE's emulator is run with stickiness off), so that the K redraws of a step
+(``successors``) are independent draws reproduced by the probe's seed. ALE 0.12's default
+``cloneState()`` does not save ALE's own generator (measured on Breakout at probability 0.5:
+8 distinct frames in 12 redraws from one state), so its draws would differ too, but as a
+continuation of ALE's stream, not of anything the snapshot or the seed fixes.
 
 ``clone()`` / ``restore()`` save and restore the emulator, the frame stack and the last
 executed action, so that the same (state, action) can be stepped ``K`` times:
