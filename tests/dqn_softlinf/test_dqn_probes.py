@@ -91,7 +91,8 @@ def test_probe_resets_reach_the_training_envs_start_frames():
 
     cfg = Config(game="Breakout", env_threads=1)  # noop_max 30, fire_reset on
     envs = make_envs(cfg, 8)
-    training = {o[-1].tobytes() for seed in range(40) for o in envs.reset(env_seed(0, 11, seed))[0]}
+    envs.reset(env_seed(0, 11))  # seeded once; unseeded resets draw on without reloading the ROM
+    training = {o[-1].tobytes() for _ in range(40) for o in envs.env.reset()[0]}
     envs.close()
     probe = ALEProbeEnv(cfg, seed=5)
     heldout = {probe.reset()[0][-1].tobytes() for _ in range(320)}
