@@ -2,6 +2,7 @@
 one evaluation protocol (FIRE after a lost life) in both backends, on Breakout."""
 
 import dataclasses
+import importlib.util
 
 import numpy as np
 import pytest
@@ -75,6 +76,20 @@ def test_sticky_arm_is_machados_recommended_protocol():
             break
     envs.close()
     assert losses >= 4  # lives were lost, and none of them ended the bootstrap
+    # backend rllib builds the same protocol: 18 actions, no no-op starts, no FIRE wrapper
+    if importlib.util.find_spec("ray.rllib") is not None:
+        from trainers.dqn_softlinf.rllib_learner import EpisodicLife, FireAfterLifeLoss, _env_creator, dqn_config
+
+        env = _env_creator(dqn_config(dataclasses.replace(sticky, backend="rllib")).env_config)
+        assert env.action_space.n == 18 and env.unwrapped.ale.getFloat("repeat_action_probability") == 0.25
+        layers = [env]
+        while hasattr(layers[-1], "env"):
+            layers.append(layers[-1].env)
+        kinds = {type(layer).__name__ for layer in layers}
+        assert not kinds & {"NoopResetEnv", "FireResetEnv", EpisodicLife.__name__, FireAfterLifeLoss.__name__}, kinds
+        starts = {env.reset(seed=seed)[0].tobytes() for seed in range(3)}
+        env.close()
+        assert len(starts) == 1
 
 
 def test_breakout_evaluation_presses_fire_after_a_lost_life_in_both_backends():

@@ -172,7 +172,9 @@ def _env_creator(env_config: dict):
     env = aw.NormalizedImageEnv(aw.WarpFrame(env, dim=env_config["screen_size"], grayscale=True))
     if env_config["frame_skip"] > 1:
         env = aw.MaxAndSkipEnv(env, skip=env_config["frame_skip"])
-    env = GameReturn(_agent_step_limit(aw.NoopResetEnv(env, noop_max=env_config["noop_max"]), env_config))
+    if env_config["noop_max"]:  # RLlib's NoopResetEnv plays 1..noop_max agent steps: none at 0
+        env = aw.NoopResetEnv(env, noop_max=env_config["noop_max"])
+    env = GameReturn(_agent_step_limit(env, env_config))
     fire = env_config["fire_reset"] and "FIRE" in env.unwrapped.get_action_meanings()
     if env_config["episodic_life"]:
         env = EpisodicLife(env)  # a lost life ends the episode; FireResetEnv presses FIRE after it
