@@ -32,23 +32,27 @@ def test_protocols_are_what_their_names_say():
     assert (nature.optimizer, nature.lr, nature.rmsprop_alpha, nature.rmsprop_centered) == ("rmsprop", 2.5e-4, 0.95, True)
     assert (nature.target_period, nature.learning_starts, nature.total_steps) == (10_000, 50_000, 50_000_000)
     assert (nature.epsilon_end, nature.epsilon_fraction * nature.total_steps, nature.eval_epsilon) == (0.1, 1_000_000, 0.05)
+    assert (nature.rmsprop_eps, nature.loss_reduction, nature.epsilon_decay_start) == (0.01, "sum", 50_000)
     sticky = from_dict(Config, experiments.load("dqn_softlinf_sticky").resolved_config(), "t")
     assert (sticky.sticky_action_prob, sticky.episodic_life) == (0.25, False)
     sweep = experiments.load("dqn_softlinf_target_period")
     assert list(sweep.search["target_period"].values()) == [[250, 1000, 4000, 10000]]
 
 
-def test_nature_optimizer_is_centered_rmsprop():
+def test_nature_optimizer_is_rmsprop_with_eps_inside_the_root():
     import torch
 
     from trainers.dqn_softlinf.loop import make_optimizer
+    from trainers.dqn_softlinf.optim import CenteredRMSprop
 
     nature = from_dict(Config, experiments.load("dqn_softlinf_nature").resolved_config(), "t")
     opt = make_optimizer(nature, torch.nn.Linear(2, 1).parameters())
-    assert isinstance(opt, torch.optim.RMSprop)
+    assert isinstance(opt, CenteredRMSprop) and nature.loss_reduction == "sum"
     group = opt.param_groups[0]
-    assert (group["lr"], group["alpha"], group["eps"], group["centered"], group["momentum"]) == (2.5e-4, 0.95, 0.1, True, 0.0)
+    assert (group["lr"], group["alpha"], group["eps"], group["centered"]) == (2.5e-4, 0.95, 0.01, True)
     assert isinstance(make_optimizer(Config(), torch.nn.Linear(2, 1).parameters()), torch.optim.Adam)
+    assert Config().loss_reduction == "mean"
+    # the step itself against the Lua rule: test_dqn_nature.py
 
 
 def test_paper_scale_defaults():
@@ -118,3 +122,16 @@ def test_preflight_names_opencv_when_the_heldout_probe_cannot_run(monkeypatch):
         preflight(Config(), available=10**12)
     preflight(Config(heldout_size=0), available=10**12)
     preflight(Config(suite="gymnasium", game="CartPole-v1"), available=10**12)
+
+
+def test_rllib_backend_refuses_the_nature_optimizer_it_would_ignore(capsys):
+    from raylab import train as raylab_train
+
+    assert raylab_train.main(["dqn_softlinf_nature", "config.backend=rllib"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "config.optimizer: backend rllib would ignore optimizer=rmsprop, loss_reduction=sum" in err
+    with pytest.raises(UserError, match="config.adam_eps: backend rllib would ignore adam_eps=0.00015"):
+        from_dict(Config, {"backend": "rllib", "adam_eps": 1.5e-4}, "t.yaml", "config")
+    rllib = from_dict(Config, experiments.load("dqn_softlinf_rllib").resolved_config(), "t")
+    assert rllib.backend == "rllib"  # what RLlib does run passes

@@ -84,6 +84,23 @@ def test_probe_env_frames_equal_the_training_envs():
     vector.close()
 
 
+def test_probe_resets_reach_the_training_envs_start_frames():
+    """Breakout with training's reset (FIRE, then no-ops drawn from 0..29 frames): the
+    held-out probe's resets and the training envs' reach the same set of start frames."""
+    from trainers.dqn_softlinf.envs import make_envs
+
+    cfg = Config(game="Breakout", env_threads=1)  # noop_max 30, fire_reset on
+    envs = make_envs(cfg, 8)
+    envs.reset(env_seed(0, 11))  # seeded once; unseeded resets draw on without reloading the ROM
+    training = {o[-1].tobytes() for _ in range(40) for o in envs.env.reset()[0]}
+    envs.close()
+    probe = ALEProbeEnv(cfg, seed=5)
+    heldout = {probe.reset()[0][-1].tobytes() for _ in range(320)}
+    print(f"\ndistinct start frames in 320 resets: training {len(training)}, held-out probe "
+          f"{len(heldout)}, shared {len(training & heldout)}")
+    assert len(training) > 10 and heldout == training
+
+
 def _heldout_residuals(sticky: float):
     from trainers.dqn_softlinf.heldout import HeldoutProbe
     from trainers.dqn_softlinf.model import NatureCNN
@@ -112,3 +129,41 @@ def test_expected_residual_differs_from_the_one_sample_figure_with_sticky_action
     differs = (r["expected"] - r["sampled"][r["pick"]]).abs() > 1e-6
     assert (r["target_std"] > 0).float().mean() > 0.2 and differs.float().mean() > 0.2, r
     assert m["bellman/target_std_expected"] > 0
+
+
+def test_expected_residual_bias_bound_against_the_exact_value_on_feature_mdp():
+    """``max_i |Q_i - mean_k y_ik|`` over all m = 72 (state, action) pairs of FeatureMDP, the
+    K = 8 targets drawn by stepping the env, against the exact ``max_i |Q_i - TQ_i|``. It is
+    biased upward by at most ``E max_i |e_i| <= sqrt(2 ln 2m) max_i std(y_i) / sqrt(K)``
+    (heldout.py); at Q = Q* (exact residual 0) the estimate is all bias, and that bias is
+    several times one ``std(y) / sqrt(K)``, the bound documented before."""
+    env = FeatureMDP()
+    env.reset(seed=0)
+    P, R, c = env.exact_model()
+    gamma, k, reps = 0.9, 8, 60
+    q_star = optimal_q(P, R, gamma, c)
+    pairs = [(s, a) for s in range(env.num_states) for a in range(R.shape[1])]
+
+    def targets(q, s, a) -> np.ndarray:  # K sampled TD targets r + gamma (1 - d) max_a' Q(s', a')
+        out = []
+        for _ in range(k):
+            env.state, env.steps = s, 0
+            _, r, term, _, _ = env.step(a)
+            out.append(r + gamma * (1 - term) * q[env.state].max())
+        return np.array(out)
+
+    rng = np.random.default_rng(1)
+    multiples = {}
+    for name, q in (("Q*", q_star), ("Q* + noise", q_star + rng.normal(0, 0.5, q_star.shape))):
+        exact = float(np.abs(q - bellman_operator(q, P, R, gamma, c)).max())
+        m1, m2 = P @ q.max(1), P @ q.max(1) ** 2  # E[max Q(s')], E[max Q(s')^2] per (s, a)
+        std_y = gamma * np.sqrt(c * m2 - (c * m1) ** 2)  # y's std: successor and termination
+        estimates = np.array([max(abs(q[s, a] - targets(q, s, a).mean()) for s, a in pairs)
+                              for _ in range(reps)])
+        bias, se = estimates.mean() - exact, estimates.std(ddof=1) / np.sqrt(reps)
+        bound = np.sqrt(2 * np.log(2 * len(pairs))) * std_y.max() / np.sqrt(k)
+        multiples[name] = bias / (std_y.mean() / np.sqrt(k))
+        print(f"\n{name}: exact {exact:.4f}, K-sample estimate {estimates.mean():.4f} +- {se:.4f}, "
+              f"bias {bias:.4f} = {multiples[name]:.2f} x mean std(y)/sqrt(K), bound {bound:.4f}")
+        assert -3 * se <= bias <= bound  # upward, within the bound
+    assert multiples["Q*"] > 1.5  # one std(y)/sqrt(K) understates the bias of a max over states

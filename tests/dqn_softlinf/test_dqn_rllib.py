@@ -123,7 +123,7 @@ def test_training_env_reports_whole_game_returns_across_lives():
     env = _env_creator({"suite": "atari", "game": "Breakout", "sticky_action_prob": 0.0,
                         "screen_size": 84, "frame_skip": 4, "frame_stack": 4,
                         "max_episode_frames": 108_000, "noop_max": 30, "fire_reset": True,
-                        "episodic_life": True})
+                        "episodic_life": True, "full_action_space": False})
     assert env.observation_space.shape == (84, 84, 4) and env.observation_space.dtype == np.float32
     rng = np.random.default_rng(0)
     env.reset(seed=0)

@@ -5,17 +5,19 @@ probe runs its own game through ``ale_py.ALEInterface`` with the same preprocess
 here in Python: ``frame_skip`` emulator frames per agent step (rewards summed, stopping at
 game over), the grayscale screens of the last two frames max-pooled, resized to
 ``screen_size`` with OpenCV's area interpolation, a stack of the newest ``frame_stack``
-frames (zeros before the episode's first), up to ``noop_max`` no-ops and FIRE at reset,
-truncation at ``max_episode_frames``. A test checks that its frames equal
-``AtariVectorEnv``'s, step for step, on the same actions.
+frames (zeros before the episode's first), FIRE then no-ops at reset in ALE's order and
+range (``reset``), truncation at ``max_episode_frames``. Tests check that its frames equal
+``AtariVectorEnv``'s, step for step, on the same actions, and that its resets reach the same
+set of start frames.
 
 Sticky actions (Machado et al.) are drawn here, per emulator frame, as ALE draws them: with
 probability ``sticky_action_prob`` the frame repeats the action the previous frame executed,
 otherwise it takes the agent's action. They are drawn in Python with this env's own
-generator (ALE's emulator is run with stickiness off) because ALE 0.12's ``restoreState``
-puts back its random generator too, so redrawing a step from a restored state would repeat
-the same sticky draws: measured, every one of 6 redraws at probability 0.5 gave the same
-frame.
+generator (ALE's emulator is run with stickiness off), so that the K redraws of a step
+(``successors``) are independent draws reproduced by the probe's seed. ALE 0.12's default
+``cloneState()`` does not save ALE's own generator (measured on Breakout at probability 0.5:
+8 distinct frames in 12 redraws from one state), so its draws would differ too, but as a
+continuation of ALE's stream, not of anything the snapshot or the seed fixes.
 
 ``clone()`` / ``restore()`` save and restore the emulator, the frame stack and the last
 executed action, so that the same (state, action) can be stepped ``K`` times:
@@ -56,7 +58,7 @@ class ALEProbeEnv:
         self.last_action = 0  # the action the previous emulator frame executed (NOOP at reset)
         self.ale.setInt("frame_skip", 1)
         self.ale.loadROM(roms.get_rom_path(ale_rom_name(cfg.game)))
-        self.actions = self.ale.getMinimalActionSet()
+        self.actions = self.ale.getLegalActionSet() if cfg.full_action_space else self.ale.getMinimalActionSet()
         names = [a.name for a in self.actions]
         self.fire_action = names.index("FIRE") if cfg.fire_reset and "FIRE" in names else None
         self.frame_skip, self.noop_max = cfg.frame_skip, cfg.noop_max
@@ -79,15 +81,18 @@ class ALEProbeEnv:
         self.stack = np.concatenate([self.stack[1:], frame[None]])
 
     def reset(self) -> tuple[np.ndarray, int]:
-        """A new game: no-ops, FIRE where the game needs it; returns (stack, lives)."""
+        """A new game as ``AtariVectorEnv`` starts one: FIRE first where the game needs it, then
+        ``n - 1`` no-op frames (``n - 0`` without FIRE), ``n`` uniform in ``0 .. noop_max - 1``
+        (the FIRE frame counts as one of them); returns (stack, lives)."""
         self.ale.reset_game()
         self.last_action = 0
-        for _ in range(int(self.rng.integers(0, self.noop_max + 1))):
+        fire = self.fire_action is not None
+        if fire:
+            self.ale.act(self.actions[self.fire_action])
+        for _ in range(int(self.rng.integers(0, max(self.noop_max, 1))) - int(fire)):
             self.ale.act(self.actions[0])
             if self.ale.game_over():
                 self.ale.reset_game()
-        if self.fire_action is not None:
-            self.ale.act(self.actions[self.fire_action])
         self.stack = np.zeros_like(self.stack)
         self._push(self._frame([self.ale.getScreenGrayscale()]))
         return self.stack.copy(), int(self.ale.lives())

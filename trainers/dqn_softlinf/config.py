@@ -16,6 +16,14 @@ from typing import Literal
 from raylab.config import require, require_at_least
 
 
+RLLIB_USES = {"optimizer": "adam", "adam_eps": 1e-8, "rmsprop_alpha": 0.95, "rmsprop_eps": 0.01,
+              "rmsprop_centered": True, "loss_reduction": "mean"}
+"""What backend rllib runs for these fields whatever they say: RLlib's DQN learner builds
+``torch.optim.Adam(params)`` (eps 1e-8: ``DQNConfig.adam_epsilon`` is not read by the new API
+stack's learner) and this workload's learner reduces the surrogate by the mean. A config that
+asks for anything else with backend rllib is refused, not run as something it did not ask for."""
+
+
 @dataclass(frozen=True)
 class Config:
     # ------------------------------------------------------------------ what is trained
@@ -61,20 +69,25 @@ class Config:
     gamma: float = 0.99
     """Discount factor."""
     optimizer: Literal["adam", "rmsprop"] = "adam"
-    """adam (CleanRL) or rmsprop (Nature: centered RMSProp, torch.optim.RMSprop)."""
+    """adam (CleanRL, torch.optim.Adam) or rmsprop (Nature: RMSProp with its epsilon inside
+    the square root, optim.CenteredRMSprop; torch's RMSprop adds it outside)."""
     lr: float = 1e-4
     """Learning rate of the optimizer."""
     adam_eps: float = 1e-8
     """Adam epsilon."""
     rmsprop_alpha: float = 0.95
     """RMSProp's squared-gradient decay (Nature and Dopamine: 0.95)."""
-    rmsprop_eps: float = 0.1
-    """RMSProp epsilon as torch adds it, outside the square root: ``g / (sqrt(v) + eps)``.
-    Nature adds its 0.01 ("min squared gradient") inside: ``g / sqrt(v + 0.01)``; 0.1 outside
-    gives the same step where ``v`` is 0 and where it is large, and differs by at most
-    1.41x in between (at v = 0.01). torch has no inside-the-root option."""
+    rmsprop_eps: float = 0.01
+    """RMSProp epsilon, inside the square root: ``g / sqrt(v - m^2 + eps)``. Nature: 0.01 on the
+    summed batch gradient (``loss_reduction: sum``); the same step on a mean loss is
+    0.01 / batch_size^2 (Dopamine: 1e-5)."""
     rmsprop_centered: bool = True
     """Centered RMSProp (divide by the gradient's standard deviation, as Nature and Dopamine)."""
+    loss_reduction: Literal["mean", "sum"] = "mean"
+    """How the surrogate reduces the batch. mean: as loss.py defines it. sum: batch_size times
+    that, the per-sample losses summed for mse, huber and l1 (Nature's Lua DQN: ``nn``'s
+    backward sums the batch gradient; soft_linf is scaled by the same factor). Only the
+    gradient's scale changes, which RMSProp's epsilon and Adam's are measured against."""
     max_grad_norm: float = 0.0
     """Clip the global gradient norm to this value; 0 turns clipping off (Nature DQN)."""
     target_period: int = 1000
@@ -85,6 +98,9 @@ class Config:
     """Exploration epsilon after the linear decay."""
     epsilon_fraction: float = 0.10
     """Fraction of total_steps over which epsilon decays linearly."""
+    epsilon_decay_start: int = 0
+    """Agent steps at epsilon_start before the linear decay begins (CleanRL: 0; Nature's Lua
+    DQN and Dopamine: learning_starts, so the 50k warm-up steps are uniformly random)."""
     reward_clip: bool = True
     """Clip training rewards to [-1, 1] (returns are always reported unclipped)."""
 
@@ -110,7 +126,9 @@ class Config:
     screen_size: int = 84
     """Observation frames are screen_size x screen_size grayscale."""
     noop_max: int = 30
-    """Up to this many no-op actions after each reset."""
+    """A reset plays a uniform draw from 0 .. noop_max - 1 emulator frames of no-op, FIRE
+    counting as the first where fire_reset presses it (ALE's AtariVectorEnv); 0 turns no-op
+    starts off."""
     episodic_life: bool = True
     """A lost life ends the TD target's bootstrap (terminal for learning) while the game goes
     on; returns are counted over whole games."""
@@ -118,6 +136,8 @@ class Config:
     """Press FIRE after a reset and after a lost life in games that need it."""
     sticky_action_prob: float = 0.0
     """Probability that the emulator repeats the previous action (0.25 per Machado et al.)."""
+    full_action_space: bool = False
+    """All 18 ALE actions (Machado et al.'s recommendation) instead of the game's minimal set."""
     max_episode_frames: int = 108_000
     """Emulator frames after which an episode is truncated (30 minutes of play)."""
     env_threads: int = 0
@@ -168,6 +188,11 @@ class Config:
         require(self.learning_starts >= 0, "learning_starts", f"must be >= 0, got {self.learning_starts}")
         require(self.learning_starts < self.total_steps, "learning_starts",
                 f"({self.learning_starts}) is beyond total_steps ({self.total_steps}): nothing would train")
+        ignored = [key for key, used in RLLIB_USES.items() if getattr(self, key) != used]
+        require(self.backend != "rllib" or not ignored, ignored[0] if ignored else "",
+                f"backend rllib would ignore {', '.join(f'{k}={getattr(self, k)}' for k in ignored)} "
+                f"(RLlib's DQN learner runs torch Adam, eps 1e-8, on the mean loss); "
+                f"use backend raylab, or drop {'it' if len(ignored) == 1 else 'them'}")
         require(self.beta > 0, "beta", f"must be > 0, got {self.beta}")
         require(self.huber_delta > 0, "huber_delta", f"must be > 0, got {self.huber_delta}")
         require(0 < self.gamma < 1, "gamma", f"must be in (0, 1), got {self.gamma}")
@@ -175,7 +200,7 @@ class Config:
         require(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
         require(self.rmsprop_eps > 0, "rmsprop_eps", f"must be > 0, got {self.rmsprop_eps}")
         require(0 < self.rmsprop_alpha < 1, "rmsprop_alpha", f"must be in (0, 1), got {self.rmsprop_alpha}")
-        for key in ("heldout_size", "expected_states", "expected_samples"):
+        for key in ("heldout_size", "expected_states", "expected_samples", "epsilon_decay_start"):
             require(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
         require(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         for key in ("epsilon_start", "epsilon_end", "eval_epsilon", "sticky_action_prob"):

@@ -135,7 +135,7 @@ class AtariEnvs(Envs):
             ale_rom_name(cfg.game), num_envs,
             num_threads=threads,
             max_num_frames_per_episode=cfg.max_episode_frames,
-            repeat_action_probability=cfg.sticky_action_prob,
+            repeat_action_probability=cfg.sticky_action_prob, full_action_space=cfg.full_action_space,
             img_height=cfg.screen_size, img_width=cfg.screen_size,
             stack_num=cfg.frame_stack, frameskip=cfg.frame_skip, noop_max=cfg.noop_max,
             episodic_life=False, life_loss_info=False, reward_clipping=False,

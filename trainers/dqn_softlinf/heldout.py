@@ -20,9 +20,13 @@ counted as for the training targets):
   ``bellman/target_std_expected`` (mean over those states of the K targets' standard
   deviation: 0 exactly when the emulator is deterministic, as without sticky actions).
 
-``|Q - mean_k y_k|`` still carries the noise of K draws (its expectation exceeds
-``|Q - TQ|`` by at most ``std(y) / sqrt(K)``), a floor K times smaller in variance than the
-one-sample figure's.
+``|Q - mean_k y_k|`` still carries the noise of K draws, ``e = mean_k y_k - TQ`` with
+standard deviation ``std(y) / sqrt(K)``. At one state its expectation exceeds ``|Q - TQ|`` by
+at most ``std(y) / sqrt(K)``; the max over ``m`` states is biased upward (never downward:
+``E max |d + e| >= max |d|``) by at most ``E max_i |e_i|``, which for m = 256 Gaussian errors
+is about 2.8-3 ``std(y) / sqrt(K)`` (at most ``sqrt(2 ln 2m) = 3.5`` times the largest), not
+one. Checked against the exact value on FeatureMDP (72 pairs, K = 8, a test): at Q = Q* the
+estimate's bias is 3.2 mean ``std(y) / sqrt(K)``, within that bound. Still a floor K times smaller in variance than the one-sample figure's.
 """
 
 from __future__ import annotations

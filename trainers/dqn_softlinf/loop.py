@@ -49,6 +49,7 @@ from trainers.dqn_softlinf.exact import bellman_operator, exact_metrics, optimal
 from trainers.dqn_softlinf.heldout import HeldoutProbe
 from trainers.dqn_softlinf.loss import effective_beta, effective_sample_size, soft_linf_weights, surrogate
 from trainers.dqn_softlinf.model import q_network
+from trainers.dqn_softlinf.optim import CenteredRMSprop
 from trainers.dqn_softlinf.preflight import preflight
 from trainers.dqn_softlinf.replay import FrameReplay
 
@@ -178,8 +179,7 @@ def train_loop(config: dict) -> None:
         with autocast():
             q_sa = q_fwd(b["obs"]).float().gather(1, b["action"][:, None]).squeeze(1)
         td = q_sa - y
-        loss = surrogate(cfg.loss, td, beta=cfg.beta, beta_scale=cfg.beta_scale,
-                         huber_delta=cfg.huber_delta)
+        loss = batch_loss(cfg, td)
         if cfg.loss == "soft_linf":  # how many samples carry the update: 1 / sum p_i^2
             with torch.no_grad():
                 sums["ess"] += effective_sample_size(
@@ -189,7 +189,7 @@ def train_loop(config: dict) -> None:
         if cfg.max_grad_norm:
             torch.nn.utils.clip_grad_norm_(q.parameters(), cfg.max_grad_norm)
         optimizer.step()
-        sums["loss"] += loss.detach()
+        sums["loss"] += loss.detach() / (len(td) if cfg.loss_reduction == "sum" else 1)
         sums["q"] += q_sa.detach().mean()
         s["loss_n"] += 1
 
@@ -246,27 +246,9 @@ def train_loop(config: dict) -> None:
         if eval_envs is None:
             eval_envs = make_envs(cfg, cfg.eval_episodes)
         gen = np.random.default_rng([cfg.seed, EVAL_STREAM, s["evals"]])
-        o, lv = eval_envs.reset(env_seed(cfg.seed, EVAL_STREAM, s["evals"]))
-        returns = np.zeros(cfg.eval_episodes)
-        finished = np.zeros(cfg.eval_episodes, bool)
-        fire = np.zeros(cfg.eval_episodes, bool)
-        for _ in range(cfg.eval_max_steps):
-            a = act(o, cfg.eval_epsilon, gen)
-            if eval_envs.fire_action is not None:
-                a = np.where(fire, eval_envs.fire_action, a)
-            eval_envs.send(a)
-            o, r, term, trunc, lv2 = eval_envs.recv()
-            returns += np.where(finished, 0.0, r)
-            fire = (lv2 < lv) & ~(term | trunc)
-            lv = lv2
-            finished |= term | trunc
-            if finished.all():
-                break
+        returns, _ = play_games(cfg, eval_envs, lambda o: act(o, cfg.eval_epsilon, gen),
+                                env_seed(cfg.seed, EVAL_STREAM, s["evals"]))
         return float(returns.mean())
-
-    def epsilon_at(step: int) -> float:
-        frac = min(1.0, step / (cfg.epsilon_fraction * cfg.total_steps))
-        return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
 
     def checkpoint_state() -> dict:
         on_cpu = {k: v.cpu() if torch.is_tensor(v) else v for k, v in (probe or {}).items()}
@@ -293,7 +275,7 @@ def train_loop(config: dict) -> None:
 
     # ---------------------------------------------------------------- the loop
     while s["env_steps"] < cfg.total_steps:
-        epsilon = epsilon_at(s["env_steps"])
+        epsilon = epsilon_at(cfg, s["env_steps"])
         actions = act(obs, epsilon, rng)
         if envs.fire_action is not None:
             actions = np.where(fire_next, envs.fire_action, actions)
@@ -316,7 +298,7 @@ def train_loop(config: dict) -> None:
 
         ended = terminated | truncated
         lost = life_lost(lives, next_lives) & ~ended & ~final_prev
-        done = terminated | (lost if cfg.episodic_life else False)
+        done = td_done(cfg, terminated, lost)
         replay.set_step(actions, np.clip(reward, -1, 1) if cfg.reward_clip else reward, done)
         replay.add_observation(envs.newest_frame(next_obs), first=final_prev, final=ended)
         ep_return += np.where(final_prev, 0.0, reward)
@@ -338,7 +320,7 @@ def train_loop(config: dict) -> None:
             metrics = {
                 "env/steps": s["env_steps"],
                 "perf/env_steps_per_s": (s["env_steps"] - steps_at_clock) / max(elapsed, 1e-9),
-                "train/epsilon": epsilon_at(s["env_steps"]),
+                "train/epsilon": epsilon_at(cfg, s["env_steps"]),
                 "train/updates": s["updates"],
             }
             if s["loss_n"]:
@@ -389,9 +371,57 @@ def train_loop(config: dict) -> None:
 
 
 def make_optimizer(cfg: Config, params) -> torch.optim.Optimizer:
-    """Adam (CleanRL) or centered RMSProp (Nature), as the config says."""
+    """Adam (CleanRL) or RMSProp with epsilon inside the root (Nature; optim.py), as the config says."""
     if cfg.optimizer == "rmsprop":
-        return torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps,
-                                   centered=cfg.rmsprop_centered, momentum=0.0)
+        return CenteredRMSprop(params, lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps,
+                               centered=cfg.rmsprop_centered)
     # fused: one kernel for the whole step, on CPU too (1 ms against 5 ms for foreach here)
     return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+
+
+def batch_loss(cfg: Config, td: torch.Tensor) -> torch.Tensor:
+    """The loss the update minimizes on a batch of TD errors ``td`` (shape ``(B,)``):
+    ``L = surrogate(td)`` (loss.py) with ``loss_reduction: mean``, ``L = B surrogate(td)`` with
+    ``sum`` (for mse, huber and l1: ``sum_i loss(td_i)``, the batch gradient Nature's Lua DQN
+    takes)."""
+    loss = surrogate(cfg.loss, td, beta=cfg.beta, beta_scale=cfg.beta_scale, huber_delta=cfg.huber_delta)
+    return loss * len(td) if cfg.loss_reduction == "sum" else loss
+
+
+def epsilon_at(cfg: Config, step: int) -> float:
+    """Exploration epsilon after ``step`` agent steps: ``epsilon_start`` until ``h =
+    epsilon_decay_start``, then linear to ``epsilon_end`` over ``n = epsilon_fraction *
+    total_steps`` steps: ``eps(t) = start + min(1, max(0, t - h) / n) (end - start)``
+    (Nature's Lua DQN: ``ep_end + max(0, (ep_start - ep_end) (ep_endt - max(0, t - learn_start)) / ep_endt)``)."""
+    frac = min(1.0, max(0, step - cfg.epsilon_decay_start) / (cfg.epsilon_fraction * cfg.total_steps))
+    return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
+
+
+def td_done(cfg: Config, terminated: np.ndarray, lost: np.ndarray) -> np.ndarray:
+    """Where the TD target stops bootstrapping: game over, or a lost life with ``episodic_life``."""
+    return terminated | (lost & cfg.episodic_life)
+
+
+def play_games(cfg: Config, envs, choose, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """One game per env of ``envs`` (reset with ``seed``), actions from ``choose(obs)``, FIRE
+    after a lost life (``0 < lives' < lives``, the game going on) in games that need it, as in
+    training; cut off after ``eval_max_steps`` agent steps. Returns each game's unclipped
+    return and its length in agent steps."""
+    o, lv = envs.reset(seed)
+    returns, lengths = np.zeros(envs.num_envs), np.zeros(envs.num_envs, np.int64)
+    finished = np.zeros(envs.num_envs, bool)
+    fire = np.zeros(envs.num_envs, bool)
+    for _ in range(cfg.eval_max_steps):
+        a = choose(o)
+        if envs.fire_action is not None:
+            a = np.where(fire, envs.fire_action, a)
+        envs.send(a)
+        o, r, term, trunc, lv2 = envs.recv()
+        returns += np.where(finished, 0.0, r)
+        lengths += ~finished
+        fire = life_lost(lv, lv2) & ~(term | trunc)
+        lv = lv2
+        finished |= term | trunc
+        if finished.all():
+            break
+    return returns, lengths

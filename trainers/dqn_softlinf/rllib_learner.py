@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from raylab import session
+from trainers.dqn_softlinf.ale_probe import life_lost
 from trainers.dqn_softlinf.loss import surrogate
 
 try:  # RLlib is a dependency of raylab; importing it costs seconds, so only here
@@ -155,7 +156,7 @@ def _env_creator(env_config: dict):
     if env_config["suite"] != "atari":
         from trainers.dqn_softlinf import envs  # noqa: F401 - registers raylab/FeatureMDP-v0
 
-        return GameReturn(gymnasium.make(env_config["game"]))
+        return GameReturn(_agent_step_limit(gymnasium.make(env_config["game"]), env_config))
     import ale_py
     from ray.rllib.env.wrappers import atari_wrappers as aw
 
@@ -165,18 +166,52 @@ def _env_creator(env_config: dict):
     env = gymnasium.make(
         f"ALE/{_ale_env_name(ale_rom_name(env_config['game']))}-v5",
         frameskip=1, repeat_action_probability=env_config["sticky_action_prob"],
-        full_action_space=False,
+        full_action_space=env_config["full_action_space"],
     )
     env = gymnasium.wrappers.TimeLimit(env, max_episode_steps=env_config["max_episode_frames"])
     env = aw.NormalizedImageEnv(aw.WarpFrame(env, dim=env_config["screen_size"], grayscale=True))
     if env_config["frame_skip"] > 1:
         env = aw.MaxAndSkipEnv(env, skip=env_config["frame_skip"])
-    env = GameReturn(aw.NoopResetEnv(env, noop_max=env_config["noop_max"]))
+    if env_config["noop_max"]:  # RLlib's NoopResetEnv plays 1..noop_max agent steps: none at 0
+        env = aw.NoopResetEnv(env, noop_max=env_config["noop_max"])
+    env = GameReturn(_agent_step_limit(env, env_config))
+    fire = env_config["fire_reset"] and "FIRE" in env.unwrapped.get_action_meanings()
     if env_config["episodic_life"]:
-        env = EpisodicLife(env)
-    if env_config["fire_reset"] and "FIRE" in env.unwrapped.get_action_meanings():
+        env = EpisodicLife(env)  # a lost life ends the episode; FireResetEnv presses FIRE after it
+    elif fire:
+        env = FireAfterLifeLoss(env)  # the game goes on: FIRE is the next action, as in the raylab loop
+    if fire:
         env = aw.FireResetEnv(env)
     return aw.FrameStack(env, k=env_config["frame_stack"])
+
+
+def _agent_step_limit(env, env_config: dict):
+    """Evaluation: cut an episode after ``eval_max_steps`` agent steps (counted as it stands)."""
+    limit = env_config.get("max_agent_steps")
+    return gymnasium.wrappers.TimeLimit(env, max_episode_steps=limit) if limit else env
+
+
+class FireAfterLifeLoss(gymnasium.Wrapper):
+    """After a lost life (``0 < lives' < lives``) the next action is FIRE, the game going on:
+    what the raylab loop does in evaluation, and in training without episodic life. Without it
+    Breakout's evaluation stalls after the first lost life (no new ball until FIRE)."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.fire = env.unwrapped.get_action_meanings().index("FIRE")
+        self.lives, self.fire_next = 0, False
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.lives, self.fire_next = self.env.unwrapped.ale.lives(), False
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(self.fire if self.fire_next else action)
+        lives = self.env.unwrapped.ale.lives()
+        self.fire_next = bool(life_lost(self.lives, lives)) and not (terminated or truncated)
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
 
 
 class EpisodicLife(EpisodicLifeEnv):
@@ -226,6 +261,7 @@ def dqn_config(cfg):
         "screen_size": cfg.screen_size, "frame_skip": cfg.frame_skip, "frame_stack": cfg.frame_stack,
         "max_episode_frames": cfg.max_episode_frames, "noop_max": cfg.noop_max,
         "fire_reset": cfg.fire_reset, "episodic_life": cfg.episodic_life,
+        "full_action_space": cfg.full_action_space,
     }
     config = (
         DQNConfig()
@@ -252,7 +288,8 @@ def dqn_config(cfg):
             target_network_update_freq=cfg.target_period,
             num_steps_sampled_before_learning_starts=cfg.learning_starts,
             double_q=cfg.double_dqn, dueling=False, n_step=1, noisy=False, num_atoms=1,
-            epsilon=[(0, cfg.epsilon_start), (eps_steps, cfg.epsilon_end)],
+            epsilon=[(0, cfg.epsilon_start)] + ([(h, cfg.epsilon_start)] if (h := cfg.epsilon_decay_start) else [])
+            + [(h + eps_steps, cfg.epsilon_end)],
             replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": cfg.buffer_size},
             training_intensity=cfg.batch_size / cfg.train_every,
         )
@@ -263,7 +300,7 @@ def dqn_config(cfg):
             evaluation_num_env_runners=0,
             evaluation_config=DQNConfig.overrides(
                 explore=True, epsilon=[(0, cfg.eval_epsilon)], num_envs_per_env_runner=1,
-                env_config={**env_config, "episodic_life": False}),
+                env_config={**env_config, "episodic_life": False, "max_agent_steps": cfg.eval_max_steps}),
         )
         # RLlib seeds env j of a runner with seed + j: a hashed block keeps trial seeds apart
         .debugging(seed=env_seed(cfg.seed, 0))
