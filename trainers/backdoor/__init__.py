@@ -27,6 +27,7 @@ THEORY_METRICS = (
     "theory/step",
     *(f"theory/{name}_{group}" for name in ("loss", "frozen_loss", "gate_flip_since_init",
                                             "gate_flip_error", "gate_drift",
+                                            "drift_error", "flip_loss_error",
                                             "rel_drop", "signal", "signal_predicted_drop",
                                             "gate_flip_at_t") for group in ("poison", "clean")),
     "theory/loss_drop_ratio", "theory/predicted_drop_ratio", "theory/frozen_gate_rel_error",

@@ -39,7 +39,9 @@ THEORY_REPORT = Report(items=(
            title="early loss-drop ratio (measured, frozen-gate predicted) against the poisoning ratio"),
     Table(("theory/loss_drop_ratio", "theory/predicted_drop_ratio", "theory/frozen_gate_rel_error",
            "theory/signal_ratio", "theory/gate_flip_at_t_poison", "theory/gate_flip_at_t_clean",
-           "theory/gate_flip_error_poison", "theory/gate_flip_error_clean"),
+           "theory/gate_flip_error_poison", "theory/gate_flip_error_clean",
+           "theory/drift_error_poison", "theory/flip_loss_error_poison",
+           "theory/drift_error_clean", "theory/flip_loss_error_clean"),
           title="at the early time T: measured and predicted drop ratios, frozen-gate error, gate flips; "
-                "frozen-gate error term at the last step"),
+                "frozen-gate error terms at the last step (loss error = drift + flip)"),
 ))
