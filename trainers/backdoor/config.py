@@ -80,6 +80,12 @@ class Config:
     blend_image: str = "skimage:astronaut"
     """Blended: ``skimage:NAME`` (a photograph in scikit-image's ``skimage.data``) or a trigger
     image file (.npy or PIL-readable), resized to 32x32."""
+    blend_mean: float = 198.4
+    """Blended: mean grey level the trigger image is mapped to, keeping its contrast at
+    ``blend_std`` (``attack.match_brightness``); the defaults are BackdoorBench's
+    ``hello_kitty.jpeg`` at 32x32 (mean 198.4, std 68.9). 0: the image as it is."""
+    blend_std: float = 68.9
+    """Blended: standard deviation (before clipping) of the mapped trigger image."""
     patch_size: int = 3
     """BadNets: side of the white square in the bottom-right corner."""
     wanet_k: int = 4
@@ -146,6 +152,8 @@ class Config:
         require(self.target_class < (100 if self.dataset == "cifar100" else 10), "target_class",
                 f"{self.target_class} is not a class of {self.dataset}")
         require(0 < self.blend_alpha <= 1, "blend_alpha", f"must be in (0, 1], got {self.blend_alpha}")
+        require(0 <= self.blend_mean <= 255, "blend_mean", f"must be in [0, 255], got {self.blend_mean}")
+        require(self.blend_std >= 0, "blend_std", f"must be >= 0, got {self.blend_std}")
         require(self.wanet_s > 0, "wanet_s", f"must be > 0, got {self.wanet_s}")
         require(self.wanet_cross_ratio >= 0, "wanet_cross_ratio", "must be >= 0")
         require(0 <= self.early_epochs <= self.epochs, "early_epochs",

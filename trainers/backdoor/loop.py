@@ -204,7 +204,7 @@ def build_data(cfg: Config, device: torch.device) -> Data:
 def trigger_spec(cfg: Config) -> attack.TriggerSpec:
     return attack.TriggerSpec(
         seed=cfg.trigger_seed, blend_alpha=cfg.blend_alpha, blend_trigger=cfg.blend_trigger,
-        blend_image=cfg.blend_image,
+        blend_image=cfg.blend_image, blend_mean=cfg.blend_mean, blend_std=cfg.blend_std,
         patch_size=cfg.patch_size, wanet_k=cfg.wanet_k, wanet_s=cfg.wanet_s,
     )
 
