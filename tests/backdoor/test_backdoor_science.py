@@ -41,7 +41,10 @@ def run_arm(seed: int, poison_ratio: float) -> dict:
     s = session.start(backend="local")
     train_loop({**CONFIG, "poison_ratio": poison_ratio, "seed": seed})
     probes = [r for r in s.history if "early/loss_drop_gap_vs_relabel" in r]
-    return {**s.history[-1], "probes": len(probes)}
+    row = {**s.history[-1], "probes": len(probes)}
+    print(f"seed {seed}, poison_ratio {poison_ratio}: eval/asr {row['eval/asr']:.3f}, "
+          f"eval/clean_acc {row['eval/clean_acc']:.3f}", flush=True)
+    return row
 
 
 def positive_control_failures(results: dict) -> list[str]:
