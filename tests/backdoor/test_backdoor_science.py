@@ -91,10 +91,17 @@ def test_badnets_on_real_digits_positive_control_then_contrasts(results):
         agree = max(sum(v > 0 for v in effect[c]), sum(v < 0 for v in effect[c]))
         print(f"{c}: effect per seed {[round(v, 3) for v in effect[c]]}, {summary(effect[c])}, "
               f"{agree}/{len(SEEDS)} seeds agree in sign")
-    # Recorded findings (all three seeds agree on these): the poisoned group's loss falls faster
-    # than its untriggered copy's, and its margin grows faster, only in the poisoned arm.
-    assert all(v > 0 for v in effect["early/loss_drop_gap_vs_relabel"]), effect
-    assert all(v > 0 for v in effect["early/margin_growth_gap_vs_relabel"]), effect
+    # Recorded findings, asserted as far as the seeds agree. All three: against clean images on
+    # the prior-corrected loss, and against clean target-class images, the poisoned group's
+    # loss falls faster in the poisoned arm than in the clean arm (measured: +0.95 to +1.79 and
+    # +2.59 to +3.33 nats at the last probe).
+    for c in ("early/loss_drop_prior_corrected_gap_vs_clean", "early/loss_drop_gap_vs_target"):
+        assert all(v > 0 for v in effect[c]), (c, effect[c])
+    # Two of three: against its own untriggered copy (loss drop and margin growth; measured
+    # -0.03 / +0.20 / +1.65 nats: the interval of the mean contains 0, so no direction is claimed
+    # for the mean). Coherence and gating-stability gaps: recorded only (intervals contain 0).
+    for c in ("early/loss_drop_gap_vs_relabel", "early/margin_growth_gap_vs_relabel"):
+        assert sum(v > 0 for v in effect[c]) >= 2, (c, effect[c])
 
 
 @pytest.mark.slow
