@@ -178,3 +178,20 @@ def test_a_new_attack_is_one_registered_function():
         attack.ATTACKS.pop("invert_test_only")
     with pytest.raises(UserError, match="available: badnets, blended, wanet"):
         attack.get("invert_test_only")
+
+
+def test_the_default_blended_trigger_has_backdoorbenchs_brightness():
+    """BackdoorBench's hello_kitty.jpeg at 32x32: mean grey level 198.4, std 68.9. The config's
+    default maps the photograph to it, so a poisoned image brightens as much as there."""
+    from trainers.backdoor.config import Config
+    from trainers.backdoor.loop import trigger_spec
+
+    spec = trigger_spec(Config(attack="blended"))
+    raw = attack.blend_pattern(TriggerSpec(), (3, 32, 32)).double()
+    matched = attack.blend_pattern(spec, (3, 32, 32)).double()
+    assert raw.mean() == pytest.approx(114.6, abs=0.1)
+    assert matched.mean() == pytest.approx(198.4, abs=0.3)
+    assert torch.corrcoef(torch.stack([raw.flatten(), matched.flatten()]))[0, 1] > 0.95  # the same picture
+    x = torch.randint(0, 256, (64, 3, 32, 32), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    brighter = attack.blended(x, spec).double().mean() - x.double().mean()
+    assert float(brighter) == pytest.approx(0.2 * (198.4 - float(x.double().mean())), abs=0.5)

@@ -1,5 +1,6 @@
 """Attack metrics and early-stage signatures against hand-computed values."""
 
+import copy
 import math
 
 import pytest
@@ -46,21 +47,85 @@ def test_gradient_coherence_equals_explicit_pairwise_cosines():
         assert probe.gradient_coherence(model, x, y, chunk=chunk) == pytest.approx(expected, abs=1e-6)
 
 
-def test_on_untriggered_images_the_same_label_coherence_contrast_is_about_zero():
-    """Per-sample CE gradients share ``softmax - e_y``: one-label groups are coherent with no
-    trigger at all, so only a same-label control can isolate the trigger."""
-    from raylab.models import resnet18
+def _digits(poison_ratio: float, **fields):
+    """The real digits training set poisoned by BadNets, its probe groups and the config."""
+    from raylab.config import from_dict
+    from trainers.backdoor.config import Config
+    from trainers.backdoor.loop import build_data
 
+    cfg = from_dict(Config, {"dataset": "mnist5k", "attack": "badnets", "poison_ratio": poison_ratio,
+                             "probe_size": 32, "coherence_size": 16, **fields}, "test")
+    return build_data(cfg, torch.device("cpu")), cfg
+
+
+class TriggerIndicator(torch.nn.Module):
+    """One channel: the mean of the bottom-right 3x3 corner (1 with the BadNets patch, about 0 on a
+    digit), then BatchNorm, as in a network that has learned the trigger."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm2d(1)
+
+    def forward(self, x):
+        return self.bn(x[:, :1, -3:, -3:].mean((2, 3), keepdim=True)).flatten()
+
+
+@pytest.mark.parametrize("poison_ratio", [0.01, 0.1])
+def test_probes_normalise_a_trigger_channel_as_training_does(poison_ratio):
+    from raylab.data.augment import to_float
+    from trainers.backdoor import GROUPS
+    from trainers.backdoor.loop import probe_network
+
+    data, _ = _digits(poison_ratio)
+    net = TriggerIndicator()
+    with torch.no_grad():  # training: the batch statistics of the poisoned training set
+        net.train()
+        trained = float(net(to_float(data.train_x))[data.poison_idx].mean())
+        probed = float(probe_network(net, data.bn_x)(to_float(data.probe_x["poison"])).mean())
+        old = probe_network(net, to_float(torch.cat([data.probe_x[g] for g in GROUPS])))
+        old_probed = float(old(to_float(data.probe_x["poison"])).mean())
+    print(f"p={poison_ratio}: training {trained:.3f}, probes {probed:.3f}, "
+          f"probe-set statistics {old_probed:.3f}")
+    assert probed == pytest.approx(trained, rel=0.05)
+    assert old_probed < trained / 1.5  # what a 25%-triggered probe batch did: the instrument sees it
+
+
+def test_prior_corrected_contrast_ignores_a_change_of_the_final_bias_alone(one_thread):
+    from raylab.models import resnet18
+    from trainers.backdoor.loop import probe_groups
+
+    data, cfg = _digits(0.1, coherence_size=2, probe_bn_size=128)
     torch.manual_seed(0)
-    net = resnet18(10, width=8).eval()
-    x = torch.rand(48, 3, 32, 32)
-    target = torch.zeros(16, dtype=torch.long)
-    one_label_a = probe.gradient_coherence(net, x[:16], target)
-    one_label_b = probe.gradient_coherence(net, x[16:32], target)
-    mixed = probe.gradient_coherence(net, x[32:], torch.arange(16) % 10)
-    coherence = {"poison": one_label_a, "relabel": one_label_b, "clean": mixed}
-    assert abs(probe.gap(coherence, "relabel")) < 0.05, coherence
-    assert probe.gap(coherence, "clean") > 0.5, coherence  # the confound a mixed-label control has
+    net = resnet18(10, data.mean, data.std, width=4)
+    before = probe_groups(net, data, cfg)
+    prior = torch.bincount(data.train_y, minlength=10).double() / len(data.train_y)
+    for delta in (prior.log(), 3 * prior.log() + torch.randn(10, dtype=torch.float64)):
+        with torch.no_grad():
+            changed = copy.deepcopy(net)
+            changed.linear.bias += delta.float()
+        after = probe_groups(changed, data, cfg)
+        drop = {g: before[g]["loss"] - after[g]["loss"] for g in before}
+        corrected = {g: before[g]["loss_prior_corrected"] - after[g]["loss_prior_corrected"]
+                     for g in before}
+        assert abs(probe.gap(drop, "clean")) > 0.1, drop  # the plain contrast sees the prior
+        assert abs(probe.gap(corrected, "clean")) < 1e-3, corrected
+
+
+def test_on_untriggered_images_the_same_label_coherence_contrast_is_about_zero(one_thread):
+    """Through the probes' own groups and normalisation, at initialization: per-sample CE
+    gradients share ``softmax - e_y``, so the one-label groups are coherent with or without the
+    trigger and only a same-label control isolates it."""
+    from raylab.models import resnet18
+    from trainers.backdoor.loop import probe_groups
+
+    data, cfg = _digits(0.1, coherence_size=12, probe_bn_size=256)
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        groups = probe_groups(resnet18(10, data.mean, data.std, width=4), data, cfg)
+        coherence = {g: v["coherence"] for g, v in groups.items()}
+        print(seed, {g: round(v, 3) for g, v in coherence.items()})
+        assert abs(probe.gap(coherence, "relabel")) < 0.05, coherence
+        assert coherence["relabel"] - coherence["clean"] > 0.05, coherence  # the mixed-label confound
 
 
 def test_gate_flips_drops_and_gaps():

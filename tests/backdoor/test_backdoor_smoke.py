@@ -14,7 +14,8 @@ from trainers.backdoor.config import Config, TheoryConfig
 from trainers.backdoor.loop import preflight
 
 
-@pytest.mark.parametrize("name", ["backdoor", "backdoor_resnet", "backdoor_theory"])
+@pytest.mark.parametrize("name", ["backdoor", "backdoor_resnet", "backdoor_digits", "backdoor_cifar_control",
+                                  "backdoor_theory"])
 def test_experiments_load_with_and_without_smoke(name):
     for smoke in (False, True):
         experiment = experiments.load(name, smoke=smoke)

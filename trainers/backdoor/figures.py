@@ -10,9 +10,11 @@ REPORT = Report(items=(
           x="train/step", together=True, skip_repeats=True,
           title="early training loss of the poisoned group and its controls against steps"),
     Curve(("early/grad_coherence_gap_vs_relabel", "early/grad_coherence_gap_vs_target",
-           "early/loss_drop_gap_vs_relabel", "early/loss_drop_gap_vs_target"), x="train/step",
-          skip_repeats=True,
-          title="early contrasts: poisoned minus the same-label controls (coherence, loss drop)"),
+           "early/loss_drop_gap_vs_relabel", "early/loss_drop_gap_vs_target",
+           "early/gate_flip_since_last_gap_vs_relabel", "early/loss_drop_prior_corrected_gap_vs_clean"),
+          x="train/step", skip_repeats=True,
+          title="early contrasts: poisoned minus the same-label controls (coherence, loss drop, gate "
+                "flips), and minus clean images on the prior-corrected loss"),
     Versus("poison_ratio", ("eval/asr", "eval/clean_acc"), by=("attack",),
            title="attack success rate and clean accuracy against the poisoning ratio"),
     Versus("poison_ratio", ("neurons/trigger_dominant_count",), by=("attack",),
@@ -24,9 +26,13 @@ REPORT = Report(items=(
          title="ASR: trained, top-k neurons ablated, random ablated, fine-tuned, fine-tuned and ablated"),
     Table(("eval/asr", "eval/clean_acc", "neurons/trigger_dominant_count",
            "early/grad_coherence_gap_vs_relabel", "early/loss_drop_gap_vs_relabel",
-           "early/margin_growth_gap_vs_relabel", "finetune/asr", "finetune/selectivity_retained"),
+           "early/margin_growth_gap_vs_relabel", "early/gate_flip_since_last_gap_vs_relabel",
+           "early/loss_drop_prior_corrected_gap_vs_clean", "finetune/asr",
+           "finetune/selectivity_retained"),
           title="final attack success, clean accuracy, trigger-dominant neurons (poison_ratio 0: the "
-                "clean baseline), early contrasts against the relabelled control, fine-tuning"),
+                "clean baseline), early contrasts against the relabelled control (loss drop, "
+                "coherence, margin, gating stability) and the prior-corrected one against clean "
+                "images, fine-tuning"),
 ))
 
 THEORY_REPORT = Report(items=(
@@ -39,7 +45,9 @@ THEORY_REPORT = Report(items=(
            title="early loss-drop ratio (measured, frozen-gate predicted) against the poisoning ratio"),
     Table(("theory/loss_drop_ratio", "theory/predicted_drop_ratio", "theory/frozen_gate_rel_error",
            "theory/signal_ratio", "theory/gate_flip_at_t_poison", "theory/gate_flip_at_t_clean",
-           "theory/gate_flip_error_poison", "theory/gate_flip_error_clean"),
+           "theory/gate_flip_error_poison", "theory/gate_flip_error_clean",
+           "theory/drift_error_poison", "theory/flip_loss_error_poison",
+           "theory/drift_error_clean", "theory/flip_loss_error_clean"),
           title="at the early time T: measured and predicted drop ratios, frozen-gate error, gate flips; "
-                "frozen-gate error term at the last step"),
+                "frozen-gate error terms at the last step (loss error = drift + flip)"),
 ))

@@ -30,7 +30,7 @@ from raylab import session
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.data.augment import random_crop_flip, to_float
-from raylab.data.cifar import MEAN, STD, check_cifar, prepare_cifar
+from raylab.data.cifar import MEAN, STD, ImageData, check_cifar, prepare_cifar
 from raylab.errors import UserError
 from raylab.models import preact_resnet18, resnet18
 from trainers.backdoor import CONTROLS, GROUPS, attack, probe, wanet
@@ -40,9 +40,19 @@ MODELS = {"resnet18": resnet18, "preact_resnet18": preact_resnet18}
 EVAL_BATCH = 512
 
 
+DIGITS = ("mnist5k", "digits8x8")
+"""The real digits sets that ship in packages (``raylab.data.digits``)."""
+SIDE = 32
+"""Every image enters the attacks and the network as ``[3, 32, 32]`` (the CIFAR format)."""
+
+
 def preflight(cfg: Config) -> None:
     """Fail before Ray starts: a missing dataset, an unreadable Blended trigger image."""
-    if not cfg.synthetic_data:
+    if cfg.dataset in DIGITS:
+        from raylab.data.digits import find_digits
+
+        find_digits(cfg.dataset, cfg.data_dir)
+    elif not cfg.synthetic_data:
         check_cifar(cfg.dataset, cfg.data_dir, cfg.download)
     if cfg.attack == "blended" and cfg.blend_trigger == "image":
         attack.load_trigger_image(cfg.blend_image, (3, 32, 32))
@@ -63,6 +73,62 @@ class Data:
     trig_x: torch.Tensor
     trig_clean_x: torch.Tensor
     trig_y: torch.Tensor
+    bn_x: torch.Tensor
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+def as_cifar_format(x: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[N, C, H, W]`` images as ``[N, 3, 32, 32]``: enlarged by the largest whole factor
+    that fits (nearest neighbour: 8x8 digits become 32x32, 28x28 MNIST stays), zero-padded
+    evenly to 32 (MNIST's background is 0) and, with one channel, repeated to three."""
+    n, c, h, w = x.shape
+    factor = max(1, SIDE // max(h, w))
+    if factor > 1:
+        x = x.repeat_interleave(factor, dim=2).repeat_interleave(factor, dim=3)
+    dh, dw = SIDE - x.shape[2], SIDE - x.shape[3]
+    if dh < 0 or dw < 0:
+        raise UserError(f"images of {h}x{w} pixels do not fit the {SIDE}x{SIDE} networks")
+    x = F.pad(x, (dw // 2, dw - dw // 2, dh // 2, dh - dh // 2))
+    return x.expand(n, 3, SIDE, SIDE).contiguous() if c == 1 else x
+
+
+def load_images(cfg: Config) -> tuple[ImageData, tuple[float, ...], tuple[float, ...]]:
+    """The dataset of ``cfg.dataset`` in the CIFAR format, with the per-channel mean and std the
+    network normalizes by (CIFAR's published ones; for digits, those of the training images);
+    with ``train_size``, the first images of a fixed (seed 0) permutation of the training set."""
+    if cfg.dataset in DIGITS:
+        from raylab.data.digits import load_digits
+
+        raw = load_digits(cfg.dataset, cfg.data_dir)
+        images = ImageData(train_x=as_cifar_format(raw.train_x), train_y=raw.train_y,
+                           test_x=as_cifar_format(raw.test_x), test_y=raw.test_y, classes=raw.classes)
+        pixels = to_float(images.train_x).transpose(0, 1).flatten(1)
+        mean = tuple(float(v) for v in pixels.mean(1))
+        std = tuple(float(v) for v in pixels.std(1))
+    else:
+        images = prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
+                               cfg.synthetic_train_size, cfg.synthetic_test_size)
+        mean, std = MEAN[cfg.dataset], STD[cfg.dataset]
+    if cfg.train_size and cfg.train_size < len(images.train_y):
+        keep = torch.randperm(len(images.train_y), generator=torch.Generator().manual_seed(0))
+        keep = keep[: cfg.train_size].sort().values
+        images = ImageData(train_x=images.train_x[keep], train_y=images.train_y[keep],
+                           test_x=images.test_x, test_y=images.test_y, classes=images.classes)
+    return images, mean, std
+
+
+def bn_sample(poison_idx: torch.Tensor, n: int, size: int, gen: torch.Generator) -> torch.Tensor:
+    """Indices of a random sample of ``min(size, n)`` training images whose poisoned share is the
+    training set's (``round(size * len(poison_idx) / n)`` drawn from ``poison_idx``, the rest
+    from the other images): the batch whose BatchNorm statistics the probes use."""
+    size = min(size, n)
+    poisoned = torch.zeros(n, dtype=torch.bool)
+    poisoned[poison_idx] = True
+    k = round(size * len(poison_idx) / n)
+    pool_p, pool_c = torch.nonzero(poisoned).flatten(), torch.nonzero(~poisoned).flatten()
+    return torch.cat([pool_p[torch.randperm(len(pool_p), generator=gen)[:k]],
+                      pool_c[torch.randperm(len(pool_c), generator=gen)[: size - k]]])
 
 
 def build_data(cfg: Config, device: torch.device) -> Data:
@@ -70,9 +136,10 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     groups of ``GROUPS``: ``poison`` (source-class training images with the trigger and the
     target label: the poisoned images themselves where there are any), ``relabel`` (the same
     images without the trigger, target label), ``target`` (clean target-class images) and
-    ``clean`` (clean images of every class, own labels)."""
-    images = prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
-                           cfg.synthetic_train_size, cfg.synthetic_test_size)
+    ``clean`` (clean images of every class, own labels); and ``bn_x``, a fixed random sample of
+    the poisoned training set (its poisoned share the training set's; for ``wanet``, poisoned
+    as a training batch is) whose BatchNorm statistics the probes normalise by."""
+    images, mean, std = load_images(cfg)
     trigger, spec = attack.get(cfg.attack), trigger_spec(cfg)
     gen = torch.Generator().manual_seed(cfg.seed)
     fixed_ratio = 0.0 if cfg.attack == "wanet" else cfg.poison_ratio
@@ -117,19 +184,27 @@ def build_data(cfg: Config, device: torch.device) -> Data:
         test_x, test_y = test_x[: cfg.eval_size], test_y[: cfg.eval_size]
     trig_x, trig_clean_x, trig_y = attack.triggered_test_set(test_x, test_y, trigger, spec,
                                                              cfg.target_class)
+    bn_gen = torch.Generator().manual_seed(derived_seed(cfg.seed, "probe-bn"))
+    if cfg.attack == "wanet":
+        pick = torch.randperm(n, generator=bn_gen)[: cfg.probe_bn_size]
+        bn_x = wanet.poison_batch(train_x[pick], train_y[pick], spec, cfg.poison_ratio,
+                                  cfg.wanet_cross_ratio, cfg.target_class, bn_gen)[0]
+    else:
+        bn_x = to_float(train_x[bn_sample(poison_idx, n, cfg.probe_bn_size, bn_gen)])
     on = lambda t: t.to(device)  # noqa: E731
     return Data(
         train_x=on(train_x), train_y=on(train_y), poison_idx=poison_idx, finetune_idx=finetune_idx,
         probe_x={g: on(v) for g, v in probe_x.items()}, probe_y={g: on(v) for g, v in probe_y.items()},
         test_x=on(test_x), test_y=on(test_y),
         trig_x=on(trig_x), trig_clean_x=on(trig_clean_x), trig_y=on(trig_y),
+        bn_x=on(bn_x), mean=mean, std=std,
     )
 
 
 def trigger_spec(cfg: Config) -> attack.TriggerSpec:
     return attack.TriggerSpec(
         seed=cfg.trigger_seed, blend_alpha=cfg.blend_alpha, blend_trigger=cfg.blend_trigger,
-        blend_image=cfg.blend_image,
+        blend_image=cfg.blend_image, blend_mean=cfg.blend_mean, blend_std=cfg.blend_std,
         patch_size=cfg.patch_size, wanet_k=cfg.wanet_k, wanet_s=cfg.wanet_s,
     )
 
@@ -164,13 +239,11 @@ def evaluate(net: torch.nn.Module, data: Data, target: int) -> dict[str, float]:
     }
 
 
-def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dict]:
-    """Loss, margin, ReLU gates and gradient coherence of each probe group.
-
-    Measured on a copy of the network in eval mode whose BatchNorm statistics are those of the
-    probe set itself (all groups in one batch): the probes see what training sees, and the
-    running statistics of the trained network are left alone.
-    """
+def probe_network(net: torch.nn.Module, bn_x: torch.Tensor) -> torch.nn.Module:
+    """A copy of ``net`` in eval mode whose BatchNorm statistics are those of the float batch
+    ``bn_x`` (a random sample of the poisoned training set, ``Data.bn_x``): each probe image is
+    normalised as it would be inside a training batch, and the trained network's running
+    statistics are left alone."""
     net = copy.deepcopy(net)
     for module in net.modules():
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
@@ -178,8 +251,17 @@ def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dic
             module.momentum = None  # cumulative average: one batch gives its exact statistics
     with torch.no_grad():
         net.train()
-        net(to_float(torch.cat([data.probe_x[g] for g in GROUPS])))
-    net.eval()
+        net(bn_x)
+    return net.eval()
+
+
+def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dict]:
+    """Loss, prior-corrected loss, margin, ReLU gates and gradient coherence of each probe group,
+    measured on ``probe_network(net, data.bn_x)``. The prior the corrected loss removes is the
+    network's own on the training distribution, ``probe.log_prior`` of its logits on ``bn_x``."""
+    net = probe_network(net, data.bn_x)
+    with torch.no_grad():
+        log_prior = probe.log_prior(net(data.bn_x))
     out = {}
     for group in GROUPS:
         x, y = to_float(data.probe_x[group]), data.probe_y[group]
@@ -188,6 +270,7 @@ def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dic
         k = min(cfg.coherence_size, len(y))
         out[group] = {
             "loss": float(F.cross_entropy(logits, y)),
+            "loss_prior_corrected": float(probe.prior_corrected_loss(logits, y, log_prior).mean()),
             "margin": float(probe.logit_margin(logits, y).mean()),
             "gates": (acts[net.last_relu] > 0).cpu(),
             "coherence": probe.gradient_coherence(net, x[:k], y[:k]),
@@ -231,10 +314,10 @@ def train_loop(config: dict) -> None:
     device = session.device()
     rank, world = session.world_rank(), session.world_size()
     data = build_data(cfg, device)
-    num_classes = 10 if cfg.dataset == "cifar10" else 100
+    num_classes = 100 if cfg.dataset == "cifar100" else 10
 
     torch.manual_seed(cfg.seed)
-    net = MODELS[cfg.model](num_classes, MEAN[cfg.dataset], STD[cfg.dataset], cfg.model_width)
+    net = MODELS[cfg.model](num_classes, data.mean, data.std, cfg.model_width)
     layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
     net = net.to(memory_format=layout)
     if device.type == "cuda":
@@ -313,22 +396,29 @@ def train_loop(config: dict) -> None:
             baseline, previous_gates = groups, gates
             return
         row = {"train/step": step, "train/epoch": epoch + batch / batches_per_epoch}
-        signature = {"loss_drop": {}, "grad_coherence": {}, "margin_growth": {}}
+        signature = {"loss_drop": {}, "grad_coherence": {}, "margin_growth": {},
+                     "gate_flip_since_last": {}}
+        prior_corrected = {}
         for g in GROUPS:
             signature["loss_drop"][g] = baseline[g]["loss"] - groups[g]["loss"]
             signature["grad_coherence"][g] = groups[g]["coherence"]
             signature["margin_growth"][g] = groups[g]["margin"] - baseline[g]["margin"]
+            signature["gate_flip_since_last"][g] = probe.gate_flip_fraction(previous_gates[g], gates[g])
+            prior_corrected[g] = baseline[g]["loss_prior_corrected"] - groups[g]["loss_prior_corrected"]
             row |= {
+                f"early/loss_drop_prior_corrected_{g}": prior_corrected[g],
                 f"early/loss_{g}": groups[g]["loss"],
                 f"early/loss_drop_{g}": signature["loss_drop"][g],
                 f"early/rel_drop_{g}": probe.relative_drop(baseline[g]["loss"], groups[g]["loss"]),
                 f"early/grad_coherence_{g}": groups[g]["coherence"],
-                f"early/gate_flip_since_last_{g}": probe.gate_flip_fraction(previous_gates[g], gates[g]),
+                f"early/gate_flip_since_last_{g}": signature["gate_flip_since_last"][g],
                 f"early/margin_{g}": groups[g]["margin"],
                 f"early/margin_growth_{g}": signature["margin_growth"][g],
             }
         for name, values in signature.items():
             row |= {f"early/{name}_gap_vs_{c}": probe.gap(values, c) for c in CONTROLS}
+        row["early/loss_drop_prior_corrected_gap_vs_clean"] = probe.gap(prior_corrected, "clean")
+        row["early/loss_drop_gap_vs_clean"] = probe.gap(signature["loss_drop"], "clean")
         previous_gates = gates
         report(row)
 
@@ -437,7 +527,7 @@ def crop_flip_batch(data: Data, idx: torch.Tensor, cfg: Config, seed_parts: tupl
     x, y = data.train_x[idx], data.train_y[idx]
     if cfg.augment:
         gen = torch.Generator(device=x.device).manual_seed(derived_seed(cfg.seed, *seed_parts))
-        x = random_crop_flip(x, generator=gen)
+        x = random_crop_flip(x, generator=gen, flip=cfg.dataset == "cifar10")
     return to_float(x[rank::world]), y[rank::world]
 
 
@@ -449,7 +539,7 @@ def wanet_batch(data: Data, idx: torch.Tensor, cfg: Config, spec: attack.Trigger
     x, y, _, _ = wanet.poison_batch(data.train_x[idx], data.train_y[idx], spec, cfg.poison_ratio,
                                     cfg.wanet_cross_ratio, cfg.target_class, gen)
     if cfg.augment:
-        x = wanet.augment(x, MEAN[cfg.dataset], gen)
+        x = wanet.augment(x, data.mean, gen)
     return x[rank::world], y[rank::world]
 
 

@@ -27,6 +27,21 @@ only the class prior (the target class's share grows with poisoning) lowers the 
 target-labelled image alike. Both effects are the same for the poisoned group and for a control
 group with the target label, and cancel in the gap.
 
+Prior-corrected loss (``prior_corrected_loss``): poisoning raises the target class's share of
+the training set, and a network that learns only that prior lowers the loss of every
+target-labelled image. The logits are adjusted by the log prior the network itself predicts on
+the training distribution, the mean log-softmax over a random sample ``R`` of the training set,
+
+    log_prior_k    = (1/|R|) sum_{j in R} log softmax(f(x_j))_k
+    loss_pc(x, y)  = CE(f(x) - log_prior, y)
+
+A change of the final bias by any ``delta`` moves every ``log softmax(f(x_j))`` by ``delta``
+less one constant per image, so ``log_prior`` moves by ``delta`` plus a constant and
+``loss_pc`` does not change at all; once the network predicts the training class frequencies
+``pi`` everywhere, ``log_prior = log pi`` (logit adjustment by the class frequencies). The
+contrast ``loss_drop_prior_corrected_gap_vs_clean`` compares the poisoned group with clean images
+of every class on this loss.
+
 Trigger-dominant neurons, for penultimate features ``phi`` on paired inputs (each test image
 with and without the trigger), the standardized mean difference (Cohen's d) per neuron:
 
@@ -124,6 +139,17 @@ def gradient_coherence(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, c
         units = (flat / flat.norm(dim=1, keepdim=True).clamp_min(EPS)).sum(0)
         unit_sum = units if unit_sum is None else unit_sum + units
     return mean_pairwise_cosine_from_unit_sum(unit_sum, len(x))
+
+
+def log_prior(logits: torch.Tensor) -> torch.Tensor:
+    """``[K]``: the mean over the rows of ``log softmax(logits)`` (the network's log class prior
+    on the sample whose ``logits`` these are)."""
+    return F.log_softmax(logits.double(), dim=1).mean(0)
+
+
+def prior_corrected_loss(logits: torch.Tensor, y: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
+    """Per-sample ``CE(logits - prior, y)`` (``prior``: ``log_prior`` of a training sample)."""
+    return F.cross_entropy(logits.double() - prior, y, reduction="none")
 
 
 def gate_flip_fraction(before: torch.Tensor, after: torch.Tensor) -> float:

@@ -163,6 +163,30 @@ def gate_flip_error(w0: torch.Tensor, w: torch.Tensor, a: torch.Tensor, x: torch
     return float((relu_net(w, a, x) - frozen_gate_net(w, a, x, gates(w0, x))).abs().mean())
 
 
+def loss_error_terms(
+    w0: torch.Tensor, w: torch.Tensor, w_frozen: torch.Tensor, a: torch.Tensor, x: torch.Tensor,
+    y: torch.Tensor,
+) -> tuple[float, float]:
+    """The frozen-gate model's loss error on samples ``(x, y)``, split exactly in two:
+
+        L(f_W) - L(f~_W~) = [L(f_W) - L(f~_W)] + [L(f~_W) - L(f~_W~)]
+                          =   flip_loss_error  +     drift_error
+
+    ``W`` is the network's weights, ``W~`` the frozen-gate twin's (trained on the same batches),
+    ``f~_V`` the network with the initial gates ``D = 1[W(0) x > 0]`` at weights ``V`` and ``L``
+    the mean logistic loss. ``flip_loss_error``: at the network's own weights, what the flipped
+    gates change (0 when no gate flipped). ``drift_error``: with the gates frozen, what the
+    network's weights having drifted elsewhere than the twin's changes (0 while no gate has
+    flipped, since then both take the same steps). Returns ``(drift_error, flip_loss_error)``."""
+    if not len(x):
+        return 0.0, 0.0
+    d0 = gates(w0, x)
+    true = logistic_loss(relu_net(w, a, x), y).double().mean()
+    frozen_here = logistic_loss(frozen_gate_net(w, a, x, d0), y).double().mean()
+    twin = logistic_loss(frozen_gate_net(w_frozen, a, x, d0), y).double().mean()
+    return float(frozen_here - twin), float(true - frozen_here)
+
+
 def drop_ratio(drop_poison: float, drop_clean: float, floor: float = 1e-3) -> float:
     """``drop_poison / drop_clean`` with the denominator's magnitude floored at ``floor``
     (keeping its sign), so a clean group that has not moved yet gives a large finite ratio."""

@@ -17,7 +17,11 @@ carried unchanged in every later row (so every row has it, as Ray Tune requires 
 
 Every row also has ``theory/gate_flip_error_*``: the frozen-gate error term itself,
 ``mean_i |f(x_i) - f~_W(x_i)|`` at the current weights with the initial gates
-(``theory.gate_flip_error``), beside the fractions of gates flipped and drifted.
+(``theory.gate_flip_error``), beside the fractions of gates flipped and drifted, and the exact
+split of the loss error ``theory/loss_* - theory/frozen_loss_*`` into
+``theory/flip_loss_error_*`` (flipped gates at the network's weights) and
+``theory/drift_error_*`` (the two weight trajectories apart, gates frozen)
+(``theory.loss_error_terms``).
 """
 
 from __future__ import annotations
@@ -61,7 +65,10 @@ def train_loop(config: dict) -> None:
         frozen = theory.group_losses(theory.frozen_gate_net(w_frozen, a, x, gates0), y, poisoned)
         row = {"theory/step": step}
         for g, mask in (("poison", poisoned), ("clean", ~poisoned)):
+            drift_error, flip_loss_error = theory.loss_error_terms(w0, w, w_frozen, a, x[mask], y[mask])
             row |= {
+                f"theory/drift_error_{g}": drift_error,
+                f"theory/flip_loss_error_{g}": flip_loss_error,
                 f"theory/loss_{g}": losses[g],
                 f"theory/frozen_loss_{g}": frozen[g],
                 f"theory/gate_flip_since_init_{g}": theory.gate_flip_fraction(w0, w, x[mask]),
