@@ -47,7 +47,10 @@ class Config:
     """Test images of the final CW/AutoAttack evaluation of the best checkpoint (a fixed
     class-stratified subset); null: all."""
     augment: bool = True
-    """Standard CIFAR augmentation (4-pixel zero padding, random crop, horizontal flip)."""
+    """Standard CIFAR augmentation (4-pixel padding, random crop, horizontal flip)."""
+    augment_padding: Literal["zeros", "reflect"] = "zeros"
+    """How the augmentation pads before its crop: zeros (torchvision's RandomCrop, TRADES's and
+    FRL's code) or reflect (Rice et al.'s robust-overfitting code)."""
 
     # ------------------------------------------------------------------ model and optimizer
     model: Literal["preact_resnet18", "resnet18", "small_cnn"] = "preact_resnet18"
@@ -102,6 +105,10 @@ class Config:
     autoattack: Literal["on", "off"] = "on"
     """Final AutoAttack of the best checkpoint: on requires pyautoattack (a missing package is
     a preflight error before Ray starts, never a silent skip), off skips it."""
+    final_eval_last: bool = False
+    """Also evaluate the last model (not only the best) with CW and AutoAttack at the end
+    (``final_last/*`` and the best-minus-last ``final/*_gap``): robust overfitting judged by the
+    strongest attack, not by PGD-20 alone."""
     autoattack_attacks: tuple[AutoAttackName, ...] = ()
     """Empty: AutoAttack's standard version (APGD-CE, APGD-T, FAB-T, Square). Otherwise the
     attacks of a custom version, e.g. [apgd-ce, apgd-t]."""
@@ -114,8 +121,8 @@ class Config:
     tri_warmup_epochs: int = 10
     """T_w: epochs of plain PGD-AT (all weights 1) while the per-sample history builds up."""
     tri_ema_momentum: float = 0.8
-    """mu: EMA momentum of each sample's robust correctness and adversarial loss (once per
-    epoch: memory of about 1/(1-mu) epochs)."""
+    """mu: EMA momentum of each sample's clean correctness and clean cross-entropy, the history
+    the outlier test reads (updated once per epoch: memory of about 1/(1-mu) epochs)."""
     tri_min_history: int = 3
     """H: epochs a sample must have been seen before it can be gated as an outlier."""
     tri_outlier_max_correct: float = 0.1
@@ -154,8 +161,9 @@ class Config:
     """tau_bndy: tolerated excess of a class's boundary error over the overall one (bound1)."""
     frl_rate_nat: float = 0.05
     """alpha_nat: dual step size of the clean-error multipliers (rate1)."""
-    frl_rate_bndy: float = 0.1
-    """alpha_bndy: dual step size of the boundary-error multipliers (the reference's 2 rate1)."""
+    frl_rate_bndy: float | None = None
+    """alpha_bndy: dual step size of the boundary-error multipliers; null: 2 frl_rate_nat (the
+    reference's rate1 * 2, so it follows the natural rate)."""
     frl_rate_halve_every: int = 40
     """Both step sizes halve at every fine-tuning epoch divisible by this (0: never)."""
     frl_cap: float = 0.5
@@ -204,8 +212,10 @@ class Config:
         require(-1 < self.tri_safe_margin <= 1, "tri_safe_margin",
                 f"must be in (-1, 1], got {self.tri_safe_margin}")
         require_at_least(self, 0, "tri_outlier_weight", "tri_safe_weight", "tri_boundary_gain",
-                         "frl_tau_nat", "frl_tau_bndy", "frl_rate_nat", "frl_rate_bndy",
+                         "frl_tau_nat", "frl_tau_bndy", "frl_rate_nat",
                          "frl_rate_margin", "frl_beta")
+        require(self.frl_rate_bndy is None or self.frl_rate_bndy >= 0, "frl_rate_bndy",
+                f"must be >= 0 or null, got {self.frl_rate_bndy}")
         require(self.frl_lr > 0, "frl_lr", f"must be > 0, got {self.frl_lr}")
         require(self.frl_cap > 0, "frl_cap", f"must be > 0, got {self.frl_cap}")
         require(len(set(self.autoattack_attacks)) == len(self.autoattack_attacks),
@@ -218,6 +228,10 @@ class Config:
         if self.base_loss != "default":
             return self.base_loss
         return "trades" if self.method == "frl" else "pgd_at"
+
+    def rate_bndy(self) -> float:
+        """alpha_bndy: ``frl_rate_bndy``, or twice ``frl_rate_nat`` when that is null."""
+        return 2 * self.frl_rate_nat if self.frl_rate_bndy is None else self.frl_rate_bndy
 
     def finetune_start(self) -> int:
         """Epochs of FRL's first stage (plain base loss); ``epochs`` for the other methods."""
