@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack,backdoor,atari-wrappers,aws]"
+	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack,backdoor,digits,atari-wrappers,aws]"
 	$(PY) -m pip install --quiet --no-deps torchattacks==3.5.1
 	$(PY) -m pip install --quiet --no-deps molsets==0.3.1
 	# molsets' wheel also installs a top-level 'tests' package, which would shadow this repo's tests/

@@ -117,11 +117,11 @@ class ImageData:
     """A labelled image dataset held in memory as uint8 tensors."""
 
     train_x: torch.Tensor
-    """Training images, uint8 ``[N, 3, 32, 32]`` (RGB, channel-major)."""
+    """Training images, uint8 ``[N, C, H, W]`` (channel-major; CIFAR: ``[N, 3, 32, 32]`` RGB)."""
     train_y: torch.Tensor
     """Training labels, int64 ``[N]``."""
     test_x: torch.Tensor
-    """Test images, uint8 ``[M, 3, 32, 32]``."""
+    """Test images, uint8 ``[M, C, H, W]``."""
     test_y: torch.Tensor
     """Test labels, int64 ``[M]``."""
     classes: tuple[str, ...]
