@@ -21,13 +21,13 @@ ARMS = [{"method": "standard"}, {"method": "pgd_at"}, {"method": "trades"},
 
 
 def test_yaml_files_load_and_name_a_reported_metric():
-    for name in ("fair_adv", "fair_adv_tri", "fair_adv_long"):
+    for name in ("fair_adv", "fair_adv_tri", "fair_adv_long", "fair_adv_digits"):
         for smoke in (False, True):
             experiment = experiments.load(name, smoke=smoke)
             assert experiment.metric in METRICS
             assert experiment.metric.startswith(("val/", "best/val_"))  # ranked on validation
             config = experiment.resolved_config()
-            assert config["val_size"] >= 300 * 10 or smoke
+            assert config["val_size"] >= (100 if name == "fair_adv_digits" else 300) * 10 or smoke
             assert config["autoattack"] == ("off" if name == "fair_adv_tri" else "on")
     full = experiments.load("fair_adv")
     assert full.resources.gpus_per_worker == 1
@@ -39,6 +39,22 @@ def test_yaml_files_load_and_name_a_reported_metric():
             "frl_tau_bndy": 0.07} in variants
     long = experiments.load("fair_adv_long").resolved_config()
     assert (long["epochs"], long["lr_milestones"]) == (200, [100, 150])  # Rice et al.
+    digits = experiments.load("fair_adv_digits")
+    config = digits.resolved_config()
+    assert (config["dataset"], config["eps"], config["train_steps"], config["eval_steps"]) == \
+        ("mnist5k", 0.3, 40, 100)  # Madry et al.'s MNIST protocol
+    assert all(arm in digits.search["variant"]["grid"] for arm in ARMS[:5])
+
+
+def test_digits_config_errors_name_the_key(tmp_path):
+    with pytest.raises(UserError, match="augment"):
+        from_dict(Config, {"dataset": "mnist5k", "model": "small_cnn"}, "test.yaml")
+    with pytest.raises(UserError, match="model"):
+        from_dict(Config, {"dataset": "digits8x8", "augment": False}, "test.yaml")
+    cfg = from_dict(Config, {"dataset": "digits8x8", "augment": False, "model": "small_cnn",
+                             "val_size": 2000, "autoattack": "off"}, "test.yaml")
+    with pytest.raises(UserError, match="val_size: 2000 leaves no training images out of 1438"):
+        fair_loop.preflight(cfg)
 
 
 @pytest.mark.slow

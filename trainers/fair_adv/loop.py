@@ -27,10 +27,11 @@ from raylab import session
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.data import augment
-from raylab.data.cifar import check_cifar, prepare_cifar
+from raylab.data.cifar import ImageData, check_cifar, prepare_cifar
+from raylab.data.digits import load_digits
 from raylab.errors import UserError
 from trainers.fair_adv import attack, metrics, reweight
-from trainers.fair_adv.config import Config
+from trainers.fair_adv.config import DIGITS, Config
 from trainers.fair_adv.model import build_model
 from trainers.fair_adv.step import FrlWeights, History, Shard, train_epoch
 
@@ -39,9 +40,12 @@ CIFAR_TRAIN_SIZE = 50_000
 
 def preflight(cfg: Config) -> None:
     """Refuse, before Ray starts, a config this machine cannot run (named file/key/value)."""
-    if not cfg.synthetic_data:
+    if cfg.dataset in DIGITS:
+        n_train = len(load_digits(cfg.dataset, cfg.data_dir).train_y)  # checks the SHA-256 too
+    elif not cfg.synthetic_data:
         check_cifar(cfg.dataset, cfg.data_dir, cfg.download)
-    n_train = cfg.synthetic_train if cfg.synthetic_data else CIFAR_TRAIN_SIZE
+    if cfg.dataset not in DIGITS:
+        n_train = cfg.synthetic_train if cfg.synthetic_data else CIFAR_TRAIN_SIZE
     if cfg.val_size >= n_train:
         raise UserError(f"config: val_size: {cfg.val_size} leaves no training images out of {n_train}")
     classes = 100 if cfg.dataset == "cifar100" else 10
@@ -59,6 +63,14 @@ def autoattack_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def load_data(cfg: Config) -> ImageData:
+    """The config's dataset as uint8 images: CIFAR (real or synthetic) or the shipped digits."""
+    if cfg.dataset in DIGITS:
+        return load_digits(cfg.dataset, cfg.data_dir)
+    return prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
+                         cfg.synthetic_train, cfg.synthetic_test)
 
 
 def split_validation(y: torch.Tensor, val_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,8 +146,7 @@ def train_loop(config: dict) -> None:
     preflight(cfg)
     shard = Shard(session.world_rank(), session.world_size())
     device = session.device()
-    data = prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
-                         cfg.synthetic_train, cfg.synthetic_test)
+    data = load_data(cfg)
     num_classes = data.num_classes
     train_idx, val_idx = split_validation(data.train_y, cfg.val_size, cfg.val_seed)
     train_x, train_y = data.train_x[train_idx].to(device), data.train_y[train_idx].to(device)
@@ -148,7 +159,7 @@ def train_loop(config: dict) -> None:
     finetune_start = cfg.finetune_start()
 
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, num_classes, cfg.dataset)
+    model = build_model(cfg.model, num_classes, cfg.dataset, cfg.cnn_width)
     if shard.world > 1 and device.type == "cuda":
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(device)
