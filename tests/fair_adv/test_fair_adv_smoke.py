@@ -43,7 +43,9 @@ def test_yaml_files_load_and_name_a_reported_metric():
     config = digits.resolved_config()
     assert (config["dataset"], config["eps"], config["train_steps"], config["eval_steps"]) == \
         ("mnist5k", 0.3, 40, 100)  # Madry et al.'s MNIST protocol
-    assert all(arm in digits.search["variant"]["grid"] for arm in ARMS[:5])
+    variants = digits.search["variant"]["grid"]
+    assert all(arm in variants for arm in ARMS if arm.get("base_loss") != "trades" or arm["method"] == "frl")
+    assert {"method": "frl", "base_loss": "trades", "frl_rate_nat": 0.0, "frl_rate_bndy": 0.0} in variants
 
 
 def test_digits_config_errors_name_the_key(tmp_path):
