@@ -14,8 +14,11 @@ out for validation), 15 epochs, PGD-5 training and PGD-10 evaluation of step 0.1
 copied into the README. What is asserted is what those tables support (README).
 """
 
+import multiprocessing
 import os
 import statistics
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -45,11 +48,15 @@ ARMS = {
 }
 
 
-def run_arm(arm: str, seed: int, tmp_path) -> dict:
-    experiment = experiments.load("fair_adv_digits")
-    config = {**experiment.resolved_config(), **ARMS[arm], **SCALE, "seed": seed}
+def run_arm(job) -> dict:
+    """One trial (``arm``, ``seed``) in this process, in ``folder``; its last report."""
+    arm, seed, folder = job
+    import torch
+
+    torch.set_num_threads(1)
     experiment = experiments.load("fair_adv_digits", [f"stop.train/epoch={SCALE['epochs']}"])
-    rows = raylab_train.run_local(experiment, tmp_path / f"{arm}-{seed}", config, verbose=False)
+    config = {**experiment.resolved_config(), **ARMS[arm], **SCALE, "seed": seed}
+    rows = raylab_train.run_local(experiment, Path(folder) / f"{arm}-{seed}", config, verbose=False)
     assert rows[-1]["train/epoch"] == SCALE["epochs"]
     return rows[-1]
 
@@ -62,20 +69,26 @@ def summary(values):
 
 @pytest.mark.slow
 def test_worst_class_robust_accuracy_on_real_digits(tmp_path):
-    found = {arm: [run_arm(arm, seed, tmp_path) for seed in SEEDS] for arm in ARMS}
-    table = {arm: [row["best/robust_acc_worst_class"] for row in rows] for arm, rows in found.items()}
-    print(f"\n{SCALE['dataset']}, eps 0.3, PGD-{SCALE['eval_steps']} test accuracy of the "
-          f"best-validation model (worst class / average / clean), per seed")
+    jobs = [(arm, seed, str(tmp_path)) for arm in ARMS for seed in SEEDS]
+    # two processes: the two cores of the CI machine (each trial runs torch on one thread)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        last = dict(zip([(a, s) for a, s, _ in jobs], pool.map(run_arm, jobs)))
+    found = {arm: [last[(arm, seed)] for seed in SEEDS] for arm in ARMS}
+    print(f"\n{SCALE['dataset']}, eps 0.3, PGD-{SCALE['eval_steps']} test accuracy after "
+          f"{SCALE['epochs']} epochs: last model worst class / average / clean per seed; "
+          "best-validation model's epoch and worst class")
     for arm, rows in found.items():
-        cells = " | ".join(f"{r['best/robust_acc_worst_class']:.3f} / {r['best/robust_acc']:.3f} / "
-                           f"{r['best/clean_acc']:.3f}" for r in rows)
-        print(f"{arm:>10} | {cells} | worst class {summary(table[arm])} | best epochs "
-              f"{[r['best/epoch'] for r in rows]} | final CW avg "
-              f"{summary([r['final/cw_acc'] for r in rows])}")
-    # positive control: at eps 0.3 clean training leaves next to no robust accuracy, and
-    # adversarial training raises it on every seed
-    robust = {arm: [r["best/robust_acc"] for r in rows] for arm, rows in found.items()}
+        cells = " | ".join(f"{r['eval/robust_acc_worst_class']:.3f} / {r['eval/robust_acc']:.3f} / "
+                           f"{r['eval/clean_acc']:.3f}" for r in rows)
+        print(f"{arm:>10} | {cells} | last worst {summary([r['eval/robust_acc_worst_class'] for r in rows])}"
+              f" avg {summary([r['eval/robust_acc'] for r in rows])} | best epochs "
+              f"{[r['best/epoch'] for r in rows]} worst {[round(r['best/robust_acc_worst_class'], 3) for r in rows]}"
+              f" | worst class ids {[int(min(range(10), key=lambda c: r['eval/robust_acc_per_class'][c])) for r in rows]}"
+              f" | CW avg {summary([r['final/cw_acc'] for r in rows])}")
+    # positive control: at eps 0.3 clean training leaves next to no robust accuracy, and every
+    # adversarially trained arm raises it, on every seed
+    robust = {arm: [r["eval/robust_acc"] for r in rows] for arm, rows in found.items()}
     for seed in range(len(SEEDS)):
-        assert robust["standard"][seed] < 0.1, robust
+        assert robust["standard"][seed] < 0.05, robust
         for arm in ("pgd_at", "trades", "tri_regime", "frl", "control"):
-            assert robust[arm][seed] > robust["standard"][seed] + 0.2, (arm, robust)
+            assert robust[arm][seed] > robust["standard"][seed] + 0.15, (arm, robust)
