@@ -246,10 +246,13 @@ def train_loop(config: dict) -> None:
             **metrics.summarize(test_preds, test_y, num_classes, "eval"),
             **metrics.summarize(val_preds, val_y, num_classes, "val"),
         }
-        if row["val/robust_acc_worst_class"] > best["val"]:
+        # ties of the worst class (all at 0, say, under a strong attack) go to the better average
+        if ((row["val/robust_acc_worst_class"], row["val/robust_acc"])
+                > (best["val"], best.get("val_average", float("-inf")))):
             best = {
                 "epoch": epoch,
                 "val": row["val/robust_acc_worst_class"],
+                "val_average": row["val/robust_acc"],
                 "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
                 "metrics": {k.replace("eval/", "best/"): row[k] for k in (
                     "eval/clean_acc", "eval/clean_acc_worst_class",
