@@ -35,8 +35,11 @@ def random_crop_flip(
     padding: int = 4,
     generator: torch.Generator | None = None,
     flip: bool = True,
+    pad_mode: str = "constant",
 ) -> torch.Tensor:
-    """Random crop after zero padding, and a random horizontal flip, per image of a batch.
+    """Random crop after padding, and a random horizontal flip, per image of a batch.
+
+    ``pad_mode`` is ``torch.nn.functional.pad``'s: ``constant`` (zeros) or ``reflect``.
 
     ``x`` is ``[N, C, H, W]`` of any dtype (uint8 or float). Image ``n`` of the output is
     ``pad(x[n])[:, i_n : i_n + H, j_n : j_n + W]``, mirrored left-right when ``f_n = 1``, with
@@ -51,7 +54,7 @@ def random_crop_flip(
     offsets, flips = offsets.to(x.device), flips.to(x.device).bool()
     if not flip:
         flips = torch.zeros_like(flips)
-    padded = torch.nn.functional.pad(x, (padding, padding, padding, padding)) if padding else x
+    padded = torch.nn.functional.pad(x, (padding,) * 4, mode=pad_mode) if padding else x
     rows = offsets[:, :1] + torch.arange(h, device=x.device)  # [N, H]
     cols_ahead = torch.arange(w, device=x.device).expand(n, w)
     cols = offsets[:, 1:] + torch.where(flips[:, None], w - 1 - cols_ahead, cols_ahead)  # [N, W]

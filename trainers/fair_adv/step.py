@@ -289,7 +289,9 @@ def train_epoch(
         batch = perm[start : start + cfg.batch_size]
         xb = train_x[batch]
         if cfg.augment and aug_gen is not None:
-            xb = augment.random_crop_flip(xb, padding=4, generator=aug_gen)
+            xb = augment.random_crop_flip(xb, padding=4, generator=aug_gen,
+                                          pad_mode="reflect" if cfg.augment_padding == "reflect"
+                                          else "constant")
         if len(batch) < shard.world:  # a last batch with fewer rows than workers: skipped
             continue
         first, stop = shard.part(len(batch))
