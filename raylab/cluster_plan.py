@@ -144,7 +144,7 @@ def plan_text(experiment, cluster: str | Path) -> str:
         f"# cluster {name}: {node.name} ({node.instance}, {node.cpus:g} CPU, {node.gpus:g} GPU): "
         f"{per_node} trial(s) per node; at the cap {nodes_at_cap} x {node.name} "
         f"(of max_workers {node.max_workers}), {at_once} of {trials} trials at once",
-        f"#   price at the cap: " + (f"${per_hour:,.2f}/h ({nodes_at_cap} x ${node.price:.3f} + head "
+        "#   price at the cap: " + (f"${per_hour:,.2f}/h ({nodes_at_cap} x ${node.price:.3f} + head "
                                     f"{head.instance if head else '-'} ${head_price:.3f})"
                                     if per_hour is not None else f"unknown (no price for {node.instance})"),
     ]

@@ -217,7 +217,7 @@ def run_cluster(source: Path, root: Path, key: Path, report: dict) -> None:
         # Ray 2.60's autoscaler launches the local provider's second worker late or not at all
         # (its instance manager loses track of the head node), which the test does not wait for.
         ex = ray_cli("exec", str(cfg), "python ~/raylab/tests/cluster/node_check.py 2 300")
-        line = next((l for l in ex.stdout.splitlines() if l.startswith("NODECHECK ")), None)
+        line = next((ln for ln in ex.stdout.splitlines() if ln.startswith("NODECHECK ")), None)
         report["nodes"] = json.loads(line[len("NODECHECK "):]) if line else []
         report["exec"] = {"rc": ex.returncode, "tail": (ex.stdout + ex.stderr)[-3000:]}
         report["up_to_exec_s"] = round(time.monotonic() - t0, 1)

@@ -98,7 +98,8 @@ def test_breakout_evaluation_presses_fire_after_a_lost_life_in_both_backends():
     from trainers.dqn_softlinf.rllib_learner import dqn_config, _env_creator
 
     cfg = experiment_config("dqn_softlinf", game="Breakout", eval_max_steps=1000, env_threads=1)
-    noop = lambda obs: np.zeros(len(obs), np.int64)
+    def noop(obs):
+        return np.zeros(len(obs), np.int64)
     # raylab: NOOP play ends every game (5 lives lost, a FIRE serving each new ball) ...
     envs = make_envs(cfg, 4)
     returns, lengths = play_games(cfg, envs, noop, env_seed(0, 9))

@@ -94,7 +94,7 @@ def test_no_line_of_the_loop_reads_the_device_every_step(name, host_reads, tmp_p
     rows = train.run_local(exp, tmp_path / "trial", config, verbose=False)
     steps = STEP[0]  # training steps: one backward pass each
     reports = len(rows)
-    table = sorted(((len(v), f"{f}:{l}") for (f, l), v in host_reads.items() if f.startswith("trainers/")), reverse=True)
+    table = sorted(((len(v), f"{f}:{ln}") for (f, ln), v in host_reads.items() if f.startswith("trainers/")), reverse=True)
     print(f"{name}: {steps} steps, {reports} reports; reads by line: {table[:8]}")
     assert steps > 2 * reports, (steps, reports)  # else per-step and per-report reads look alike
     assert not per_step_lines(host_reads, steps), table
