@@ -25,7 +25,11 @@ class Config:
     """Leave out every molecule of a known test set (the offline tasks', and the TDC ADMET
     group's under ``tdc_data_dir``): see ``corpus.py``."""
     tdc_data_dir: str = "~/.cache/raylab/tdc"
-    """Where the TDC ADMET group lives, for the test-set exclusion (absent: a warning)."""
+    """Where the TDC ADMET group lives, for the test-set exclusion. A missing test set refuses
+    the run unless ``allow_missing_tests``."""
+    allow_missing_tests: bool = False
+    """Run although some of the 22 TDC ADMET test sets are not under ``tdc_data_dir``: their
+    molecules are then not excluded (the run prints which sets were)."""
     val_fraction: float = 0.05
     """Held-out share of the corpus (a fixed random split by ``seed``) for ``distill/val_loss``."""
     teachers: tuple[str, ...] = ("boltz2",)
@@ -132,6 +136,9 @@ class ProbeConfig:
     """features=student without a checkpoint: corpus molecules used."""
     distill_epochs: int = 100
     """features=student without a checkpoint: distillation epochs."""
+    allow_missing_tests: bool = False
+    """features=student without a checkpoint: distil although some TDC ADMET test sets are not
+    under ``data_dir`` (as boltz_distill's ``allow_missing_tests``)."""
     store_root: str = "~/.cache/raylab/boltz_distill/stores"
     """Teacher stores (as boltz_distill's ``store_root``)."""
     student_root: str = "~/.cache/raylab/boltz_distill/students"

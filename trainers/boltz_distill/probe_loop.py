@@ -36,6 +36,10 @@ def preflight(cfg: ProbeConfig) -> None:
     if cfg.features == "student" and not cfg.student_checkpoint and not cfg.student_teachers:
         raise UserError("config.student_checkpoint: features=student needs a distilled student's checkpoint "
                         "(a boltz_distill trial or checkpoint folder), or student_teachers to distil one here")
+    if cfg.features == "student" and not cfg.student_checkpoint and not cfg.download:
+        from trainers.boltz_distill.corpus import check_test_sets
+
+        check_test_sets(cfg.data_dir, cfg.allow_missing_tests, "config.data_dir")
     if cfg.features == "student" and cfg.student_checkpoint:
         path = user_path(cfg.student_checkpoint)
         if not path.exists():
@@ -142,7 +146,8 @@ def distilled_student(cfg: ProbeConfig) -> str:
         corpus=cfg.distill_corpus, max_molecules=cfg.distill_max_molecules, epochs=cfg.distill_epochs,
         teachers=tuple(cfg.student_teachers), width=cfg.random_width, depth=cfg.random_depth,
         boltz2_layer=cfg.student_layer if "boltz2" in cfg.student_teachers else "trunk_s",
-        store_root=cfg.store_root, tdc_data_dir=cfg.data_dir, num_conformers=cfg.num_conformers, seed=0,
+        store_root=cfg.store_root, tdc_data_dir=cfg.data_dir, allow_missing_tests=cfg.allow_missing_tests,
+        num_conformers=cfg.num_conformers, seed=0,
     )
     fields = json.dumps(dataclasses.asdict(distill_cfg), sort_keys=True, default=list)
     name = "+".join(cfg.student_teachers) + "-" + hashlib.sha256(fields.encode()).hexdigest()[:12]
