@@ -384,3 +384,39 @@ def test_missing_admet_test_sets_refuse_the_run_before_ray(tmp_path, capsys):
     with pytest.raises(UserError, match="tdc_data_dir: 22 of 22"):
         workload_preflight(load_experiment("boltz_distill", overrides))
     workload_preflight(load_experiment("boltz_distill", overrides, smoke=True))
+
+
+@pytest.mark.slow
+def test_probe_reads_every_student_of_a_finished_distill_run(tmp_path, local_trial, capsys, one_thread):
+    from raylab import checkpoint as ckpt
+    from trainers.boltz_distill import students, table
+    from trainers.boltz_distill.loop import distill
+
+    # a finished boltz_distill run of two trials (two seeds), each with its checkpoint folder
+    run = tmp_path / "boltz_distill-run"
+    for seed in (0, 1):
+        cfg = Config(corpus="nci", max_molecules=40, epochs=1, teachers=("descriptors",), width=16, depth=2,
+                     batch_size=16, seed=seed, store_root=str(tmp_path / "stores"), allow_missing_tests=True)
+        ckpt.save(run / f"trial_{seed}" / "checkpoint_000000", distill(cfg))
+    (run / "not_a_trial").mkdir()
+    assert students.run_students(str(run)) == ["trial_0", "trial_1"]
+    assert students.main([str(run)]) == 0
+    printed = capsys.readouterr().out
+    assert "trial_1: teachers descriptors" in printed and "search.student_trial=[\"trial_0\", \"trial_1\"]" in printed
+
+    probes = tmp_path / "admet_probe-run"
+    rows = {}
+    for name in ("trial_0", "trial_1"):
+        rows[name] = local_trial("admet_probe", "search.variant=[{features: student, probe: linear}]",
+                                 f"config.students_from={run}", f"config.student_trial={name}",
+                                 trial_dir=probes / f"probe_{name}")[-1]
+        assert np.isfinite(rows[name][data.metric_name("solubility")])
+    assert rows["trial_0"][data.metric_name("solubility")] != rows["trial_1"][data.metric_name("solubility")]
+    cells = table.collect(probes)
+    names = sorted(name for name, _ in cells)
+    assert names == [f"student <- descriptors [run: width 16, depth 2, lr 0.001, seed {s}]" for s in (0, 1)]
+    # a trial name not in the run is refused before Ray starts, naming the trials there
+    from trainers.boltz_distill.probe_loop import preflight
+
+    with pytest.raises(UserError, match=r"student_trial: 'trial_7' .* trial_0, trial_1"):
+        preflight(ProbeConfig(features="student", students_from=str(run), student_trial="trial_7"))
