@@ -261,7 +261,7 @@ def test_distill_preflight_without_boltz_store(tmp_path):
 
     with pytest.raises(UserError, match=r"no Boltz-2 store at .*boltz2_trunk_s.*--teacher boltz2"):
         preflight(Config(store_root=str(tmp_path)))
-    preflight(Config(teachers=("descriptors",), store_root=str(tmp_path)))
+    preflight(Config(teachers=("descriptors",), store_root=str(tmp_path), allow_missing_tests=True))
 
 
 def test_table_aggregates_seeds_mean_and_population_std(tmp_path, capsys):
@@ -301,23 +301,122 @@ def test_corpus_leaves_out_every_test_molecule_and_reads_moses(tmp_path):
     from trainers.boltz_distill import corpus
 
     solubility = data.load_task("solubility")
-    test_keys, sources = corpus.test_set_keys()
+    test_keys, sources = corpus.test_set_keys(allow_missing=True)
     assert sources == ["solubility", "freesolv"]
-    assert {k for k in map(chem.canonical_smiles, solubility.test_smiles) if k} <= test_keys
+    assert {k for k in map(corpus.leakage_key, solubility.test_smiles) if k} <= test_keys
     smi = tmp_path / "c.smi"
-    train_part = [s for s in solubility.train_val_smiles[:30] if chem.canonical_smiles(s) not in test_keys]
+    train_part = [s for s in solubility.train_val_smiles[:30] if corpus.leakage_key(s) not in test_keys]
     smi.write_text("\n".join(solubility.test_smiles[:30] + train_part + train_part[:3]) + "\n")
-    kept = corpus.corpus_smiles(str(smi), limit=0)
-    assert not set(kept) & test_keys
+    kept = corpus.corpus_smiles(str(smi), limit=0, allow_missing_tests=True)
+    assert not {corpus.leakage_key(k) for k in kept} & test_keys
     assert kept == list(dict.fromkeys(map(chem.canonical_smiles, train_part)))  # file order, duplicates once
     assert len(corpus.corpus_smiles(str(smi), limit=0, exclude_tests=False)) > len(kept)
-    # an ADMET test set under tdc_data_dir is left out too
-    folder = tmp_path / "tdc" / "admet_group" / "herg"
-    folder.mkdir(parents=True)
-    (folder / "train_val.csv").write_text("Drug_ID,Drug,Y\n0,CCO,1\n")
-    (folder / "test.csv").write_text(f"Drug_ID,Drug,Y\n0,{train_part[0]},1\n")
-    with pytest.warns(UserWarning, match="21 of 22 TDC ADMET test sets"):
-        admet_kept = corpus.corpus_smiles(str(smi), limit=0, tdc_data_dir=str(tmp_path / "tdc"))
-    assert admet_kept == kept[1:]
-    moses = corpus.corpus_smiles("moses", limit=200)
+    moses = corpus.corpus_smiles("moses", limit=200, allow_missing_tests=True)
     assert len(moses) == 200 and all(Chem.MolFromSmiles(k) is not None for k in moses)
+
+
+# one test molecule per line, then its variants: stereo, salt, charge state, isotope, E/Z
+LEAKAGE_VARIANTS = {
+    "CC(N)C(=O)O": ["C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O", "CC(N)C(=O)[O-].[Na+]", "CC([NH3+])C(=O)O.[Cl-]",
+                    "C[C@H]([NH3+])C(=O)[O-]", "[2H]C(C)(N)C(=O)O", "OC(=O)C(C)N.O"],
+    "CC=CC(=O)O": ["C/C=C/C(=O)O", "C/C=C\\C(=O)O", "C/C=C/C(=O)[O-].[K+]"],
+    "c1ccc2[nH]ccc2c1": ["c1ccc2[nH]ccc2c1.Cl", "c1ccc2[nH]ccc2c1.OS(=O)(=O)O"],
+}
+DIFFERENT = ["CCC(N)C(=O)O", "NCCC(=O)O", "CC=CC(=O)OC", "c1ccc2occc2c1", "CC(N)C(=O)N"]
+
+
+def test_leakage_key_groups_stereo_salt_and_charge_variants_and_the_corpus_drops_them(tmp_path):
+    from trainers.boltz_distill import ADMET_METRICS, corpus
+
+    for parent, variants in LEAKAGE_VARIANTS.items():
+        key = corpus.leakage_key(parent)
+        assert len(key) == 14
+        assert {corpus.leakage_key(v) for v in variants} == {key}, parent
+        # the old rule (canonical SMILES) let every variant through
+        assert all(chem.canonical_smiles(v) != chem.canonical_smiles(parent) for v in variants)
+    parents = {corpus.leakage_key(p) for p in LEAKAGE_VARIANTS}
+    assert not {corpus.leakage_key(d) for d in DIFFERENT} & parents  # near neighbours are kept
+    assert corpus.leakage_key("not a smiles") is None
+
+    # an ADMET test set holding the parents: the corpus of variants and neighbours keeps only
+    # the neighbours; with a set missing the run is refused unless the caller opts out
+    root = tmp_path / "tdc"
+    for i, task in enumerate(ADMET_METRICS):
+        folder = root / "admet_group" / task
+        folder.mkdir(parents=True)
+        (folder / "train_val.csv").write_text("Drug_ID,Drug,Y\n0,CCO,1\n")
+        tests = list(LEAKAGE_VARIANTS) if task == "herg" else ["CCO"]
+        (folder / "test.csv").write_text("Drug_ID,Drug,Y\n" + "".join(f"{j},{s},1\n" for j, s in enumerate(tests)))
+    smi = tmp_path / "c.smi"
+    every_variant = [v for vs in LEAKAGE_VARIANTS.values() for v in vs]
+    smi.write_text("\n".join(every_variant + DIFFERENT) + "\n")
+    sets: list[str] = []
+    kept = corpus.corpus_smiles(str(smi), tdc_data_dir=str(root), excluded_sets=sets)
+    assert kept == [chem.canonical_smiles(d) for d in DIFFERENT]
+    assert sets == ["solubility", "freesolv", *ADMET_METRICS]
+    assert "22 of 22 TDC ADMET" in corpus.exclusion_line(sets)
+
+    (root / "admet_group" / "herg" / "test.csv").unlink()
+    with pytest.raises(UserError, match=r"1 of 22 TDC ADMET test sets .*herg.*allow_missing_tests"):
+        corpus.corpus_smiles(str(smi), tdc_data_dir=str(root))
+    sets = []
+    assert len(corpus.corpus_smiles(str(smi), tdc_data_dir=str(root), allow_missing_tests=True,
+                                    excluded_sets=sets)) == len(every_variant) + len(DIFFERENT)
+    assert "herg" not in sets and "(missing: herg)" in corpus.exclusion_line(sets)
+
+
+def test_missing_admet_test_sets_refuse_the_run_before_ray(tmp_path, capsys):
+    from raylab.checks import preflight as workload_preflight
+    from raylab.experiment import load as load_experiment
+    from trainers.boltz_distill import corpus
+
+    out = tmp_path / "c.smi"
+    assert corpus.main(["nci", "--limit", "5", "--out", str(out), "--tdc-data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "22 of 22 TDC ADMET test sets" in err[0] and "allow_missing_tests" in err[0]
+    assert not out.exists()
+    assert corpus.main(["nci", "--limit", "5", "--out", str(out), "--tdc-data-dir", str(tmp_path),
+                        "--allow-missing-tests"]) == 0
+    assert len(out.read_text().split()) == 5 and "missing: caco2_wang" in capsys.readouterr().out
+    # the experiment's own YAML: the paper-scale config is refused here, its smoke config runs
+    overrides = [f"config.tdc_data_dir={tmp_path}", "config.store_root=" + str(tmp_path / "s"),
+                 "search.variant=[{teachers: [descriptors]}]"]
+    with pytest.raises(UserError, match="tdc_data_dir: 22 of 22"):
+        workload_preflight(load_experiment("boltz_distill", overrides))
+    workload_preflight(load_experiment("boltz_distill", overrides, smoke=True))
+
+
+@pytest.mark.slow
+def test_probe_reads_every_student_of_a_finished_distill_run(tmp_path, local_trial, capsys, one_thread):
+    from raylab import checkpoint as ckpt
+    from trainers.boltz_distill import students, table
+    from trainers.boltz_distill.loop import distill
+
+    # a finished boltz_distill run of two trials (two seeds), each with its checkpoint folder
+    run = tmp_path / "boltz_distill-run"
+    for seed in (0, 1):
+        cfg = Config(corpus="nci", max_molecules=40, epochs=1, teachers=("descriptors",), width=16, depth=2,
+                     batch_size=16, seed=seed, store_root=str(tmp_path / "stores"), allow_missing_tests=True)
+        ckpt.save(run / f"trial_{seed}" / "checkpoint_000000", distill(cfg))
+    (run / "not_a_trial").mkdir()
+    assert students.run_students(str(run)) == ["trial_0", "trial_1"]
+    assert students.main([str(run)]) == 0
+    printed = capsys.readouterr().out
+    assert "trial_1: teachers descriptors" in printed and "search.student_trial=[\"trial_0\", \"trial_1\"]" in printed
+
+    probes = tmp_path / "admet_probe-run"
+    rows = {}
+    for name in ("trial_0", "trial_1"):
+        rows[name] = local_trial("admet_probe", "search.variant=[{features: student, probe: linear}]",
+                                 f"config.students_from={run}", f"config.student_trial={name}",
+                                 trial_dir=probes / f"probe_{name}")[-1]
+        assert np.isfinite(rows[name][data.metric_name("solubility")])
+    assert rows["trial_0"][data.metric_name("solubility")] != rows["trial_1"][data.metric_name("solubility")]
+    cells = table.collect(probes)
+    names = sorted(name for name, _ in cells)
+    assert names == [f"student <- descriptors [run: width 16, depth 2, lr 0.001, seed {s}]" for s in (0, 1)]
+    # a trial name not in the run is refused before Ray starts, naming the trials there
+    from trainers.boltz_distill.probe_loop import preflight
+
+    with pytest.raises(UserError, match=r"student_trial: 'trial_7' .* trial_0, trial_1"):
+        preflight(ProbeConfig(features="student", students_from=str(run), student_trial="trial_7"))

@@ -26,9 +26,11 @@ boltz's ligand atoms back to the RDKit atom index by its name (element + canonic
 boltz names them; see ``chem.boltz_atom_names``). A molecule whose names do not match is
 recorded as failed, never stored misaligned.
 
-Determinism: boltz's parser embeds the reference conformer with an unseeded ETKDG and its
-featurizer randomly rotates the reference coordinates (torch's global RNG). The teacher seeds
-both per molecule (``seed``), so a molecule's embedding does not depend on the run, the order
+Determinism: boltz's parser embeds the reference conformer with an unseeded ETKDG. Its
+featurizer's random roto-translation of reference coordinates loops over the reference spaces
+but ``max(ref_space_uid)`` of a lone ligand is 0, so it does not run and the coordinates go in as
+ETKDG wrote them; torch is seeded anyway for the ``--protein`` path. The teacher seeds ETKDG and
+torch per molecule (``seed``), so a molecule's embedding does not depend on the run, the order
 of molecules or a resume.
 """
 
@@ -120,8 +122,10 @@ def load_boltz2(checkpoint: str | Path, trust_checkpoint: bool = False):
     """A ``Boltz2`` model built from a Lightning checkpoint's hyperparameters and weights.
 
     Loads with ``torch.load(weights_only=True)`` (no code runs from the file) unless
-    ``trust_checkpoint``. Inference-time settings follow ``boltz predict``: no EMA, no
-    cuequivariance kernels, Pairformer/MSA arguments completed with boltz's own defaults.
+    ``trust_checkpoint``. Inference-time settings as ``boltz predict``'s: no EMA, Pairformer/MSA
+    arguments completed with boltz's own defaults. Unlike ``boltz predict`` (which uses the
+    cuequivariance kernels unless ``--no_kernels``), the kernels are off: they need CUDA and the
+    ``cuequivariance`` packages, and the teacher must also run on a CPU.
     """
     from boltz.main import BoltzSteeringParams, MSAModuleArgs, PairformerArgsV2
     from boltz.model.models.boltz2 import Boltz2
@@ -286,7 +290,7 @@ class Boltz2Teacher:
                 self._canonicals = load_canonicals(str(self.mol_dir))
             molecules.update(self._canonicals)
         molecules.update(target.extra_mols)
-        torch.manual_seed(self.seed)  # the featurizer's random rotation of reference coordinates
+        torch.manual_seed(self.seed)  # for the featurizer's roto-translation (runs with --protein only)
         feats = Boltz2Featurizer().process(
             tokenized, molecules=molecules, random=np.random.default_rng(self.seed), training=False,
             max_atoms=None, max_tokens=None, max_seqs=const.max_msa_seqs, pad_to_max_seqs=False,

@@ -25,7 +25,11 @@ class Config:
     """Leave out every molecule of a known test set (the offline tasks', and the TDC ADMET
     group's under ``tdc_data_dir``): see ``corpus.py``."""
     tdc_data_dir: str = "~/.cache/raylab/tdc"
-    """Where the TDC ADMET group lives, for the test-set exclusion (absent: a warning)."""
+    """Where the TDC ADMET group lives, for the test-set exclusion. A missing test set refuses
+    the run unless ``allow_missing_tests``."""
+    allow_missing_tests: bool = False
+    """Run although some of the 22 TDC ADMET test sets are not under ``tdc_data_dir``: their
+    molecules are then not excluded (the run prints which sets were)."""
     val_fraction: float = 0.05
     """Held-out share of the corpus (a fixed random split by ``seed``) for ``distill/val_loss``."""
     teachers: tuple[str, ...] = ("boltz2",)
@@ -121,6 +125,13 @@ class ProbeConfig:
     (the newest checkpoint in it is used). Empty: the student is distilled here (once, cached
     under ``student_root``) from ``student_teachers``. features=random_student: if given,
     copies its architecture."""
+    students_from: str = ""
+    """features=student: a finished ``boltz_distill`` run folder (``results/boltz_distill-...``);
+    the trial probes the student of its trial folder ``student_trial`` (the newest checkpoint).
+    ``python -m trainers.boltz_distill.students RUN`` prints the search override that makes one
+    probe trial per trained student (and split seed): one table row per student."""
+    student_trial: str = ""
+    """With ``students_from``: the name of the run's trial folder whose student is probed."""
     student_teachers: tuple[str, ...] = ()
     """features=student without a checkpoint: the teachers to distil from (as boltz_distill's
     ``teachers``; boltz2 needs its store under ``store_root``)."""
@@ -132,6 +143,9 @@ class ProbeConfig:
     """features=student without a checkpoint: corpus molecules used."""
     distill_epochs: int = 100
     """features=student without a checkpoint: distillation epochs."""
+    allow_missing_tests: bool = False
+    """features=student without a checkpoint: distil although some TDC ADMET test sets are not
+    under ``data_dir`` (as boltz_distill's ``allow_missing_tests``)."""
     store_root: str = "~/.cache/raylab/boltz_distill/stores"
     """Teacher stores (as boltz_distill's ``store_root``)."""
     student_root: str = "~/.cache/raylab/boltz_distill/students"
@@ -189,6 +203,10 @@ class ProbeConfig:
                 f"features={self.features} needs probe " + ("end_to_end" if supervised else "linear or mlp"))
         for t in self.student_teachers:
             require(t in TEACHER_NAMES, "student_teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
+        require(not (self.students_from and self.student_checkpoint), "students_from",
+                "give students_from (with student_trial) or student_checkpoint, not both")
+        require(bool(self.students_from) == bool(self.student_trial), "student_trial",
+                "students_from and student_trial go together (python -m trainers.boltz_distill.students RUN)")
         require(self.student_layer in BOLTZ2_LAYERS, "student_layer", f"one of {', '.join(BOLTZ2_LAYERS)}")
         require(self.teacher in ("", "descriptors", "conformer"), "teacher",
                 f"{self.teacher!r}: an RDKit teacher (descriptors, conformer), or empty with teacher_store")

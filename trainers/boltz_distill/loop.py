@@ -21,7 +21,7 @@ from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.paths import user_path
 from trainers.boltz_distill.config import Config
-from trainers.boltz_distill.corpus import corpus_exists, corpus_smiles
+from trainers.boltz_distill.corpus import check_test_sets, corpus_exists, corpus_smiles, exclusion_line
 from trainers.boltz_distill.featurize import graphs_from_smiles
 from trainers.boltz_distill.loss import distill_loss, standardize
 from trainers.boltz_distill.model import GINEStudent
@@ -35,9 +35,11 @@ def store_path(cfg: Config, teacher: str) -> Path:
     return user_path(cfg.store_root) / name
 
 
-def corpus_of(cfg: Config) -> list[str]:
-    """The corpus's canonical SMILES under the leakage rule of ``corpus.py``."""
-    return corpus_smiles(cfg.corpus, cfg.max_molecules, cfg.exclude_tests, cfg.tdc_data_dir)
+def corpus_of(cfg: Config, excluded_sets: list[str] | None = None) -> list[str]:
+    """The corpus's canonical SMILES under the leakage rule of ``corpus.py`` (the test sets
+    excluded are appended to ``excluded_sets``)."""
+    return corpus_smiles(cfg.corpus, cfg.max_molecules, cfg.exclude_tests, cfg.tdc_data_dir,
+                         cfg.allow_missing_tests, excluded_sets)
 
 
 def preflight(cfg: Config) -> None:
@@ -58,6 +60,8 @@ def preflight(cfg: Config) -> None:
             store = EmbeddingStore(path)
             dims += store.dim
             rows = max(rows, store.total_rows())
+    if cfg.exclude_tests:
+        check_test_sets(cfg.tdc_data_dir, cfg.allow_missing_tests)
     need = rows * dims * 4 * 2  # float32 targets, plus room for the batches built from them
     available = _available_memory()
     if available and need > 0.8 * available:
@@ -113,7 +117,9 @@ def load_targets(cfg: Config, keys: list[str]) -> tuple[list[np.ndarray | None],
 
 def prepare(cfg: Config):
     """Graphs with targets, the train/val split and the target statistics (deterministic)."""
-    graphs, keys, _ = graphs_from_smiles(corpus_of(cfg), what=f"corpus {cfg.corpus}")
+    sets: list[str] = []
+    graphs, keys, _ = graphs_from_smiles(corpus_of(cfg, sets), what=f"corpus {cfg.corpus}")
+    print(exclusion_line(sets, cfg.exclude_tests), flush=True)
     unique = {}
     for graph, key in zip(graphs, keys):
         unique.setdefault(key, graph)
@@ -138,7 +144,7 @@ def prepare(cfg: Config):
     train = [kept[i] for i in order[n_val:]]
     all_y = torch.cat([g.y for g in train])
     mean, std = all_y.mean(0), all_y.std(0, unbiased=False)
-    return train, val, mean, std, sum(dims)
+    return train, val, mean, std, sum(dims), sets
 
 
 @torch.no_grad()
@@ -221,7 +227,7 @@ def distill(cfg: Config, device=None) -> dict:
     """Distil a student outside a trial (no reports, no checkpoints): the same steps as
     ``train_loop`` on one worker; returns the state ``load_student`` reads."""
     device = device or torch.device("cpu")
-    train, _, mean, std, out_dim = prepare(cfg)
+    train, _, mean, std, out_dim, sets = prepare(cfg)
     model, optimizer, order_gen = init_training(cfg, out_dim, device)
     mean, std = mean.to(device), std.to(device)
     model.train()
@@ -230,7 +236,7 @@ def distill(cfg: Config, device=None) -> dict:
         for pos in range(0, len(train), cfg.batch_size):
             train_step(model, optimizer, train, perm[pos : pos + cfg.batch_size], mean, std, cfg, device)
     return {"model": model.state_dict(), "out_dim": out_dim, "config": {**dataclasses.asdict(cfg), "teachers": list(cfg.teachers)},
-            "target_mean": mean.cpu(), "target_std": std.cpu()}
+            "target_mean": mean.cpu(), "target_std": std.cpu(), "excluded_test_sets": sets}
 
 
 def train_loop(config: dict) -> None:
@@ -238,7 +244,7 @@ def train_loop(config: dict) -> None:
     preflight(cfg)
     device = session.device()
     rank, world = session.world_rank(), session.world_size()
-    train, val, mean, std, out_dim = prepare(cfg)
+    train, val, mean, std, out_dim, sets = prepare(cfg)
     mean, std = mean.to(device), std.to(device)
 
     model, optimizer, order_gen = init_training(cfg, out_dim, device)
@@ -293,6 +299,7 @@ def train_loop(config: dict) -> None:
                     "target_mean": mean.cpu(),
                     "target_std": std.cpu(),
                     "out_dim": out_dim,
+                    "excluded_test_sets": sets,
                     "config": config,
                 },
                 checkpoint=True if step == total_steps else None,

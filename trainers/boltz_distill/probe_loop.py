@@ -33,9 +33,20 @@ def preflight(cfg: ProbeConfig) -> None:
     """Refuse before Ray starts: ADMET data missing offline, checkpoint or store missing."""
     if cfg.task in tasks.ADMET_METRICS and not cfg.download and tasks.admet_missing(cfg.data_dir, [cfg.task]):
         raise UserError(tasks.admet_missing_message(cfg.data_dir, cfg.task))
-    if cfg.features == "student" and not cfg.student_checkpoint and not cfg.student_teachers:
+    if cfg.students_from:
+        from trainers.boltz_distill.students import run_students
+
+        found = run_students(cfg.students_from)
+        if cfg.student_trial not in found:
+            raise UserError(f"config.student_trial: {cfg.student_trial!r} is not a finished trial of "
+                            f"{cfg.students_from}; its trials with a student: {', '.join(found) or 'none'}")
+    if cfg.features == "student" and not student_source(cfg) and not cfg.student_teachers:
         raise UserError("config.student_checkpoint: features=student needs a distilled student's checkpoint "
                         "(a boltz_distill trial or checkpoint folder), or student_teachers to distil one here")
+    if cfg.features == "student" and not student_source(cfg) and not cfg.download:
+        from trainers.boltz_distill.corpus import check_test_sets
+
+        check_test_sets(cfg.data_dir, cfg.allow_missing_tests, "config.data_dir")
     if cfg.features == "student" and cfg.student_checkpoint:
         path = user_path(cfg.student_checkpoint)
         if not path.exists():
@@ -45,6 +56,14 @@ def preflight(cfg: ProbeConfig) -> None:
                         "(or teacher: descriptors / conformer, built here)")
     if cfg.features == "teacher" and cfg.teacher_store and not (user_path(cfg.teacher_store) / "meta.json").is_file():
         raise UserError(f"config.teacher_store: no embedding store at {cfg.teacher_store}")
+
+
+def student_source(cfg: ProbeConfig) -> str:
+    """The trained student this trial probes: ``student_checkpoint``, or the ``student_trial``
+    folder of the run ``students_from``; empty when the student is distilled here."""
+    if cfg.students_from:
+        return str(user_path(cfg.students_from) / cfg.student_trial)
+    return cfg.student_checkpoint
 
 
 @torch.no_grad()
@@ -142,7 +161,8 @@ def distilled_student(cfg: ProbeConfig) -> str:
         corpus=cfg.distill_corpus, max_molecules=cfg.distill_max_molecules, epochs=cfg.distill_epochs,
         teachers=tuple(cfg.student_teachers), width=cfg.random_width, depth=cfg.random_depth,
         boltz2_layer=cfg.student_layer if "boltz2" in cfg.student_teachers else "trunk_s",
-        store_root=cfg.store_root, tdc_data_dir=cfg.data_dir, num_conformers=cfg.num_conformers, seed=0,
+        store_root=cfg.store_root, tdc_data_dir=cfg.data_dir, allow_missing_tests=cfg.allow_missing_tests,
+        num_conformers=cfg.num_conformers, seed=0,
     )
     fields = json.dumps(dataclasses.asdict(distill_cfg), sort_keys=True, default=list)
     name = "+".join(cfg.student_teachers) + "-" + hashlib.sha256(fields.encode()).hexdigest()[:12]
@@ -161,13 +181,13 @@ def features(cfg: ProbeConfig, keys: list[str], mols: list[Chem.Mol]) -> tuple[t
         from trainers.boltz_distill.loop import load_student
 
         if cfg.features == "student":
-            model, _ = load_student(cfg.student_checkpoint or distilled_student(cfg))
+            model, _ = load_student(student_source(cfg) or distilled_student(cfg))
         else:
             width, depth, out_dim = cfg.random_width, cfg.random_depth, 1
-            if cfg.student_checkpoint:
+            if student_source(cfg):
                 from trainers.boltz_distill.config import Config
 
-                _, state = load_student(cfg.student_checkpoint)
+                _, state = load_student(student_source(cfg))
                 trained = from_dict(Config, state["config"], "student checkpoint")
                 width, depth, out_dim = trained.width, trained.depth, state["out_dim"]
             torch.manual_seed(cfg.seed)

@@ -38,6 +38,14 @@ def representation(params: dict) -> str:
     features = params.get("features", "student")
     if features == "student":
         teachers, layer = params.get("student_teachers") or (), params.get("student_layer", "trunk_s")
+        if params.get("students_from"):
+            from trainers.boltz_distill.loop import load_student
+
+            path = Path(params["students_from"]).expanduser() / params.get("student_trial", "")
+            trained = load_student(path)[1]["config"]
+            teachers, layer = trained.get("teachers", ()), trained.get("boltz2_layer", "trunk_s")
+            return (f"student <- {_teachers(teachers, layer)} [run: width {trained.get('width')}, depth "
+                    f"{trained.get('depth')}, lr {trained.get('lr')}, seed {trained.get('seed')}]")
         if params.get("student_checkpoint"):
             from trainers.boltz_distill.loop import load_student
 

@@ -42,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
                                     "SMILES file (.smi, .txt, .csv); default: nci")
     p.add_argument("--tdc-data-dir", default="~/.cache/raylab/tdc",
                    help="with --smiles moses/nci: where the ADMET test sets to leave out live")
+    p.add_argument("--allow-missing-tests", action="store_true",
+                   help="with moses/nci: run although some ADMET test sets are missing (not excluded)")
     p.add_argument("--out", help="store directory (created, or continued if it exists)")
     p.add_argument("--limit", type=int, default=0, help="use the first N molecules (0: all)")
     p.add_argument("--shard-size", type=int, default=1000, help="molecules per shard")
@@ -81,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--out: name the store directory to write")
     source = args.smiles or "nci"
     if source in NAMED:
-        smiles = corpus_smiles(source, args.limit, exclude_tests=True, tdc_data_dir=args.tdc_data_dir)
+        from trainers.boltz_distill.corpus import exclusion_line
+
+        sets: list[str] = []
+        smiles = corpus_smiles(source, args.limit, exclude_tests=True, tdc_data_dir=args.tdc_data_dir,
+                               allow_missing_tests=args.allow_missing_tests, excluded_sets=sets)
+        print(exclusion_line(sets))
     else:
         smiles = read_smiles_file(source, limit=args.limit)
     started = time.time()

@@ -126,9 +126,11 @@ class Config:
     classifier would take on each of al_candidates random train pairs (where a mistake becomes
     a label flip); ``attack``, flips of positive gain among an attack step's candidates;
     ``uniform``, uniform node pairs of random train pairs."""
-    al_strategy: Literal["uncertainty", "random"] = "uncertainty"
-    """Which candidates are labelled: the most uncertain (after the al_random_frac share drawn
-    at random), or all at random (passive baseline)."""
+    al_strategy: Literal["uncertainty", "random", "passive"] = "uncertainty"
+    """Which flips are labelled: the most uncertain candidates (after the al_random_frac share
+    drawn at random); all candidates at random (the pool still made by the current classifier
+    under ``al_pool: picks``); or ``passive``, classifier-free: every label, the seed set
+    included, a uniform node pair of a uniformly drawn train pair (``al_pool`` ignored)."""
     al_random_frac: float = 0.5
     """Share of each round's labels drawn at random from the candidates before uncertainty
     sampling picks the rest (exploration against the sampling bias of pure uncertainty)."""

@@ -280,7 +280,8 @@ def al_round(round_index: int, cfg: Config, pool: atk.FlipPool, clf, clf_optimiz
     Round 0 labels ``al_init`` random pool flips and trains ``clf_epochs_init`` epochs; round
     r >= 1 draws ``al_candidates`` pool flips and sends ``al_per_round`` of them to the solver:
     an ``al_random_frac`` share at random, the rest the most uncertain under the current
-    classifier (``al_strategy: random``: all at random); then ``clf_epochs`` more epochs.
+    classifier (``al_strategy: random``: all at random; ``passive``: uniform pool flips, all
+    at random, no classifier in the choice); then ``clf_epochs`` more epochs.
     """
     n_query, n_corpus = cfg.query_nodes[1], cfg.corpus_nodes[1]
     if round_index == 0:
@@ -288,7 +289,7 @@ def al_round(round_index: int, cfg: Config, pool: atk.FlipPool, clf, clf_optimiz
         epochs = cfg.clf_epochs_init
     else:
         candidates = sample_pool(pool, cfg, rng, cfg.al_candidates, victim, n_query, n_corpus, clf)
-        n_random = cfg.al_per_round if cfg.al_strategy == "random" else round(
+        n_random = cfg.al_per_round if cfg.al_strategy in ("random", "passive") else round(
             cfg.al_random_frac * cfg.al_per_round)
         order = rng.permutation(len(candidates))
         pick, rest = order[:n_random], order[n_random:]
@@ -461,7 +462,7 @@ def sample_pool(pool: atk.FlipPool, cfg: Config, rng: np.random.Generator, count
     classifier would take, on ``count`` random train pairs (the seed set, before there is a
     classifier, uses ``attack``).
     """
-    if cfg.al_pool == "uniform":
+    if cfg.al_pool == "uniform" or cfg.al_strategy == "passive":
         return pool.sample(rng, count)
     if cfg.al_pool == "picks" and clf is not None:
         return pool.sample_picks(rng, count, victim, clf, cfg.top_k, n_query, n_corpus, cfg.select)
@@ -507,7 +508,7 @@ def attacked_queries(cfg: Config, data: RetrievalData) -> np.ndarray:
 
 
 def compare_attacks(cfg: Config, data: RetrievalData, attacks=("random", "greedy", "seagram"),
-                    al_strategies: tuple[str, ...] = ()) -> dict:
+                    al_strategies: tuple[str, ...] = (), al_arms: dict[str, dict] | None = None) -> dict:
     """Train one victim, then run each attack on it; no session, no checkpoints.
 
     For side-by-side studies (the science test, ``benchmarks/seagram_cost.py``): the same
@@ -515,7 +516,8 @@ def compare_attacks(cfg: Config, data: RetrievalData, attacks=("random", "greedy
     (its clean test MAP, training pairs/s and seconds) and, with SEAGRAM, ``"seagram_train"``
     (solver calls and seconds of active learning). ``al_strategies``: SEAGRAM is also trained
     with each of these sampling strategies on the same victim, its results under
-    ``"seagram_<strategy>"`` and ``"seagram_train_<strategy>"``.
+    ``"seagram_<strategy>"`` and ``"seagram_train_<strategy>"``; ``al_arms``, ``{name:
+    overrides}``, the same for other settings (``"seagram_<name>"``), at the same al_budget.
     """
     victim, clean = trained_victim(cfg, data)
     out = {"victim": clean}
@@ -523,11 +525,12 @@ def compare_attacks(cfg: Config, data: RetrievalData, attacks=("random", "greedy
     clf = None
     if "seagram" in attacks:
         clf, out["seagram_train"] = train_seagram(cfg, data, victim)
-        for strategy in al_strategies:
-            other = replace(cfg, al_strategy=strategy)
-            other_clf, out[f"seagram_train_{strategy}"] = train_seagram(other, data, victim)
-            out[f"seagram_{strategy}"] = run_attack(other, data, victim, other_clf, test_queries,
-                                                    attack="seagram")[0]
+        arms = {s: {"al_strategy": s} for s in al_strategies} | dict(al_arms or {})
+        for name, overrides in arms.items():
+            other = replace(cfg, **overrides)
+            other_clf, out[f"seagram_train_{name}"] = train_seagram(other, data, victim)
+            out[f"seagram_{name}"] = run_attack(other, data, victim, other_clf, test_queries,
+                                                attack="seagram")[0]
     for name in attacks:
         out[name] = run_attack(cfg, data, victim, clf, test_queries, attack=name)[0]
     return out
