@@ -88,7 +88,7 @@ def leakage_key(smiles: str) -> str | None:
     try:
         parent = rdMolStandardize.ChargeParent(mol)
         key = Chem.MolToInchiKey(parent)
-    except Exception:  # RDKit raises its own types for a molecule it cannot standardize
+    except Exception:  # noqa: BLE001 -- RDKit raises its own types for a molecule it cannot standardize
         key = ""
     finally:
         RDLogger.EnableLog("rdApp.*")
