@@ -72,7 +72,10 @@ def node_python(root: Path) -> Path:
     stage = root / "venv-stage"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(stage)], check=True)
     site = next((stage / "lib").glob("python3*")) / "site-packages"
-    (site / "test-environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # Each node sees this environment's packages at ROOT/testsite, a bind mount of them made in
+    # its own namespace: their real folder may be under /tmp or /root, which nodes cover.
+    (root / "testsite").mkdir(mode=0o755)
+    (site / "test-environment.pth").write_text(str(root / "testsite") + "\n")
     bin_ = stage / "bin"
     (bin_ / "pip").write_text(f'#!{HOME}/venv/bin/python\nimport sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n')
     (bin_ / "ray").write_text(f'#!{HOME}/venv/bin/python\nimport sys\nfrom ray.scripts.scripts import main\nsys.exit(main())\n')
@@ -85,6 +88,7 @@ NODE_INIT = r"""
 set -e
 mount --make-rprivate /
 mount --bind "$NODE/home" "$HOMEDIR"
+mount --bind "$TESTSITE_SRC" "$TESTSITE"
 # This machine's Python lives in root's home, which the node user cannot enter: cover /root
 # with an empty, enterable folder and put the Python installation back in it.
 mkdir -p "$NODE/stage"
@@ -138,7 +142,8 @@ def start_node(root: Path, index: int, key: Path, stage: Path) -> subprocess.Pop
         MaxStartups 100
         MaxSessions 100
         """))
-    env = {**os.environ, "NODE": str(node), "HOMEDIR": str(HOME), "CONF": str(conf)}
+    env = {**os.environ, "NODE": str(node), "HOMEDIR": str(HOME), "CONF": str(conf),
+           "TESTSITE_SRC": sysconfig.get_paths()["purelib"], "TESTSITE": str(root / "testsite")}
     log = open(node / "sshd.log", "w")
     proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "bash", "-c", NODE_INIT],
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
