@@ -47,7 +47,7 @@ def bind_to_loopback_unless_asked(argv: list[str], environ: dict[str, str] | Non
 
 def connect(
     address: str | None = None, dashboard: bool = False, state_api: bool = False,
-    listen: bool = False, quiet: bool = False,
+    listen: bool = False, quiet: bool = False, env_vars: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start a local Ray sized to this machine, or join ``address`` (``auto`` or ``HOST:PORT``).
 
@@ -57,7 +57,9 @@ def connect(
     does not answer fails within seconds. A local Ray's dashboard listens on 127.0.0.1 only,
     unless ``listen`` (all interfaces); its other servers too when the CLI called
     ``bind_to_loopback_unless_asked`` first. ``quiet`` keeps the workers' output and Ray's
-    tracebacks off the console (``quiet_ray_console``).
+    tracebacks off the console (``quiet_ray_console``). ``env_vars`` (a joined cluster only,
+    whose nodes were started without this shell's environment) reach every task and actor of
+    the sweep, Tune trials and Ray Train workers alike, through the job's ``runtime_env``.
     """
     import ray
 
@@ -70,7 +72,10 @@ def connect(
         if address != "auto" and not address.startswith("ray://"):
             _check_reachable(address)
         try:
-            context = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=not quiet)
+            context = ray.init(
+                address=address, logging_level=logging.WARNING, log_to_driver=not quiet,
+                **({"runtime_env": {"env_vars": dict(env_vars)}} if env_vars else {}),
+            )
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise UserError(f"cannot join Ray cluster at '{address}': {err}") from None
         return {"started": False, "dashboard_url": context.dashboard_url}

@@ -53,6 +53,29 @@ def filesystem(location: str):
     return pyarrow.fs.LocalFileSystem(), root(location)
 
 
+CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION", "AWS_REGION",
+)
+"""The environment variables through which pyarrow's S3 filesystem finds a store's credentials
+and region, besides ``AWS_ENDPOINT_URL`` and its per-service forms (``AWS_ENDPOINT_URL_S3``)."""
+
+
+def credential_env(storage: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The storage credentials set in ``environ`` (default: this process's environment), to
+    hand to every trial through the job's ``runtime_env`` on a joined cluster.
+
+    Only for a URI (a local folder needs none), and only the variables that are set: a node's
+    own instance role then still applies where the driver has no keys. The values never reach
+    a saved file: ``runtime_env`` is not part of what Tune saves in the run folder.
+    """
+    environ = os.environ if environ is None else environ
+    if not is_uri(storage):
+        return {}
+    return {key: value for key, value in environ.items()
+            if value and (key in CREDENTIAL_ENV or key.startswith("AWS_ENDPOINT_URL"))}
+
+
 def name_of(run_path: str) -> str:
     """The last path element of a run folder (its run name), query string ignored."""
     path = run_path.partition("?")[0] if is_uri(run_path) else run_path

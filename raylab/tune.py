@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     ray_info = ray_start.connect(
         args.address, dashboard=args.dashboard, state_api=experiment.resources.uses_ray_train,
         listen=args.listen, quiet=not args.verbose,
+        env_vars=storage.credential_env(root) if args.address else None,
     )
     if args.address:  # before any trial starts: a local folder must be one every node mounts
         import ray

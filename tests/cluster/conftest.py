@@ -26,17 +26,32 @@ def s3_server(monkeypatch):
     own MinIO or Ceph store is given to ``--storage``. Credentials go into this process's
     environment, which subprocesses (and the Ray they start) inherit.
     """
+    for uri, client, _ in _s3_server(monkeypatch):
+        yield uri, client
+
+
+@pytest.fixture
+def counting_s3_server(monkeypatch):
+    """``(storage_uri, client, writes)``: ``s3_server``, with ``writes``
+    (``tests/cluster/s3_store.Writes``) recording the body bytes PUT to each key."""
+    yield from _s3_server(monkeypatch)
+
+
+def _s3_server(monkeypatch):
     boto3 = pytest.importorskip("boto3")
-    server_module = pytest.importorskip("moto.server")
+    pytest.importorskip("moto.server")
+    from cluster.s3_store import Writes, counting_moto_server
+
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)
     port = free_port()
-    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    writes = Writes()
+    server = counting_moto_server("127.0.0.1", port, writes)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     try:
         client = boto3.client("s3", endpoint_url=endpoint)
         client.create_bucket(Bucket="raylab")
-        yield f"s3://raylab/runs?endpoint_override={endpoint}&scheme=http", client
+        yield f"s3://raylab/runs?endpoint_override={endpoint}&scheme=http", client, writes
     finally:
         server.stop()

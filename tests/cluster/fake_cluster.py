@@ -35,10 +35,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def autoscaling_config(port: int, gpu_nodes: int, idle_timeout_s: float) -> dict:
-    """gpu.yaml's shape at toy size: its head's resources, and 1-CPU, 1-GPU worker nodes."""
+def autoscaling_config(port: int, gpu_nodes: int, idle_timeout_s: float,
+                       head: dict | None = None, gpus_per_node: int = 1) -> dict:
+    """gpu.yaml's shape at toy size: its head's resources (updated by ``head``), and worker
+    nodes of ``gpus_per_node`` CPUs and as many GPUs."""
     gpu = yaml.safe_load(GPU_YAML.read_text())
-    head_resources = gpu["available_node_types"][gpu["head_node_type"]]["resources"]
+    head_resources = {**gpu["available_node_types"][gpu["head_node_type"]]["resources"], **(head or {})}
     return {
         "cluster_name": "raylab-fake",
         "max_workers": gpu_nodes,
@@ -59,7 +61,8 @@ def autoscaling_config(port: int, gpu_nodes: int, idle_timeout_s: float) -> dict
                 "max_workers": 0,
             },
             "gpu_small": {
-                "resources": {"CPU": 1, "GPU": 1, "object_store_memory": 100 * 1024**2},
+                "resources": {"CPU": gpus_per_node, "GPU": gpus_per_node,
+                              "object_store_memory": 100 * 1024**2},
                 "node_config": {},
                 "min_workers": 0,
                 "max_workers": gpu_nodes,
@@ -86,10 +89,11 @@ class FakeCluster:
         self.root, self.port, self.env = root, port, env
         self.address = f"127.0.0.1:{port}"
 
-    def run(self, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-        """A command on this cluster's "head" (``RAY_ADDRESS`` points at it)."""
+    def run(self, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+        """A command on this cluster's "head" (``RAY_ADDRESS`` points at it), its environment
+        updated by ``env``."""
         return subprocess.run(
-            list(args), env=self.env, capture_output=True, text=True, timeout=timeout,
+            list(args), env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout,
             cwd=Path(__file__).resolve().parents[2],
         )
 
@@ -130,17 +134,21 @@ class FakeCluster:
 
 
 @contextlib.contextmanager
-def fake_cluster(gpu_nodes: int = 2, idle_timeout_s: float = 6.0, env: dict | None = None):
-    """Start the simulated cluster; yield a ``FakeCluster``; end every process it started."""
+def fake_cluster(gpu_nodes: int = 2, idle_timeout_s: float = 6.0, env: dict | None = None,
+                 head: dict | None = None, gpus_per_node: int = 1, unset: tuple[str, ...] = ()):
+    """Start the simulated cluster; yield a ``FakeCluster``; end every process it started.
+
+    ``head`` updates the head's declared resources (``{"trial_driver": 3}``); ``unset`` names
+    variables of this process's environment the cluster's processes must not inherit."""
     root = Path(tempfile.mkdtemp(prefix="rlfake-", dir="/tmp"))
     port = free_port()
     config_path = root / "cluster.yaml"
-    config = autoscaling_config(port, gpu_nodes, idle_timeout_s)
+    config = autoscaling_config(port, gpu_nodes, idle_timeout_s, head, gpus_per_node)
     config_path.write_text(yaml.safe_dump(config))
     head_extra = {k: v for k, v in config["available_node_types"]["ray.head.default"]["resources"].items()
                   if k not in ("CPU", "GPU")}
     cluster_env = {
-        **os.environ, **(env or {}),
+        **{k: v for k, v in os.environ.items() if k not in unset}, **(env or {}),
         "RAY_FAKE_CLUSTER": "1",
         "RAYLAB_SIMULATED_GPUS": "1",  # its GPUs are resource labels: workers train on the CPU
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # every node on 127.0.0.1

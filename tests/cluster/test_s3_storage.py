@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.s3_store import checkpoint_names, keys, result_rows
+from cluster.s3_store import checkpoint_names, checkpoint_writes, keys, result_rows
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -53,10 +53,19 @@ def test_sweep_checkpoints_and_reports_on_an_s3_compatible_store(s3_server, tmp_
 
 
 @pytest.mark.slow
-def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_name(s3_server, tmp_path):
+def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_name(
+    counting_s3_server, tmp_path
+):
     """The Ray Train path on the same store: its run folder (``_raylab/train/TRIAL``) is joined
-    before the URI's query string, and the checkpoints end in the trial folder."""
-    storage, client = s3_server
+    before the URI's query string, and the checkpoints end in the trial folder.
+
+    Bytes per checkpoint (issue 25): the Train worker PUTs each checkpoint once; Tune's copy
+    into the trial folder is a server-side copy (pyarrow's ``copy_files`` between two paths of
+    one S3 filesystem calls CopyObject), so no checkpoint byte passes the head, but the bucket
+    holds the checkpoint twice until Ray Train's copy is deleted, and pays one more PUT request
+    per file. README's "Cluster" section states the cost.
+    """
+    storage, client, writes = counting_s3_server
     proc = tune("toy", "--smoke", "--quiet", "--storage", storage,  # named toy-smoke-STAMP
                 "search.seed=[0]", "resources.workers=2", "resources.cpus_per_worker=1")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -66,6 +75,15 @@ def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_na
     assert {k.split("/")[2] for k in stored if "/checkpoint_" in k and "/_raylab/" not in k} == {trial}
     assert not [k for k in stored if "/_raylab/train/" in k and "/checkpoint_" in k]  # moved
     assert result_rows(client, run)[-1]["train/step"] == 60
+
+    w = checkpoint_writes(client, writes, run)
+    print(f"checkpoint {w['size']} B x {w['count']}: body bytes PUT through Ray Train "
+          f"{w['train_bytes']} B ({w['train_bytes'] / (w['count'] * w['size']):.3f}x), into the "
+          f"trial folder {w['tune_bytes']} B; {len(w['copied'])} objects copied server-side")
+    assert w["count"] >= 2 and w["train_bytes"] == w["count"] * w["size"]  # PUT once: 1.0x
+    assert w["tune_bytes"] == 0  # Tune's copy: server-side, nothing through the head
+    assert {k.rsplit("/", 1)[0] for k in w["copied"]} == w["tune_folders"]
+    assert len(w["copied"]) == w["count"] * w["files"]  # each file copied once in the bucket
 
     # An experiment name finds the newest run of it under an ``s3://...?query`` storage.
     report = subprocess.run(
