@@ -115,7 +115,14 @@ def choose(nodes: list[NodeType], cpus: float, gpus: float) -> NodeType | None:
 
 
 def _hours(hours: float) -> str:
+    if hours < 1:
+        return f"{hours * 60:,.0f} min"
     return f"{hours:,.1f} h" if hours < 48 else f"{hours / 24:,.1f} days"
+
+
+def _amount(value: float) -> str:
+    """A figure to two significant digits below 10, else to the unit (``0.18``, ``1,764``)."""
+    return f"{value:,.2g}" if value < 10 else f"{value:,.0f}"
 
 
 def plan_text(experiment, cluster: str | Path) -> str:
@@ -149,30 +156,31 @@ def plan_text(experiment, cluster: str | Path) -> str:
                                     if per_hour is not None else f"unknown (no price for {node.instance})"),
     ]
     estimate = experiment.estimate
-    if experiment.stop and estimate.steps_per_s:
-        steps = next(iter(experiment.stop.values()))
+    length = experiment.trial_length()
+    if length and estimate.steps_per_s:
+        steps = length[1]
         trial_hours = steps / estimate.steps_per_s / 3600
         waves = math.ceil(trials / at_once)
         wall = waves * trial_hours
-        line = (f"#   {trials} trials x {trial_hours:,.1f} h = {trials * trial_hours:,.1f} trial-hours, "
+        line = (f"#   {trials} trials x {_hours(trial_hours)} = {trials * trial_hours:,.1f} trial-hours, "
                 f"{trials * trial_hours * total['GPU']:,.1f} GPU-hours; wall time at the cap "
-                f"{waves} wave(s) x {trial_hours:,.1f} h = {_hours(wall)}")
+                f"{waves} wave(s) x {_hours(trial_hours)} = {_hours(wall)}")
         if per_hour is not None:
             # Nodes go when idle: the last wave pays only for the nodes it still uses.
             last = trials - (waves - 1) * at_once
             node_hours = ((waves - 1) * nodes_at_cap + math.ceil(last / per_node)) * trial_hours
             dollars = node_hours * node.price + wall * head_price
-            line += f"; about ${dollars:,.0f}"
+            line += f"; about ${_amount(dollars)}"
         lines.append(line)
     else:
         lines.append("#   trial-hours, GPU-hours, wall time, dollars: unknown (the file states no "
-                     "estimate.steps_per_s with a stop criterion)")
+                     "estimate.steps_per_s with a stop criterion or estimate.trial_steps)")
     if estimate.checkpoint_bytes:
         keep = experiment.checkpoint.keep or 1
         stored = trials * keep * estimate.checkpoint_bytes
         lines.append(f"#   checkpoints in storage: {trials} x {keep} x "
-                     f"{estimate.checkpoint_bytes / 1e9:,.1f} GB = {stored / 1e9:,.0f} GB "
-                     f"(S3 standard, us-west-2: about ${stored / 1e9 * 0.023:,.0f} per month)")
+                     f"{_amount(estimate.checkpoint_bytes / 1e9)} GB = {_amount(stored / 1e9)} GB "
+                     f"(S3 standard, us-west-2: about ${_amount(stored / 1e9 * 0.023)} per month)")
     else:
         lines.append("#   checkpoints in storage: unknown (the file states no estimate.checkpoint_bytes)")
     return "\n".join(lines)

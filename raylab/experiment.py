@@ -200,10 +200,16 @@ class Estimate:
     """Where ``steps_per_s`` comes from (a measurement, or a target not measured)."""
     checkpoint_bytes: float = 0.0
     """Bytes one checkpoint of one trial holds (``checkpoint.keep`` of them are kept); 0: not stated."""
+    trial_steps: float = 0.0
+    """A trial's length in the unit of ``steps_per_s``, for an experiment with no ``stop``
+    criterion (its loop ends by itself after the configured epochs or steps); 0: not stated."""
+    unit: str = ""
+    """The unit of ``steps_per_s`` and ``trial_steps`` there (``epochs``, ``victim steps``)."""
 
     def __post_init__(self):
         require(self.steps_per_s >= 0, "steps_per_s", f"must be >= 0, got {self.steps_per_s}")
         require(self.checkpoint_bytes >= 0, "checkpoint_bytes", f"must be >= 0, got {self.checkpoint_bytes}")
+        require(self.trial_steps >= 0, "trial_steps", f"must be >= 0, got {self.trial_steps}")
 
 
 @dataclass(frozen=True)
@@ -243,6 +249,16 @@ class Experiment:
     def __post_init__(self):
         require(self.num_samples >= 1, "num_samples", f"must be >= 1, got {self.num_samples}")
         require(self.max_concurrent_trials >= 0, "max_concurrent_trials", "must be >= 0")
+
+    def trial_length(self) -> tuple[str, float] | None:
+        """``(unit, amount)`` one trial runs: its ``stop`` criterion, else the estimate's
+        ``trial_steps`` in its ``unit``; None when neither states it."""
+        if self.stop:
+            key, steps = next(iter(self.stop.items()))
+            return key, float(steps)
+        if self.estimate.trial_steps:
+            return self.estimate.unit or "steps", self.estimate.trial_steps
+        return None
 
     def resolved_config(self) -> dict[str, Any]:
         """The workload's full config: defaults, then fixed values (search keys left out)."""

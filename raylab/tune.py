@@ -233,19 +233,20 @@ def cost_text(experiment: experiments.Experiment) -> str:
     trials = search_space.grid_size(experiment.search) * experiment.num_samples
     estimate = experiment.estimate
     lines = []
-    if experiment.stop:
-        key, steps = next(iter(experiment.stop.items()))
-        lines.append(f"# cost: {trials} trials x {steps:,.0f} {key} = {trials * steps:,.0f} {key}")
+    if length := experiment.trial_length():
+        key, steps = length
+        lines.append(f"# cost: {trials} trials x {steps:,.0f} {key} = {trials * steps:,.0f} {key}"
+                     + ("" if experiment.stop else " (estimate.trial_steps: the loop's own end)"))
         if estimate.steps_per_s:
             hours = trials * steps / estimate.steps_per_s / 3600
             gpus = experiment.resources.total()["GPU"]
             lines.append(
-                f"#   at {estimate.steps_per_s:,.0f} {key}/s per trial ({estimate.rate_basis or 'rate stated in the file'}): "
+                f"#   at {estimate.steps_per_s:,.4g} {key}/s per trial ({estimate.rate_basis or 'rate stated in the file'}): "
                 f"{hours:,.1f} trial-hours" + (f", {hours * gpus:,.1f} GPU-hours" if gpus else "")
                 + f", {hours * experiment.resources.total()['CPU']:,.1f} CPU-hours"
             )
     else:
-        lines.append(f"# cost: {trials} trials; no stop criterion, so no step count to multiply")
+        lines.append(f"# cost: {trials} trials; no stop criterion or estimate.trial_steps, so no step count to multiply")
     if estimate.checkpoint_bytes:
         kept = experiment.checkpoint.keep
         per_trial = estimate.checkpoint_bytes * (kept if kept is not None else 1)

@@ -160,11 +160,12 @@ def fake_cluster(gpu_nodes: int = 2, idle_timeout_s: float = 6.0, env: dict | No
         "PYTHONWARNINGS": "ignore",
     }
     cluster = FakeCluster(root, port, cluster_env)
+    cluster.dashboard = f"http://127.0.0.1:{free_port()}"  # Ray's state API is served there
     try:
         start = cluster.run(
             RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
             "--num-cpus=0", "--num-gpus=0", f"--resources={json.dumps(head_extra)}",
-            "--dashboard-host=127.0.0.1", f"--dashboard-port={free_port()}",
+            "--dashboard-host=127.0.0.1", f"--dashboard-port={cluster.dashboard.rsplit(':', 1)[1]}",
             f"--ray-client-server-port={free_port()}", f"--temp-dir={root}",
             f"--autoscaling-config={config_path}", "--disable-usage-stats",
             timeout=180,

@@ -103,5 +103,5 @@ def checkpoint_writes(client, writes: Writes, run: str) -> dict:
         "tune_bytes": sum(writes.put_bytes[k] for k in tune_keys),
         "copied": sorted(k for k in writes.copied_from if k.startswith(prefix)),
         "tune_folders": {k.rsplit("/", 1)[0] for k in tune_keys},
-        "files": len(kept) // len(sizes),
+        "files": len([k for k in kept if not k.endswith("/")]) // len(sizes),
     }
