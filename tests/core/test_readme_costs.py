@@ -1,0 +1,79 @@
+"""README's cluster cost table is what ``--dry-run --cluster cluster/gpu.yaml`` prints.
+
+Each row of the table under "**Costs.**" is compared, field by field, with the lines
+``raylab.cluster_plan.plan_text`` prints for that experiment on ``cluster/gpu.yaml``; and every
+shipped GPU experiment has a row with known hours and dollars (an ``estimate:`` in its file).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from raylab import cluster_plan, search_space
+from raylab import experiment as experiments
+
+REPO = Path(__file__).resolve().parents[2]
+GPU_YAML = REPO / "cluster" / "gpu.yaml"
+FIELDS = {  # README column -> the piece of the dry run's text it shows
+    "nodes at the cap": r"at the cap (\d+ x \S+) \(of",
+    "trials (at once)": r"(\d+) of (\d+) trials at once",
+    "$/h at the cap": r"price at the cap: (\$[\d,.]+)/h",
+    "trial-hours": r"= ([\d,.]+) trial-hours",
+    "GPU-hours": r"trial-hours, ([\d,.]+) GPU-hours",
+    "wall time at the cap": r"wave\(s\) x [^=]+= ([^;]+);",
+    "dollars": r"; about (\$[\d,.]+)\n",
+    "checkpoints in S3": r"= ([\d,.]+ GB) \(S3",
+}
+
+
+def readme_rows() -> dict[str, dict[str, str]]:
+    text = (REPO / "README.md").read_text()
+    table = text[text.index("| experiment | nodes at the cap"):]
+    lines = table.splitlines()
+    lines = lines[: next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(header[1:], cells[1:]))
+    return rows
+
+
+def printed(name: str) -> dict[str, str]:
+    text = cluster_plan.plan_text(experiments.load(name, []), GPU_YAML) + "\n"
+    out = {}
+    for column, pattern in FIELDS.items():
+        match = re.search(pattern, text)
+        if match is None:
+            out[column] = "-"
+        elif column == "trials (at once)":
+            out[column] = f"{match.group(2)} ({match.group(1)})"
+        else:
+            out[column] = match.group(1)
+    return out
+
+
+def gpu_experiments() -> list[str]:
+    names = []
+    for path in sorted((REPO / "tune_configs").glob("*.yaml")):
+        experiment = experiments.load(path.stem, [])
+        if experiment.resources.total()["GPU"] > 0 and search_space.grid_size(experiment.search):
+            names.append(path.stem)
+    return names
+
+
+def test_readme_cost_table_equals_the_dry_run():
+    rows = readme_rows()
+    assert "dqn_softlinf" in rows and len(rows) >= 10
+    for name, row in rows.items():
+        assert row == printed(name), name
+
+
+def test_every_shipped_gpu_experiment_has_a_costed_row():
+    rows = readme_rows()
+    missing = [name for name in gpu_experiments() if name not in rows]
+    assert not missing, missing
+    for name in gpu_experiments():
+        assert "unknown" not in cluster_plan.plan_text(experiments.load(name, []), GPU_YAML), name
+        assert rows[name]["dollars"].startswith("$"), name
