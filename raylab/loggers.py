@@ -61,8 +61,8 @@ def check_targets(names: list[str], storage: str, timeout_s: float = 10.0) -> No
             missing = [p for p in ("sqlalchemy", "alembic") if importlib.util.find_spec(p) is None]
             if missing:
                 raise UserError(f"{where}: MLflow's database stores need {' and '.join(missing)} "
-                                "(pip install mlflow, not mlflow-skinny); or use a file:PATH store "
-                                "or an MLflow server")
+                                "(pip install 'raylab[loggers]', or sqlalchemy alembic); or use a "
+                                "file:PATH store or an MLflow server")
             if uri.startswith("sqlite:///"):
                 storage_paths.probe_local(str(_file_store_path(uri[len("sqlite:///"):]).parent))
         else:

@@ -123,8 +123,22 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
             title=f"{metric} at each trial's last report (mean ± std over seeds)")))
     stems: set[str] = set()
     figures, tables = [], []
+    skip = spec.not_applicable([t.params for t in run.trials if t.rows])
     for stem, item in items:
         stem = _unique(stem, stems)
+        shown = item.plotted() if not isinstance(item, Table) else list(item.metrics)
+        if skip and all(m in skip for m in shown):  # reported under other configs only
+            note = (f"not applicable: {', '.join(shown)} are reported on "
+                    f"{' and '.join(dict.fromkeys(skip[m] for m in shown))} only, and no trial here is one")
+            if isinstance(item, Table):
+                tables.append({"name": stem, "title": item.heading() + _at_note(item), "kind": "Table",
+                               "metrics": list(item.metrics), "at": item.at, "rows_key": item.rows,
+                               "columns_keys": list(item.columns), "csv": "", "blocks": [], "note": note})
+            else:
+                figures.append({"name": stem, "kind": item.kind, "title": item.heading(),
+                                "metrics": list(item.metric_names()), "y": item.plotted(),
+                                "file": "", "note": note, "applicable": False})
+            continue
         if isinstance(item, Table):
             blocks = table_blocks(run, item, spec.seeds)
             csv_file = f"tables/{stem}.csv"
@@ -136,7 +150,7 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
                            "blocks": [b.to_json() for b in blocks]})
         else:
             file = f"figures/{stem}.png"
-            drawn, note = draw(item, run, spec.seeds, out_dir / file)
+            drawn, note = draw(item, run, spec.seeds, out_dir / file, skip=tuple(skip))
             figures.append({"name": stem, "kind": item.kind, "title": item.heading(),
                             "metrics": list(item.metric_names()), "y": item.plotted(),
                             "file": file if drawn else "", "note": note})
@@ -181,8 +195,9 @@ def unreported_metrics(run: Run, spec: Report) -> list[str]:
     reported = set().union(*(t.reported() for t in run.trials)) if run.trials else set()
     with_rows = [t for t in run.trials if t.rows]
     missing = []
+    skip = spec.not_applicable([t.params for t in with_rows])
     for name in dict.fromkeys((*workloads_metrics(run), *spec.metric_names())):
-        if name in TUNE_COUNTERS:
+        if name in TUNE_COUNTERS or name in skip:
             continue
         if any(c in name for c in "{*?["):
             if not any((resolve_metric(name, t) or "") in t.reported() for t in with_rows):
@@ -220,7 +235,7 @@ def status_notes(run: Run, spec: Report, figures: list[dict]) -> list[str]:
             more = f" and {len(missing) - LISTED} more (report.json lists them)" if len(missing) > LISTED else ""
             notes.append(f"declared metrics no trial reported: {shown}{more}")
     for figure in figures:
-        if figure["note"] and not figure["file"]:
+        if figure["note"] and not figure["file"] and figure.get("applicable", True):
             notes.append(f"figure '{figure['title']}' not drawn: {figure['note']}")
     return notes
 
@@ -230,13 +245,37 @@ def trial_table(run: Run, metric: str | None) -> tuple[list[str], list[list[Any]
     if metric:
         columns.append(f"{metric} (last)")
     columns.append("error")
+    defaults = config_defaults(run)
     rows = []
     for t in run.trials:
         last = next((r[metric] for r in reversed(t.rows) if metric in r), None) if metric else None
-        rows.append([t.name, t.status, *(format_value(t.params.get(k)) for k in run.swept), len(t.rows),
+        rows.append([t.name, t.status, *(swept_value(t.params, k, defaults) for k in run.swept), len(t.rows),
                      t.rows[-1].get("training_iteration") if t.rows else None,
                      *([last] if metric else []), t.error])
     return columns, rows
+
+
+def swept_value(params: dict[str, Any], key: str, defaults: dict[str, Any]) -> str:
+    """A trial's value of a swept key as a cell. A key its ``variant`` group does not set
+    (``beta`` of an mse trial) shows the config's default it ran with, ``10 (default)``, or
+    ``-`` when the workload's Config is not known here; never ``None``."""
+    if key in params and params[key] is not None:
+        return format_value(params[key])
+    if key in defaults and defaults[key] is not None:
+        return f"{format_value(defaults[key])} (default)"
+    return "-"
+
+
+def config_defaults(run: Run) -> dict[str, Any]:
+    """The run's workload Config defaults by field (empty when the workload is unknown here)."""
+    import dataclasses
+
+    try:
+        workload = workloads.registry().get(run.experiment.get("workload"))
+        fields = dataclasses.fields(workload.config_class()) if workload else ()
+    except Exception:  # noqa: BLE001 - reported once, by declared_report
+        return {}
+    return {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
 
 
 def _facts(run: Run) -> list[tuple[str, Any]]:

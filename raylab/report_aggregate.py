@@ -257,7 +257,8 @@ def _pivot_block(run, table: Table, trials: list[Trial], column_keys: list[str],
         for column in columns:
             members = [t for t in row_members if key_of(t, column_keys) == column]
             cells.append(_cell(table, members, metric) if members else (None, ""))
-        rows.append((format_value(_unhash(row_value[0])), {table.rows: _unhash(row_value[0])},
+        row_label = "-" if _unhash(row_value[0]) is None else format_value(_unhash(row_value[0]))
+        rows.append((row_label, {table.rows: _unhash(row_value[0])},  # "-": a trial without the key
                      [c for c, _ in cells]))
         names.append([n for _, n in cells])
     block = TableBlock(

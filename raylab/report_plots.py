@@ -25,12 +25,13 @@ from raylab.report_spec import Bars, Curve, Scatter, Versus  # noqa: E402
 PANEL_W, PANEL_H, MAX_PANELS = 5.0, 3.4, 36
 
 
-def draw(item, run: Run, seeds, path: Path) -> tuple[bool, str]:
-    """Draw ``item`` into ``path``; return whether it was drawn, and what is missing from it."""
+def draw(item, run: Run, seeds, path: Path, skip: tuple[str, ...] = ()) -> tuple[bool, str]:
+    """Draw ``item`` into ``path``; return whether it was drawn, and what is missing from it
+    (not the ``skip`` metrics: reported under other configs only, ``Report.only``)."""
     trials = [t for t in run.trials if t.rows]
     if not trials:
         return False, "no trial has reported results yet"
-    absent = [m for m in item.plotted() if all(value_at(t, m) is None for t in trials)]
+    absent = [m for m in item.plotted() if m not in skip and all(value_at(t, m) is None for t in trials)]
     note = f"no trial reported {', '.join(absent)}" if absent else ""
     exclude = (item.x,) if isinstance(item, Versus) else ()
     series_keys, panel_keys = split_keys(run, seeds, item.by, exclude)
@@ -55,6 +56,14 @@ def draw(item, run: Run, seeds, path: Path) -> tuple[bool, str]:
     if not drawn:
         plt.close(fig)
         return False, note or f"no trial reported {', '.join(item.plotted())} as numbers"
+    if isinstance(item, Versus) and item.baseline:
+        borrowing = [label_of(series_keys, values) for _, members in panels
+                     for values in _baseline_borrowers(item, run, members, series_keys)]
+        if borrowing:
+            where = label_of(list(item.baseline), tuple(item.baseline.values()))
+            note = "; ".join(n for n in (note, f"at {item.x}={format_value(item.baseline[item.x])}, "
+                                         f"{', '.join(dict.fromkeys(borrowing))} show the trials of "
+                                         f"{where} (one training for both)") if n)
     fig.suptitle(textwrap.fill(item.heading(), int(chars * 0.85)), fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,12 +138,29 @@ def _mean_curve(pairs: list[tuple[np.ndarray, np.ndarray]]):
     return grid, mean, std
 
 
+def _baseline_trials(item: Versus, members: list[Trial]) -> list[Trial]:
+    return [t for t in members if item.baseline
+            and all(t.params.get(k) == v for k, v in item.baseline.items())]
+
+
+def _baseline_borrowers(item: Versus, run, members, series_keys) -> dict[tuple, list[Trial]]:
+    """The series without trials of their own at the baseline's x, and the baseline's trials."""
+    base = _baseline_trials(item, members)
+    if not base:
+        return {}
+    at = item.baseline[item.x]
+    return {values: base for values, trials in group(run, members, series_keys).items()
+            if not any(t.params.get(item.x) == at for t in trials)}
+
+
 def _versus(ax, item: Versus, run, members, metrics, series_keys, colors) -> int:
     xs_all = [t.params.get(item.x) for t in members]
     numeric = all(is_number(x) for x in xs_all)
     categories = [] if numeric else list(dict.fromkeys(format_value(x) for x in xs_all))
     lines = 0
+    borrowed = _baseline_borrowers(item, run, members, series_keys)
     for values, trials in group(run, members, series_keys).items():
+        trials = [*trials, *borrowed.get(values, [])]
         for m_index, metric in enumerate(metrics):
             points = []
             for (x_value,), at_x in group(run, trials, [item.x]).items():

@@ -83,7 +83,7 @@ def to_html(report: dict[str, Any], out_dir: Path) -> str:
     for table in report["tables"]:
         parts.append(f'<h3 id="{e(table["name"])}">{e(table["title"])}</h3>')
         if not table["blocks"] or not any(b["rows"] for b in table["blocks"]):
-            parts.append('<div class="note">no values yet</div>')
+            parts.append(f'<div class="note">{e(table.get("note") or "no values yet")}</div>')
         for block in table["blocks"]:
             parts.append(_html_block(block))
     parts.append("<h2>Trials</h2>")
@@ -137,7 +137,7 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines += [f"- figure **{figure['title']}** not drawn: {figure['note']}", ""]
     lines += ["## Tables", ""]
     for table in report["tables"]:
-        lines += [f"### {table['title']}", ""]
+        lines += [f"### {table['title']}", ""] + ([table["note"], ""] if table.get("note") else [])
         for block in table["blocks"]:
             if block["title"]:
                 lines += [f"**{block['title']}**", ""]

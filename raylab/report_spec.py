@@ -134,6 +134,12 @@ class Versus(_Item):
     logx: bool | None = None
     """Logarithmic x axis; None: when positive values span more than two decades."""
     logy: bool = False
+    baseline: dict[str, Any] | None = None
+    """Swept values of one arm that stands at its ``x`` value for every series without trials
+    of its own there: a clean arm trained once for several series. With
+    ``{"poison_ratio": 0.0, "attack": "badnets"}``, blended at 0% shows BadNets' clean trials
+    (nothing is triggered at 0%, so both attacks train that model); wanet keeps its own. The
+    figure's caption names the series that borrow it."""
     title: str = ""
     name: str = ""
 
@@ -143,6 +149,8 @@ class Versus(_Item):
     def __post_init__(self):
         super().__post_init__()
         _check(bool(self.y), self, "needs at least one y metric")
+        _check(self.baseline is None or (isinstance(self.baseline, dict) and self.x in self.baseline),
+               self, f"baseline must be a dict of swept values that holds x ({self.x!r}), got {self.baseline!r}")
 
 
 @dataclass(frozen=True)
@@ -217,6 +225,23 @@ class Table(_Item):
         _check(bool(self.rows) or not self.columns, self, "columns=... needs rows=...")
 
 
+@dataclass(frozen=True)
+class Only:
+    """Metrics a workload reports under some configs only: the exact ones on an environment
+    with a known model, the held-out probe on Atari. In a run where ``when`` holds for no
+    trial's config they are not missing: the status notes leave them out, and a figure or
+    table of only such metrics says it does not apply here instead of being drawn empty."""
+
+    metrics: tuple[str, ...] | str
+    when: Callable[[dict[str, Any]], bool]
+    """Whether a trial's config (its ``params.json``) is one that reports ``metrics``."""
+    where: str
+    """The configs in words, for the report: ``Atari``, ``known-model environments``."""
+
+    def __post_init__(self):
+        object.__setattr__(self, "metrics", _as_tuple(self.metrics))
+
+
 Item = Union[Curve, Versus, Bars, Scatter, Table]
 FIGURE_KINDS = (Curve, Versus, Bars, Scatter)
 
@@ -228,9 +253,12 @@ class Report:
     items: tuple[Item, ...] = ()
     seeds: tuple[str, ...] | None = None
     """Config keys averaged over (replicates); None: ``seed`` and keys ending in ``_seed``."""
+    only: tuple[Only, ...] = ()
+    """Metrics reported under some configs only (``Only``)."""
 
     def __post_init__(self):
         object.__setattr__(self, "items", tuple(self.items))
+        object.__setattr__(self, "only", tuple(self.only))
         if self.seeds is not None:
             object.__setattr__(self, "seeds", _as_tuple(self.seeds))
         for item in self.items:
@@ -245,6 +273,14 @@ class Report:
     def metric_names(self) -> tuple[str, ...]:
         """Every metric name or pattern the items read, in order, without repeats."""
         return tuple(dict.fromkeys(m for item in self.items for m in item.metric_names()))
+
+    def not_applicable(self, configs: list[dict[str, Any]]) -> dict[str, str]:
+        """``{metric: where}`` for the ``only`` metrics that no config in ``configs`` reports."""
+        out: dict[str, str] = {}
+        for only in self.only:
+            if not any(only.when(config) for config in configs):
+                out.update(dict.fromkeys(only.metrics, only.where))
+        return out
 
 
 def is_seed_key(key: str, seeds: tuple[str, ...] | None) -> bool:

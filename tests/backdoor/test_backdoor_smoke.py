@@ -20,9 +20,34 @@ def test_experiments_load_with_and_without_smoke(name):
     for smoke in (False, True):
         experiment = experiments.load(name, smoke=smoke)
         assert experiment.metric in (METRICS if experiment.workload == "backdoor" else THEORY_METRICS)
-    full = experiments.load("backdoor_resnet")
-    assert full.search["poison_ratio"] == {"grid": [0.0, 0.005, 0.01, 0.05, 0.1]}  # 0: clean baseline
-    assert full.search["attack"] == {"grid": ["badnets", "blended", "wanet"]}
+
+@pytest.mark.parametrize("name", ["backdoor", "backdoor_resnet", "backdoor_digits", "backdoor_cifar_control",
+                                  "backdoor_theory"])
+def test_each_distinct_training_is_swept_once(name):
+    """No two trials of a grid train the same model: badnets and blended differ only in the
+    trigger, so at poison_ratio 0 (nothing triggered) they would train the same network twice."""
+    import itertools
+
+    from raylab import search_space
+
+    experiment = experiments.load(name)
+    keys = list(experiment.search)
+    assert all(list(spec) == ["grid"] for spec in experiment.search.values())  # grids only
+    trials = [search_space.with_variant({**experiment.config, **dict(zip(keys, values))})
+              for values in itertools.product(*(experiment.search[k]["grid"] for k in keys))]
+    assert len(trials) == search_space.grid_size(experiment.search)
+
+    def training(config):  # what the trained network depends on: the trigger only when p > 0
+        config = dict(config)
+        if config.get("poison_ratio") == 0 and config.get("attack") in ("badnets", "blended"):
+            config["attack"] = "badnets or blended, untriggered"
+        return repr(sorted(config.items()))
+
+    assert len({training(c) for c in trials}) == len(trials)
+    if name == "backdoor_resnet":  # 12 poisoned arms and two clean ones, x 3 seeds
+        arms = {(c["attack"], c["poison_ratio"]) for c in trials}
+        assert len(trials) == 42 and len(arms) == 14
+        assert sorted(a for a, p in arms if p == 0) == ["badnets", "wanet"]
 
 
 def test_config_errors_name_the_key():

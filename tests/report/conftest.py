@@ -31,6 +31,8 @@ def read_trials(run: Path) -> list[dict]:
         rows = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
         if rows:
             params = json.loads((folder / "params.json").read_text())
+            if isinstance(params.get("variant"), dict):  # a search.variant group sets these fields
+                params = {**params, **params["variant"]}
             trials.append({"name": folder.name, "params": params, "rows": rows})
     return trials
 

@@ -205,3 +205,46 @@ def test_bars_take_the_class_names_from_the_workloads_hook_and_a_tie_is_not_mark
     assert [t.get_text() for t in ticks[0][0][0].get_xticklabels()] == ["cat", "dog"]
     (block,) = table_blocks(run, Table("score", rows="method", best="max"), None)
     assert block.best == []  # both methods score 1.0: no best
+
+
+def test_a_clean_arm_swept_once_is_the_baseline_point_of_every_series_without_its_own(tmp_path, monkeypatch):
+    """backdoor_resnet sweeps the clean arm once (badnets at 0%): blended's line starts from it,
+    wanet keeps its own clean arm, and the caption says which series borrowed it."""
+    arms = [("badnets", 0.0), ("wanet", 0.0), ("badnets", 0.1), ("blended", 0.1), ("wanet", 0.1)]
+    asr = {("badnets", 0.0): 0.05, ("wanet", 0.0): 0.02, ("badnets", 0.1): 0.9, ("blended", 0.1): 0.8,
+           ("wanet", 0.1): 0.7}
+    trials = [{"params": {"variant": {"attack": a, "poison_ratio": p}, "seed": s},
+               "rows": [{"eval/asr": asr[a, p] + s / 100}]} for a, p in arms for s in (0, 1)]
+    search = {"variant": [{"attack": a, "poison_ratio": p} for a, p in arms], "seed": [0, 1]}
+    run = load_run(str(write_run(tmp_path, search, trials)))
+    from raylab import report_plots
+
+    axes_seen = []
+    real_subplots = report_plots.plt.subplots
+
+    def subplots(*args, **kwargs):
+        fig, axes = real_subplots(*args, **kwargs)
+        axes_seen.append(axes)
+        return fig, axes
+
+    monkeypatch.setattr(report_plots.plt, "subplots", subplots)
+
+    def lines(item):
+        drawn, note = report_plots.draw(item, run, None, tmp_path / "v.png")
+        ax = axes_seen[-1][0][0]
+        points = {c.get_label(): [round(v, 6) for xy in zip(*c.lines[0].get_data()) for v in xy]
+                  for c in ax.containers}
+        return drawn, note, points
+
+    drawn, note, points = lines(Versus("poison_ratio", "eval/asr", by="attack",
+                                       baseline={"poison_ratio": 0.0, "attack": "badnets"}))
+    assert drawn
+    assert points["attack=badnets"] == [0.0, 0.055, 0.1, 0.905]  # (x, mean) pairs
+    assert points["attack=blended"] == [0.0, 0.055, 0.1, 0.805]  # the clean arm at 0
+    assert points["attack=wanet"] == [0.0, 0.025, 0.1, 0.705]  # its own
+    assert note == ("at poison_ratio=0, attack=blended show the trials of poison_ratio=0, "
+                    "attack=badnets (one training for both)")
+    _, note, points = lines(Versus("poison_ratio", "eval/asr", by="attack"))  # the control
+    assert points["attack=blended"] == [0.1, 0.805] and note == ""
+    with pytest.raises(ValueError, match="baseline must be a dict of swept values that holds x"):
+        Versus("poison_ratio", "eval/asr", baseline={"attack": "badnets"})

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -45,8 +47,67 @@ def test_mlflow_and_wandb_offline_runs_read_back(smoke_sweep, tmp_path, monkeypa
     history = client.get_metric_history(run.info.run_id, "eval/mse")
     assert len(history) == 3 and history[-1].value == pytest.approx(result.metrics["eval/mse"])
     assert run.data.params["steps"] == "60"
-    assert list((tmp_path / "wandb").rglob("*.wandb")), "no offline W&B run was written"
+    (offline,) = (tmp_path / "wandb").rglob("offline-run-*/run-*.wandb")  # one trial, one run
+    records = wandb_records(offline)
+    (meta,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert meta.project == "raylab" and meta.run_group == Path(run_path).name
+    logged = [json.loads(item.value_json) for r in records if r.WhichOneof("record_type") == "history"
+              for item in r.history.item if item.key == "eval/mse"]
+    assert [h.value for h in history] == pytest.approx(logged)  # the sweep metric, every report
     assert list(Path(result.path).glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_an_mlflow_sqlite_store_gets_the_sweeps_run(ray_session, tmp_path, monkeypatch):
+    """``MLFLOW_TRACKING_URI=sqlite:///...``: the check before Ray passes (SQLAlchemy and alembic
+    are in the dev and loggers extras), and the smoke sweep's run is read back from the database."""
+    mlflow = pytest.importorskip("mlflow")
+    pytest.importorskip("sqlalchemy")
+    pytest.importorskip("alembic")
+    from raylab import experiment as experiments, sweep
+
+    db = tmp_path / "x.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    loggers.check_targets(["mlflow"], str(tmp_path / "results"))  # what the CLI runs first
+    experiment = experiments.load("toy", ["search.seed=[0]"], smoke=True)
+    results, run_path, _ = sweep.sweep(experiment, storage=str(tmp_path / "results"), verbose=0,
+                                       loggers=["mlflow"], name="toy-sqlite")
+    (result,) = results
+    assert result.error is None
+    assert db.is_file() and not (Path(run_path) / "mlruns").exists()
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{db}")
+    (exp,) = [e for e in client.search_experiments() if e.name == "toy"]
+    (run,) = client.search_runs([exp.experiment_id])
+    assert run.data.tags["raylab.run"] == "toy-sqlite"
+    history = client.get_metric_history(run.info.run_id, "eval/mse")
+    assert len(history) == 3 and history[-1].value == pytest.approx(result.metrics["eval/mse"])
+
+
+def wandb_records(path: Path) -> list:
+    """The records of a W&B run file (``run-ID.wandb``), read with W&B's own protobuf schema.
+
+    The file is ``:W&B``, a 2-byte magic and a version byte, then a LevelDB-style log: 32 KiB
+    blocks of chunks, each a 7-byte header (CRC32C, little-endian length, type: 1 full,
+    2 first, 3 middle, 4 last) and its bytes; a block's tail shorter than a header is padding.
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", data[:8]
+    records, pending, pos, block = [], b"", 7, 32768
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:
+            pos += block - pos % block
+            continue
+        length, kind = struct.unpack_from("<HB", data, pos + 4)
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+            pending = b""
+    return records
 
 
 def test_a_query_string_uri_names_the_logger_runs_and_the_report_folder_by_the_run(monkeypatch, tmp_path):

@@ -3,9 +3,21 @@ exact on known-model envs) against env steps, one line per inner-loop loss (or s
 shaded over seeds, a panel per game; final tables per game. A figure whose metrics a suite does
 not report is listed as not drawn."""
 
-from raylab.report_spec import Bars, Curve, Report, Table
+from raylab.report_spec import Bars, Curve, Only, Report, Table
+from trainers.dqn_softlinf import EXACT_METRICS, HELDOUT_METRICS
 
-REPORT = Report(items=(
+# Which runs report what (loop.py): the exact quantities where the env's model is known (the
+# FeatureMDP), the held-out probe on Atari with the raylab backend and a held-out set.
+ONLY = (
+    Only(EXACT_METRICS, lambda c: str(c.get("game", "")).startswith("raylab/FeatureMDP"),
+         "known-model environments (FeatureMDP)"),
+    Only(HELDOUT_METRICS, lambda c: c.get("suite", "atari") == "atari" and c.get("backend", "raylab") == "raylab"
+         and c.get("heldout_size", 1) > 0, "Atari (raylab backend, heldout_size > 0)"),
+    Only("train/soft_linf_ess", lambda c: c.get("loss") == "soft_linf", "loss soft_linf"),
+    Only("bellman/td_error_max_batch", lambda c: c.get("backend") == "rllib", "backend rllib"),
+)
+
+REPORT = Report(only=ONLY, items=(
     Curve(("eval/return_mean", "bellman/residual_linf_heldout", "bellman/residual_linf_expected"),
           x="env/steps", by=("loss", "beta"),
           title="evaluation return and held-out sup-norm Bellman residual (one-sample, K-sample) against env steps"),
