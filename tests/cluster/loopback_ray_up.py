@@ -155,7 +155,10 @@ def start_node(root: Path, index: int, key: Path, stage: Path, env: dict[str, st
     # What a cloud node has besides: its own IP (above), credentials for the results bucket (an
     # instance profile on AWS) and the resources its node type declares (Ray's updater exports
     # RAY_OVERRIDE_RESOURCES for cloud providers, never for the local one).
-    env = {"RAYLAB_LOOPBACK_NODE_IP": IPS[index], **env}
+    # And, for this machine's load (2 cores shared by many test processes): Ray's waits for a
+    # node's own processes to start, 15 to 30 s by default, raised to two minutes.
+    env = {"RAYLAB_LOOPBACK_NODE_IP": IPS[index], "RAY_agent_register_timeout_ms": "120000",
+           "RAY_raylet_start_wait_time_s": "120", **env}
     profile = f'export PATH="{HOME}/venv/bin:$PATH"\nexport PIP_DISABLE_PIP_VERSION_CHECK=1\n' + \
         "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     (home / ".bashrc").write_text(profile)
@@ -204,9 +207,20 @@ def wait_ssh(key: Path, ip: str, timeout: float = 30) -> None:
         time.sleep(0.5)
 
 
+# Ray 2.60's `ray up` starts the head with autoscaler v2 unless RAY_UP_enable_autoscaler_v2=0.
+# With the local provider v2 never brings up the last worker IP: its instance manager adopts
+# the head's Ray node as an instance of the one node type the local provider has, then drops
+# it ("cloud instance 127.0.0.1 no longer found": the head's own copy of the provider's state
+# file lists the head as terminated, which only v1 corrects), and its scheduler logs "Adding 1
+# nodes to satisfy min count" every few seconds without queueing one. v1 launches every worker
+# IP; so do README's instructions for cluster/local.yaml.
+RAY_CLI_ENV = {"RAY_UP_enable_autoscaler_v2": "0"}
+
+
 def ray_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([str(Path(sys.executable).parent / "ray"), *args], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **RAY_CLI_ENV})
 
 
 LAB_INIT = '''\
@@ -350,7 +364,8 @@ def main() -> int:
                                   or "rror" in line)[-3000:]
                               for log in sorted(root.glob("node*/tmp/ray/session_2*/logs/*"))
                               if log.name in ("raylet.out", "raylet.err", "gcs_server.out",
-                                              "gcs_server.err", "monitor.out", "monitor.err")}
+                                              "gcs_server.err", "monitor.out", "monitor.err",
+                                              "dashboard_agent.log", "dashboard.log")}
         shutil.rmtree(root, ignore_errors=True)
         for state in Path("/tmp/ray").glob(f"cluster-{root.name}.*"):  # the local provider's
             state.unlink(missing_ok=True)
