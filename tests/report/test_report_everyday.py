@@ -8,8 +8,8 @@ import json
 import yaml
 
 from raylab.report import write_report
-from raylab.report_aggregate import label_of
-from raylab.report_data import _swept_keys, find_run
+from raylab.report.aggregate import label_of
+from raylab.report.data import _swept_keys, find_run
 
 
 def test_an_experiment_name_skips_raylab_train_debug_runs_unless_asked(tmp_path):

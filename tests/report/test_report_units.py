@@ -11,9 +11,9 @@ import yaml
 
 from raylab import report
 from raylab.errors import UserError
-from raylab.report_aggregate import aggregate, series_xy, table_blocks, value_at
-from raylab.report_data import find_run, load_run
-from raylab.report_spec import Bars, Curve, Report, Scatter, Table, Versus
+from raylab.report.aggregate import aggregate, series_xy, table_blocks, value_at
+from raylab.report.data import find_run, load_run
+from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus
 
 
 def write_run(root: Path, search: dict, trials: list[dict], name="exp-20260101-120000", **experiment) -> Path:
@@ -189,7 +189,7 @@ def test_bars_take_the_class_names_from_the_workloads_hook_and_a_tie_is_not_mark
         asked.append(config["dataset"])
         return ("cat", "dog")
 
-    from raylab import report_plots
+    from raylab.report import plots as report_plots
 
     ticks = []
     real_subplots = report_plots.plt.subplots

@@ -3,7 +3,7 @@ same-label controls, attack success and clean accuracy against the poisoning rat
 after clean fine-tuning (``REPORT``); frozen-gate predictions against measured early loss
 decrease (``THEORY_REPORT``)."""
 
-from raylab.report_spec import Bars, Curve, Report, Scatter, Table, Versus
+from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus
 
 REPORT = Report(items=(
     Curve(("early/loss_poison", "early/loss_relabel", "early/loss_target", "early/loss_clean"),
