@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from raylab import provenance, workloads
-from raylab import storage as storage_paths
 from raylab.errors import UserError, exit_on_user_error
+from raylab.run_folder import RunFolder
 from raylab.report.aggregate import conditions, resolve_metric, table_blocks
 from raylab.report.data import TUNE_COUNTERS, Run, find_run, format_value, load_run
 from raylab.report.render import to_html, to_markdown
@@ -83,9 +83,9 @@ def write_report(run_path: str, out: str | Path | None = None, fmt: str = "html"
 
 
 def default_out(run: Run) -> Path:
-    if storage_paths.is_uri(run.path):
-        return Path("reports") / run.name
-    return Path(run.path) / "report"
+    """``RUN/report`` for a local run; ``reports/RUN_NAME`` here for a run on cloud storage."""
+    folder = RunFolder(run.path)
+    return Path("reports") / folder.name if folder.is_uri else Path(folder.location) / "report"
 
 
 def declared_report(run: Run) -> tuple[Report, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -157,8 +158,13 @@ def test_markdown_report_and_a_single_local_trial_run(tmp_path):
 def test_experiment_name_picks_the_newest_run(tmp_path):
     names = ("exp-20260101-120000", "exp-smoke-20260301-090000", "exp-train-20260201-000000",
              "expx-20270101-000000")
+    changed = {"exp-20260101-120000": 1, "exp-smoke-20260301-090000": 3, "exp-train-20260201-000000": 4,
+               "expx-20270101-000000": 5}  # when each experiment.yaml last changed
     for name in names:
-        write_run(tmp_path, {"seed": [0]}, [], name=name)
+        run = write_run(tmp_path, {"seed": [0]}, [], name=name)
+        if name.startswith("expx"):  # a sweep of another experiment saves its own name
+            (run / "experiment.yaml").write_text((run / "experiment.yaml").read_text().replace("name: exp", "name: expx"))
+        os.utime(run / "experiment.yaml", (1e9 + changed[name], 1e9 + changed[name]))
     assert find_run("exp", str(tmp_path)) == str(tmp_path / "exp-smoke-20260301-090000")
     with pytest.raises(UserError, match="no run of experiment 'other'"):
         find_run("other", str(tmp_path))
