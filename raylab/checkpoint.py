@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from raylab.files import sha256_file, write_atomic
+from raylab.run_folder import sha256_file, write_atomic
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"

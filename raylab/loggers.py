@@ -18,6 +18,7 @@ import os
 
 from raylab import storage
 from raylab.errors import UserError
+from raylab.run_folder import RunFolder
 
 LOGGERS = ("mlflow", "wandb", "tensorboard")
 
@@ -52,7 +53,7 @@ def check_targets(names: list[str], storage: str, timeout_s: float = 10.0) -> No
         where = f"--logger mlflow: MLFLOW_TRACKING_URI={uri}"
         if not uri:
             mlflow_file_store(storage_paths.root(storage))
-        elif uri.startswith("file:") or "://" not in uri:
+        elif uri.startswith("file:") or not storage_paths.is_uri(uri):
             allow_file_store(uri)
             storage_paths.probe_local(_file_store_path(uri))
         elif uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES:
@@ -82,7 +83,7 @@ DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 def allow_file_store(uri: str) -> None:
     """MLflow 3 keeps its file store behind an opt-in (it recommends a database or a server);
     raylab opts in for a ``file:`` tracking URI, the user's or its own."""
-    if uri.startswith("file:") or "://" not in uri:
+    if uri.startswith("file:") or not storage.is_uri(uri):
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
 
@@ -126,15 +127,15 @@ def _wandb_api_key() -> bool:
         return False
 
 
-def callbacks(names: list[str], experiment_name: str, run_path: str) -> list:
-    """Tune callbacks for ``names`` (already checked), logging to the run at ``run_path``."""
+def callbacks(names: list[str], experiment_name: str, run: RunFolder) -> list:
+    """Tune callbacks for ``names`` (already checked), logging to the run folder ``run``."""
     out = []
-    run_name = storage.name_of(run_path)  # a URI's ?query is not part of it
+    run_name = run.name  # a URI's ?query is not part of it
     for name in names:
         if name == "mlflow":
             from ray.air.integrations.mlflow import MLflowLoggerCallback
 
-            uri = os.environ.get("MLFLOW_TRACKING_URI") or mlflow_file_store(run_path)
+            uri = os.environ.get("MLFLOW_TRACKING_URI") or mlflow_file_store(run.location)
             allow_file_store(uri)
             out.append(MLflowLoggerCallback(
                 tracking_uri=uri, experiment_name=experiment_name,

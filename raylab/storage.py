@@ -82,6 +82,16 @@ def name_of(run_path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
+def parent(location: str) -> str:
+    """The folder that holds ``location`` (a run folder's storage root), a URI's query kept.
+
+    >>> parent("s3://b/runs/run-1?endpoint_override=http://127.0.0.1:9000")
+    's3://b/runs?endpoint_override=http://127.0.0.1:9000'
+    """
+    path, sep, query = location.partition("?") if is_uri(location) else (location, "", "")
+    return f"{path.rstrip('/').rsplit('/', 1)[0]}{sep}{query}"
+
+
 def scheme(storage: str) -> str:
     """The URI scheme (``s3``, ``gs``, ...), or ``""`` for a local path."""
     return urlsplit(storage).scheme if is_uri(storage) else ""

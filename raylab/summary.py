@@ -7,6 +7,8 @@ import io
 import math
 from typing import Any
 
+from raylab.run_folder import trial_status
+
 
 def rows(
     result_grid, metric: str, mode: str, swept: list[str], ended: frozenset[str] = frozenset(),
@@ -14,8 +16,8 @@ def rows(
 ) -> list[dict[str, Any]]:
     """One dict per trial: name, status, swept values, iterations, last and best metric.
 
-    A trial is TERMINATED when its last result says ``done`` or its id is in ``ended`` (the
-    trials whose loop returned: ``raylab.run_files.trial_ended``). With ``reported`` (the
+    The status is ``raylab.run_folder.trial_status``'s: TERMINATED when the last result says
+    ``done`` or the id is in ``ended`` (the trials whose loop returned: ``RunFolder.ended``). With ``reported`` (the
     workload's metric names; ``summary.csv``), a variant group's fields get one column each
     (``variant.beta``) and every reported metric its last value (``train/loss (last)``)."""
     out = []
@@ -28,12 +30,8 @@ def rows(
             else []
         )
         best = (max if mode == "max" else min)(values) if values else None
-        if result.error is not None:
-            status = "ERROR"
-        elif metrics.get("done") or metrics.get("trial_id") in ended:
-            status = "TERMINATED"
-        else:
-            status = "STOPPED" if metrics else "PENDING"
+        status = trial_status(bool(metrics), bool(metrics.get("done")), result.error is not None,
+                              metrics.get("trial_id") in ended)
         swept_values = {key: (result.config or {}).get(key) for key in swept}
         if reported is not None:
             swept_values = _flat(swept_values)

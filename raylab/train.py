@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from raylab import checks, cli, provenance, ray_start, run_files, search_space, session, summary, sweep, workloads, yaml_io
+from raylab import checks, cli, provenance, ray_start, search_space, session, summary, sweep, workloads, yaml_io
 from raylab import experiment as experiments
 from raylab.errors import UserError, exit_on_user_error
+from raylab.run_folder import EXPERIMENT_FILE, TRAIN_RUN, RunFolder, newest_run
 
 
 def parser() -> cli.ArgumentParser:
@@ -77,17 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("name an experiment (python -m raylab.tune --list shows them)")
     if args.resume and args.overrides:
         raise UserError("--resume continues a trial as it was started; drop the overrides")
-    root = Path(args.storage)
     if args.resume:  # the run folder's own experiment (smoke or not), before any check
         name = Path(args.experiment).stem if args.experiment.endswith((".yaml", ".yml")) else args.experiment
-        run_dir = _newest_run(root, name, args.smoke, args.name)
-        experiment = sweep.saved_experiment(str(run_dir))
+        run = trial_run_to_resume(args.storage, name, args.smoke, args.name)
+        experiment = sweep.saved_experiment(run)
     else:
         experiment = experiments.load(args.experiment, args.overrides, smoke=args.smoke)
-        run_dir = root / (args.name or sweep.default_run_name(experiment).replace(
+        run = RunFolder.under(args.storage, args.name or sweep.default_run_name(experiment).replace(
             experiment.name, f"{experiment.name}-train", 1))
         if args.name:
-            sweep.refuse_existing_run(str(root.absolute()), args.name)
+            sweep.refuse_existing_run(run)
+    if run.is_uri:
+        raise UserError(f"--storage {args.storage}: python -m raylab.train runs in this process and "
+                        "writes a local folder; use python -m raylab.tune for a cloud --storage")
+    run_dir = Path(run.location)
     checks.check_storage(args.storage)
     checks.check_resources(experiment, ray_start.local_resources(), local=True)
     checks.preflight(experiment)
@@ -101,12 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     if not args.resume:
         saved = {**experiment.to_yaml_dict(),
-                 "provenance": provenance.of_workload(workloads.get(experiment.workload))}
-        run_files.write_text(str(run_dir.absolute()), run_files.EXPERIMENT_FILE, yaml_io.dumps(saved))
+                 "provenance": {**provenance.of_workload(workloads.get(experiment.workload)), "command": TRAIN_RUN}}
+        run.write_text(EXPERIMENT_FILE, yaml_io.dumps(saved))
     else:
-        sweep.update_provenance(str(run_dir.absolute()), resumed=provenance.now())
+        sweep.update_provenance(run, resumed=provenance.now())
     history = run_local(experiment, run_dir / "trial", config, verbose=not args.quiet)
-    sweep.update_provenance(str(run_dir.absolute()), ended=provenance.now())
+    sweep.update_provenance(run, ended=provenance.now())
     last = history[-1] if history else {}
     best_values = [r[experiment.metric] for r in history
                    if isinstance(r.get(experiment.metric), (int, float)) and math.isfinite(r[experiment.metric])]
@@ -116,21 +120,22 @@ def main(argv: list[str] | None = None) -> int:
         f"{experiment.metric} (last)": last.get(experiment.metric),
         f"{experiment.metric} ({experiment.mode})": best,
     }]))
-    print(f"\nresults: {run_dir.absolute()}")
+    print(f"\nresults: {run.location}")
     return 0
 
 
-def _newest_run(root: Path, experiment_name: str, smoke: bool, name: str | None) -> Path:
+def trial_run_to_resume(storage: str, experiment_name: str, smoke: bool, name: str | None) -> RunFolder:
+    """The ``python -m raylab.train`` run ``--resume`` continues: ``--name``, else the newest."""
     if name:
-        if not (root / name / run_files.EXPERIMENT_FILE).is_file():
-            raise UserError(f"--resume: no trial run at {root / name}")
-        return root / name
-    prefix = f"{experiment_name}-train{'-smoke' if smoke else ''}-"
-    runs = sorted(root.glob(f"{prefix}*"), reverse=True) if root.is_dir() else []
-    runs = [r for r in runs if (r / run_files.EXPERIMENT_FILE).is_file()]
-    if not runs:
-        raise UserError(f"--resume: no run of '{prefix[:-1]}' in {root.absolute()}")
-    return runs[0]
+        run = RunFolder.under(storage, name)
+        if run.kind(EXPERIMENT_FILE) != "file":
+            raise UserError(f"--resume: no trial run at {run.location}")
+        return run
+    run = newest_run(storage, experiment_name, smoke=True if smoke else None, train=True)
+    if run is None:
+        kind = f"{experiment_name}-train{'-smoke' if smoke else ''}"
+        raise UserError(f"--resume: no run of '{kind}' in {RunFolder(storage).location}")
+    return run
 
 
 if __name__ == "__main__":

@@ -20,10 +20,11 @@ from raylab import ray_start
 if __name__ == "__main__":  # before Ray is imported (below): where a local Ray listens
     ray_start.bind_to_loopback_unless_asked(sys.argv[1:])
 
-from raylab import checks, cli, loggers, run_files, storage, summary, sweep, workloads, yaml_io
+from raylab import checks, cli, loggers, storage, summary, sweep, workloads, yaml_io
 from raylab import experiment as experiments
 from raylab import search_space
 from raylab.errors import UserError, exit_on_user_error
+from raylab.run_folder import RunFolder
 
 
 def parser() -> cli.ArgumentParser:
@@ -67,15 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--keep keeps the dashboard up after the sweep; it needs --dashboard")
     if args.listen and args.address:
         raise UserError("--listen is for the local Ray raylab starts; a joined cluster binds as it was started")
-    root = sweep.storage_root(args.storage)
-    if args.resume:
-        run_path, experiment = run_to_resume(args, root)
-        if sweep.is_finished(run_path):
-            print(f"{run_name_of(run_path)} has finished: every trial terminated; nothing to "
-                  f"resume.\nresults: {run_path}")
+    if args.resume:  # the run folder is resolved here, once, and handed to the sweep
+        run, experiment = run_to_resume(args)
+        if run.finished:
+            print(f"{run.name} has finished: every trial terminated; nothing to "
+                  f"resume.\nresults: {run.location}")
             return 0
     else:
         experiment = experiments.load(args.experiment, overrides_of(args), smoke=args.smoke)
+        run = RunFolder.under(args.storage, args.name or sweep.default_run_name(experiment))
 
     if args.dry_run:
         print(dry_run_text(experiment))
@@ -84,17 +85,17 @@ def main(argv: list[str] | None = None) -> int:
             from raylab import cluster_plan
 
             print(cluster_plan.plan_text(experiment, args.cluster))
-        for check, problem in run_checks(args, experiment, root):
+        for check, problem in run_checks(args, experiment, run):
             print(f"# {check}: {problem or 'ok'}")
         return 0
 
-    for _, problem in run_checks(args, experiment, root, stop_at_first=True):
+    for _, problem in run_checks(args, experiment, run, stop_at_first=True):
         if problem:
             raise UserError(problem)
     ray_info = ray_start.connect(
         args.address, dashboard=args.dashboard, state_api=experiment.resources.uses_ray_train,
         listen=args.listen, quiet=not args.verbose,
-        env_vars=storage.credential_env(root) if args.address else None,
+        env_vars=storage.credential_env(run.location) if args.address else None,
     )
     if args.address:  # before any trial starts: a local folder must be one every node mounts
         import ray
@@ -104,34 +105,32 @@ def main(argv: list[str] | None = None) -> int:
     if ray_info["dashboard_url"]:
         cli.stderr(ray_start.dashboard_text(ray_info))
 
-    run_name = args.name or (run_name_of(run_path) if args.resume else sweep.default_run_name(experiment))
-    folder = sweep.run_path_of(root, run_name)
-    cli.stderr(f"run folder: {folder}\nTensorBoard: tensorboard --logdir {folder}")
-    results, run_path, experiment = sweep.sweep(
-        experiment, storage=args.storage, name=run_name, resume=args.resume,
+    cli.stderr(f"run folder: {run.location}\nTensorBoard: tensorboard --logdir {run.location}")
+    results, _, experiment = sweep.sweep(
+        experiment, run, resume=args.resume,
         verbose=2 if args.verbose else 0, progress=not args.quiet,
         loggers=log_to, joined_cluster=bool(args.address),
     )
-    table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search),
-                         ended=sweep.ended_trials(run_path, results))
+    ended = sweep.ended_trials(run, results)
+    table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search), ended=ended)
     reported = workloads.get(experiment.workload).metrics
     csv_table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search),
-                             ended=sweep.ended_trials(run_path, results), reported=reported)
-    csv_path = run_files.write_text(run_path, "summary.csv", summary.to_csv(csv_table))
+                             ended=ended, reported=reported)
+    csv_path = run.write_text("summary.csv", summary.to_csv(csv_table))
     print()
     print(summary.format_table(table))
-    print(f"\nresults: {run_path}\nsummary: {csv_path}")
+    print(f"\nresults: {run.location}\nsummary: {csv_path}")
     if args.report:
         from raylab import report
 
-        print(f"report: {report.write_report(run_path)}")
+        print(f"report: {report.write_report(run.location)}")
     unfinished = sum(row["status"] not in ("TERMINATED", "ERROR") for row in table)
     if ray_info["dashboard_url"] and args.keep and not unfinished:
         ray_start.wait_for_ctrl_c(ray_info)
     if unfinished:
         cli.stderr(
             f"sweep interrupted with {unfinished} unfinished trial(s); continue it with:\n"
-            f"  {resume_command(experiment.name, run_name_of(run_path), args)}"
+            f"  {resume_command(experiment.name, run.name, args)}"
         )
         return 130
     failed = [row["trial"] for row in table if row["status"] == "ERROR"]
@@ -148,28 +147,24 @@ def overrides_of(args) -> list[str]:
     return overrides
 
 
-def run_to_resume(args, root: str) -> tuple[str, experiments.Experiment]:
+def run_to_resume(args) -> tuple[RunFolder, experiments.Experiment]:
     """The run folder ``--resume`` continues and the experiment it saved (before Ray starts)."""
     if overrides_of(args):
         raise UserError("--resume continues a sweep as it was started; drop the overrides")
     name = experiment_name(args.experiment)
-    run_path = sweep.find_run_to_resume(root, name, True if args.smoke else None, args.name)
-    experiment = sweep.saved_experiment(run_path)
+    run = sweep.run_to_resume(args.storage, name, True if args.smoke else None, args.name)
+    experiment = sweep.saved_experiment(run)
     if experiment.name != name:
         raise UserError(f"--resume --name {args.name}: that run is of experiment "
                         f"'{experiment.name}', not '{name}'")
     if not args.name:
-        cli.stderr(f"resuming {run_name_of(run_path)}, the newest unfinished run of '{name}'")
-    return run_path, experiment
+        cli.stderr(f"resuming {run.name}, the newest unfinished run of '{name}'")
+    return run, experiment
 
 
 def experiment_name(name_or_path: str) -> str:
     """An experiment's name as run folders save it: a YAML path's stem, or the name given."""
     return Path(name_or_path).stem if name_or_path.endswith((".yaml", ".yml")) else name_or_path
-
-
-def run_name_of(run_path: str) -> str:
-    return storage.name_of(run_path)
 
 
 def resume_command(experiment_name: str, run_name: str, args) -> str:
@@ -184,14 +179,14 @@ def resume_command(experiment_name: str, run_name: str, args) -> str:
     return command
 
 
-def run_checks(args, experiment, root: str, stop_at_first: bool = False):
+def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
     """The checks the sweep passes before Ray starts, as ``(check, problem or None)`` pairs.
 
     ``--dry-run`` runs them all and prints each; a real run stops at the first problem.
     """
     def name_is_free():
         if args.name and not args.resume:
-            sweep.refuse_existing_run(root, args.name)
+            sweep.refuse_existing_run(run)
 
     def resources():
         if not args.address:
@@ -206,9 +201,9 @@ def run_checks(args, experiment, root: str, stop_at_first: bool = False):
          else "resources on this machine", resources),
         ("workload preflight", lambda: checks.preflight(experiment)),
     ]
-    for check, run in steps:
+    for check, step in steps:
         try:
-            run()
+            step()
             yield check, None
         except UserError as err:
             yield check, str(err)

@@ -33,7 +33,7 @@ class Workload:
     machine cannot run it (dataset missing or corrupted, replay buffer larger than memory).
     The CLI calls it before starting Ray on a local run; loops call it again at their start."""
     figures: str = ""
-    """Optional ``module:attribute`` of the workload's ``raylab.report_spec.Report``: the
+    """Optional ``module:attribute`` of the workload's ``raylab.report.spec.Report``: the
     figures and tables ``python -m raylab.report`` draws (``trainers/<name>/figures.py``)."""
     data_parallel: bool = False
     """Whether the loop shards its data across Ray Train workers, so that ``workers > 1``

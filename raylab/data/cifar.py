@@ -37,8 +37,8 @@ import numpy as np
 import torch
 
 from raylab.errors import UserError
-from raylab.files import write_atomic
-from raylab.paths import user_path
+from raylab.run_folder import write_atomic
+from raylab.run_folder import user_path
 
 Name = Literal["cifar10", "cifar100"]
 

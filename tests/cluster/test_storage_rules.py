@@ -8,7 +8,7 @@ import pytest
 
 from raylab import checks, storage
 from raylab import experiment as experiments
-from raylab import session, sweep, trainables
+from raylab import session, sweep, train_trial, trainables
 from raylab import tune as raylab_tune
 from raylab.errors import UserError
 
@@ -87,11 +87,11 @@ def test_trials_queue_on_a_joined_cluster_and_fit_the_machine_locally(joined):
 
 
 def test_distributed_backend_is_nccl_on_cuda_and_gloo_otherwise():
-    assert trainables.distributed_backend(1, nccl_built=True) == "nccl"
-    assert trainables.distributed_backend(0.5, nccl_built=True) == "nccl"
-    assert trainables.distributed_backend(1, nccl_built=False) == "gloo"  # a GPU resource, no CUDA
-    assert trainables.distributed_backend(0, nccl_built=True) == "gloo"
-    assert trainables.distributed_backend(1) == "gloo"  # this machine's CPU torch has no nccl
+    assert train_trial.distributed_backend(1, nccl_built=True) == "nccl"
+    assert train_trial.distributed_backend(0.5, nccl_built=True) == "nccl"
+    assert train_trial.distributed_backend(1, nccl_built=False) == "gloo"  # a GPU resource, no CUDA
+    assert train_trial.distributed_backend(0, nccl_built=True) == "gloo"
+    assert train_trial.distributed_backend(1) == "gloo"  # this machine's CPU torch has no nccl
 
 
 def test_a_tune_trial_trains_on_the_cpu_whatever_the_machine_has():

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from raylab import cli, progress, ray_start, run_files, sweep, yaml_io
+from raylab import cli, progress, ray_start, sweep, yaml_io
+from raylab.run_folder import EXPERIMENT_FILE, FINISHED_FILE, RunFolder
 from raylab import experiment as experiments
 from raylab import tune as raylab_tune
 
@@ -22,8 +23,8 @@ EXPERIMENTS = sorted(experiments.available())
 @pytest.mark.parametrize("smoke", [False, True])
 def test_saved_experiment_round_trips_through_validation(name, smoke, tmp_path):
     exp = experiments.load(name, smoke=smoke)
-    run_files.write_text(str(tmp_path), run_files.EXPERIMENT_FILE, yaml_io.dumps(exp.to_yaml_dict()))
-    again = sweep.saved_experiment(str(tmp_path))
+    RunFolder(tmp_path).write_text(EXPERIMENT_FILE, yaml_io.dumps(exp.to_yaml_dict()))
+    again = sweep.saved_experiment(RunFolder(str(tmp_path)))
     assert again.name == name and again.smoke == smoke
     assert {**again.to_yaml_dict(), "source": ""} == {**exp.to_yaml_dict(), "source": ""}
 
@@ -42,14 +43,14 @@ def fake_run(root: Path, name: str, experiment: str = "toy", smoke: bool = True,
     maybe finished."""
     exp = experiments.load(experiment, smoke=smoke)
     run = root / name
-    run_files.write_text(str(run), run_files.EXPERIMENT_FILE, yaml_io.dumps(exp.to_yaml_dict()))
+    RunFolder(run).write_text(EXPERIMENT_FILE, yaml_io.dumps(exp.to_yaml_dict()))
     (run / "tuner.pkl").write_bytes(b"")
     if tune_state:
         (run / "experiment_state-2026-01-01_00-00-00.json").write_text("{}")
     if finished:
-        run_files.write_text(str(run), run_files.FINISHED_FILE, "trials: 2\n")
+        RunFolder(run).write_text(FINISHED_FILE, "trials: 2\n")
     stamp = time.time() - age_s
-    os.utime(run / run_files.EXPERIMENT_FILE, (stamp, stamp))
+    os.utime(run / EXPERIMENT_FILE, (stamp, stamp))
     return run
 
 
@@ -57,16 +58,16 @@ def test_bare_resume_takes_the_newest_unfinished_run(tmp_path):
     fake_run(tmp_path, "old-interrupted", age_s=300)
     fake_run(tmp_path, "new-finished", finished=True, age_s=10)
     fake_run(tmp_path, "other", experiment="backdoor", age_s=0)
-    assert sweep.find_run_to_resume(str(tmp_path), "toy", None, None) == str(tmp_path / "old-interrupted")
+    assert str(sweep.run_to_resume(str(tmp_path), "toy", None, None)) == str(tmp_path / "old-interrupted")
     fake_run(tmp_path, "full-interrupted", smoke=False, age_s=5)
-    assert sweep.find_run_to_resume(str(tmp_path), "toy", None, None).endswith("full-interrupted")
-    assert sweep.find_run_to_resume(str(tmp_path), "toy", True, None).endswith("old-interrupted")
+    assert str(sweep.run_to_resume(str(tmp_path), "toy", None, None)).endswith("full-interrupted")
+    assert str(sweep.run_to_resume(str(tmp_path), "toy", True, None)).endswith("old-interrupted")
 
 
 def test_bare_resume_skips_a_folder_tune_cannot_restore(tmp_path, capsys):
     fake_run(tmp_path, "older", age_s=300)
     fake_run(tmp_path, "failed-before-its-first-trial", tune_state=False, age_s=0)
-    assert sweep.find_run_to_resume(str(tmp_path), "toy", None, None) == str(tmp_path / "older")
+    assert str(sweep.run_to_resume(str(tmp_path), "toy", None, None)) == str(tmp_path / "older")
     argv = ["toy", "--resume", "--name", "failed-before-its-first-trial", "--storage", str(tmp_path)]
     assert raylab_tune.main(argv) == 2
     assert "no resumable sweep at" in capsys.readouterr().err
@@ -166,7 +167,7 @@ def test_raylab_train_refuses_a_taken_name_and_resumes_by_name_alone(tmp_path, c
     # a full toy run would differ from the smoke run; the folder says it was a smoke run
     assert raylab_train.main(["toy", "--resume", "--quiet", "--storage", str(tmp_path), "--name", "t"]) == 0
     assert "t" in capsys.readouterr().out
-    record = yaml_io.load(tmp_path / "t" / run_files.EXPERIMENT_FILE)["provenance"]
+    record = yaml_io.load(tmp_path / "t" / EXPERIMENT_FILE)["provenance"]
     assert len(record["resumed"]) == 1 and record["started"] <= record["resumed"][0] <= record["ended"]
 
 
@@ -177,7 +178,7 @@ def test_through_a_storage_uri_finished_runs_say_so_and_the_saved_experiment_is_
     uri = f"file://{tmp_path}"
     assert raylab_tune.main(["toy", "--resume", "--name", "done", "--storage", uri]) == 0
     assert "done has finished" in capsys.readouterr().out
-    saved = sweep.saved_experiment(f"{uri}/open")
+    saved = sweep.saved_experiment(RunFolder(f"{uri}/open"))
     assert saved.smoke and saved.search["variant"]["grid"][1] == {"loss": "soft_linf", "beta": 10.0}
     assert raylab_tune.main(["dqn_softlinf", "--smoke", "--name", "open", "--storage", uri]) == 2
     assert "a run already exists" in capsys.readouterr().err
@@ -216,13 +217,13 @@ def test_provenance_records_a_resumption_and_the_end_and_the_saved_experiment_st
 
     exp = experiments.load("toy", smoke=True)
     saved = {**exp.to_yaml_dict(), "provenance": provenance.record(Path(__file__).parent)}
-    run_files.write_text(str(tmp_path), run_files.EXPERIMENT_FILE, yaml_io.dumps(saved))
+    RunFolder(tmp_path).write_text(EXPERIMENT_FILE, yaml_io.dumps(saved))
     resumed = provenance.now()
-    sweep.update_provenance(str(tmp_path), resumed=resumed)
-    assert yaml_io.load(tmp_path / run_files.EXPERIMENT_FILE)["provenance"]["ended"] is None
+    sweep.update_provenance(RunFolder(tmp_path), resumed=resumed)
+    assert yaml_io.load(tmp_path / EXPERIMENT_FILE)["provenance"]["ended"] is None
     ended = provenance.now()
-    sweep.update_provenance(str(tmp_path), ended=ended)
-    record = yaml_io.load(tmp_path / run_files.EXPERIMENT_FILE)["provenance"]
+    sweep.update_provenance(RunFolder(tmp_path), ended=ended)
+    record = yaml_io.load(tmp_path / EXPERIMENT_FILE)["provenance"]
     assert record["resumed"] == [resumed] and record["ended"] == ended
     assert len(record["git"]["commit"]) == 40 and record["started"] <= record["ended"]
-    assert sweep.saved_experiment(str(tmp_path)).name == "toy"  # provenance is not a setting
+    assert sweep.saved_experiment(RunFolder(str(tmp_path))).name == "toy"  # provenance is not a setting

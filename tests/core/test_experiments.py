@@ -82,7 +82,7 @@ def test_overrides_and_smoke_merge_into_the_file():
 def test_pbt_and_asha_schedulers_build(ray_session):
     from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
 
-    from raylab import schedulers
+    from raylab import sweep as schedulers
 
     assert isinstance(schedulers.make_scheduler(experiments.load("toy")), ASHAScheduler)
     pbt = experiments.load("toy", ["scheduler.type=pbt", "scheduler.hyperparam_mutations={lr: [0.01, 0.1]}"])

@@ -116,6 +116,6 @@ def test_a_stale_ray_address_file_does_not_capture_a_local_sweep(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, err[-3000:]
-    from raylab import run_files
+    from raylab.run_folder import FINISHED_FILE
 
-    assert (tmp_path / "results" / "run" / run_files.FINISHED_FILE).exists()
+    assert (tmp_path / "results" / "run" / FINISHED_FILE).exists()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from raylab import checkpoint as ckpt
-from raylab.files import sha256_file
+from raylab.run_folder import sha256_file
 from raylab import session
 
 

@@ -1,7 +1,7 @@
 """Checks of a written report against the run folder's own files, computed here independently.
 
 The oracle below reads ``params.json`` and ``result.json`` with plain ``json`` and recomputes
-every table cell with ``statistics``; it shares no code with ``raylab.report_*``.
+every table cell with ``statistics``; it shares no code with the ``raylab.report`` package.
 """
 
 from __future__ import annotations

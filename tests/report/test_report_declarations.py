@@ -9,8 +9,8 @@ import re
 import pytest
 
 from raylab import workloads
-from raylab.report_data import TUNE_COUNTERS
-from raylab.report_spec import Bars, Curve, Report, Scatter, Table, Versus
+from raylab.report.data import TUNE_COUNTERS
+from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus
 
 NAMES = sorted(workloads.registry())
 

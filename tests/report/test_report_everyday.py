@@ -4,17 +4,22 @@ tables that scroll."""
 from __future__ import annotations
 
 import json
+import os
 
 import yaml
 
 from raylab.report import write_report
-from raylab.report_aggregate import label_of
-from raylab.report_data import _swept_keys, find_run
+from raylab.report.aggregate import label_of
+from raylab.report.data import _swept_keys, find_run
 
 
 def test_an_experiment_name_skips_raylab_train_debug_runs_unless_asked(tmp_path):
-    for name in ("exp-20260101-120000", "exp-train-20260201-000000"):
+    for age, (name, command) in enumerate([("exp-train-20260201-000000", "raylab.train"),
+                                           ("exp-20260101-120000", "raylab.tune")][::-1]):
         (tmp_path / name).mkdir()
+        saved = tmp_path / name / "experiment.yaml"
+        saved.write_text(yaml.safe_dump({"name": "exp", "provenance": {"command": command}}))
+        os.utime(saved, (1e9 + age, 1e9 + age))  # the debug run is the newer one
     assert find_run("exp", str(tmp_path)) == str(tmp_path / "exp-20260101-120000")
     assert find_run("exp", str(tmp_path), train_runs=True) == str(tmp_path / "exp-train-20260201-000000")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,9 @@ import yaml
 
 from raylab import report
 from raylab.errors import UserError
-from raylab.report_aggregate import aggregate, series_xy, table_blocks, value_at
-from raylab.report_data import find_run, load_run
-from raylab.report_spec import Bars, Curve, Report, Scatter, Table, Versus
+from raylab.report.aggregate import aggregate, series_xy, table_blocks, value_at
+from raylab.report.data import find_run, load_run
+from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus
 
 
 def write_run(root: Path, search: dict, trials: list[dict], name="exp-20260101-120000", **experiment) -> Path:
@@ -157,8 +158,13 @@ def test_markdown_report_and_a_single_local_trial_run(tmp_path):
 def test_experiment_name_picks_the_newest_run(tmp_path):
     names = ("exp-20260101-120000", "exp-smoke-20260301-090000", "exp-train-20260201-000000",
              "expx-20270101-000000")
+    changed = {"exp-20260101-120000": 1, "exp-smoke-20260301-090000": 3, "exp-train-20260201-000000": 4,
+               "expx-20270101-000000": 5}  # when each experiment.yaml last changed
     for name in names:
-        write_run(tmp_path, {"seed": [0]}, [], name=name)
+        run = write_run(tmp_path, {"seed": [0]}, [], name=name)
+        if name.startswith("expx"):  # a sweep of another experiment saves its own name
+            (run / "experiment.yaml").write_text((run / "experiment.yaml").read_text().replace("name: exp", "name: expx"))
+        os.utime(run / "experiment.yaml", (1e9 + changed[name], 1e9 + changed[name]))
     assert find_run("exp", str(tmp_path)) == str(tmp_path / "exp-smoke-20260301-090000")
     with pytest.raises(UserError, match="no run of experiment 'other'"):
         find_run("other", str(tmp_path))
@@ -189,7 +195,7 @@ def test_bars_take_the_class_names_from_the_workloads_hook_and_a_tie_is_not_mark
         asked.append(config["dataset"])
         return ("cat", "dog")
 
-    from raylab import report_plots
+    from raylab.report import plots as report_plots
 
     ticks = []
     real_subplots = report_plots.plt.subplots
@@ -217,7 +223,7 @@ def test_a_clean_arm_swept_once_is_the_baseline_point_of_every_series_without_it
                "rows": [{"eval/asr": asr[a, p] + s / 100}]} for a, p in arms for s in (0, 1)]
     search = {"variant": [{"attack": a, "poison_ratio": p} for a, p in arms], "seed": [0, 1]}
     run = load_run(str(write_run(tmp_path, search, trials)))
-    from raylab import report_plots
+    from raylab.report import plots as report_plots
 
     axes_seen = []
     real_subplots = report_plots.plt.subplots

@@ -14,6 +14,7 @@ import pytest
 from raylab import loggers
 from raylab import tune as raylab_tune
 from raylab.errors import UserError
+from raylab.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,12 +115,12 @@ def test_a_query_string_uri_names_the_logger_runs_and_the_report_folder_by_the_r
     """``--storage s3://b/runs?endpoint_override=http://host:9000&scheme=http``: the MLflow tag,
     the W&B group and the default report folder are the run name, not the query's tail."""
     from raylab import report
-    from raylab.report_data import Run
+    from raylab.report.data import Run
 
     run_path = "s3://bucket/runs/toy-smoke-20260101-000000?endpoint_override=http://127.0.0.1:9000&scheme=http"
     assert run_path.rsplit("/", 1)[-1] == "127.0.0.1:9000&scheme=http"  # the trap: a "/" in the query
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file://{tmp_path}/mlruns")  # a cloud run needs one
-    mlflow_cb, wandb_cb = loggers.callbacks(["mlflow", "wandb"], "toy", run_path)
+    mlflow_cb, wandb_cb = loggers.callbacks(["mlflow", "wandb"], "toy", RunFolder(run_path))
     assert mlflow_cb.tags == {"raylab.run": "toy-smoke-20260101-000000"}
     assert wandb_cb.group == "toy-smoke-20260101-000000"
     run = Run(path=run_path, experiment={}, trials=[], swept=[])
@@ -134,7 +135,7 @@ def test_a_file_store_tracking_uri_works_with_the_opt_in_raylab_sets(tmp_path, m
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     loggers.check_targets(["mlflow"], str(tmp_path / "results"))
-    (callback,) = loggers.callbacks(["mlflow"], "toy", str(tmp_path / "results" / "run-1"))
+    (callback,) = loggers.callbacks(["mlflow"], "toy", RunFolder(tmp_path / "results" / "run-1"))
     callback.setup()  # what Tune calls on the driver before the first trial
     assert "toy" in [e.name for e in MlflowClient(tracking_uri=uri).search_experiments()]
     assert not (tmp_path / "results").exists()

@@ -1,6 +1,6 @@
 """Metrics of all Ray Train ranks reduce to the trial's row: mean by default, or as declared."""
 
-from raylab.rank_metrics import REDUCE_KEY, check_reductions, reduce_across_ranks
+from raylab.session import REDUCE_KEY, check_reductions, reduce_across_ranks
 
 import pytest
 

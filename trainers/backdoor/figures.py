@@ -3,7 +3,7 @@ same-label controls, attack success and clean accuracy against the poisoning rat
 after clean fine-tuning (``REPORT``); frozen-gate predictions against measured early loss
 decrease (``THEORY_REPORT``)."""
 
-from raylab.report_spec import Bars, Curve, Report, Scatter, Table, Versus
+from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus
 
 # At 0% nothing is triggered, so BadNets and Blended train one model: an experiment sweeps that
 # clean arm once, as badnets (backdoor_resnet), and it is every such attack's 0% point. WaNet

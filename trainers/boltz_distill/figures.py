@@ -1,7 +1,7 @@
 """Reports of boltz_distill (distillation curves, ``REPORT``) and admet_probe (the ADMET table:
 tasks x representations, best per row marked, ``PROBE_REPORT``)."""
 
-from raylab.report_spec import Bars, Curve, Report, Table
+from raylab.report.spec import Bars, Curve, Report, Table
 
 REPORT = Report(items=(
     Curve(("distill/loss", "distill/val_loss"), x="distill/step",

@@ -17,7 +17,7 @@ from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.errors import UserError
 from trainers.boltz_distill import data as tasks
-from raylab.paths import user_path
+from raylab.run_folder import user_path
 from trainers.boltz_distill.chem import parse_smiles
 from trainers.boltz_distill.config import ProbeConfig
 from trainers.boltz_distill.featurize import mol_to_graph

@@ -3,7 +3,7 @@ exact on known-model envs) against env steps, one line per inner-loop loss (or s
 shaded over seeds, a panel per game; final tables per game. A figure whose metrics a suite does
 not report is listed as not drawn."""
 
-from raylab.report_spec import Bars, Curve, Only, Report, Table
+from raylab.report.spec import Bars, Curve, Only, Report, Table
 from trainers.dqn_softlinf import EXACT_METRICS, HELDOUT_METRICS
 
 # Which runs report what (loop.py): the exact quantities where the env's model is known (the

@@ -6,7 +6,7 @@ Per-class bars are labelled by class name through ``class_names``, the hook that
 trial's ``dataset``: CIFAR-10's ten names in its label order; CIFAR-100 runs keep the class
 index (its 100 fine labels would not fit under the bars)."""
 
-from raylab.report_spec import Bars, Curve, Report, Table
+from raylab.report.spec import Bars, Curve, Report, Table
 
 # CIFAR-10's ``label_names`` (its batches.meta), in label order.
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from raylab.errors import UserError
-from raylab.files import sha256_file
-from raylab.paths import user_path
+from raylab.run_folder import sha256_file
+from raylab.run_folder import user_path
 from trainers.seagram.config import Config
 from trainers.seagram.solver import SubgraphSolver, Verdict
 

@@ -3,7 +3,7 @@ kept, solver calls by stage, unconstrained greedy included), the victim's MAP ag
 edge-flip budget per attack, the active-learning comparison (labels kept and MAP against the
 training solver calls, per al_strategy), and the victims' training curves."""
 
-from raylab.report_spec import Bars, Curve, Report, Table, Versus
+from raylab.report.spec import Bars, Curve, Report, Table, Versus
 
 REPORT = Report(items=(
     Table(("victim/map", "attack/map", "attack/map_true_labels", "attack/label_preserved",

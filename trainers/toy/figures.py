@@ -1,6 +1,6 @@
 """The toy workload's report: loss curves over SGD steps, final error against the learning rate."""
 
-from raylab.report_spec import Curve, Report, Table, Versus
+from raylab.report.spec import Curve, Report, Table, Versus
 
 REPORT = Report(items=(
     Curve(("train/loss", "eval/mse"), x="train/step", logy=True,

@@ -16,11 +16,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from raylab.report_aggregate import (  # noqa: E402
+from raylab.report.aggregate import (  # noqa: E402
     aggregate, group, label_of, series_xy, split_keys, value_at,
 )
-from raylab.report_data import Run, Trial, format_value, is_number  # noqa: E402
-from raylab.report_spec import Bars, Curve, Scatter, Versus  # noqa: E402
+from raylab.report.data import Run, Trial, format_value, is_number  # noqa: E402
+from raylab.report.spec import Bars, Curve, Scatter, Versus  # noqa: E402
 
 PANEL_W, PANEL_H, MAX_PANELS = 5.0, 3.4, 36
 

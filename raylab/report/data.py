@@ -16,13 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raylab import storage as storage_paths
 from raylab import yaml_io
 from raylab.errors import UserError
+from raylab.run_folder import EXPERIMENT_FILE, RunFolder, newest_run, trial_status
 
-EXPERIMENT_FILE = "experiment.yaml"
 TUNE_COUNTERS = ("training_iteration", "time_total_s")
-_STAMP = re.compile(r"(\d{8}-\d{6})$")
 
 
 @dataclass
@@ -36,7 +34,8 @@ class Trial:
     rows: list[dict[str, Any]]
     """Its reports, oldest first (``result.json``)."""
     status: str
-    """TERMINATED, ERROR, RUNNING, PENDING, PAUSED (Tune's word), else REPORTED or NO RESULTS."""
+    """``raylab.run_folder.trial_status``: TERMINATED, ERROR, RUNNING, PENDING, PAUSED (a live
+    sweep's, from Tune's state), STOPPED or NO RESULTS."""
     error: str = ""
     """The first line of ``error.txt`` (empty when there is none)."""
 
@@ -61,81 +60,33 @@ class Run:
 
     @property
     def name(self) -> str:
-        return storage_paths.name_of(self.path)  # a URI's ?query is not part of it
-
-
-# ------------------------------------------------------------------------ filesystem
-
-
-class _Files:
-    """Listing and reading under one root, local or remote (pyarrow.fs)."""
-
-    def __init__(self, location: str):
-        import pyarrow.fs
-
-        self.fs_module = pyarrow.fs
-        try:
-            self.fs, self.root = storage_paths.filesystem(location)
-        except (pyarrow.ArrowInvalid, OSError, ValueError) as err:
-            raise UserError(f"cannot open {location}: {err}") from None
-        self.root = self.root.rstrip("/") or "/"
-
-    def kind(self, relative: str = "") -> str:
-        """``dir``, ``file`` or ``missing``."""
-        try:
-            info = self.fs.get_file_info(self._join(relative))
-        except OSError as err:
-            raise UserError(f"cannot read {self._join(relative)}: {err}") from None
-        return {self.fs_module.FileType.Directory: "dir", self.fs_module.FileType.File: "file"}.get(
-            info.type, "missing")
-
-    def listdir(self, relative: str = "") -> list[tuple[str, str]]:
-        """``(name, kind)`` of the entries directly under ``relative``."""
-        selector = self.fs_module.FileSelector(self._join(relative), allow_not_found=True)
-        entries = self.fs.get_file_info(selector)
-        return sorted(
-            (e.base_name, "dir" if e.type == self.fs_module.FileType.Directory else "file")
-            for e in entries
-        )
-
-    def read_text(self, relative: str) -> str:
-        with self.fs.open_input_stream(self._join(relative)) as stream:
-            return stream.read().decode("utf-8", errors="replace")
-
-    def _join(self, relative: str) -> str:
-        return f"{self.root}/{relative}".rstrip("/") if relative else self.root
+        return RunFolder(self.path).name  # a URI's ?query is not part of it
 
 
 # ------------------------------------------------------------------------ finding runs
 
 
 def find_run(target: str, storage: str = "results", train_runs: bool = False) -> str:
-    """The run folder ``target`` names: a path or URI of one, or an experiment name (newest run).
-
-    An experiment name matches the sweep folders ``NAME-STAMP`` and ``NAME-smoke-STAMP`` under
-    ``storage`` and, with ``train_runs``, the ``python -m raylab.train`` debug runs
-    ``NAME-train-STAMP`` and ``NAME-train-smoke-STAMP``; the newest stamp wins.
-    """
-    looks_like_path = storage_paths.is_uri(target) or "/" in target or target.startswith(".")
-    files = _Files(target) if looks_like_path or Path(target).exists() else None
-    if files is not None:
-        kind = files.kind()
+    """The run folder ``target`` names: a path or URI of one, or an experiment name (its newest
+    run under ``storage``: ``raylab.run_folder.newest_run``; sweeps only, unless ``train_runs``
+    lets a ``python -m raylab.train`` debug run be the newest too)."""
+    folder = RunFolder(target)
+    looks_like_path = folder.is_uri or "/" in target or target.startswith(".")
+    if looks_like_path or Path(target).exists():
+        kind = folder.kind()
         if kind == "missing":
             raise UserError(f"{target}: no such run folder")
         if kind != "dir":
             raise UserError(f"{target}: not a run folder (a file, not a folder)")
-        return target if storage_paths.is_uri(target) else files.root
-    storage_files = _Files(storage)
-    if storage_files.kind() != "dir":
+        return folder.location
+    root = RunFolder(storage)
+    if root.kind() != "dir":
         raise UserError(f"'{target}' is not a run folder, and --storage {storage} has no runs of it")
-    train = "(-train)?" if train_runs else ""
-    pattern = re.compile(rf"^{re.escape(target)}{train}(-smoke)?-\d{{8}}-\d{{6}}$")
-    runs = [name for name, kind in storage_files.listdir() if kind == "dir" and pattern.match(name)]
-    if not runs:
-        raise UserError(f"no run of experiment '{target}' under {storage_files.root} "
-                        f"(folders named {target}[-smoke]-YYYYmmdd-HHMMSS)")
-    newest = max(runs, key=lambda name: _STAMP.search(name).group(1))
-    return storage_paths.join(storage, newest) if storage_paths.is_uri(storage) else f"{storage_files.root}/{newest}"
+    newest = newest_run(root.location, target, train=None if train_runs else False)
+    if newest is None:
+        raise UserError(f"no run of experiment '{target}' under {root.location} "
+                        f"(folders whose {EXPERIMENT_FILE} names it)")
+    return newest.location
 
 
 # ------------------------------------------------------------------------ reading a run
@@ -143,7 +94,7 @@ def find_run(target: str, storage: str = "results", train_runs: bool = False) ->
 
 def load_run(path: str) -> Run:
     """Read the run folder at ``path`` (local or URI); ``UserError`` if it is not one."""
-    files = _Files(path)
+    files = RunFolder(path)
     kind = files.kind()
     if kind == "missing":
         raise UserError(f"{path}: no such run folder")
@@ -152,7 +103,7 @@ def load_run(path: str) -> Run:
     entries = dict(files.listdir())
     experiment = {}
     if entries.get(EXPERIMENT_FILE) == "file":
-        experiment = yaml_io.loads(files.read_text(EXPERIMENT_FILE), f"{path}/{EXPERIMENT_FILE}") or {}
+        experiment = yaml_io.loads(files.read_text(EXPERIMENT_FILE), files.join(EXPERIMENT_FILE)) or {}
         if not isinstance(experiment, dict):
             raise UserError(f"{path}/{EXPERIMENT_FILE}: expected a mapping of experiment keys")
     states = _tune_states(files, entries)
@@ -160,13 +111,14 @@ def load_run(path: str) -> Run:
     if not experiment and not trial_dirs and not states:
         raise UserError(f"{path}: not a run folder (no {EXPERIMENT_FILE} and no trial folders "
                         "with params.json or result.json)")
-    trials = [_load_trial(files, name, states.pop(name, None)) for name in sorted(trial_dirs)]
+    ended = files.ended_trials()
+    trials = [_load_trial(files, name, states.pop(name, None), ended) for name in sorted(trial_dirs)]
     for name, state in sorted(states.items()):  # known to Tune, no folder yet
         trials.append(Trial(name=name, params=state.get("params", {}), rows=[],
-                            status=state.get("status") or "PENDING"))
+                            status=trial_status(False, False, False, tune_status=state.get("status") or "PENDING")))
     search = experiment.get("search") or {}
     swept = _swept_keys(search) or _varying_keys(trials)
-    run = Run(path=path if storage_paths.is_uri(path) else files.root, experiment=experiment, trials=trials, swept=swept)
+    run = Run(path=files.location, experiment=experiment, trials=trials, swept=swept)
     single = trial_dirs == ["trial"] and not states  # python -m raylab.train: one trial, no search
     if search and not single:
         run.expected = _expected_trials(search, int(experiment.get("num_samples") or 1))
@@ -174,7 +126,7 @@ def load_run(path: str) -> Run:
     return run
 
 
-def _is_trial_dir(files: _Files, name: str) -> bool:
+def _is_trial_dir(files: RunFolder, name: str) -> bool:
     if name.startswith(("_", ".")) or name.startswith("checkpoint_"):
         return False
     inside = dict(files.listdir(name))
@@ -192,7 +144,7 @@ def _swept_keys(search: dict) -> list[str]:
     return list(keys)
 
 
-def _load_trial(files: _Files, name: str, state: dict | None) -> Trial:
+def _load_trial(files: RunFolder, name: str, state: dict | None, ended: frozenset[str] = frozenset()) -> Trial:
     inside = dict(files.listdir(name))
     params = {}
     if inside.get("params.json") == "file":
@@ -218,14 +170,9 @@ def _load_trial(files: _Files, name: str, state: dict | None) -> Trial:
     if inside.get("error.txt") == "file":
         lines = [line.strip() for line in files.read_text(f"{name}/error.txt").splitlines() if line.strip()]
         error = _error_line(lines)
-    status = (state or {}).get("status")
-    if not status:
-        if error:
-            status = "ERROR"
-        elif rows and rows[-1].get("done"):
-            status = "TERMINATED"
-        else:
-            status = "REPORTED" if rows else "NO RESULTS"
+    last = rows[-1] if rows else {}
+    status = trial_status(bool(rows), bool(last.get("done")), bool(error), last.get("trial_id") in ended,
+                          tune_status=(state or {}).get("status"))
     return Trial(name=name, params=params, rows=rows, status=status, error=error)
 
 
@@ -239,7 +186,7 @@ def _error_line(lines: list[str]) -> str:
     return lines[0]
 
 
-def _tune_states(files: _Files, entries: dict[str, str]) -> dict[str, dict]:
+def _tune_states(files: RunFolder, entries: dict[str, str]) -> dict[str, dict]:
     """Trial statuses from Tune's newest ``experiment_state-*.json`` (read as JSON, not pickle)."""
     names = sorted(n for n, k in entries.items() if k == "file" and n.startswith("experiment_state-"))
     if not names:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from raylab.report_data import Run, Trial, format_value, is_number, is_vector
-from raylab.report_spec import Table, is_seed_key
+from raylab.report.data import Run, Trial, format_value, is_number, is_vector
+from raylab.report.spec import Table, is_seed_key
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 

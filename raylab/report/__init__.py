@@ -10,7 +10,7 @@ report (HTML with the figures embedded, or Markdown beside them), the tables as 
 ``report.json`` (every number in the report). A sweep still running gives a partial report that
 says which trials have not reported, which failed (with the first line of their error) and
 which declared metrics no trial reported. The figures and tables are what the workload
-declares in its ``figures.py`` (see ``raylab.report_spec``).
+declares in its ``figures.py`` (see ``raylab.report.spec``).
 """
 
 from __future__ import annotations
@@ -20,17 +20,16 @@ import csv
 import datetime
 import io
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from raylab import provenance, workloads
-from raylab import storage as storage_paths
 from raylab.errors import UserError, exit_on_user_error
-from raylab.report_aggregate import conditions, resolve_metric, table_blocks
-from raylab.report_data import TUNE_COUNTERS, Run, find_run, format_value, load_run
-from raylab.report_render import to_html, to_markdown
-from raylab.report_spec import Curve, Report, Table
+from raylab.run_folder import RunFolder
+from raylab.report.aggregate import conditions, resolve_metric, table_blocks
+from raylab.report.data import TUNE_COUNTERS, Run, find_run, format_value, load_run
+from raylab.report.render import to_html, to_markdown
+from raylab.report.spec import Curve, Report, Table
 
 FORMATS = ("html", "md")
 LISTED = 8  # names listed in a status line before "and N more"
@@ -84,9 +83,9 @@ def write_report(run_path: str, out: str | Path | None = None, fmt: str = "html"
 
 
 def default_out(run: Run) -> Path:
-    if storage_paths.is_uri(run.path):
-        return Path("reports") / run.name
-    return Path(run.path) / "report"
+    """``RUN/report`` for a local run; ``reports/RUN_NAME`` here for a run on cloud storage."""
+    folder = RunFolder(run.path)
+    return Path("reports") / folder.name if folder.is_uri else Path(folder.location) / "report"
 
 
 def declared_report(run: Run) -> tuple[Report, str]:
@@ -111,7 +110,7 @@ def declared_report(run: Run) -> tuple[Report, str]:
 
 def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[str, Any]:
     """Draw the figures and compute the tables; return the report's content (JSON-able)."""
-    from raylab.report_plots import draw  # matplotlib only when drawing
+    from raylab.report.plots import draw  # matplotlib only when drawing
 
     exp = run.experiment
     metric, mode = exp.get("metric"), exp.get("mode", "max")
@@ -327,6 +326,3 @@ def _table_csv(blocks) -> str:
             writer.writerow([block.title, label, *values])
     return buffer.getvalue()
 
-
-if __name__ == "__main__":
-    sys.exit(main())
