@@ -130,7 +130,8 @@ class FakeCluster:
         )
         proc = self.run(sys.executable, "-c", code, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        # Ray's autoscaler may print its own line after ours ("(autoscaler +0s) Resized to ...").
+        return json.loads([line for line in proc.stdout.splitlines() if line.startswith("[")][-1])
 
 
 @contextlib.contextmanager
