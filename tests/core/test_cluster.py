@@ -25,7 +25,8 @@ CLUSTER_FILES = sorted((REPO / "cluster").glob("*.yaml"))
 def test_cluster_yaml_passes_ray_validation(path):
     config = yaml.safe_load(path.read_text())
     validate_config(prepare_config(copy.deepcopy(config)))
-    assert path.read_text().startswith("# ray up cluster/")
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# ") and f"ray up cluster/{path.name}" in first  # the command that brings it up
 
 
 def _rsync_copy(source: Path, dest: Path, config: dict) -> set[str]:
