@@ -35,6 +35,7 @@ import collections
 import copy
 import math
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -57,6 +58,37 @@ from trainers.dqn_softlinf.replay import FrameReplay
 TRAIN_STREAM, RESUME_STREAM, EVAL_STREAM, HELDOUT_STREAM, PROBE_STREAM = range(5)
 
 
+@dataclass
+class Run:
+    """One trial's pieces, shared by the step functions below: the fixed ones (config, device,
+    envs, networks, optimizer, replay, generators, the env's model where known) and the ones
+    the loop moves on (the envs' current observations and episode bookkeeping, the probe)."""
+
+    cfg: Config
+    device: torch.device
+    envs: object
+    q: torch.nn.Module
+    target: torch.nn.Module
+    q_fwd: object  # q, or torch.compile(q)
+    target_fwd: object
+    optimizer: torch.optim.Optimizer
+    replay: FrameReplay
+    rng: np.random.Generator  # exploration and replay sampling
+    probe_rng: np.random.Generator  # the in-sample probe's draws
+    exact_model: tuple | None  # (P, R, continue prob) where the env's model is known
+    q_star: np.ndarray | None
+    sums: dict = field(default_factory=dict)  # on-device running sums of loss, Q and ESS
+    probe: dict | None = None  # the current period's probe transitions and frozen targets
+    heldout: HeldoutProbe | None = None  # Atari: the held-out probe (a game of its own)
+    eval_envs: object = None
+    episodes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
+    obs: np.ndarray | None = None
+    lives: np.ndarray | None = None
+    ep_return: np.ndarray | None = None
+    final_prev: np.ndarray | None = None  # the previous step ended an episode: this one resets
+    fire_next: np.ndarray | None = None
+
+
 def train_loop(config: dict) -> None:
     cfg = from_dict(Config, config, "trial config")
     if cfg.backend == "rllib":
@@ -66,222 +98,40 @@ def train_loop(config: dict) -> None:
     preflight(cfg)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
-    device = session.device()
-
-    # ---------------------------------------------------------------- envs, networks, replay
-    envs = make_envs(cfg, cfg.num_envs)
-    torch.manual_seed(cfg.seed)
-    q = q_network(cfg.suite, envs.obs_shape, envs.num_actions, cfg.mlp_hidden, cfg.channels_last).to(device)
-    target = copy.deepcopy(q).requires_grad_(False)
-    optimizer = make_optimizer(cfg, q.parameters())
-    q_fwd = torch.compile(q) if cfg.compile else q
-    target_fwd = torch.compile(target) if cfg.compile else target
-    replay = FrameReplay(cfg.buffer_size, cfg.num_envs, envs.frame_shape, envs.frame_dtype, envs.stack)
-    rng = np.random.default_rng(cfg.seed)  # exploration and replay sampling
-    probe_rng = np.random.default_rng([cfg.seed, PROBE_STREAM])  # the in-sample probe's draws
-    exact_model = envs.exact_model()  # (P, R, continue prob) where the env's model is known
-    q_star = optimal_q(*exact_model[:2], cfg.gamma, exact_model[2]) if exact_model else None
-    heldout = None  # Atari: the held-out probe (a game of its own, never trained on)
-
-    def autocast():  # bf16 for acting and updates only; the probes measure in float32
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp_bf16)
-
+    run = build_run(cfg, session.device())
     n = cfg.num_envs
-    obs_shape = envs.obs_shape
-
-    def to_obs(frames: np.ndarray) -> torch.Tensor:  # replay stacks -> network input
-        return torch.from_numpy(frames.reshape(len(frames), *obs_shape)).to(device, non_blocking=True)
-
-    def to_batch(b: dict) -> dict:
-        return {
-            "obs": to_obs(b["obs"]), "next_obs": to_obs(b["next_obs"]),
-            "action": torch.from_numpy(b["action"]).to(device, torch.long),
-            "reward": torch.from_numpy(b["reward"]).to(device),
-            "done": torch.from_numpy(b["done"]).to(device, torch.float32),
-        }
-
-    # ---------------------------------------------------------------- state (fresh or resumed)
     s = {
         "env_steps": 0, "updates": 0, "next_sync": cfg.learning_starts, "next_report": cfg.report_every,
         "next_eval": 0, "evals": 0, "eval_return": math.nan, "updates_from": cfg.learning_starts,
         "episodes": [], "loss_sum": 0.0, "q_sum": 0.0, "ess_sum": 0.0, "loss_n": 0, "inner": [],
         "inner_exact": [], "exact_start": None, "credit": 0, "starts": 0,
     }
-    probe: dict | None = None  # the current period's probe transitions and frozen targets
     state = session.restore()
     if state is None:
-        obs, lives = envs.reset(env_seed(cfg.seed, TRAIN_STREAM))
-        ep_return = np.zeros(n, np.float64)
-        final_prev = np.zeros(n, bool)  # the previous step ended an episode: this one resets
-        fire_next = np.zeros(n, bool)
-        replay.add_observation(envs.newest_frame(obs), first=np.ones(n, bool), final=final_prev)
+        run.obs, run.lives = run.envs.reset(env_seed(cfg.seed, TRAIN_STREAM))
+        run.ep_return = np.zeros(n, np.float64)
+        run.final_prev, run.fire_next = np.zeros(n, bool), np.zeros(n, bool)
+        run.replay.add_observation(run.envs.newest_frame(run.obs), first=np.ones(n, bool), final=run.final_prev)
     else:
-        q.load_state_dict(state["q"])
-        target.load_state_dict(state["target"])
-        optimizer.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"])
-        rng.bit_generator.state = state["np_rng"]
-        probe_rng.bit_generator.state = state["probe_rng"]
-        s.update(state["counters"])
-        probe = state["probe"]
-        if "replay" in state:
-            replay.load_state_dict(state["replay"])
-        else:  # refill before learning again
-            s["updates_from"] = s["env_steps"] + cfg.learning_starts
-            probe = None
-        env_state = state.get("env")
-        if env_state is not None:  # exact continuation (gymnasium envs)
-            envs.set_state(env_state)
-            obs, lives = state["obs"].numpy(), state["lives"].numpy()
-            ep_return = state["ep_return"].numpy().copy()
-            final_prev, fire_next = state["final_prev"].numpy().copy(), state["fire_next"].numpy().copy()
-            if "replay" not in state:
-                replay.add_observation(envs.newest_frame(obs), np.ones(n, bool), final_prev)
-        else:  # ALE emulator state cannot be saved through AtariVectorEnv: start new episodes
-            s["starts"] += 1
-            obs, lives = envs.reset(env_seed(cfg.seed, RESUME_STREAM, s["starts"]))
-            ep_return = np.zeros(n, np.float64)
-            final_prev, fire_next = np.zeros(n, bool), np.zeros(n, bool)
-            replay.cut()
-            replay.add_observation(envs.newest_frame(obs), first=np.ones(n, bool), final=final_prev)
-    episodes = collections.deque(s["episodes"], maxlen=100)
+        restore(run, s, state)
+    run.episodes = collections.deque(s["episodes"], maxlen=100)
     if cfg.suite == "atari" and cfg.heldout_size:  # not checkpointed: a resumed trial refills it
-        heldout = HeldoutProbe(cfg, env_seed(cfg.seed, HELDOUT_STREAM, s["starts"]))
-    if probe is not None:
-        probe = {k: v.to(device) if torch.is_tensor(v) else v for k, v in probe.items()}
-
-    # ---------------------------------------------------------------- the pieces of one step
-    @torch.inference_mode()
-    def greedy(obs: np.ndarray) -> np.ndarray:
-        with autocast():
-            return q_fwd(torch.from_numpy(obs).to(device)).argmax(1).cpu().numpy()
-
-    def act(obs: np.ndarray, epsilon: float, gen: np.random.Generator) -> np.ndarray:
-        explore = gen.random(len(obs)) < epsilon
-        actions = gen.integers(0, envs.num_actions, size=len(obs))
-        if not explore.all():
-            actions = np.where(explore, actions, greedy(obs))
-        return actions
-
-    def targets(net_next: torch.Tensor, target_next: torch.Tensor, b: dict) -> torch.Tensor:
-        if cfg.double_dqn:
-            next_q = target_next.gather(1, net_next.argmax(1, keepdim=True)).squeeze(1)
-        else:
-            next_q = target_next.max(1).values
-        return b["reward"] + cfg.gamma * (1.0 - b["done"]) * next_q
-
-    def update() -> None:
-        b = to_batch(replay.sample(cfg.batch_size, rng))
-        with torch.no_grad(), autocast():
-            target_next = target_fwd(b["next_obs"]).float()
-            net_next = q_fwd(b["next_obs"]).float() if cfg.double_dqn else None
-        y = targets(net_next, target_next, b)
-        with autocast():
-            q_sa = q_fwd(b["obs"]).float().gather(1, b["action"][:, None]).squeeze(1)
-        td = q_sa - y
-        loss = batch_loss(cfg, td)
-        if cfg.loss == "soft_linf":  # how many samples carry the update: 1 / sum p_i^2
-            with torch.no_grad():
-                sums["ess"] += effective_sample_size(
-                    soft_linf_weights(td, effective_beta(td, cfg.beta, cfg.beta_scale)))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(q.parameters(), cfg.max_grad_norm)
-        optimizer.step()
-        sums["loss"] += loss.detach() / (len(td) if cfg.loss_reduction == "sum" else 1)
-        sums["q"] += q_sa.detach().mean()
-        s["loss_n"] += 1
-
-    @torch.no_grad()
-    def forward_chunks(net, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-        return torch.cat([net(x[i:i + chunk]) for i in range(0, len(x), chunk)])
-
-    def forward_chunks_q(x: torch.Tensor) -> torch.Tensor:
-        return forward_chunks(q_fwd, x)
-
-    def draw_probe() -> dict | None:
-        if not replay.can_sample():
-            return None
-        b = to_batch(replay.sample(cfg.probe_size, probe_rng))
-        b["y"] = targets(forward_chunks(q_fwd, b["next_obs"]) if cfg.double_dqn else None,
-                         forward_chunks(target_fwd, b["next_obs"]), b)
-        return b
-
-    def q_taken(p: dict) -> torch.Tensor:
-        return forward_chunks(q_fwd, p["obs"]).gather(1, p["action"][:, None]).squeeze(1)
-
-    def bellman_residual(p: dict) -> torch.Tensor:
-        """|Q(s,a) - (r + gamma max_a' Q(s',a'))| with the current network on both sides."""
-        y = p["reward"] + cfg.gamma * (1.0 - p["done"]) * forward_chunks(q_fwd, p["next_obs"]).max(1).values
-        return (q_taken(p) - y).abs()
-
-    def q_on_all_states(net) -> np.ndarray:  # exact model only: Q(s, .) for every state
-        x = torch.from_numpy(envs.exact_observations()).to(device)
-        return forward_chunks(net, x).double().cpu().numpy()
-
-    def target_update() -> None:
-        nonlocal probe
-        if probe is not None and "start_linf" in probe:  # end of the inner loop just run
-            end = (q_taken(probe) - probe["y"]).abs().max().item()
-            s["inner"].append((end, end / max(probe["start_linf"], 1e-12)))
-        if exact_model is not None:  # the same, exactly: max |Q - T Q_target| over all (s, a)
-            P, R, cont = exact_model
-            if s["exact_start"] is not None:
-                t_target = bellman_operator(q_on_all_states(target_fwd), P, R, cfg.gamma, cont)
-                end = float(np.abs(q_on_all_states(q_fwd) - t_target).max())
-                s["inner_exact"].append((end, end / max(s["exact_start"], 1e-12)))
-            q_now = q_on_all_states(q_fwd)  # the next target: its own exact residual
-            s["exact_start"] = float(np.abs(q_now - bellman_operator(q_now, P, R, cfg.gamma, cont)).max())
-        target.load_state_dict(q.state_dict())
-        probe = draw_probe()
-        if probe is not None:  # start of the next inner loop: here Q = Q_target
-            probe["start_linf"] = (q_taken(probe) - probe["y"]).abs().max().item()
-
-    eval_envs = None
-
-    def evaluate() -> float:
-        """Mean unclipped return of ``eval_episodes`` episodes, one per env, run in parallel."""
-        nonlocal eval_envs
-        if eval_envs is None:
-            eval_envs = make_envs(cfg, cfg.eval_episodes)
-        gen = np.random.default_rng([cfg.seed, EVAL_STREAM, s["evals"]])
-        returns, _ = play_games(cfg, eval_envs, lambda o: act(o, cfg.eval_epsilon, gen),
-                                env_seed(cfg.seed, EVAL_STREAM, s["evals"]))
-        return float(returns.mean())
-
-    def checkpoint_state() -> dict:
-        on_cpu = {k: v.cpu() if torch.is_tensor(v) else v for k, v in (probe or {}).items()}
-        out = {
-            "q": q.state_dict(), "target": target.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng_state(), "np_rng": rng.bit_generator.state,
-            "probe_rng": probe_rng.bit_generator.state,
-            "counters": {**s, "episodes": list(episodes), "loss_sum": sums["loss"].item(),
-                         "q_sum": sums["q"].item(), "ess_sum": sums["ess"].item()},
-            "probe": on_cpu or None, "config": config,
-        }
-        env_state = envs.state()
-        if env_state is not None:
-            out |= {"env": env_state, "obs": torch.from_numpy(obs.copy()),
-                    "lives": torch.from_numpy(lives.copy()), "ep_return": torch.from_numpy(ep_return.copy()),
-                    "final_prev": torch.from_numpy(final_prev.copy()),
-                    "fire_next": torch.from_numpy(fire_next.copy())}
-        if cfg.checkpoint_replay:
-            out["replay"] = replay.state_dict()
-        return out
-
-    sums = {k: torch.zeros((), device=device) + s[f"{k}_sum"] for k in ("loss", "q", "ess")}
+        run.heldout = HeldoutProbe(cfg, env_seed(cfg.seed, HELDOUT_STREAM, s["starts"]))
+    if run.probe is not None:
+        run.probe = {k: v.to(run.device) if torch.is_tensor(v) else v for k, v in run.probe.items()}
+    run.sums = {k: torch.zeros((), device=run.device) + s[f"{k}_sum"] for k in ("loss", "q", "ess")}
     clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
     # ---------------------------------------------------------------- the loop
+    envs, replay = run.envs, run.replay
     while s["env_steps"] < cfg.total_steps:
         epsilon = epsilon_at(cfg, s["env_steps"])
-        actions = act(obs, epsilon, rng)
+        actions = act(run, run.obs, epsilon, run.rng)
         if envs.fire_action is not None:
-            actions = np.where(fire_next, envs.fire_action, actions)
+            actions = np.where(run.fire_next, envs.fire_action, actions)
         envs.send(actions)
-        if heldout is not None:  # one step of the held-out game while the emulators run
-            heldout.step(greedy, epsilon)
+        if run.heldout is not None:  # one step of the held-out game while the emulators run
+            run.heldout.step(lambda o: greedy(run, o), epsilon)
         if not cfg.overlap_env or cfg.suite != "atari":
             step_result = envs.recv()
         # one update per train_every agent steps; on Atari they run while the emulators step
@@ -290,27 +140,27 @@ def train_loop(config: dict) -> None:
         n_updates, s["credit"] = divmod(s["credit"], cfg.train_every)
         if replay.can_sample():
             for _ in range(n_updates):
-                update()
+                update(run, s)
                 s["updates"] += 1
         if cfg.overlap_env and cfg.suite == "atari":
             step_result = envs.recv()
         next_obs, reward, terminated, truncated, next_lives = step_result
 
         ended = terminated | truncated
-        lost = life_lost(lives, next_lives) & ~ended & ~final_prev
+        lost = life_lost(run.lives, next_lives) & ~ended & ~run.final_prev
         done = td_done(cfg, terminated, lost)
         replay.set_step(actions, np.clip(reward, -1, 1) if cfg.reward_clip else reward, done)
-        replay.add_observation(envs.newest_frame(next_obs), first=final_prev, final=ended)
-        ep_return += np.where(final_prev, 0.0, reward)
+        replay.add_observation(envs.newest_frame(next_obs), first=run.final_prev, final=ended)
+        run.ep_return += np.where(run.final_prev, 0.0, reward)
         for i in np.flatnonzero(ended):
-            episodes.append(float(ep_return[i]))
-        ep_return[ended] = 0.0
-        fire_next = lost
-        final_prev, lives, obs = ended, next_lives, next_obs
+            run.episodes.append(float(run.ep_return[i]))
+        run.ep_return[ended] = 0.0
+        run.fire_next = lost
+        run.final_prev, run.lives, run.obs = ended, next_lives, next_obs
         s["env_steps"] += n
 
         if s["env_steps"] >= s["next_sync"] and s["env_steps"] >= s["updates_from"]:
-            target_update()
+            target_update(run, s)
             while s["next_sync"] <= s["env_steps"]:
                 s["next_sync"] += cfg.target_period
 
@@ -323,51 +173,266 @@ def train_loop(config: dict) -> None:
                 "train/epsilon": epsilon_at(cfg, s["env_steps"]),
                 "train/updates": s["updates"],
             }
-            if s["loss_n"]:
-                metrics["train/loss"] = (sums["loss"] / s["loss_n"]).item()
-                metrics["train/q_mean"] = (sums["q"] / s["loss_n"]).item()
-                if cfg.loss == "soft_linf":
-                    metrics["train/soft_linf_ess"] = (sums["ess"] / s["loss_n"]).item()
-            if episodes:
-                metrics["episode/return_mean"] = float(np.mean(episodes))
-                metrics["episode/count_recent"] = len(episodes)
-            probe_clock = time.perf_counter()
-            if probe is None:
-                probe = draw_probe()
-            if probe is not None:
-                res = bellman_residual(probe)
-                metrics["bellman/residual_linf_insample"] = res.max().item()
-                metrics["bellman/residual_p99_insample"] = torch.quantile(res, 0.99).item()
-                metrics["bellman/residual_l2_insample"] = res.square().mean().sqrt().item()
-            if heldout is not None:
-                metrics |= heldout.metrics(forward_chunks_q, cfg.gamma, device)
-            if exact_model is not None:
-                metrics |= exact_metrics(q_on_all_states(q_fwd), *exact_model[:2], cfg.gamma,
-                                         exact_model[2], q_star)
-            metrics["perf/probe_s"] = time.perf_counter() - probe_clock
-            if s["inner_exact"]:
-                metrics["inner/regression_linf_exact"] = float(np.mean([e for e, _ in s["inner_exact"]]))
-                metrics["inner/progress_ratio_exact"] = float(np.mean([r for _, r in s["inner_exact"]]))
-            if s["inner"]:
-                metrics["inner/regression_linf"] = float(np.mean([e for e, _ in s["inner"]]))
-                metrics["inner/progress_ratio"] = float(np.mean([r for _, r in s["inner"]]))
-            if s["env_steps"] >= s["next_eval"] or last:
-                s["eval_return"] = evaluate()
-                s["evals"] += 1
-                s["next_eval"] = s["env_steps"] + cfg.eval_every
-            metrics["eval/return_mean"] = s["eval_return"]
+            metrics |= report_metrics(run, s, last)
             while s["next_report"] <= s["env_steps"]:
                 s["next_report"] += cfg.report_every
-            for total in sums.values():
+            for total in run.sums.values():
                 total.zero_()
             s.update(loss_n=0, loss_sum=0.0, q_sum=0.0, ess_sum=0.0, inner=[], inner_exact=[],
-                     episodes=list(episodes))
-            session.report(metrics, state=checkpoint_state, checkpoint=True if last else None)
+                     episodes=list(run.episodes))
+            session.report(metrics, state=lambda: checkpoint_state(run, s, config),
+                           checkpoint=True if last else None)
             clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
     envs.close()
-    if eval_envs is not None:
-        eval_envs.close()
+    if run.eval_envs is not None:
+        run.eval_envs.close()
+
+
+# -------------------------------------------------------------------- the pieces of one trial
+def build_run(cfg: Config, device: torch.device) -> Run:
+    """Envs, Q-network and its target copy, optimizer, replay and generators (in this order:
+    the seeded initialization depends on it)."""
+    envs = make_envs(cfg, cfg.num_envs)
+    torch.manual_seed(cfg.seed)
+    q = q_network(cfg.suite, envs.obs_shape, envs.num_actions, cfg.mlp_hidden, cfg.channels_last).to(device)
+    target = copy.deepcopy(q).requires_grad_(False)
+    optimizer = make_optimizer(cfg, q.parameters())
+    q_fwd = torch.compile(q) if cfg.compile else q
+    target_fwd = torch.compile(target) if cfg.compile else target
+    replay = FrameReplay(cfg.buffer_size, cfg.num_envs, envs.frame_shape, envs.frame_dtype, envs.stack)
+    rng = np.random.default_rng(cfg.seed)
+    probe_rng = np.random.default_rng([cfg.seed, PROBE_STREAM])
+    exact_model = envs.exact_model()
+    q_star = optimal_q(*exact_model[:2], cfg.gamma, exact_model[2]) if exact_model else None
+    return Run(cfg, device, envs, q, target, q_fwd, target_fwd, optimizer, replay, rng, probe_rng,
+               exact_model, q_star)
+
+
+def restore(run: Run, s: dict, state: dict) -> None:
+    """Load a checkpoint into ``run`` and the counters ``s``; where the envs' state was not
+    saved (ALE), start new episodes from a seed block of their own."""
+    cfg, n = run.cfg, run.cfg.num_envs
+    run.q.load_state_dict(state["q"])
+    run.target.load_state_dict(state["target"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"])
+    run.rng.bit_generator.state = state["np_rng"]
+    run.probe_rng.bit_generator.state = state["probe_rng"]
+    s.update(state["counters"])
+    run.probe = state["probe"]
+    if "replay" in state:
+        run.replay.load_state_dict(state["replay"])
+    else:  # refill before learning again
+        s["updates_from"] = s["env_steps"] + cfg.learning_starts
+        run.probe = None
+    env_state = state.get("env")
+    if env_state is not None:  # exact continuation (gymnasium envs)
+        run.envs.set_state(env_state)
+        run.obs, run.lives = state["obs"].numpy(), state["lives"].numpy()
+        run.ep_return = state["ep_return"].numpy().copy()
+        run.final_prev, run.fire_next = state["final_prev"].numpy().copy(), state["fire_next"].numpy().copy()
+        if "replay" not in state:
+            run.replay.add_observation(run.envs.newest_frame(run.obs), np.ones(n, bool), run.final_prev)
+    else:  # ALE emulator state cannot be saved through AtariVectorEnv: start new episodes
+        s["starts"] += 1
+        run.obs, run.lives = run.envs.reset(env_seed(cfg.seed, RESUME_STREAM, s["starts"]))
+        run.ep_return = np.zeros(n, np.float64)
+        run.final_prev, run.fire_next = np.zeros(n, bool), np.zeros(n, bool)
+        run.replay.cut()
+        run.replay.add_observation(run.envs.newest_frame(run.obs), first=np.ones(n, bool), final=run.final_prev)
+
+
+def checkpoint_state(run: Run, s: dict, config: dict) -> dict:
+    """The trial's whole state as one state dict (tensors on the CPU)."""
+    on_cpu = {k: v.cpu() if torch.is_tensor(v) else v for k, v in (run.probe or {}).items()}
+    out = {
+        "q": run.q.state_dict(), "target": run.target.state_dict(), "optimizer": run.optimizer.state_dict(),
+        "rng": rng_state(), "np_rng": run.rng.bit_generator.state,
+        "probe_rng": run.probe_rng.bit_generator.state,
+        "counters": {**s, "episodes": list(run.episodes), "loss_sum": run.sums["loss"].item(),
+                     "q_sum": run.sums["q"].item(), "ess_sum": run.sums["ess"].item()},
+        "probe": on_cpu or None, "config": config,
+    }
+    env_state = run.envs.state()
+    if env_state is not None:
+        out |= {"env": env_state, "obs": torch.from_numpy(run.obs.copy()),
+                "lives": torch.from_numpy(run.lives.copy()), "ep_return": torch.from_numpy(run.ep_return.copy()),
+                "final_prev": torch.from_numpy(run.final_prev.copy()),
+                "fire_next": torch.from_numpy(run.fire_next.copy())}
+    if run.cfg.checkpoint_replay:
+        out["replay"] = run.replay.state_dict()
+    return out
+
+
+def autocast(run: Run):
+    """bf16 for acting and updates only; the probes measure in float32."""
+    return torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cfg.amp_bf16)
+
+
+def to_obs(run: Run, frames: np.ndarray) -> torch.Tensor:
+    """Replay stacks -> network input."""
+    return torch.from_numpy(frames.reshape(len(frames), *run.envs.obs_shape)).to(run.device, non_blocking=True)
+
+
+def to_batch(run: Run, b: dict) -> dict:
+    device = run.device
+    return {
+        "obs": to_obs(run, b["obs"]), "next_obs": to_obs(run, b["next_obs"]),
+        "action": torch.from_numpy(b["action"]).to(device, torch.long),
+        "reward": torch.from_numpy(b["reward"]).to(device),
+        "done": torch.from_numpy(b["done"]).to(device, torch.float32),
+    }
+
+
+@torch.inference_mode()
+def greedy(run: Run, obs: np.ndarray) -> np.ndarray:
+    with autocast(run):
+        return run.q_fwd(torch.from_numpy(obs).to(run.device)).argmax(1).cpu().numpy()
+
+
+def act(run: Run, obs: np.ndarray, epsilon: float, gen: np.random.Generator) -> np.ndarray:
+    explore = gen.random(len(obs)) < epsilon
+    actions = gen.integers(0, run.envs.num_actions, size=len(obs))
+    if not explore.all():
+        actions = np.where(explore, actions, greedy(run, obs))
+    return actions
+
+
+def targets(cfg: Config, net_next: torch.Tensor, target_next: torch.Tensor, b: dict) -> torch.Tensor:
+    if cfg.double_dqn:
+        next_q = target_next.gather(1, net_next.argmax(1, keepdim=True)).squeeze(1)
+    else:
+        next_q = target_next.max(1).values
+    return b["reward"] + cfg.gamma * (1.0 - b["done"]) * next_q
+
+
+def update(run: Run, s: dict) -> None:
+    """One gradient step on a uniformly sampled replay batch; the running sums stay on the device."""
+    cfg, sums = run.cfg, run.sums
+    b = to_batch(run, run.replay.sample(cfg.batch_size, run.rng))
+    with torch.no_grad(), autocast(run):
+        target_next = run.target_fwd(b["next_obs"]).float()
+        net_next = run.q_fwd(b["next_obs"]).float() if cfg.double_dqn else None
+    y = targets(cfg, net_next, target_next, b)
+    with autocast(run):
+        q_sa = run.q_fwd(b["obs"]).float().gather(1, b["action"][:, None]).squeeze(1)
+    td = q_sa - y
+    loss = batch_loss(cfg, td)
+    if cfg.loss == "soft_linf":  # how many samples carry the update: 1 / sum p_i^2
+        with torch.no_grad():
+            sums["ess"] += effective_sample_size(
+                soft_linf_weights(td, effective_beta(td, cfg.beta, cfg.beta_scale)))
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if cfg.max_grad_norm:
+        torch.nn.utils.clip_grad_norm_(run.q.parameters(), cfg.max_grad_norm)
+    run.optimizer.step()
+    sums["loss"] += loss.detach() / (len(td) if cfg.loss_reduction == "sum" else 1)
+    sums["q"] += q_sa.detach().mean()
+    s["loss_n"] += 1
+
+
+@torch.no_grad()
+def forward_chunks(net, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    return torch.cat([net(x[i:i + chunk]) for i in range(0, len(x), chunk)])
+
+
+def draw_probe(run: Run) -> dict | None:
+    if not run.replay.can_sample():
+        return None
+    b = to_batch(run, run.replay.sample(run.cfg.probe_size, run.probe_rng))
+    b["y"] = targets(run.cfg, forward_chunks(run.q_fwd, b["next_obs"]) if run.cfg.double_dqn else None,
+                     forward_chunks(run.target_fwd, b["next_obs"]), b)
+    return b
+
+
+def q_taken(run: Run, p: dict) -> torch.Tensor:
+    return forward_chunks(run.q_fwd, p["obs"]).gather(1, p["action"][:, None]).squeeze(1)
+
+
+def bellman_residual(run: Run, p: dict) -> torch.Tensor:
+    """|Q(s,a) - (r + gamma max_a' Q(s',a'))| with the current network on both sides."""
+    y = p["reward"] + run.cfg.gamma * (1.0 - p["done"]) * forward_chunks(run.q_fwd, p["next_obs"]).max(1).values
+    return (q_taken(run, p) - y).abs()
+
+
+def q_on_all_states(run: Run, net) -> np.ndarray:
+    """Exact model only: Q(s, .) for every state."""
+    x = torch.from_numpy(run.envs.exact_observations()).to(run.device)
+    return forward_chunks(net, x).double().cpu().numpy()
+
+
+def target_update(run: Run, s: dict) -> None:
+    """End the inner loop just run (its probe figures), copy Q into the target, draw the next
+    period's probe."""
+    cfg, probe = run.cfg, run.probe
+    if probe is not None and "start_linf" in probe:  # end of the inner loop just run
+        end = (q_taken(run, probe) - probe["y"]).abs().max().item()
+        s["inner"].append((end, end / max(probe["start_linf"], 1e-12)))
+    if run.exact_model is not None:  # the same, exactly: max |Q - T Q_target| over all (s, a)
+        P, R, cont = run.exact_model
+        if s["exact_start"] is not None:
+            t_target = bellman_operator(q_on_all_states(run, run.target_fwd), P, R, cfg.gamma, cont)
+            end = float(np.abs(q_on_all_states(run, run.q_fwd) - t_target).max())
+            s["inner_exact"].append((end, end / max(s["exact_start"], 1e-12)))
+        q_now = q_on_all_states(run, run.q_fwd)  # the next target: its own exact residual
+        s["exact_start"] = float(np.abs(q_now - bellman_operator(q_now, P, R, cfg.gamma, cont)).max())
+    run.target.load_state_dict(run.q.state_dict())
+    run.probe = probe = draw_probe(run)
+    if probe is not None:  # start of the next inner loop: here Q = Q_target
+        probe["start_linf"] = (q_taken(run, probe) - probe["y"]).abs().max().item()
+
+
+def evaluate(run: Run, s: dict) -> float:
+    """Mean unclipped return of ``eval_episodes`` episodes, one per env, run in parallel."""
+    cfg = run.cfg
+    if run.eval_envs is None:
+        run.eval_envs = make_envs(cfg, cfg.eval_episodes)
+    gen = np.random.default_rng([cfg.seed, EVAL_STREAM, s["evals"]])
+    returns, _ = play_games(cfg, run.eval_envs, lambda o: act(run, o, cfg.eval_epsilon, gen),
+                            env_seed(cfg.seed, EVAL_STREAM, s["evals"]))
+    return float(returns.mean())
+
+
+def report_metrics(run: Run, s: dict, last: bool) -> dict:
+    """A report's training, probe and (when due) evaluation figures: the one place the loop
+    reads the device."""
+    cfg, sums, metrics = run.cfg, run.sums, {}
+    if s["loss_n"]:
+        metrics["train/loss"] = (sums["loss"] / s["loss_n"]).item()
+        metrics["train/q_mean"] = (sums["q"] / s["loss_n"]).item()
+        if cfg.loss == "soft_linf":
+            metrics["train/soft_linf_ess"] = (sums["ess"] / s["loss_n"]).item()
+    if run.episodes:
+        metrics["episode/return_mean"] = float(np.mean(run.episodes))
+        metrics["episode/count_recent"] = len(run.episodes)
+    probe_clock = time.perf_counter()
+    if run.probe is None:
+        run.probe = draw_probe(run)
+    if run.probe is not None:
+        res = bellman_residual(run, run.probe)
+        metrics["bellman/residual_linf_insample"] = res.max().item()
+        metrics["bellman/residual_p99_insample"] = torch.quantile(res, 0.99).item()
+        metrics["bellman/residual_l2_insample"] = res.square().mean().sqrt().item()
+    if run.heldout is not None:
+        metrics |= run.heldout.metrics(lambda x: forward_chunks(run.q_fwd, x), cfg.gamma, run.device)
+    if run.exact_model is not None:
+        metrics |= exact_metrics(q_on_all_states(run, run.q_fwd), *run.exact_model[:2], cfg.gamma,
+                                 run.exact_model[2], run.q_star)
+    metrics["perf/probe_s"] = time.perf_counter() - probe_clock
+    if s["inner_exact"]:
+        metrics["inner/regression_linf_exact"] = float(np.mean([e for e, _ in s["inner_exact"]]))
+        metrics["inner/progress_ratio_exact"] = float(np.mean([r for _, r in s["inner_exact"]]))
+    if s["inner"]:
+        metrics["inner/regression_linf"] = float(np.mean([e for e, _ in s["inner"]]))
+        metrics["inner/progress_ratio"] = float(np.mean([r for _, r in s["inner"]]))
+    if s["env_steps"] >= s["next_eval"] or last:
+        s["eval_return"] = evaluate(run, s)
+        s["evals"] += 1
+        s["next_eval"] = s["env_steps"] + cfg.eval_every
+    metrics["eval/return_mean"] = s["eval_return"]
+    return metrics
 
 
 def make_optimizer(cfg: Config, params) -> torch.optim.Optimizer:
