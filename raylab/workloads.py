@@ -58,6 +58,29 @@ class Workload:
         return _resolve(self.figures) if self.figures else None
 
 
+ALL = "*"
+"""In ``WORKLOAD_API``: every public name of the module, and of every module under it."""
+
+WORKLOAD_API: dict[str, tuple[str, ...]] = {
+    "raylab.errors": ("UserError", "exit_on_user_error"),
+    "raylab.config": ("from_dict", "require", "require_at_least", "require_positive"),
+    "raylab.session": ("report", "restore", "device", "prepare_model", "world_rank", "world_size"),
+    "raylab.checkpoint": ("rng_state", "set_rng_state", "save", "load_latest"),
+    "raylab.paths": ("user_path",),
+    "raylab.files": ("sha256_file", "write_atomic"),
+    "raylab.report_spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus"),
+    "raylab.workloads": ("Workload",),
+    "raylab.ray_start": ("connect",),
+    "raylab.data": (ALL,),
+    "raylab.models": (ALL,),
+}
+"""What a workload (``trainers/``, or a lab's own package) may import from raylab: module to
+names, ``ALL`` for a whole package. The rest of raylab is the framework's inside and may change
+without notice. ``raylab.testing.workload_api_violations`` checks a package's imports against it
+(``tests/train_path/test_public_ray_api.py`` runs it on ``trainers/``); a module renamed in
+raylab is renamed here, once."""
+
+
 def _resolve(path: str) -> Any:
     module, _, attribute = path.partition(":")
     return getattr(importlib.import_module(module), attribute)

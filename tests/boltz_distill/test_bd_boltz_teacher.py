@@ -39,19 +39,19 @@ SMILES = [
 
 SCRIPT = r"""
 import json, sys
-from trainers.boltz_distill import teacher
-from trainers.boltz_distill.boltz_teacher import Boltz2Teacher
+from trainers.boltz_distill.teacher import cli
+from trainers.boltz_distill.teacher.boltz2 import Boltz2Teacher
 from trainers.boltz_distill.chem import canonical_smiles
 
 tmp, smi = sys.argv[1], sys.argv[2]
 ckpt = f"{tmp}/small.ckpt"
 common = ["--teacher", "boltz2", "--checkpoint", ckpt, "--smiles", smi, "--recycling-steps", "1",
           "--shard-size", "1"]
-out = {"ckpt": teacher.main(["--write-random-checkpoint", ckpt])}
-out["full"] = teacher.main(common + ["--out", f"{tmp}/full"])
-out["part"] = teacher.main(common + ["--out", f"{tmp}/resumed", "--limit", "2"])   # interrupted
-out["rest"] = teacher.main(common + ["--out", f"{tmp}/resumed"])                   # resumed
-out["atom"] = teacher.main(common + ["--out", f"{tmp}/atom", "--layer", "atom_attention", "--limit", "1"])
+out = {"ckpt": cli.main(["--write-random-checkpoint", ckpt])}
+out["full"] = cli.main(common + ["--out", f"{tmp}/full"])
+out["part"] = cli.main(common + ["--out", f"{tmp}/resumed", "--limit", "2"])   # interrupted
+out["rest"] = cli.main(common + ["--out", f"{tmp}/resumed"])                   # resumed
+out["atom"] = cli.main(common + ["--out", f"{tmp}/atom", "--layer", "atom_attention", "--limit", "1"])
 t = Boltz2Teacher(ckpt, layer="trunk_s", recycling_steps=1)
 out["mapping"] = {}
 for s in ["OCC(=O)[O-]", "c1ccccc1C(=O)N"]:
@@ -126,7 +126,7 @@ LAYER_SCRIPT = r"""
 import json, sys
 import numpy as np, torch
 torch.set_num_threads(1)
-from trainers.boltz_distill.boltz_teacher import ATOM_LAYERS, LAYERS, Boltz2Teacher, write_random_checkpoint
+from trainers.boltz_distill.teacher.boltz2 import ATOM_LAYERS, LAYERS, Boltz2Teacher, write_random_checkpoint
 from trainers.boltz_distill.chem import canonical_smiles, nci_smiles_path, read_smiles_file
 
 tmp, n = sys.argv[1], int(sys.argv[2])

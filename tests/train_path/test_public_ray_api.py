@@ -45,3 +45,42 @@ def test_raylab_never_imports_trainers():
         if any(m == "trainers" or m.startswith("trainers.") for m in imported_modules(path))
     ]
     assert not offenders, f"raylab/ imports trainers/ in {offenders}; register through entry points"
+
+
+WORKLOAD_SOURCES = sorted((REPO / "trainers").rglob("*.py"))
+
+
+def test_trainers_import_only_the_declared_workload_api():
+    from raylab.testing import workload_api_violations
+
+    found = workload_api_violations(WORKLOAD_SOURCES)
+    assert not found, ("trainers/ uses raylab beyond raylab.workloads.WORKLOAD_API (declare it there, "
+                       "or use a declared name):\n" + "\n".join(found))
+
+
+def test_the_workload_api_check_catches_undeclared_uses(tmp_path):
+    from raylab.testing import workload_api_violations
+
+    lab = tmp_path / "lab.py"
+    lab.write_text("from raylab import session, sweep\nfrom raylab.errors import UserError\n"
+                   "import raylab.train_bridge\nfrom raylab.data.cifar import prepare_cifar\n"
+                   "session.report({})\nsession.snapshot()\nsweep.sweep(None)\n")
+    found = [line.split(": ", 1)[1] for line in workload_api_violations([lab])]
+    assert found == ["raylab.sweep", "raylab.train_bridge", "raylab.session.snapshot", "raylab.sweep.sweep"], found
+
+
+def test_every_declared_workload_api_name_exists():
+    """A module renamed in raylab fails here until ``WORKLOAD_API`` (one place) follows it."""
+    import importlib
+
+    from raylab.workloads import ALL, WORKLOAD_API
+
+    missing = []
+    for module, names in WORKLOAD_API.items():
+        try:
+            loaded = importlib.import_module(module)
+        except ImportError as err:
+            missing.append(f"{module} ({err})")
+            continue
+        missing += [f"{module}.{n}" for n in names if n != ALL and not hasattr(loaded, n)]
+    assert not missing, f"raylab.workloads.WORKLOAD_API names what raylab lacks: {missing}"

@@ -38,7 +38,7 @@ class Config:
     boltz2_layer: Literal["trunk_s", "atom_attention", "s_inputs", "atom_input"] = "trunk_s"
     """Which Boltz-2 layer's store to distil: the trunk's single representation, the atom
     attention encoder's per-atom output, the input embedding, or the linear input control
-    (``boltz_teacher.py``). Only meaningful with the boltz2 teacher."""
+    (``teacher/boltz2.py``). Only meaningful with the boltz2 teacher."""
     store_root: str = "~/.cache/raylab/boltz_distill/stores"
     """Folder of the embedding stores, one per teacher: ``boltz2_<layer>``, ``conformer``,
     ``descriptors``. The boltz2 store is made beforehand by the teacher command; the RDKit

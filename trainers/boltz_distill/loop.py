@@ -95,7 +95,7 @@ def _locked(path: Path):
 
 def load_targets(cfg: Config, keys: list[str]) -> tuple[list[np.ndarray | None], list[int]]:
     """Per-molecule [atoms, sum of teacher dims] targets (``None`` where a teacher lacks one)."""
-    from trainers.boltz_distill.teachers import build_rdkit_store
+    from trainers.boltz_distill.teacher.rdkit_teachers import build_rdkit_store
 
     parts, dims = [], []
     for teacher in cfg.teachers:

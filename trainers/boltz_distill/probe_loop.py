@@ -25,7 +25,7 @@ from trainers.boltz_distill.model import GINEStudent
 from trainers.boltz_distill.probe import (
     MLPProbe, Standardizer, better, linear_probe, mean_predictor, mlp_loss, score,
 )
-from trainers.boltz_distill.teachers import signed_log
+from trainers.boltz_distill.teacher.rdkit_teachers import signed_log
 
 
 
@@ -121,7 +121,7 @@ def teacher_store_dir(cfg: ProbeConfig, keys: list[str]) -> str:
     if cfg.teacher_store:
         return cfg.teacher_store
     from trainers.boltz_distill.loop import _locked
-    from trainers.boltz_distill.teachers import build_rdkit_store
+    from trainers.boltz_distill.teacher.rdkit_teachers import build_rdkit_store
 
     path = user_path(cfg.store_root) / cfg.teacher
     with _locked(path):

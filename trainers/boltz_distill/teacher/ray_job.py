@@ -29,7 +29,7 @@ from pathlib import Path
 
 from raylab.errors import UserError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def chunk_command(args: argparse.Namespace, smi: str, out: str) -> list[str]:

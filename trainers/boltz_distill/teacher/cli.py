@@ -62,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
                    help="load the checkpoint with full unpickling if weights-only loading fails")
     g.add_argument("--write-random-checkpoint", metavar="PATH",
                    help="save a small randomly initialized Boltz-2 checkpoint and exit (tests)")
-    from trainers.boltz_distill.teacher_job import add_arguments
+    from trainers.boltz_distill.teacher.ray_job import add_arguments
 
     add_arguments(p)
     g = p.add_argument_group("conformer")
@@ -75,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.write_random_checkpoint:
-        from trainers.boltz_distill.boltz_teacher import write_random_checkpoint
+        from trainers.boltz_distill.teacher.boltz2 import write_random_checkpoint
 
         print(write_random_checkpoint(args.write_random_checkpoint, seed=args.seed))
         return 0
@@ -93,14 +93,14 @@ def main(argv: list[str] | None = None) -> int:
         smiles = read_smiles_file(source, limit=args.limit)
     started = time.time()
     if args.teacher == "boltz2" and args.address:
-        from trainers.boltz_distill.teacher_job import run
+        from trainers.boltz_distill.teacher.ray_job import run
 
         keys, _, _ = parse_smiles(smiles, what=str(source))
         counts = run(args, keys)
     elif args.teacher == "boltz2":
         counts = run_boltz2(args, smiles)
     else:
-        from trainers.boltz_distill.teachers import build_rdkit_store
+        from trainers.boltz_distill.teacher.rdkit_teachers import build_rdkit_store
 
         counts = build_rdkit_store(args.teacher, smiles, args.out, args.num_conformers, args.seed,
                                    workers=args.workers, shard_size=args.shard_size)
@@ -117,7 +117,7 @@ def run_boltz2(args: argparse.Namespace, smiles: list[str]) -> dict[str, int]:
     if importlib.util.find_spec("boltz") is None:
         raise UserError(f"--teacher boltz2 needs the boltz package, which {sys.executable} lacks; "
                         f"create its environment with 'make boltz-env' and run .venv-boltz/bin/python")
-    from trainers.boltz_distill.boltz_teacher import Boltz2Teacher
+    from trainers.boltz_distill.teacher.boltz2 import Boltz2Teacher
     from trainers.boltz_distill.store import StoreWriter
 
     if not args.checkpoint:
@@ -148,6 +148,3 @@ def run_boltz2(args: argparse.Namespace, smiles: list[str]) -> dict[str, int]:
                 print(f"boltz2: {done}/{len(todo)} molecules", file=sys.stderr)
     return counts
 
-
-if __name__ == "__main__":
-    sys.exit(main())
