@@ -25,7 +25,8 @@ def pytest_addoption(parser):
 @pytest.fixture(scope="session")
 def ray_session(request):
     """One Ray shared by all tests that need it: a local one (``--raylab-cpus`` CPUs), or the
-    Ray at ``RAYLAB_TEST_RAY_ADDRESS``, whose workers then get this process's ``PYTHONPATH``.
+    Ray at ``RAYLAB_TEST_RAY_ADDRESS`` (the joined Ray's workers import from its own environment
+    and from this process's working directory, which Ray puts on their path).
 
     The local Ray's dashboard process runs, as ``raylab.tune`` starts it for Ray Train trials:
     Ray Train's placement-group cleaner asks Ray's State API (served there) whether a run's
@@ -34,18 +35,17 @@ def ray_session(request):
     """
     import ray
 
-    if not ray.is_initialized():
+    started = not ray.is_initialized()  # a Ray this fixture did not start, it leaves up
+    if started:
         address = os.environ.get(ADDRESS_ENV)
         if address:
-            # A joined Ray's workers were started with its own environment: code on this
-            # process's path (a lab's package not installed) reaches them through the job's.
-            env = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
-            ray.init(address=address, logging_level=logging.ERROR, runtime_env={"env_vars": env})
+            ray.init(address=address, logging_level=logging.ERROR)
         else:
             ray.init(address="local", num_cpus=request.config.getoption("raylab_cpus"),
                      include_dashboard=True, dashboard_host="127.0.0.1", logging_level=logging.ERROR)
     yield ray
-    ray.shutdown()
+    if started:
+        ray.shutdown()
 
 
 @pytest.fixture
