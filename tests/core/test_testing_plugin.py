@@ -144,7 +144,6 @@ def test_a_lab_package_is_validated_and_smoke_swept_with_the_plugin(tmp_path, ra
     )
     out = proc.stdout + proc.stderr
     print(out)
-    import resource; print("child cpu", resource.getrusage(resource.RUSAGE_CHILDREN))
     summary = re.search(r"(\d+) failed, (\d+) passed", out)
     assert summary and summary.groups() == ("1", "5"), out[-4000:]
     # the one failure is the control, and its line names the file, the metric and what is reported
