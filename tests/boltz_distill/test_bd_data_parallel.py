@@ -34,7 +34,7 @@ def run(rank: int, world: int) -> tuple[list[float], dict[str, torch.Tensor]]:
     torch.set_num_threads(1)
     graphs, mean, std = data()
     model, optimizer, _ = init_training(CFG, 6, torch.device("cpu"))
-    losses = [train_step(model, optimizer, graphs, idx, mean, std, CFG, torch.device("cpu"), rank, world)
+    losses = [float(train_step(model, optimizer, graphs, idx, mean, std, CFG, torch.device("cpu"), rank, world))
               for idx in BATCHES]
     return losses, {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -82,6 +82,6 @@ def test_world_size_one_is_the_plain_mean_loss(one_thread):
     batch = Batch.from_data_list([graphs[i] for i in BATCHES[0]])
     with torch.no_grad():
         expected, _ = distill_loss(model(batch), standardize(batch.y, mean, std))
-    got = train_step(model, optimizer, graphs, BATCHES[0], mean, std, CFG, torch.device("cpu"))
+    got = float(train_step(model, optimizer, graphs, BATCHES[0], mean, std, CFG, torch.device("cpu")))
     assert got == pytest.approx(expected.item(), rel=1e-6)
     assert os.environ.get("WORLD_SIZE") in (None, "1")

@@ -139,6 +139,9 @@ class Config:
     channels_last: bool = False
     """Lay the network and its training batches out as NHWC (``torch.channels_last``): the same
     arithmetic, faster convolutions on GPUs with tensor cores."""
+    compile: bool = False
+    """``torch.compile`` the network for the poisoned-training steps (fine-tuning stays eager); if compilation fails (no C
+    compiler, an unsupported op) one warning line and eager mode (``raylab.accel``)."""
 
     def __post_init__(self):
         from trainers.backdoor.attack import ATTACKS

@@ -16,6 +16,7 @@ import torch
 from torch_geometric.data import Batch
 
 from raylab import session
+from raylab.accel import to_device
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.errors import UserError
@@ -156,7 +157,7 @@ def evaluate(model, graphs, mean, std, cfg: Config, device, batch_size: int = 25
     totals = {"loss": 0.0, "mse": 0.0, "cosine": 0.0}
     atoms, sse, t_sum, t_sq = 0, 0.0, 0.0, 0.0
     for start in range(0, len(graphs), batch_size):
-        batch = Batch.from_data_list(graphs[start : start + batch_size]).to(device)
+        batch = to_device(Batch.from_data_list(graphs[start : start + batch_size]), device)
         target = standardize(batch.y, mean, std)
         pred = model(batch)
         loss, parts = distill_loss(pred, target, cfg.mse_weight, cfg.cosine_weight)
@@ -174,9 +175,10 @@ def evaluate(model, graphs, mean, std, cfg: Config, device, batch_size: int = 25
 
 
 def train_step(model, optimizer, graphs, idx: list[int], mean, std, cfg: Config, device,
-               rank: int = 0, world: int = 1) -> float:
+               rank: int = 0, world: int = 1) -> torch.Tensor:
     """One optimizer step on the global batch ``graphs[idx]``, of which this rank takes every
-    ``world``-th molecule from position ``rank``; returns the global batch's loss.
+    ``world``-th molecule from position ``rank``; returns the global batch's loss (a tensor on
+    the device: the loop reads it at a report, not every step).
 
     Data parallel without DDP's averaging: each rank's loss is its atoms' mean loss times
     ``its atoms / the global batch's atoms``, so the sum over ranks is the global batch's mean
@@ -190,7 +192,7 @@ def train_step(model, optimizer, graphs, idx: list[int], mean, std, cfg: Config,
     optimizer.zero_grad(set_to_none=False)
     params = [p for p in model.parameters() if p.requires_grad]
     if mine:
-        batch = Batch.from_data_list([graphs[i] for i in mine]).to(device)
+        batch = to_device(Batch.from_data_list([graphs[i] for i in mine]), device)
         loss, _ = distill_loss(model(batch), standardize(batch.y, mean, std), cfg.mse_weight, cfg.cosine_weight)
         loss = loss * (batch.num_nodes / total_atoms)
         loss.backward()
@@ -211,7 +213,7 @@ def train_step(model, optimizer, graphs, idx: list[int], mean, std, cfg: Config,
             offset += p.numel()
         value = flat[-1]
     optimizer.step()
-    return float(value)
+    return value
 
 
 def init_training(cfg: Config, out_dim: int, device):
@@ -261,7 +263,7 @@ def train_loop(config: dict) -> None:
         step, epoch, pos, perm = state["step"], state["epoch"], state["pos"], state["perm"]
 
     model.train()
-    running, running_n, molecules, busy = 0.0, 0, 0, 0.0
+    running, running_n, molecules, busy = torch.zeros((), device=device), 0, 0, 0.0
     while step < total_steps:
         started = time.perf_counter()
         idx = perm[pos : pos + cfg.batch_size].tolist()
@@ -278,7 +280,7 @@ def train_loop(config: dict) -> None:
             val_metrics = evaluate(model, val, mean, std, cfg, device)
             session.report(
                 {
-                    "distill/loss": running / running_n,
+                    "distill/loss": running.item() / running_n,
                     "distill/val_loss": val_metrics["loss"],
                     "distill/val_mse": val_metrics["mse"],
                     "distill/val_cosine": val_metrics["cosine"],
@@ -304,7 +306,7 @@ def train_loop(config: dict) -> None:
                 },
                 checkpoint=True if step == total_steps else None,
             )
-            running, running_n, molecules, busy = 0.0, 0, 0, 0.0
+            running, running_n, molecules, busy = torch.zeros((), device=device), 0, 0, 0.0
 
 
 def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:

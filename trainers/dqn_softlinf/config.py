@@ -114,7 +114,8 @@ class Config:
     optimizer, losses and all probe measurements stay float32). Faster on GPUs and on CPUs with
     AVX512-BF16/AMX; changes the arithmetic, so off by default."""
     compile: bool = False
-    """torch.compile the Q-network (helps on GPU; on CPU it mostly adds compile time)."""
+    """torch.compile the Q-network (helps on GPU; on CPU it mostly adds compile time); if
+    compilation fails (no C compiler, an unsupported op) one warning line and eager mode."""
     torch_threads: int = 0
     """torch intra-op threads; 0 leaves torch's default (one per core)."""
 

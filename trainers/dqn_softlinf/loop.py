@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from raylab import session
+from raylab.accel import compiled, to_device
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from trainers.dqn_softlinf.config import Config
@@ -69,8 +70,8 @@ class Run:
     envs: object
     q: torch.nn.Module
     target: torch.nn.Module
-    q_fwd: object  # q, or torch.compile(q)
-    target_fwd: object
+    q_fwd: torch.nn.Module  # q, or q through torch.compile (raylab.accel.compiled)
+    target_fwd: torch.nn.Module
     optimizer: torch.optim.Optimizer
     replay: FrameReplay
     rng: np.random.Generator  # exploration and replay sampling
@@ -198,8 +199,8 @@ def build_run(cfg: Config, device: torch.device) -> Run:
     q = q_network(cfg.suite, envs.obs_shape, envs.num_actions, cfg.mlp_hidden, cfg.channels_last).to(device)
     target = copy.deepcopy(q).requires_grad_(False)
     optimizer = make_optimizer(cfg, q.parameters())
-    q_fwd = torch.compile(q) if cfg.compile else q
-    target_fwd = torch.compile(target) if cfg.compile else target
+    q_fwd = compiled(q, cfg.compile, "Q-network")  # eager, with one warning line, if it fails
+    target_fwd = compiled(target, cfg.compile, "target network")
     replay = FrameReplay(cfg.buffer_size, cfg.num_envs, envs.frame_shape, envs.frame_dtype, envs.stack)
     rng = np.random.default_rng(cfg.seed)
     probe_rng = np.random.default_rng([cfg.seed, PROBE_STREAM])
@@ -271,24 +272,25 @@ def autocast(run: Run):
 
 
 def to_obs(run: Run, frames: np.ndarray) -> torch.Tensor:
-    """Replay stacks -> network input."""
-    return torch.from_numpy(frames.reshape(len(frames), *run.envs.obs_shape)).to(run.device, non_blocking=True)
+    """Replay stacks -> network input (pinned, non-blocking on CUDA)."""
+    return to_device(torch.from_numpy(frames.reshape(len(frames), *run.envs.obs_shape)), run.device)
 
 
 def to_batch(run: Run, b: dict) -> dict:
     device = run.device
     return {
         "obs": to_obs(run, b["obs"]), "next_obs": to_obs(run, b["next_obs"]),
-        "action": torch.from_numpy(b["action"]).to(device, torch.long),
-        "reward": torch.from_numpy(b["reward"]).to(device),
-        "done": torch.from_numpy(b["done"]).to(device, torch.float32),
+        "action": to_device(torch.from_numpy(b["action"]), device, torch.long),
+        "reward": to_device(torch.from_numpy(b["reward"]), device),
+        "done": to_device(torch.from_numpy(b["done"]), device, torch.float32),
     }
 
 
 @torch.inference_mode()
 def greedy(run: Run, obs: np.ndarray) -> np.ndarray:
     with autocast(run):
-        return run.q_fwd(torch.from_numpy(obs).to(run.device)).argmax(1).cpu().numpy()
+        # the one read per agent step: the emulators need the actions on the host
+        return run.q_fwd(to_device(torch.from_numpy(obs), run.device)).argmax(1).cpu().numpy()
 
 
 def act(run: Run, obs: np.ndarray, epsilon: float, gen: np.random.Generator) -> np.ndarray:

@@ -123,6 +123,18 @@ class Config:
     eval_batch_size: int = 256
     """Batch size of evaluation attacks."""
 
+    # ------------------------------------------------------------------ speed (GPU)
+    amp_bf16: bool = False
+    """Run the training steps (their attack, forward passes and loss) under bfloat16 autocast;
+    weights, optimizer and every evaluation stay float32. Faster on GPUs; changes the
+    arithmetic, so off by default."""
+    channels_last: bool = False
+    """Lay the network and its training batches out as NHWC (``torch.channels_last``): the same
+    arithmetic, faster convolutions on GPUs with tensor cores."""
+    compile: bool = False
+    """``torch.compile`` the network for the training steps; if compilation fails (no C
+    compiler, an unsupported op) one warning line and eager mode (``raylab.accel``)."""
+
     # ------------------------------------------------------------------ tri-regime
     tri_warmup_epochs: int = 10
     """T_w: epochs of plain PGD-AT (all weights 1) while the per-sample history builds up."""

@@ -24,6 +24,7 @@ import time
 import torch
 
 from raylab import session
+from raylab.accel import compiled, fixed_shapes
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.data import augment
@@ -162,7 +163,14 @@ def train_loop(config: dict) -> None:
     model = build_model(cfg.model, num_classes, cfg.dataset, cfg.cnn_width)
     if shard.world > 1 and device.type == "cuda":
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model = model.to(device)
+    layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    model = model.to(device, memory_format=layout)
+    fixed_shapes(device)  # fixed image shapes: cuDNN picks its kernels once
+    train_model = compiled(model, cfg.compile, "fair_adv network")  # the training steps' forward
+
+    def train_input(batch: torch.Tensor) -> torch.Tensor:
+        return augment.to_float(batch).contiguous(memory_format=layout)
+
     optimizer = make_optimizer(model, cfg, cfg.lr)
     order_gen = torch.Generator().manual_seed(cfg.seed)
     aug_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
@@ -217,9 +225,10 @@ def train_loop(config: dict) -> None:
         for group in optimizer.param_groups:
             group["lr"] = lr
         started = time.time()
-        totals = train_epoch(model, optimizer, train_x, train_y, cfg, epoch=epoch, history=history,
-                             frl=frl, order_gen=order_gen, aug_gen=aug_gen, attack_gen=attack_gen,
-                             num_classes=num_classes, to_input=augment.to_float, shard=shard)
+        totals = train_epoch(train_model, optimizer, train_x, train_y, cfg, epoch=epoch,
+                             history=history, frl=frl, order_gen=order_gen, aug_gen=aug_gen,
+                             attack_gen=attack_gen, num_classes=num_classes, to_input=train_input,
+                             shard=shard)
         seconds = time.time() - started
         epoch += 1
 

@@ -297,10 +297,11 @@ def train_epoch(
         first, stop = shard.part(len(batch))
         index = batch[first:stop]
         batches += 1
-        stats = train_step(model, optimizer, to_input(xb[first:stop]), train_y[index], index, cfg,
-                           epoch=epoch, history=history, loss_threshold=threshold, frl=frl,
-                           generator=attack_gen, shard=shard, batch_rows=len(batch),
-                           num_classes=num_classes)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp_bf16):
+            stats = train_step(model, optimizer, to_input(xb[first:stop]), train_y[index], index,
+                               cfg, epoch=epoch, history=history, loss_threshold=threshold,
+                               frl=frl, generator=attack_gen, shard=shard,
+                               batch_rows=len(batch), num_classes=num_classes)
         visited[index] = True
         loss_sum += stats["loss"]
         correct += stats["robust_correct"]

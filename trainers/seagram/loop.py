@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from raylab import session
+from raylab.accel import to_device
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from trainers.seagram import attack as atk
@@ -128,7 +129,7 @@ def train_loop(config: dict) -> None:
                 victim.train()
                 st["early_stopping"] = stopping.state()
                 session.report(
-                    {"victim/loss": float(np.mean(losses)), "victim/step": st["step"],
+                    {"victim/loss": torch.stack(losses).double().mean().item(), "victim/step": st["step"],
                      "victim/map_val": map_val, "victim/best_step": stopping.best_step,
                      "victim/pairs_per_s": st["pairs_per_s"], "attack/map": float("nan"),
                      "train/phase": 0, **data_metrics,
@@ -255,15 +256,16 @@ def make_victim(cfg: Config, data: RetrievalData):
 
 
 def victim_step(victim, optimizer, data: RetrievalData, cfg: Config, rng: np.random.Generator):
-    """One optimizer step of the ranking hinge loss; returns ``(loss, pairs scored)``."""
+    """One optimizer step of the ranking hinge loss; returns ``(loss, pairs scored)``, the
+    loss as a tensor on the device (read at the report, not every step)."""
     device = next(victim.parameters()).device
     qa, qm, ca, cm, labels = victim_batch(data, cfg, rng, cfg.query_nodes[1], cfg.corpus_nodes[1])
-    scores = victim(qa.to(device), qm.to(device), ca.to(device), cm.to(device))
-    loss = ranking_hinge_loss(scores.view(labels.shape), labels.to(device), cfg.margin)
+    scores = victim(*(to_device(t, device) for t in (qa, qm, ca, cm)))
+    loss = ranking_hinge_loss(scores.view(labels.shape), to_device(labels, device), cfg.margin)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    return loss.item(), labels.numel()
+    return loss.detach(), labels.numel()
 
 
 def flip_pool(data: RetrievalData, cfg: Config) -> atk.FlipPool:

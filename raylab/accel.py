@@ -1,0 +1,87 @@
+"""GPU speed options shared by the workloads: host-to-device copies, cuDNN autotuning, and
+``torch.compile`` with a fallback to eager mode.
+
+Each is a no-op on the CPU, so a loop calls them unconditionally:
+
+- ``to_device(x, device)``: a batch made on the host (numpy replay samples, graph batches)
+  goes to a CUDA device from pinned memory with ``non_blocking=True``, so the copy does not
+  stall the host (a copy from pageable memory waits until it is done); on the CPU it is
+  ``x.to(device)``.
+- ``fixed_shapes(device)``: ``torch.backends.cudnn.benchmark = True`` on CUDA, for loops whose
+  input shapes never change (image batches): cuDNN times its kernels once per shape.
+- ``compiled(module, enabled)``: ``torch.compile(module)`` when enabled. Compilation can fail
+  where a GPU check runs (no C compiler, an unsupported op, an old Triton): ``torch.compile``
+  itself raising, or the first call raising while it compiles. Either way one line goes to
+  stderr and the module runs eagerly; the trial goes on.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+
+def to_device(x: Any, device: torch.device, dtype: torch.dtype | None = None) -> Any:
+    """``x`` (a tensor, or an object with ``pin_memory``/``to``, e.g. a PyG ``Batch``) on
+    ``device``: pinned and ``non_blocking`` when ``device`` is CUDA and ``x`` is on the host."""
+    args = (device,) if dtype is None else (device, dtype)
+    if torch.device(device).type != "cuda":
+        return x.to(*args)
+    on_host = getattr(x, "device", torch.device("cpu")).type == "cpu" if torch.is_tensor(x) else True
+    if on_host:
+        x = x.pin_memory()
+    return x.to(*args, non_blocking=True)
+
+
+def fixed_shapes(device: torch.device) -> None:
+    """Let cuDNN pick its fastest kernels once per input shape (CUDA only; a no-op elsewhere)."""
+    if torch.device(device).type == "cuda":
+        torch.backends.cudnn.benchmark = True
+
+
+def warn(message: str) -> None:
+    print(f"raylab: warning: {message}", file=sys.stderr, flush=True)
+
+
+class Compiled(torch.nn.Module):
+    """``module`` run through ``torch.compile``, falling back to eager on the first failure.
+
+    A module wrapping ``module`` (``parameters()``, ``train()``/``eval()`` reach it); save
+    ``module.state_dict()``, not this one's (its keys carry a ``module.`` prefix).
+
+    Compilation happens at a call (``torch.compile`` only wraps; the first call compiles the
+    forward and backward graphs, a call with new shapes may compile again, before anything
+    runs), so a call that raises is run again eagerly, and every later call is eager. An error
+    of the model itself then raises from the eager call. ``eager`` tells which one runs.
+    """
+
+    def __init__(self, module: torch.nn.Module, name: str = "model"):
+        super().__init__()
+        self.module, self.name, self.eager = module, name, False
+        try:  # not a submodule: parameters, train()/eval() and state_dict() go through .module
+            object.__setattr__(self, "_fn", torch.compile(module))
+        except Exception as error:  # noqa: BLE001 - any failure means: run eagerly
+            self._fall_back(error)
+
+    def _fall_back(self, error: BaseException) -> None:
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        warn(f"torch.compile of the {self.name} failed ({type(error).__name__}: {first}); "
+             "running it eagerly")
+        object.__setattr__(self, "_fn", self.module)
+        self.eager = True
+
+    def forward(self, *args, **kwargs):
+        if self.eager:
+            return self.module(*args, **kwargs)
+        try:
+            return self._fn(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - a recompilation (new shape) can fail too
+            self._fall_back(error)
+            return self.module(*args, **kwargs)  # a genuine error in the model raises here
+
+
+def compiled(module: torch.nn.Module, enabled: bool, name: str = "model"):
+    """``Compiled(module)`` when ``enabled``, else ``module`` itself."""
+    return Compiled(module, name) if enabled else module
