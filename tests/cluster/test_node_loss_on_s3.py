@@ -84,7 +84,11 @@ def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoin
     assert after and struck[0] not in nodes[last_on_struck + 1:], (struck, nodes)
     # Continued from a checkpoint in the bucket, not from step 0; and the trial finished.
     resumed = after[0]["train/resumed_from_step"]
-    assert 0 < resumed <= rows[last_on_struck]["train/step"], (resumed, [row["train/step"] for row in rows])
+    # At most one report past the last row Tune got from the struck node: the worker may upload a
+    # checkpoint and be killed before its report reaches the driver (seen once: 30 reported, 40 resumed).
+    report_every = int(TRIAL[-1].split("=")[1])
+    assert 0 < resumed <= rows[last_on_struck]["train/step"] + report_every, (
+        resumed, [row["train/step"] for row in rows])
     assert after[-1]["train/step"] == 200, [row["train/step"] for row in rows]
     uninterrupted = local_trial("toy", *TRIAL)
     assert rows[-1]["eval/mse"] == uninterrupted[-1]["eval/mse"]
