@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench clean boltz-env chromium sshd
+.PHONY: test test-long demo bench clean boltz-env chromium sshd
 
 # torchattacks (the fair_adv tests' independent PGD) goes in with --no-deps: its metadata asks
 # for torchvision (a second torch build) and requests~=2.25, and its code imports neither.
@@ -55,6 +55,10 @@ sshd:
 test: $(STAMP) $(BOLTZ_STAMP) chromium sshd
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q --durations=30 --junitxml=test-output/junit.xml
+
+# The tests marked `long` (multi-seed science, repeated fault scenarios), which `make test` skips.
+test-long: $(STAMP) $(BOLTZ_STAMP) chromium sshd
+	RAYLAB_LONG_TESTS=1 $(PY) -m pytest -q -m long --durations=30 --junitxml=test-output/junit-long.xml
 
 demo: $(STAMP)
 	$(PY) -m raylab.tune dqn_softlinf --smoke

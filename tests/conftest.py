@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from raylab.testing import assert_finite_metrics  # noqa: F401 - tests import it from here
 
 # Loops that live in tests/ (faulty and failing loops) are imported by module path in Ray
@@ -25,3 +27,17 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(
         f"deprecation warnings: {len(deprecations)} (of {len(warned)} warnings); "
         "see the warnings summary above")
+
+
+LONG_TESTS = os.environ.get("RAYLAB_LONG_TESTS") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``long`` (multi-seed science, repeated fault scenarios) are skipped, naming the
+    variable, unless ``RAYLAB_LONG_TESTS=1``: the default run stays under 25 minutes on 2 cores."""
+    if LONG_TESTS:
+        return
+    skip = pytest.mark.skip(reason="long: RAYLAB_LONG_TESTS=1 runs it (make test-long)")
+    for item in items:
+        if item.get_closest_marker("long"):
+            item.add_marker(skip)
