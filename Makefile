@@ -9,11 +9,12 @@ STAMP := $(VENV)/.installed
 # torchattacks (the fair_adv tests' independent PGD) goes in with --no-deps: its metadata asks
 # for torchvision (a second torch build) and requests~=2.25, and its code imports neither.
 # molsets (MOSES) too: boltz_distill reads only the molecule files its wheel ships.
+# The -e line installs every workload's extra (pyproject.toml: one per workload) and dev, aws.
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack,backdoor,digits,atari-wrappers,aws]"
+	$(PY) -m pip install --quiet -e ".[dev,dqn_softlinf,backdoor,fair_adv,boltz_distill,seagram,aws]"
 	$(PY) -m pip install --quiet --no-deps torchattacks==3.5.1
 	$(PY) -m pip install --quiet --no-deps molsets==0.3.1
 	# molsets' wheel also installs a top-level 'tests' package, which would shadow this repo's tests/
@@ -65,7 +66,7 @@ demo: $(STAMP)
 
 # Side-by-side throughput figures (ratios), one script per target; minutes each on 2 CPU cores.
 bench: $(STAMP)
-	$(PY) -m pip install --quiet -e ".[dev,mol,autoattack,backdoor,atari-wrappers]"
+	$(PY) -m pip install --quiet -e ".[dev,dqn_softlinf,backdoor,fair_adv,boltz_distill,seagram]"
 	$(PY) benchmarks/trial_overhead.py
 	$(PY) benchmarks/dqn_throughput.py
 	$(PY) benchmarks/image_throughput.py

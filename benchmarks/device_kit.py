@@ -10,7 +10,9 @@ package registries answer:
    (its pinned version, else the version of this Python's own copy, else 0), so that pip can
    resolve against "what is installed there" without that machine;
 2. builds this project's wheel with the kit's requirements (torch>=2.11 instead of this
-   machine's ==2.13.0 pin; Ray without its dashboard extra; rdkit left to ``.kit-mol/``);
+   machine's ==2.13.0 pin; Ray without its dashboard extra; the workloads' packages are in
+   extras, which the resolution leaves out: gymnasium and ale-py are named, rdkit goes to
+   ``.kit-mol/``, the rest that machine holds);
 3. resolves raylab's wheel with gymnasium and ale-py against the stand-ins and the kit,
    offline (``pip install --dry-run --no-index``), and each time a requirement is missing
    downloads that one wheel (``--no-deps``) into the kit, until the resolution passes: the
@@ -53,7 +55,6 @@ RAY_DROP = ("ray/jars/",)
 KIT_EDITS = [
     ('"torch==2.13.0"', '"torch>=2.11"'),
     ('"ray[default,train,tune,rllib]==2.60.*"', '"ray[train,tune,rllib]==2.60.*"'),
-    ('    "rdkit>=2024.3",\n', ''),
 ]
 """pyproject.toml edits for the kit's wheel: (this machine's requirement, the kit's)."""
 

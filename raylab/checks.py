@@ -46,8 +46,10 @@ def fitting_trials(experiment: Experiment, available: dict[str, float]) -> int:
 
 
 def preflight(experiment: Experiment, limit: int = 256) -> None:
-    """Run the workload's preflight check on each grid/choice combination (up to ``limit``)."""
+    """Refuse a workload whose packages are missing (its ``requires``, naming its extra), then
+    run its preflight check on each grid/choice combination (up to ``limit``)."""
     workload = workloads.get(experiment.workload)
+    workload.check_requires(experiment.workload)  # before the preflight's module is imported
     check = workload.preflight_check()
     if check is None:
         return

@@ -43,6 +43,18 @@ class Workload:
     packages: tuple[str, ...] = ()
     """Distribution names whose installed versions a run records in its provenance, besides
     raylab, Ray and torch (e.g. ``("ale-py", "gymnasium")``)."""
+    requires: tuple[str, ...] = ()
+    """Top-level modules the workload imports on every run beyond raylab's own dependencies
+    (e.g. ``("torch_geometric", "networkx")``); one missing is refused before Ray starts,
+    naming it and ``extra``. Modules only some configs need are checked by the workload's
+    preflight with ``require``."""
+    extra: str = ""
+    """What installs ``requires``, as pip names it: ``raylab[seagram]`` (this repository's
+    extras are named after their workload), or a lab package's own ``mylab[gnn]``."""
+
+    def check_requires(self, name: str) -> None:
+        """Refuse in one line when a module of ``requires`` does not import here."""
+        require(name, self.requires, self.extra)
 
     def config_class(self) -> type:
         return _resolve(self.config)
@@ -69,7 +81,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
     "raylab.run_folder": ("user_path", "sha256_file", "write_atomic"),
     "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only"),
     "raylab.accel": ("to_device", "fixed_shapes", "compiled"),
-    "raylab.workloads": ("Workload",),
+    "raylab.workloads": ("Workload", "require"),
     "raylab.ray_start": ("connect",),
     "raylab.data": (ALL,),
     "raylab.models": (ALL,),
@@ -79,6 +91,27 @@ names, ``ALL`` for a whole package. The rest of raylab is the framework's inside
 without notice. ``raylab.testing.workload_api_violations`` checks a package's imports against it
 (``tests/train_path/test_public_ray_api.py`` runs it on ``trainers/``); a module renamed in
 raylab is renamed here, once."""
+
+
+def require(workload: str, modules: tuple[str, ...] | list[str], extra: str,
+            why: str = "", otherwise: str = "") -> None:
+    """Raise ``UserError`` naming the first of ``modules`` that does not import here and the
+    extra that installs it: ``seagram needs torch_geometric: pip install "raylab[seagram]"``.
+
+    ``why`` follows the module's name (``for the held-out probe (config.heldout_size)``) and
+    ``otherwise`` the install command (``or set heldout_size: 0``). The module is imported (a
+    workload imports it next anyway), so an installed package whose import fails is named too,
+    with its error.
+    """
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            absent = isinstance(err, ModuleNotFoundError) and err.name in (module, module.split(".")[0])
+            install = f'pip install "{extra}"' if extra else f"pip install {module}"
+            raise UserError(f"{workload} needs {module}{' ' + why if why else ''}"
+                            f"{'' if absent else f' (its import fails: {err})'}: {install}"
+                            + (f", {otherwise}" if otherwise else "")) from None
 
 
 def _resolve(path: str) -> Any:

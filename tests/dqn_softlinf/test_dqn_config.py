@@ -118,7 +118,7 @@ def test_preflight_names_opencv_when_the_heldout_probe_cannot_run(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "cv2", None)  # import cv2 now raises ImportError
-    with pytest.raises(UserError, match="heldout_size: the held-out probe needs OpenCV"):
+    with pytest.raises(UserError, match=r"^dqn_softlinf needs cv2 \(OpenCV\) for the held-out probe \(config.heldout_size\): pip install \"raylab\[dqn_softlinf\]\", or set heldout_size: 0$"):
         preflight(Config(), available=10**12)
     preflight(Config(heldout_size=0), available=10**12)
     preflight(Config(suite="gymnasium", game="CartPole-v1"), available=10**12)

@@ -1,6 +1,7 @@
 """fair_adv through real Ray Tune on synthetic CIFAR-format data: metrics, resume, preflight."""
 
 import math
+import sys
 
 import pytest
 from conftest import assert_finite_metrics
@@ -105,8 +106,8 @@ def test_preflight_names_what_is_wrong(tmp_path, monkeypatch):
         fair_loop.preflight(Config(synthetic_data=True, synthetic_train=100, val_size=100))
     with pytest.raises(UserError, match="val_size: 5 is fewer than one image per class"):
         fair_loop.preflight(Config(synthetic_data=True, val_size=5))
-    monkeypatch.setattr(fair_loop, "autoattack_available", lambda: False)
-    with pytest.raises(UserError, match="pyautoattack"):
+    monkeypatch.setitem(sys.modules, "pyautoattack", None)  # import pyautoattack now fails
+    with pytest.raises(UserError, match=r"fair_adv needs pyautoattack for autoattack: 'on'.*raylab\[fair_adv\]"):
         fair_loop.preflight(Config(synthetic_data=True, val_size=50, autoattack="on"))
     fair_loop.preflight(Config(synthetic_data=True, val_size=50, autoattack="off"))
 
@@ -126,4 +127,4 @@ def test_missing_autoattack_is_a_one_line_error_before_ray(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pyautoattack is not installed" in lines[0], done.stderr
+    assert len(lines) == 1 and "fair_adv needs pyautoattack" in lines[0], done.stderr

