@@ -76,6 +76,7 @@ def results():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_badnets_on_real_digits_positive_control_then_contrasts(results):
     print("\nseed  arm   clean_acc  asr    " + "  ".join(c.split("/")[1] for c in CONTRASTS))
     for (seed, ratio), row in sorted(results.items()):

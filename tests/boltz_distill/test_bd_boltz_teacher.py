@@ -63,6 +63,7 @@ print("RESULT " + json.dumps(out))
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_boltz2_teacher_store_shapes_mapping_determinism_resume_and_ray_job(tmp_path):
     smi = tmp_path / "ligands.smi"
     smi.write_text("\n".join(SMILES) + "\n")

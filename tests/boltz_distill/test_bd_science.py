@@ -73,6 +73,7 @@ def distill_and_probe(tmp_path, seed: int) -> list[tuple[float, float, float]]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_descriptor_distilled_student_beats_random_student_and_mean(tmp_path, one_thread):
     table = {seed: distill_and_probe(tmp_path, seed) for seed in TRAIN_SEEDS}
     print("\ntest MAE (distilled, random-init, mean) per training seed, one row per split seed:")

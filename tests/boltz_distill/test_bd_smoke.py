@@ -26,6 +26,7 @@ def test_distill_smoke_sweep_reports_metrics(smoke_sweep, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
     from pathlib import Path
 

@@ -33,6 +33,7 @@ def trial_rows(run: Path) -> dict[str, list[dict]]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_gpu_sweep_scales_out_runs_side_by_side_and_scales_back_in(tmp_path):
     results = tmp_path / "results"
     with fake_cluster(gpu_nodes=2, idle_timeout_s=6) as cluster:

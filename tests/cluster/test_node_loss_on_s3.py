@@ -43,6 +43,7 @@ def train_worker_nodes(cluster) -> dict[int, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoint(
     s3_server, local_trial
 ):

@@ -53,6 +53,7 @@ def test_sweep_checkpoints_and_reports_on_an_s3_compatible_store(s3_server, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_name(
     counting_s3_server, tmp_path
 ):
@@ -100,6 +101,7 @@ def s3_result_steps(client, run: str) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_an_interrupted_sweep_on_s3_resumes_from_a_fresh_process_with_the_printed_command(s3_server):
     import shlex
     import signal

@@ -153,6 +153,7 @@ def test_sweep_runs_trials_on_both_nodes_of_a_two_node_cluster(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_dashboard_flag_serves_on_localhost_and_prints_url(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--dashboard", "--quiet",

@@ -21,11 +21,13 @@ TWO_WORKERS = ["resources.workers=2", "resources.cpus_per_worker=0.5"]  # two tr
 # Ray it started. RAYLAB_RESUME_EVERY_EXPERIMENT=1 runs all four.
 EVERY_CASE = os.environ.get("RAYLAB_RESUME_EVERY_EXPERIMENT") == "1"
 CASES = [
-    pytest.param(resources, sig, id=f"{path}-{sig_id}")
+    pytest.param(resources, sig, id=f"{path}-{sig_id}",
+                 marks=[pytest.mark.long] if (path, sig_id) == ("ray_train", "sigkill") else [])
     for path, resources in (("tune", []), ("ray_train", TWO_WORKERS))
     for sig, sig_id in ((signal.SIGINT, "sigint"), (signal.SIGKILL, "sigkill"))
     if EVERY_CASE or (path, sig_id) in (("tune", "sigint"), ("ray_train", "sigkill"))
 ]
+"""Ray Train with SIGKILL (about 130 s) is marked ``long``: RAYLAB_LONG_TESTS=1 runs it."""
 
 
 def steps_reported(trial_dir: Path) -> list[int]:

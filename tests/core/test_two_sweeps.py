@@ -28,6 +28,7 @@ def tune_cli(*args: str, storage: Path) -> subprocess.Popen:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_ray_train_sweep_runs_while_another_sweep_with_its_own_ray_is_running(tmp_path):
     background = tune_cli("--name", "background", *RAY_TRAIN, "search.steps=[4000]",
                           "config.step_time_s=0.05", storage=tmp_path / "results")

@@ -69,6 +69,7 @@ def summary(values):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_worst_class_robust_accuracy_on_real_digits(tmp_path):
     jobs = [(arm, seed, str(tmp_path)) for arm in ARMS for seed in SEEDS]
     # one process per core of the CI machine (each trial runs torch on one thread)

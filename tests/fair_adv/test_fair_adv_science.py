@@ -92,6 +92,7 @@ def train_and_evaluate(method, seed, base_loss="default", epochs=30, batch_size=
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_tri_regime_beats_pgd_at_and_frl_on_the_same_base_loss():
     """Worst-class PGD-20 accuracy of PGD-AT, tri-regime and FRL, all on the PGD-AT loss, at equal
     epochs, over 4 seeds.

@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_trial_survives_losing_its_node(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "reliability" / "node_loss_sweep.py"), str(tmp_path)],

@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_cost_benchmark_judges_on_the_true_label_drop_over_seeds(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(

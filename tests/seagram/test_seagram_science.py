@@ -32,6 +32,8 @@ from trainers.seagram.config import Config
 from trainers.seagram.data import load_or_generate, spec_from_config
 from trainers.seagram.loop import compare_attacks
 
+pytestmark = pytest.mark.long  # about 190 s: three seeds of five arms
+
 SCIENCE = dict(
     source="nci", n_corpus=60, n_queries=40, victim="neuromatch", hidden=32, layers=3,
     victim_steps=400, queries_per_step=8, budget=2, top_k=16, threshold=0.9, select="safest",

@@ -16,6 +16,7 @@ NEW_LR = 0.2  # the mutation's one value: the best trial's lr, so a restart can 
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_pbt_exploits_a_two_worker_trial_from_the_donors_checkpoint(smoke_sweep):
     results, run_path, _ = smoke_sweep(
         "toy",

@@ -45,6 +45,7 @@ def test_two_worker_smoke_passes_every_time(smoke_sweep):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("resources", [[], TWO_WORKERS], ids=["tune", "ray_train"])
+@pytest.mark.long
 def test_failing_loop_is_attempted_exactly_max_failures_plus_one_times(
     smoke_sweep, toy_with_loop, tmp_path, resources
 ):
@@ -74,6 +75,7 @@ def ray_train_workers() -> list[psutil.Process]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_killed_worker_with_corrupted_newest_checkpoint_resumes_from_the_previous(
     smoke_sweep, tmp_path
 ):
