@@ -117,3 +117,19 @@ def test_device_kit_sh_writes_a_kit_under_60_mib_that_resolves_offline(tmp_path)
                 *map(str, wheels))
     assert check.returncode == 0, check.stderr[-3000:]
     assert "Would install" in check.stdout
+
+
+def test_the_kits_raylab_wheel_asks_the_gpu_machines_torch_and_no_workload_package(tmp_path):
+    """``build_raylab_wheel`` (offline: pip wheel --no-deps) applies ``KIT_EDITS`` to this
+    pyproject.toml: the wheel's core requirements take torch 2.11, Ray without its dashboard
+    extra, and no workload package (those sit behind the workloads' extras)."""
+    wheel = load_kit().build_raylab_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as zf:
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [line.split(":", 1)[1].strip() for line in zf.read(meta).decode().splitlines()
+                    if line.startswith("Requires-Dist:")]
+    core = [r for r in requires if "extra ==" not in r]
+    assert "torch>=2.11" in core and "ray[rllib,train,tune]==2.60.*" in core, core
+    assert not any(r.split("[")[0].split(">")[0].split("=")[0].strip() in
+                   ("rdkit", "torch-geometric", "gymnasium", "ale-py") for r in core), core
+    assert any(r.startswith("rdkit") and 'extra == "seagram"' in r for r in requires), requires
