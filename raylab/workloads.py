@@ -93,16 +93,20 @@ without notice. ``raylab.testing.workload_api_violations`` checks a package's im
 raylab is renamed here, once."""
 
 
-def require(workload: str, modules: tuple[str, ...] | list[str], extra: str,
+def require(workload: str, modules: tuple[str, ...] | list[str], extra: str | None = None,
             why: str = "", otherwise: str = "") -> None:
     """Raise ``UserError`` naming the first of ``modules`` that does not import here and the
     extra that installs it: ``seagram needs torch_geometric: pip install "raylab[seagram]"``.
+
+    ``extra`` defaults to the one ``workload`` is registered with (``Workload.extra``).
 
     ``why`` follows the module's name (``for the held-out probe (config.heldout_size)``) and
     ``otherwise`` the install command (``or set heldout_size: 0``). The module is imported (a
     workload imports it next anyway), so an installed package whose import fails is named too,
     with its error.
     """
+    if extra is None:
+        extra = registry()[workload].extra if workload in registry() else ""
     for module in modules:
         try:
             importlib.import_module(module)

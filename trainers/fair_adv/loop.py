@@ -59,7 +59,7 @@ def preflight(cfg: Config) -> None:
         raise UserError(f"config: val_size: {cfg.val_size} is fewer than one image per class "
                         f"({classes} classes of {cfg.dataset})")
     if cfg.autoattack == "on":
-        require("fair_adv", ["pyautoattack"], "raylab[fair_adv]", why="for autoattack: 'on'",
+        require("fair_adv", ["pyautoattack"], why="for autoattack: 'on'",
                 otherwise="or set autoattack: 'off'")
     return True
 

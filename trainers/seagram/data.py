@@ -408,7 +408,7 @@ def preflight(cfg) -> None:
         check_present(data_dir, cfg.dataset)
     elif not cached:
         if cfg.source == "nci":
-            require("seagram", ["rdkit"], "raylab[seagram]", why="for source: nci (the NCI molecules it ships)")
+            require("seagram", ["rdkit"], why="for source: nci (the NCI molecules it ships)")
             if not nci_path().is_file():
                 raise UserError(f"source: nci: RDKit's NCI molecules not found at {nci_path()}; "
                                 f"reinstall rdkit (pip install rdkit)")
