@@ -1,27 +1,30 @@
 """Science at small scale (offline NCI data, CPU): the paper's claims, with margins over seeds.
 
 NeuroMatch-named victim (raylab's GIN order embedding) with IsoNet++'s weight decay and early
-stopping, budget 2, 10 test queries x 60 corpus graphs, 299 training labels per SEAGRAM arm.
+stopping, budget 2, 10 test queries x 60 corpus graphs, 299 training labels per SEAGRAM arm,
+at the defaults (threshold 0.8, select safest, al_pool picks, al_random_frac 0.5).
 
-Active-learning arms at equal labels (299 solver calls each), measured with this fixture
-(seeds 0 / 1 / 2): labels kept, MAP drop under the original labels, under the true labels:
+Measured with this fixture on 2026-12-03 (seeds 0 / 1 / 2; clean MAP 0.526 / 0.527 / 0.493):
+random flips keep 0.787 / 0.753 / 0.773; greedy drops MAP 0.410 / 0.412 / 0.377 at 2404 / 2489
+/ 2182 solver calls; unconstrained greedy keeps 0.673 / 0.670 / 0.700 (true drop 0.335 / 0.344 /
+0.343). Active-learning arms at equal labels (299 solver calls each): labels kept, MAP drop
+under the original labels, under the true labels:
 
 - mixed (default: half of each round at random, half by uncertainty, over the flips the current
-  classifier's attack would take): kept 0.816 / 0.932 / 0.879, drop 0.397 / 0.169 / 0.400,
-  true drop 0.262 / 0.147 / 0.366;
-- pure uncertainty (al_random_frac 0): kept 0.751 / 0.759 / 0.911, drop 0.405 / 0.382 / 0.396,
-  true drop 0.265 / 0.261 / 0.318;
-- passive (classifier-free: uniform flips of uniform train pairs): kept 0.780 / 0.865 / 0.893,
-  drop 0.103 / 0.354 / 0.373, true drop 0.116 / 0.330 / 0.298.
+  classifier's attack would take): kept 0.803 / 0.824 / 0.917, drop 0.336 / 0.391 / 0.375,
+  true drop 0.322 / 0.345 / 0.348;
+- pure uncertainty (al_random_frac 0): kept 0.725 / 0.782 / 0.861, drop 0.410 / 0.411 / 0.373,
+  true drop 0.234 / 0.269 / 0.315;
+- passive (classifier-free: uniform flips of uniform train pairs): kept 0.905 / 0.856 / 0.838,
+  drop 0.382 / 0.391 / 0.375, true drop 0.390 / 0.346 / 0.335.
 
-No pairwise ordering holds on all three seeds in labels kept or true-label drop (mixed -
-passive: kept +0.029 on the mean, 2/3 seeds > 0; true drop +0.010, 2/3), so active learning
-does not beat passive labelling here by more than the seeds' spread: the assertions say so.
-Earlier measurements of the other attacks (before the passive and pure-uncertainty arms shared
-the fixture, which moves the global RNG the later attacks draw from): greedy drop 0.41 / 0.41 /
-0.38 at 2182-2489 solver calls, random flips keep 0.75-0.79, unconstrained greedy 0.67-0.70.
-In this fixture the default arm's drop on seed 1 is 0.169, so its per-seed share of greedy's
-drop is asserted on two seeds of three.
+Mixed beats pure uncertainty on all three seeds in both (kept +0.042 to +0.078, true drop
++0.033 to +0.088). Neither beats passive labelling on the mean or on every seed: mixed -
+passive is kept -0.019 on the mean (1/3 seeds > 0) and true drop -0.019 (1/3); pure
+uncertainty - passive is kept -0.077 (1/3) and true drop -0.085 (0/3). So active learning does
+not beat passive labelling here: the assertions say so. At the old threshold 0.9 the same
+fixture measured mixed kept 0.816 / 0.932 / 0.879 and drop 0.397 / 0.169 / 0.400; at 0.8
+every seed's drop is at least 0.8x greedy's.
 """
 
 import numpy as np
@@ -32,11 +35,11 @@ from trainers.seagram.config import Config
 from trainers.seagram.data import load_or_generate, spec_from_config
 from trainers.seagram.loop import compare_attacks
 
-pytestmark = pytest.mark.long  # about 190 s: three seeds of five arms
+pytestmark = pytest.mark.long  # 308-346 s on 2 shared cores (2026-12-03): three seeds of five arms
 
 SCIENCE = dict(
     source="nci", n_corpus=60, n_queries=40, victim="neuromatch", hidden=32, layers=3,
-    victim_steps=400, queries_per_step=8, budget=2, top_k=16, threshold=0.9, select="safest",
+    victim_steps=400, queries_per_step=8, budget=2, top_k=16, threshold=0.8, select="safest",
     al_budget=300, al_init=75, al_rounds=4, al_candidates=1000, al_pool="picks",
     al_strategy="uncertainty", al_random_frac=0.5, clf_hidden=32, clf_layers=3, clf_batch=32,
 )
@@ -68,7 +71,8 @@ def values(runs, attack, metric):
 @pytest.mark.slow
 def test_seagram_keeps_most_labels_and_random_flips_fewer(runs):
     seagram = values(runs, "seagram", "label_preserved")
-    assert seagram.mean() >= 0.85 and seagram.min() >= 0.80, seagram  # not >= 0.9 on every seed
+    # measured 0.803 / 0.824 / 0.917 (mean 0.848): threshold 0.8 trades labels for damage
+    assert seagram.mean() >= 0.82 and seagram.min() >= 0.78, seagram
     assert values(runs, "greedy", "label_preserved").min() == 1.0  # checked flip by flip
     assert values(runs, "random", "label_preserved").mean() <= seagram.mean() - 0.05
     free = values(runs, "greedy_free", "label_preserved")
@@ -82,11 +86,11 @@ def test_seagram_lowers_map_most_of_the_way_to_greedy(runs):
     for r in runs:
         assert r["victim"]["map"] >= 0.45  # a trained victim (random ranking: about 0.2)
         assert r["greedy_free"]["attack/map_drop"] >= r["greedy"]["attack/map_drop"] - 0.01
-    # measured 0.397 / 0.169 / 0.400 against greedy's ~0.4: one seed of three falls short
+    # measured 0.336 / 0.391 / 0.375 against greedy's 0.410 / 0.412 / 0.377: shares 0.82 / 0.95 / 0.99
     share = values(runs, "seagram", "map_drop") / values(runs, "greedy", "map_drop")
-    assert (share >= 0.6).sum() >= 2 and values(runs, "seagram", "map_drop").mean() >= 0.2, share
+    assert (share >= 0.75).all() and values(runs, "seagram", "map_drop").mean() >= 0.3, share
     ratio = values(runs, "seagram", "map_drop").mean() / values(runs, "greedy", "map_drop").mean()
-    assert ratio >= 0.75, ratio
+    assert ratio >= 0.85, ratio  # measured 0.92
 
 
 @pytest.mark.slow
@@ -143,13 +147,17 @@ def test_active_learning_arms_at_equal_label_budgets(runs):
     for cols in table.values():  # equal label budgets: every arm spends the same solver calls
         assert (cols["calls"] == table["passive"]["calls"]).all() and (cols["calls"] <= SCIENCE["al_budget"]).all()
         assert cols["true_drop"].mean() >= 0.2  # every arm's classifier makes a working attack
-    # Measured (see the module docstring): no ordering of the three arms holds on all three
-    # seeds, in labels kept or in true-label MAP drop, and the mean differences are small. So
-    # what is asserted is that active learning does NOT beat passive labelling here by more than
-    # the seeds' spread: the claim "active learning saves solver calls" is not supported at
-    # this scale.
+    # Measured (see the module docstring): neither AL arm beats passive labelling on every seed,
+    # in labels kept or in true-label MAP drop, and the mean differences stay within 0.1 (the
+    # largest, pure uncertainty - passive true drop, measured -0.085). So the claim "active
+    # learning saves solver calls" is not supported at this scale. Within the AL arms, the
+    # random half of the default (mixed) beats pure uncertainty on the mean in both (measured
+    # +0.059 kept, +0.066 true drop; on all three seeds).
     for (a, b, metric), diff in diffs.items():
         assert abs(diff.mean()) <= 0.1, (a, b, metric, diff)
     for a in ("mixed (default)", "uncertainty"):
         beats = (diffs[a, "passive", "kept"] > 0) & (diffs[a, "passive", "true_drop"] > 0)
         assert not beats.all(), (a, diffs[a, "passive", "kept"], diffs[a, "passive", "true_drop"])
+    for metric in ("kept", "true_drop"):
+        diff = diffs["mixed (default)", "uncertainty", metric]
+        assert diff.mean() >= 0.02 and (diff > 0).sum() >= 2, (metric, diff)

@@ -107,7 +107,7 @@ class Config:
     """Greedy: solver checks per step and pair, at most (0: until a label-preserving flip)."""
     attack_queries: int = 0
     """Test queries attacked (the first ones of the test split); 0: all."""
-    threshold: float = 0.9
+    threshold: float = 0.8
     """SEAGRAM: a flip is allowed when p_noncritical >= threshold."""
     select: Literal["safest", "gain"] = "safest"
     """SEAGRAM: among allowed flips of positive gain take the most surely non-critical
