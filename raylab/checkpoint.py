@@ -6,10 +6,19 @@ written to temporary names, flushed to disk and renamed, ``meta.json`` last: a d
 ``meta.json`` is missing or does not match its ``state.pt`` is incomplete or corrupted, and
 ``load_latest`` skips it with a warning naming it. Loading uses ``torch.load(...,
 weights_only=True)``, which never runs code from the file.
+
+A state larger than ``PART_BYTES`` (1 GiB) is written in parts: ``state.pt`` holds its first
+``PART_BYTES`` and ``state.pt.part1``, ``state.pt.part2``... the rest, and ``meta.json`` lists
+each part's size. No file of a checkpoint is then over 1 GiB, which keeps every file under S3's
+5 GB limit on a single CopyObject request: Tune's copy of a Train checkpoint into the trial
+folder is one such request per file (pyarrow's S3 copy has no multipart form), so a single
+7 GB ``state.pt`` (dqn_softlinf's replay at 1M transitions) would fail there on AWS.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
 import random
@@ -18,10 +27,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from raylab.run_folder import sha256_file, write_atomic
+from raylab.run_folder import write_atomic
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
+PART_BYTES = 1 << 30
+"""The most bytes in one file of a checkpoint (S3 refuses CopyObject over 5 GB)."""
 
 
 class CorruptCheckpoint(Exception):
@@ -29,21 +40,129 @@ class CorruptCheckpoint(Exception):
 
 
 def save(directory: str | os.PathLike, state: dict[str, Any]) -> Path:
-    """Write ``state`` into ``directory`` (created if needed) atomically; return the directory."""
+    """Write ``state`` into ``directory`` (created if needed) atomically; return the directory.
+
+    The bytes go to ``state.pt`` and, past ``PART_BYTES``, to ``state.pt.part1``, ...: see the
+    module docstring. Their SHA-256 is computed as they are written."""
     import torch
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{STATE_FILE}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    meta = {"sha256": sha256_file(tmp), "bytes": tmp.stat().st_size}
-    os.replace(tmp, directory / STATE_FILE)
+    with _PartWriter(directory, PART_BYTES) as out:
+        torch.save(state, out)
+    names = [part_name(i) for i in range(len(out.sizes))]
+    for i, name in enumerate(names):
+        os.replace(out.tmp(i), directory / name)
+    for stale in directory.glob(f"{STATE_FILE}.part*"):  # parts of an earlier, larger state
+        if stale.name not in names:
+            stale.unlink()
+    meta = {"sha256": out.sha256.hexdigest(), "bytes": sum(out.sizes)}
+    if len(names) > 1:
+        meta["parts"] = [{"name": n, "bytes": b} for n, b in zip(names, out.sizes)]
     write_atomic(directory / META_FILE, json.dumps(meta).encode())
     _fsync_dir(directory)
     return directory
+
+
+def part_name(index: int) -> str:
+    """``state.pt`` for the first part, ``state.pt.part<index>`` for the others."""
+    return STATE_FILE if index == 0 else f"{STATE_FILE}.part{index}"
+
+
+class _PartWriter(io.RawIOBase):
+    """A write-only stream into ``.state.pt*.tmp`` files of at most ``limit`` bytes each, each
+    flushed to disk when full; it hashes what it writes."""
+
+    def __init__(self, directory: Path, limit: int):
+        self.directory, self.limit = directory, limit
+        self.sha256 = hashlib.sha256()
+        self.sizes: list[int] = []
+        self._file = None
+
+    def tmp(self, index: int) -> Path:
+        return self.directory / f".{part_name(index)}.tmp"
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        n = len(view)
+        self.sha256.update(view)
+        while len(view):
+            if self._file is None or self.sizes[-1] == self.limit:
+                self._next()
+            room = self.limit - self.sizes[-1]
+            self._file.write(view[:room])
+            self.sizes[-1] += min(room, len(view))
+            view = view[room:]
+        return n
+
+    def _next(self) -> None:
+        self._close_part()
+        self._file = open(self.tmp(len(self.sizes)), "wb")
+        self.sizes.append(0)
+
+    def _close_part(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            if self._file is None:
+                self._next()  # an empty stream is one empty part
+            self._close_part()
+        super().close()
+
+
+class _PartReader(io.RawIOBase):
+    """The parts of one state, read and seeked as one file."""
+
+    def __init__(self, paths: list[Path]):
+        self._files = [open(p, "rb") for p in paths]
+        sizes = [os.fstat(f.fileno()).st_size for f in self._files]
+        self._starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        self._size, self._pos = sum(sizes), 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer) -> int:
+        view, done = memoryview(buffer).cast("B"), 0
+        while done < len(view) and self._pos < self._size:
+            i = max(k for k, start in enumerate(self._starts) if start <= self._pos)
+            f = self._files[i]
+            f.seek(self._pos - self._starts[i])
+            got = f.readinto(view[done:])
+            if not got:
+                break
+            done += got
+            self._pos += got
+        return done
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        super().close()
+
+
+def _parts(directory: Path, meta: dict) -> list[tuple[Path, int]]:
+    """(path, bytes) of each part the metadata names; a single-file state is one part."""
+    listed = meta.get("parts") or [{"name": STATE_FILE, "bytes": meta.get("bytes")}]
+    return [(directory / p["name"], p["bytes"]) for p in listed]
 
 
 def load(directory: str | os.PathLike) -> dict[str, Any]:
@@ -51,17 +170,24 @@ def load(directory: str | os.PathLike) -> dict[str, Any]:
     import torch
 
     directory = Path(directory)
-    state_path, meta_path = directory / STATE_FILE, directory / META_FILE
+    meta_path = directory / META_FILE
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as err:
         raise CorruptCheckpoint(f"{directory}: missing or unreadable {META_FILE} ({err})") from None
-    if not state_path.exists() or state_path.stat().st_size != meta.get("bytes"):
-        raise CorruptCheckpoint(f"{directory}: {STATE_FILE} is missing or truncated")
-    if sha256_file(state_path) != meta.get("sha256"):
+    parts = _parts(directory, meta)
+    for path, size in parts:
+        if not path.exists() or path.stat().st_size != size:
+            raise CorruptCheckpoint(f"{directory}: {path.name} is missing or truncated")
+    digest = hashlib.sha256()
+    with io.BufferedReader(_PartReader([p for p, _ in parts]), 1 << 20) as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    if digest.hexdigest() != meta.get("sha256"):
         raise CorruptCheckpoint(f"{directory}: {STATE_FILE} fails its checksum")
     try:
-        return torch.load(state_path, map_location="cpu", weights_only=True)
+        with io.BufferedReader(_PartReader([p for p, _ in parts]), 1 << 20) as f:
+            return torch.load(f, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means a bad file
         raise CorruptCheckpoint(f"{directory}: cannot load {STATE_FILE}: {err}") from None
 

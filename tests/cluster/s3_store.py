@@ -43,6 +43,9 @@ class Writes:
     put_bytes: dict[str, int] = field(default_factory=dict)
     copied_from: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    copy_limit: int | None = None
+    """If set, a server-side copy of a source over this many bytes is refused as S3 refuses
+    CopyObject over 5 GB (moto enforces no such limit): a scaled-down stand-in."""
 
     def bytes_under(self, prefix: str, part: str = "") -> int:
         """Body bytes PUT to keys under ``prefix`` whose key contains ``part``."""
@@ -55,6 +58,11 @@ def counting_app(app, writes: Writes):
     def wrapped(environ, start_response):
         if environ.get("REQUEST_METHOD") == "PUT":
             key = environ.get("PATH_INFO", "").lstrip("/").partition("/")[2]
+            source = environ.get("HTTP_X_AMZ_COPY_SOURCE", "").lstrip("/").partition("/")[2]
+            if source and writes.copy_limit is not None and \
+                    writes.put_bytes.get(source, 0) > writes.copy_limit:
+                start_response("400 Bad Request", [("Content-Type", "application/xml")])
+                return [COPY_TOO_LARGE.format(limit=writes.copy_limit).encode()]
             size = int(environ.get("HTTP_X_AMZ_DECODED_CONTENT_LENGTH")
                        or environ.get("CONTENT_LENGTH") or 0)
             with writes.lock:
@@ -64,6 +72,12 @@ def counting_app(app, writes: Writes):
         return app(environ, start_response)
 
     return wrapped
+
+
+COPY_TOO_LARGE = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>InvalidRequest</Code>"
+                  "<Message>The specified copy source is larger than the maximum allowable size "
+                  "for a copy source: {limit}</Message></Error>")
+"""S3's answer to a CopyObject whose source is over the limit (5368709120 bytes on AWS)."""
 
 
 def counting_moto_server(ip_address: str, port: int, writes: Writes):

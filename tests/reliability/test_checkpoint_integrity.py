@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 from pathlib import Path
@@ -45,6 +46,39 @@ def test_damaged_checkpoint_is_detected(tmp_path, damage):
     else:
         meta_file.write_text("{not json")
     with pytest.raises(ckpt.CorruptCheckpoint, match=str(directory)):
+        ckpt.load(directory)
+
+
+def test_a_state_over_part_bytes_is_written_in_parts_and_loads_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(ckpt, "PART_BYTES", 4096)
+    state = {"replay": torch.arange(5000, dtype=torch.int32), "step": 3}
+    directory = ckpt.save(tmp_path / "c", state)
+    parts = sorted(directory.glob(ckpt.STATE_FILE + "*"))
+    assert len(parts) > 4 and max(p.stat().st_size for p in parts) <= 4096
+    assert sum(p.stat().st_size for p in parts) == json.loads((directory / ckpt.META_FILE).read_text())["bytes"]
+    loaded = ckpt.load(directory)
+    assert torch.equal(loaded["replay"], state["replay"]) and loaded["step"] == 3
+    # A smaller state saved into the same folder leaves no part of the larger one behind.
+    monkeypatch.setattr(ckpt, "PART_BYTES", 1 << 30)
+    ckpt.save(directory, {"step": 4})
+    assert [p.name for p in directory.glob(ckpt.STATE_FILE + "*")] == [ckpt.STATE_FILE]
+    assert ckpt.load(directory)["step"] == 4
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip_byte", "missing"])
+def test_a_damaged_part_is_detected_and_named(tmp_path, monkeypatch, damage):
+    monkeypatch.setattr(ckpt, "PART_BYTES", 4096)
+    directory = ckpt.save(tmp_path / "c", {"replay": torch.arange(5000, dtype=torch.int32)})
+    part = directory / f"{ckpt.STATE_FILE}.part2"
+    data = part.read_bytes()
+    if damage == "truncate":
+        part.write_bytes(data[:-1])
+    elif damage == "flip_byte":
+        part.write_bytes(data[:10] + bytes([data[10] ^ 0xFF]) + data[11:])
+    else:
+        part.unlink()
+    named = "part2" if damage != "flip_byte" else "checksum"
+    with pytest.raises(ckpt.CorruptCheckpoint, match=named):
         ckpt.load(directory)
 
 
