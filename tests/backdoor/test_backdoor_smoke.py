@@ -82,6 +82,7 @@ def test_preflight_names_the_missing_dataset_before_ray_starts(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # about 110 s (two ResNet arms); backdoor's own smoke sweep stays in the default run
 def test_backdoor_smoke_sweep_reports_every_metric(smoke_sweep, tmp_path):
     results, _, _ = smoke_sweep("backdoor_resnet", f"config.data_dir={tmp_path}/data")
     assert len(results) == 2  # badnets and wanet
