@@ -159,11 +159,14 @@ def resolve(kit: Path, stubs: Path, requirements: list[str], target: Path) -> su
 MISSING = re.compile(r"(?:satisfies the requirement|distribution found for) ([^\s(]+(?: ?[<>=!~][^\s(]*)?)")
 
 
-DEPENDS = re.compile(r"depends on ([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?([<>=!~][^\s;]*)?")
+DEPENDS = re.compile(r"(?:depends on|The user requested) ([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?([<>=!~][^\s;]*)?")
 
 
 def conflicting(text: str) -> tuple[str, str] | None:
-    """From pip's "The conflict is caused by" lines: a package and all its requirements, joined."""
+    """From pip's "The conflict is caused by" lines: a package and all its requirements, joined.
+
+    A line is "X depends on NAME<spec>" or "The user requested NAME<spec>" (a kit requirement,
+    unpinned, whose downloaded wheel is outside another package's pin)."""
     specs: dict[str, list[str]] = {}
     for name, spec in DEPENDS.findall(text.split("The conflict is caused by", 1)[-1]):
         specs.setdefault(canonical(name), []).append(spec)

@@ -133,3 +133,19 @@ def test_the_kits_raylab_wheel_asks_the_gpu_machines_torch_and_no_workload_packa
     assert not any(r.split("[")[0].split(">")[0].split("=")[0].strip() in
                    ("rdkit", "torch-geometric", "gymnasium", "ale-py") for r in core), core
     assert any(r.startswith("rdkit") and 'extra == "seagram"' in r for r in requires), requires
+
+
+def test_a_kit_wheel_outside_another_packages_pin_is_named_for_replacement():
+    """pip's conflict lines, in both forms it prints them: a requirement of the kit's own list
+    ("The user requested gymnasium", satisfied by no wheel in the kit) against Ray's pin, and
+    two packages' pins of one dependency."""
+    kit = load_kit()
+    user = ("ERROR: Cannot install gymnasium and ray[rllib,train,tune]==2.60.0 because these "
+            "package versions have conflicting dependencies.\n\nThe conflict is caused by:\n"
+            "    The user requested gymnasium\n"
+            "    ray[rllib,train,tune] 2.60.0 depends on gymnasium==1.2.2; extra == \"rllib\"\n")
+    assert kit.conflicting(user) == ("gymnasium", "gymnasium==1.2.2")
+    pins = ("The conflict is caused by:\n    ray 2.60.0 depends on click>=7.0\n"
+            "    typer 0.12 depends on click<8.2\n")
+    assert kit.conflicting(pins) == ("click", "click>=7.0,<8.2")
+    assert kit.conflicting("ERROR: something else\n") is None
