@@ -272,8 +272,10 @@ resources: {workers: 1, cpus_per_worker: 1}
 # folder and a setup line installing it on every node.
 LAB_MOUNT = "~/lab-package"
 LAB_SETUP = "pip install -q -e ~/lab-package"
-# README's data step: a data folder mounted on every node (and file_mounts_sync_continuously).
+# README's data step: a data folder mounted on every node (copied at each node's setup), and
+# data made on the head after `ray up` pushed from there to every node that is up.
 DATA_MOUNT = "~/raylab/data"
+PUSH_FROM_HEAD = "ray rsync-up ~/ray_bootstrap_config.yaml {path} {path} --all-nodes"
 
 
 def lab_package(root: Path) -> Path:
@@ -380,14 +382,14 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
         derived["setup_commands"] = [*derived.get("setup_commands", []), LAB_SETUP]
     expect = []
     if args.data:
-        # README's data step: the data folder (seagram's data/isonet split, the Boltz-2 stores)
-        # is a file mount, copied to each node as it is set up; with continuous sync the head's
-        # autoscaler also copies what a job on the head writes into it (the teacher's stores).
+        # README's data step: the data folder (seagram's data/isonet split) is a file mount,
+        # copied to each node as it is set up. (Not file_mounts_sync_continuously: on a change
+        # it re-runs every worker's start commands, whose `ray stop` ends the trials running
+        # there, and it hashes the mounts' whole contents, __pycache__ included, each update.)
         source = root / "data-source"
         (source / "isonet").mkdir(parents=True)
         (source / "isonet" / "from-launcher").write_text("split\n")
         derived["file_mounts"] = {**derived.get("file_mounts", {}), DATA_MOUNT: str(source)}
-        derived["file_mounts_sync_continuously"] = True
         expect = [f"{DATA_MOUNT}/isonet/from-launcher", f"{DATA_MOUNT}/stores/from-head"]
     cfg = root / "cluster.yaml"
     cfg.write_text(yaml.safe_dump(derived, sort_keys=False))
@@ -399,9 +401,14 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
         # The head's autoscaler starts the workers over SSH (min_workers = every worker IP); the
         # check waits for all of them, then runs one task pinned to each node from the head's
         # own copy of the tree: the imports and every workload's preflight, there.
-        if args.data:  # what the teacher job does on the head: write a store into the mount
-            report["head_write"] = ray_cli("exec", str(cfg), f"mkdir -p {DATA_MOUNT}/stores && "
-                                           f"echo store > {DATA_MOUNT}/stores/from-head").returncode
+        if args.data:  # data made after `ray up` on the head (the teacher's stores): README's line
+            wait = ray_cli("exec", str(cfg), f"python ~/raylab/tests/cluster/node_check.py "
+                                             f"--nodes {args.nodes} --timeout 300 --wait-only")
+            made = ray_cli("exec", str(cfg), f"mkdir -p {DATA_MOUNT}/stores && echo store > "
+                                             f"{DATA_MOUNT}/stores/from-head")
+            push = ray_cli("exec", str(cfg), PUSH_FROM_HEAD.format(path=f"{DATA_MOUNT}/stores/"))
+            report["push"] = {"rc": [wait.returncode, made.returncode, push.returncode],
+                              "tail": (push.stdout + push.stderr)[-2000:]}
         check = (f"python ~/raylab/tests/cluster/node_check.py --nodes {args.nodes} --timeout 300"
                  f" --preflight '{args.preflight}'" + "".join(f" --expect {e}" for e in expect))
         ex = ray_cli("exec", str(cfg), check)

@@ -4,7 +4,7 @@ raylab, raylab.data and every registered workload's config, loop and preflight f
 and, on worker nodes, runs the preflight of each ``--preflight`` experiment's smoke form (what its
 smoke sweep's trials check on that node). Prints one ``NODECHECK {json}`` line: per node, its IP,
 where those modules were imported from, each preflight's outcome (``ok`` or the refusal's line)
-and which ``--expect`` files it sees (waiting up to 2 minutes for them)."""
+and which ``--expect`` files it sees. ``--wait-only`` only waits."""
 
 from __future__ import annotations
 
@@ -36,9 +36,6 @@ def probe(experiments: list[str], expect: list[str]) -> dict:
             preflights[name] = "ok"
         except Exception as err:  # noqa: BLE001 - reported per experiment
             preflights[name] = f"{type(err).__name__}: {err}"
-    deadline = time.monotonic() + 120  # files synced to the node after its setup arrive late
-    while not all(os.path.exists(os.path.expanduser(p)) for p in expect) and time.monotonic() < deadline:
-        time.sleep(2)
     return {"node": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
             "raylab": list(raylab.__path__), "raylab_data": raylab.data.__file__,
             "workloads": names, "home": home, "preflight": preflights,
@@ -51,6 +48,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--preflight", default="", help="comma-separated experiment names")
     parser.add_argument("--expect", action="append", default=[], help="a file every node should see")
+    parser.add_argument("--wait-only", action="store_true", help="only wait for the nodes")
     args = parser.parse_args()
     ray.init(address="auto")
     deadline = time.monotonic() + args.timeout
@@ -59,6 +57,9 @@ def main() -> None:
         if len(nodes) >= args.nodes or time.monotonic() > deadline:
             break
         time.sleep(2)
+    if args.wait_only:
+        print(f"NODES {len(nodes)}")
+        return
     head = ray.get_runtime_context().get_node_id()  # this driver runs on the head
     experiments = [e for e in args.preflight.split(",") if e]
     on = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))

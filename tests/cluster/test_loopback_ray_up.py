@@ -88,13 +88,14 @@ def check_sweep(report: dict, name: str) -> dict:
 def test_ray_up_gpu_yaml_runs_preflights_a_s3_sweep_and_a_lab_package_on_worker_nodes(tmp_path):
     """gpu.yaml's derived cluster: head and two workers; from the head's copy of the tree,
     through ``ray exec ... --address auto``: every workload's preflight on each worker, one
-    CIFAR-format smoke sweep (backdoor) and one trial of a lab's own workload package (README's
+    CIFAR-format smoke sweep (fair_adv: synthetic CIFAR-10 batches written and read on the
+    worker through raylab.data) and one trial of a lab's own workload package (README's
     file mount and setup line) onto the loopback S3 server, and README's data step."""
-    report = loopback_ray_up(REPO / "cluster" / "gpu.yaml", tmp_path, REPO, "--sweep", "backdoor",
+    report = loopback_ray_up(REPO / "cluster" / "gpu.yaml", tmp_path, REPO, "--sweep", "fair_adv",
                              "--lab", "--data", "--preflight", ",".join(WORKLOADS))
     check_nodes(report, {"lab_echo"})
     print({name: (s["s"], s["trials"]) for name, s in report["sweeps"].items()})
-    check_sweep(report, "backdoor")
+    check_sweep(report, "fair_adv")
     (lab,) = check_sweep(report, "lab_echo")["trials"].values()
     assert lab["last"]["lab/value"] == 2.5, lab
     assert report["down"]["rc"] == 0, report["down"]["tail"]
