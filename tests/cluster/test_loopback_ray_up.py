@@ -31,7 +31,8 @@ pytestmark = [
 
 
 # The default run brings up gpu.yaml's derived cluster (about 4 minutes); local.yaml's and the
-# two controls (4-6 minutes each; every workload's sweeps longer) run with RAYLAB_FULL_CLUSTER=1.
+# two controls (3-4 minutes each) and every workload's sweeps (about 20 minutes) run with
+# RAYLAB_FULL_CLUSTER=1.
 full = pytest.mark.skipif(os.environ.get("RAYLAB_FULL_CLUSTER") != "1",
                           reason="set RAYLAB_FULL_CLUSTER=1 (3-4 minutes each)")
 
@@ -110,6 +111,7 @@ def test_ray_up_local_yaml_sets_up_every_node(tmp_path):
 
 
 @full
+@pytest.mark.timeout(2700)  # eight smoke sweeps one after another on three loopback nodes: about 20 minutes
 def test_every_workload_smoke_sweep_runs_on_worker_nodes(tmp_path):
     """One smoke sweep of every workload on gpu.yaml's derived cluster, onto the loopback S3
     server; every trial on a worker node."""
