@@ -17,9 +17,11 @@ Prints one JSON line: what each step returned and what the nodes reported.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import subprocess
@@ -78,11 +80,44 @@ def node_python(root: Path) -> Path:
     (site / "test-environment.pth").write_text(str(root / "testsite") + "\n")
     bin_ = stage / "bin"
     (bin_ / "pip").write_text(f'#!{HOME}/venv/bin/python\nimport sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n')
-    (bin_ / "ray").write_text(f'#!{HOME}/venv/bin/python\nimport sys\nfrom ray.scripts.scripts import main\nsys.exit(main())\n')
+    (bin_ / "ray").write_text(RAY_WRAPPER.format(python=f"{HOME}/venv/bin/python"))
     for name in ("pip", "ray"):
         os.chmod(bin_ / name, 0o755)
     return stage
 
+
+# The node's `ray`: Ray's own CLI, with one stand-in for a real machine. All loopback nodes share
+# this machine's network stack, and Ray takes a node's IP to be the source address of a UDP
+# socket "connected" to the head's address (2.60's node_ip_address_from_perspective): on every
+# worker that is 127.0.0.1, so both workers registered under one IP and collided on the ports
+# Ray binds to the node's IP (its dashboard agent's fixed 52365 among them); that is why
+# 127.0.0.3 never joined. On a real machine the detected IP is the machine's own; here each
+# worker's `ray start` gets its loopback IP explicitly. (The head keeps the address Ray gives
+# it: Ray maps 127.0.0.1 to this machine's interface address, as it does for any local head.)
+# And its fixed default ports are made free ones, since this machine's other Rays may hold them.
+RAY_WRAPPER = """#!{python}
+import os, socket, sys
+from ray.scripts.scripts import main
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return str(sock.getsockname()[1])
+
+
+if sys.argv[1:2] == ["start"]:
+    ip = os.environ.get("RAYLAB_LOOPBACK_NODE_IP")
+    given = " ".join(sys.argv)
+    if ip and ip != "127.0.0.1" and "--node-ip-address" not in given:
+        sys.argv.append("--node-ip-address=" + ip)
+    # Ray's fixed default ports, taken on this machine by any other Ray (the suite's, another
+    # session's): free ones instead. Each real node has these ports to itself.
+    for flag in ("--dashboard-port", "--dashboard-agent-listen-port", "--ray-client-server-port"):
+        if flag not in given:
+            sys.argv.append(flag + "=" + free_port())
+sys.exit(main())
+"""
 
 NODE_INIT = r"""
 set -e
@@ -103,7 +138,7 @@ exec /usr/sbin/sshd -D -e -f "$CONF"
 """
 
 
-def start_node(root: Path, index: int, key: Path, stage: Path) -> subprocess.Popen:
+def start_node(root: Path, index: int, key: Path, stage: Path, env: dict[str, str]) -> subprocess.Popen:
     node = root / f"node{index}"
     (node / "tmp").mkdir(parents=True)
     home = node / "home"
@@ -117,7 +152,15 @@ def start_node(root: Path, index: int, key: Path, stage: Path) -> subprocess.Pop
     cfg = (home / "venv" / "pyvenv.cfg")
     cfg.write_text(cfg.read_text().replace(str(stage), str(HOME / "venv")))
     # The image's environment: its Python first on PATH (gpu.yaml runs `python`, `pip`, `ray`).
-    profile = f'export PATH="{HOME}/venv/bin:$PATH"\nexport PIP_DISABLE_PIP_VERSION_CHECK=1\n'
+    # What a cloud node has besides: its own IP (above), credentials for the results bucket (an
+    # instance profile on AWS) and the resources its node type declares (Ray's updater exports
+    # RAY_OVERRIDE_RESOURCES for cloud providers, never for the local one).
+    # And, for this machine's load (2 cores shared by many test processes): Ray's waits for a
+    # node's own processes to start, 15 to 30 s by default, raised to two minutes.
+    env = {"RAYLAB_LOOPBACK_NODE_IP": IPS[index], "RAY_agent_register_timeout_ms": "120000",
+           "RAY_raylet_start_wait_time_s": "120", **env}
+    profile = f'export PATH="{HOME}/venv/bin:$PATH"\nexport PIP_DISABLE_PIP_VERSION_CHECK=1\n' + \
+        "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     (home / ".bashrc").write_text(profile)
     (home / ".profile").write_text(profile)
     ssh = home / ".ssh"
@@ -164,13 +207,126 @@ def wait_ssh(key: Path, ip: str, timeout: float = 30) -> None:
         time.sleep(0.5)
 
 
+# Ray 2.60's `ray up` starts the head with autoscaler v2 unless RAY_UP_enable_autoscaler_v2=0.
+# With the local provider v2 never brings up the last worker IP: its instance manager adopts
+# the head's Ray node as an instance of the one node type the local provider has, then drops
+# it ("cloud instance 127.0.0.1 no longer found": the head's own copy of the provider's state
+# file lists the head as terminated, which only v1 corrects), and its scheduler logs "Adding 1
+# nodes to satisfy min count" every few seconds without queueing one. v1 launches every worker
+# IP; so do README's instructions for cluster/local.yaml.
+RAY_CLI_ENV = {"RAY_UP_enable_autoscaler_v2": "0"}
+
+
 def ray_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([str(Path(sys.executable).parent / "ray"), *args], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **RAY_CLI_ENV})
+
+
+LAB_INIT = '''\
+"""A lab's one-line workload: reports a value from its config."""
+from dataclasses import dataclass
+
+from raylab import session
+from raylab.workloads import Workload
+
+
+@dataclass(frozen=True)
+class Config:
+    value: float = 1.0
+
+
+def train_loop(config):
+    session.report({"lab/value": float(config.get("value", 1.0))})
+
+
+WORKLOAD = Workload(config="loopback_lab:Config", loop="loopback_lab:train_loop",
+                    metrics=("lab/value",), description="a lab package of the loopback test")
+'''
+
+LAB_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "loopback-lab"
+version = "0.1"
+
+[project.entry-points."raylab.workloads"]
+lab_echo = "loopback_lab:WORKLOAD"
+
+[tool.setuptools]
+packages = ["loopback_lab"]
+"""
+
+LAB_EXPERIMENT = """\
+workload: lab_echo
+metric: lab/value
+mode: max
+config: {value: 2.5}
+resources: {workers: 1, cpus_per_worker: 1}
+"""
+
+# README's two lines for a lab's own workload package (cluster section): a file mount of its
+# folder and a setup line installing it on every node.
+LAB_MOUNT = "~/lab-package"
+LAB_SETUP = "pip install -q -e ~/lab-package"
+# README's data step: a data folder mounted on every node (copied at each node's setup), and
+# data made on the head after `ray up` pushed from there to every node that is up.
+DATA_MOUNT = "~/raylab/data"
+PUSH_FROM_HEAD = "ray rsync-up ~/ray_bootstrap_config.yaml {path} {path} --all-nodes"
+
+
+def lab_package(root: Path) -> Path:
+    """A lab's own workload package, outside the repository: one workload registered through the
+    ``raylab.workloads`` entry-point group, and one experiment YAML of it."""
+    pkg = root / "lab-package"
+    (pkg / "loopback_lab").mkdir(parents=True)
+    (pkg / "pyproject.toml").write_text(LAB_PYPROJECT)
+    (pkg / "loopback_lab" / "__init__.py").write_text(LAB_INIT)
+    (pkg / "lab_echo.yaml").write_text(LAB_EXPERIMENT)
+    return pkg
+
+
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                  "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+
+
+def start_s3():
+    """moto's S3 server on 127.0.0.1 (every node reaches it: they share this network stack),
+    with a bucket ``raylab``: ``(server, storage_uri, client)``."""
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    os.environ.update(S3_CREDENTIALS)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    client = boto3.client("s3", endpoint_url=endpoint)
+    client.create_bucket(Bucket="raylab")
+    return server, f"s3://raylab/runs?endpoint_override={endpoint}&scheme=http", client
 
 
 def main() -> int:
-    source, out = Path(sys.argv[1]), Path(sys.argv[2])
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cluster_yaml", type=Path)
+    parser.add_argument("out_json", type=Path)
+    parser.add_argument("--sweep", action="append", default=[],
+                        help="an experiment run with --smoke from the head's copy of the tree")
+    parser.add_argument("--lab", action="store_true", help="mount, install and run a lab package")
+    parser.add_argument("--data", action="store_true",
+                        help="README's data step: a data folder mounted on every node, and synced on")
+    parser.add_argument("--preflight", default="", help="experiments whose preflight workers run")
+    parser.add_argument("--nodes", type=int, default=len(IPS),
+                        help="nodes the check waits for before it runs")
+    args = parser.parse_args()
+    source, out = args.cluster_yaml, args.out_json
     assert os.getpid() == 1 or os.environ.get("RAYLAB_LOOPBACK_NAMESPACED") == "1", \
         "run inside its own PID namespace (unshare --pid --fork --mount-proc)"
     # As its namespace's PID 1 this process ignores SIGTERM unless it handles it: end cleanly.
@@ -181,18 +337,27 @@ def main() -> int:
     key = root / "key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     stage = node_python(root)
-    nodes = [start_node(root, i, key, stage) for i in range(len(IPS))]
+    config = yaml.safe_load(source.read_text())
+    s3 = start_s3() if (args.sweep or args.lab) else None
+    node_env = dict(S3_CREDENTIALS) if s3 else {}
+    head_type = config.get("available_node_types", {}).get(config.get("head_node_type", ""), {})
+    head_env = {"RAY_OVERRIDE_RESOURCES": json.dumps(head_type["resources"])} \
+        if head_type.get("resources") else {}
+    nodes = [start_node(root, i, key, stage, {**node_env, **(head_env if i == 0 else {})})
+             for i in range(len(IPS))]
     report: dict = {"source": str(source)}
     try:
         for ip in IPS:
             wait_ssh(key, ip)
-        run_cluster(source, root, key, report)
+        run_cluster(config, root, key, report, args, s3)
     except Exception as err:  # noqa: BLE001 - reported in the JSON line, with the nodes' logs
         report["error"] = f"{type(err).__name__}: {err}"
     finally:
         for proc in nodes:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if s3:
+            s3[0].stop()
         report["sshd_logs"] = {p.name: (p / "sshd.log").read_text()[-1000:]
                                for p in sorted(root.glob("node*"))}
         report["ray_logs"] = {f"{log.parts[-6]}/{log.name}": "\n".join(
@@ -200,7 +365,9 @@ def main() -> int:
                                   if " E " in line or " F " in line or "Check failed" in line
                                   or "rror" in line)[-3000:]
                               for log in sorted(root.glob("node*/tmp/ray/session_2*/logs/*"))
-                              if log.name in ("raylet.out", "raylet.err", "gcs_server.out", "gcs_server.err")}
+                              if log.name in ("raylet.out", "raylet.err", "gcs_server.out",
+                                              "gcs_server.err", "monitor.out", "monitor.err",
+                                              "dashboard_agent.log", "dashboard.log")}
         shutil.rmtree(root, ignore_errors=True)
         for state in Path("/tmp/ray").glob(f"cluster-{root.name}.*"):  # the local provider's
             state.unlink(missing_ok=True)
@@ -208,8 +375,22 @@ def main() -> int:
     return 0
 
 
-def run_cluster(source: Path, root: Path, key: Path, report: dict) -> None:
-    derived = derive(yaml.safe_load(source.read_text()), key, root.name)
+def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> None:
+    derived = derive(config, key, root.name)
+    if args.lab:
+        derived["file_mounts"] = {**derived.get("file_mounts", {}), LAB_MOUNT: str(lab_package(root))}
+        derived["setup_commands"] = [*derived.get("setup_commands", []), LAB_SETUP]
+    expect = []
+    if args.data:
+        # README's data step: the data folder (seagram's data/isonet split) is a file mount,
+        # copied to each node as it is set up. (Not file_mounts_sync_continuously: on a change
+        # it re-runs every worker's start commands, whose `ray stop` ends the trials running
+        # there, and it hashes the mounts' whole contents, __pycache__ included, each update.)
+        source = root / "data-source"
+        (source / "isonet").mkdir(parents=True)
+        (source / "isonet" / "from-launcher").write_text("split\n")
+        derived["file_mounts"] = {**derived.get("file_mounts", {}), DATA_MOUNT: str(source)}
+        expect = [f"{DATA_MOUNT}/isonet/from-launcher", f"{DATA_MOUNT}/stores/from-head"]
     cfg = root / "cluster.yaml"
     cfg.write_text(yaml.safe_dump(derived, sort_keys=False))
     t0 = time.monotonic()
@@ -217,17 +398,60 @@ def run_cluster(source: Path, root: Path, key: Path, report: dict) -> None:
     report["up"] = {"rc": up.returncode, "s": round(time.monotonic() - t0, 1),
                     "tail": (up.stdout + up.stderr)[-6000:]}
     if up.returncode == 0:
-        # The head's autoscaler starts the workers over SSH (min_workers = every worker IP). The
-        # check runs from the head's own copy of the tree once the head and one worker are up:
-        # Ray 2.60's autoscaler launches the local provider's second worker late or not at all
-        # (its instance manager loses track of the head node), which the test does not wait for.
-        ex = ray_cli("exec", str(cfg), "python ~/raylab/tests/cluster/node_check.py 2 300")
+        # The head's autoscaler starts the workers over SSH (min_workers = every worker IP); the
+        # check waits for all of them, then runs one task pinned to each node from the head's
+        # own copy of the tree: the imports and every workload's preflight, there.
+        if args.data:  # data made after `ray up` on the head (the teacher's stores): README's line
+            wait = ray_cli("exec", str(cfg), f"python ~/raylab/tests/cluster/node_check.py "
+                                             f"--nodes {args.nodes} --timeout 300 --wait-only")
+            made = ray_cli("exec", str(cfg), f"mkdir -p {DATA_MOUNT}/stores && echo store > "
+                                             f"{DATA_MOUNT}/stores/from-head")
+            push = ray_cli("exec", str(cfg), PUSH_FROM_HEAD.format(path=f"{DATA_MOUNT}/stores/"))
+            report["push"] = {"rc": [wait.returncode, made.returncode, push.returncode],
+                              "tail": (push.stdout + push.stderr)[-2000:]}
+        check = (f"python ~/raylab/tests/cluster/node_check.py --nodes {args.nodes} --timeout 300"
+                 f" --preflight '{args.preflight}'" + "".join(f" --expect {e}" for e in expect))
+        ex = ray_cli("exec", str(cfg), check)
         line = next((ln for ln in ex.stdout.splitlines() if ln.startswith("NODECHECK ")), None)
         report["nodes"] = json.loads(line[len("NODECHECK "):]) if line else []
         report["exec"] = {"rc": ex.returncode, "tail": (ex.stdout + ex.stderr)[-3000:]}
         report["up_to_exec_s"] = round(time.monotonic() - t0, 1)
+        runs = [(name, f"cd ~/raylab && python -m raylab.tune {name} --smoke") for name in args.sweep]
+        if args.lab:
+            runs.append(("lab_echo", f"python -m raylab.tune {LAB_MOUNT}/lab_echo.yaml"))
+        report["sweeps"] = {}
+        for name, command in runs:
+            t1 = time.monotonic()
+            run = f"loopback-{name}"
+            sweep = ray_cli("exec", str(cfg), f"{command} --address auto --quiet --name {run} "
+                                              f"--storage {shlex.quote(s3[1])}", timeout=1200)
+            report["sweeps"][name] = {
+                "rc": sweep.returncode, "s": round(time.monotonic() - t1, 1),
+                "tail": (sweep.stdout + sweep.stderr)[-2500:], "trials": trial_rows(s3[2], run)}
+        report["sweeps_s"] = round(time.monotonic() - t0 - report["up_to_exec_s"], 1)
     down = ray_cli("down", str(cfg), "--yes")
     report["down"] = {"rc": down.returncode, "tail": (down.stdout + down.stderr)[-2000:]}
+
+
+def trial_rows(client, run: str) -> dict:
+    """Per trial of a run in the bucket: the nodes Tune says ran it (``node_ip`` of its
+    result.json rows) and its last row's plain values."""
+    found, token = {}, None
+    while True:
+        page = client.list_objects_v2(Bucket="raylab", Prefix=f"runs/{run}/",
+                                      **({"ContinuationToken": token} if token else {}))
+        for obj in page.get("Contents", []):
+            if obj["Key"].endswith("/result.json"):
+                text = client.get_object(Bucket="raylab", Key=obj["Key"])["Body"].read().decode()
+                rows = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+                if rows:
+                    found[obj["Key"].split("/")[2]] = {
+                        "node_ips": sorted({str(r.get("node_ip")) for r in rows}),
+                        "last": {k: v for k, v in rows[-1].items()
+                                 if isinstance(v, (int, float, str))}}
+        token = page.get("NextContinuationToken")
+        if not token:
+            return found
 
 
 if __name__ == "__main__":

@@ -31,40 +31,102 @@ pytestmark = [
 
 
 # The default run brings up gpu.yaml's derived cluster (about 4 minutes); local.yaml's and the
-# two controls (about 3-4 minutes each) run with RAYLAB_FULL_CLUSTER=1.
+# two controls (3-4 minutes each) and every workload's sweeps (about 20 minutes) run with
+# RAYLAB_FULL_CLUSTER=1.
 full = pytest.mark.skipif(os.environ.get("RAYLAB_FULL_CLUSTER") != "1",
                           reason="set RAYLAB_FULL_CLUSTER=1 (3-4 minutes each)")
 
 
-def loopback_ray_up(cluster_yaml: Path, tmp_path: Path, tree: Path = REPO) -> dict:
+WORKLOADS = ["toy", "dqn_softlinf", "backdoor", "backdoor_resnet", "fair_adv", "seagram",
+             "boltz_distill", "admet_probe"]
+WORKERS = {"127.0.0.2", "127.0.0.3"}
+
+
+def loopback_ray_up(cluster_yaml: Path, tmp_path: Path, tree: Path = REPO, *args: str) -> dict:
     """Run the harness with ``tree`` as the folder ``ray up`` runs in (what ``~/raylab: .`` copies)."""
     out = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
     proc = subprocess.run(
-        ["timeout", "-s", "KILL", "1500", "unshare", "--pid", "--fork", "--mount-proc",
-         sys.executable, str(SCRIPT), str(cluster_yaml), str(out)],
+        ["timeout", "-s", "KILL", "2400", "unshare", "--pid", "--fork", "--mount-proc",
+         sys.executable, str(SCRIPT), str(cluster_yaml), str(out), *args],
         cwd=tree, env=env, capture_output=True, text=True)
     assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("name", ["gpu.yaml", pytest.param("local.yaml", marks=full)])
-def test_ray_up_sets_up_every_node_and_runs_from_the_nodes_copy(name, tmp_path):
-    report = loopback_ray_up(REPO / "cluster" / name, tmp_path)
+def check_nodes(report: dict, extra_workloads: set[str] = frozenset()) -> list[dict]:
+    """All three nodes joined (the workers under their own IPs), each imported raylab, raylab.data and every
+    workload from its own copy of the tree, and each worker passed every preflight."""
     assert "error" not in report, report["error"]
     assert report["up"]["rc"] == 0, report["up"]["tail"]
     nodes = report["nodes"]
-    print(json.dumps({k: report[k] for k in ("up_to_exec_s",)}), *nodes, sep="\n")
-    assert len(nodes) >= 2, report["exec"]["tail"]  # the head and at least one worker node
+    print(json.dumps({k: report.get(k) for k in ("up_to_exec_s", "sweeps_s")}), *nodes, sep="\n")
+    # The head registers under this machine's address (Ray maps a head on 127.0.0.1 to it).
+    assert len(nodes) == 3, (nodes, report["exec"]["tail"], report["ray_logs"])
+    assert sorted(n["ip"] for n in nodes if n["kind"] == "worker") == sorted(WORKERS), nodes
     for node in nodes:
-        # Each node imports raylab, raylab.data and every workload from its own copy of the tree.
         assert all(p.startswith(node["home"] + "/raylab") for p in node["raylab"]), node
         assert node["raylab_data"].startswith(node["home"] + "/raylab/raylab/data/"), node
         assert {"toy", "dqn_softlinf", "backdoor", "fair_adv", "seagram", "boltz_distill",
-                "admet_probe"} <= set(node["workloads"]), node
+                "admet_probe"} | extra_workloads <= set(node["workloads"]), node
+        if node["kind"] == "worker":  # each workload's preflight, where its trials run
+            assert node["preflight"] == {name: "ok" for name in WORKLOADS}, node
+        assert all(node["files"].values()), node
+    return nodes
+
+
+def check_sweep(report: dict, name: str) -> dict:
+    """The sweep finished, its trials' results are in the bucket, and Tune says each trial ran
+    on a worker node."""
+    sweep = report["sweeps"][name]
+    assert sweep["rc"] == 0, sweep["tail"]
+    assert sweep["trials"], sweep["tail"]
+    for trial, row in sweep["trials"].items():
+        assert set(row["node_ips"]) <= WORKERS, (name, trial, row)
+    return sweep
+
+
+def test_ray_up_gpu_yaml_runs_preflights_a_s3_sweep_and_a_lab_package_on_worker_nodes(tmp_path):
+    """gpu.yaml's derived cluster: head and two workers; from the head's copy of the tree,
+    through ``ray exec ... --address auto``: every workload's preflight on each worker, one
+    CIFAR-format smoke sweep (fair_adv: synthetic CIFAR-10 batches written and read on the
+    worker through raylab.data) and one trial of a lab's own workload package (README's
+    file mount and setup line) onto the loopback S3 server, and README's data step."""
+    report = loopback_ray_up(REPO / "cluster" / "gpu.yaml", tmp_path, REPO, "--sweep", "fair_adv",
+                             "--lab", "--data", "--preflight", ",".join(WORKLOADS))
+    check_nodes(report, {"lab_echo"})
+    print({name: (s["s"], s["trials"]) for name, s in report["sweeps"].items()})
+    check_sweep(report, "fair_adv")
+    (lab,) = check_sweep(report, "lab_echo")["trials"].values()
+    assert lab["last"]["lab/value"] == 2.5, lab
     assert report["down"]["rc"] == 0, report["down"]["tail"]
 
 
+@full
+def test_ray_up_local_yaml_sets_up_every_node(tmp_path):
+    report = loopback_ray_up(REPO / "cluster" / "local.yaml", tmp_path, REPO,
+                             "--preflight", ",".join(WORKLOADS))
+    check_nodes(report)
+    assert report["down"]["rc"] == 0, report["down"]["tail"]
+
+
+@full
+@pytest.mark.timeout(2700)  # eight smoke sweeps one after another on three loopback nodes: about 20 minutes
+def test_every_workload_smoke_sweep_runs_on_worker_nodes(tmp_path):
+    """One smoke sweep of every workload on gpu.yaml's derived cluster, onto the loopback S3
+    server; every trial on a worker node."""
+    args = [a for name in WORKLOADS for a in ("--sweep", name)]
+    report = loopback_ray_up(REPO / "cluster" / "gpu.yaml", tmp_path, REPO, *args)
+    assert "error" not in report, report["error"]
+    assert report["up"]["rc"] == 0, report["up"]["tail"]
+    print(json.dumps({name: {"rc": s["rc"], "s": s["s"], "trials": len(s["trials"]),
+                             "nodes": sorted({ip for t in s["trials"].values() for ip in t["node_ips"]})}
+                      for name, s in report["sweeps"].items()}))
+    failed = [name for name in WORKLOADS if report["sweeps"][name]["rc"] != 0
+              or not report["sweeps"][name]["trials"]]
+    assert not failed, {name: report["sweeps"][name]["tail"][-1200:] for name in failed}
+    for name in WORKLOADS:
+        check_sweep(report, name)
 
 
 @full

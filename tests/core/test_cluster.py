@@ -78,15 +78,30 @@ def _check_lines(config: dict) -> list[str]:
     return [c for c in config["setup_commands"] if "python -c" in c]
 
 
-def _run_on_this_python(line: str, home: Path) -> subprocess.CompletedProcess:
+def _run_on_this_python(line: str, home: Path, **env_changes: str | None) -> subprocess.CompletedProcess:
     """Run a setup line with this test's interpreter standing in for the node's: ``python`` on
     PATH (the image's) and ``~/venv`` (local.yaml's) both resolve to it."""
     home.mkdir(exist_ok=True)
     (home / "venv").symlink_to(sys.prefix)
     env = {**os.environ, "HOME": str(home),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for key, value in env_changes.items():
+        env.pop(key, None) if value is None else env.__setitem__(key, value)
     return subprocess.run(["bash", "-c", line], cwd=home, env=env, capture_output=True, text=True,
                           timeout=300)
+
+
+@pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
+def test_setup_check_line_fails_where_raylab_data_is_a_folder(path, tmp_path):
+    """Control: in a home whose checkout ``~/raylab`` has a ``data/`` folder (README's data
+    mount), an import-hook editable install (pip's default, as the Makefile installs) makes ``raylab.data`` that
+    folder, a namespace package. The check line says so instead of passing; the YAMLs' compat
+    install (a path entry) is what the loopback ``ray up`` runs to show the package wins."""
+    lines = _check_lines(yaml.safe_load(path.read_text()))
+    home = tmp_path / "home"
+    (home / "raylab" / "data").mkdir(parents=True)
+    proc = _run_on_this_python(lines[-1], home, PYTHONPATH=None)  # raylab from the Makefile's install only
+    assert proc.returncode != 0 and "raylab.data is a folder, not the package" in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
