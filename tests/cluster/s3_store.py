@@ -6,6 +6,13 @@ import threading
 from dataclasses import dataclass, field
 
 
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+}
+"""The test S3 server's credentials (moto accepts any)."""
+
+
 def keys(client, prefix: str = "") -> list[str]:
     """Every object key in the test bucket under ``prefix``."""
     found, token = [], None

@@ -52,10 +52,7 @@ def preflight(cfg: Config) -> None:
     if cfg.dataset in DIGITS:
         from raylab.data.digits import find_digits
 
-        try:
-            find_digits(cfg.dataset, cfg.data_dir)
-        except UserError as err:  # the package that ships the digits is in this workload's extra
-            raise UserError(f'{err} (in the backdoor extra: pip install "raylab[backdoor]")') from None
+        find_digits(cfg.dataset, cfg.data_dir, extra="backdoor")  # its package is in this workload's extra
     elif not cfg.synthetic_data:
         check_cifar(cfg.dataset, cfg.data_dir, cfg.download)
     if cfg.attack == "blended" and cfg.blend_trigger == "image":

@@ -43,10 +43,7 @@ CIFAR_TRAIN_SIZE = 50_000
 def preflight(cfg: Config) -> None:
     """Refuse, before Ray starts, a config this machine cannot run (named file/key/value)."""
     if cfg.dataset in DIGITS:
-        try:
-            find_digits(cfg.dataset, cfg.data_dir)
-        except UserError as err:  # the package that ships the digits is in this workload's extra
-            raise UserError(f'{err} (in the fair_adv extra: pip install "raylab[fair_adv]")') from None
+        find_digits(cfg.dataset, cfg.data_dir, extra="fair_adv")  # its package is in this workload's extra
         n_train = len(load_digits(cfg.dataset, cfg.data_dir).train_y)  # checks the SHA-256 too
     elif not cfg.synthetic_data:
         check_cifar(cfg.dataset, cfg.data_dir, cfg.download)
