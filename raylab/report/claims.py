@@ -116,7 +116,7 @@ class Value:
         object.__setattr__(self, "strata", _tuple(self.strata))
 
     def words(self) -> str:
-        scope = f" of {arm_words(self.arm)}" if self.arm else ""
+        scope = f" of [{arm_words(self.arm)}]" if self.arm else ""
         return f"{metric_words(self.metric)} ({_AT_WORDS[self.at]}) per trial{scope}{_strata_words(self.strata)}"
 
     def inputs(self) -> tuple[str, ...]:
@@ -170,11 +170,12 @@ class Contrast:
         other_at = _AT_WORDS[self.against_at or self.at]
         if self.against is None:
             other = metric_words(self.against_metric or self.metric)
+            scope = f" of [{arm_words(self.arm)}]" if self.arm else ""
             return (f"{kind} {metric_words(self.metric)} ({at}) {sign} {other} ({other_at}) inside each trial"
-                    f" of {arm_words(self.arm)}{_strata_words(self.strata)}")
+                    f"{scope}{_strata_words(self.strata)}")
         other_metric = "" if self.against_metric is None else f" ({metric_words(self.against_metric)})"
         pairing = " and ".join(("seed", *self.pairing_keys()))
-        return (f"{kind} {arm_words(self.arm)} {sign} {arm_words(self.against)}{other_metric} of "
+        return (f"{kind} [{arm_words(self.arm)}] {sign} [{arm_words(self.against)}]{other_metric} of "
                 f"{metric_words(self.metric)} ({at}), paired by {pairing}{_strata_words(self.strata)}")
 
     def inputs(self) -> tuple[str, ...]:
@@ -204,8 +205,9 @@ class Improvement:
 
     def words(self) -> str:
         better = "lower" if self.lower_is_better else "higher"
-        return (f"probability that a seed of {arm_words(self.arm)} has a {better} {metric_words(self.metric)} "
-                f"({_AT_WORDS[self.at]}) than a seed of {arm_words(self.against)}{_strata_words(self.strata, 'averaged over')}")
+        return (f"probability that a seed of [{arm_words(self.arm)}] has a {better} {metric_words(self.metric)} "
+                f"({_AT_WORDS[self.at]}) than a seed of [{arm_words(self.against)}]"
+                f"{_strata_words(self.strata, 'averaged over')}")
 
     def inputs(self) -> tuple[str, ...]:
         return metric_inputs(self.metric)
@@ -229,7 +231,7 @@ class Control:
             raise ValueError(f"Control: expect must be '>' or '<', got {self.expect!r}")
 
     def words(self) -> str:
-        return f"{self.statement} ({self.statistic.words()} {self.expect} {format_value(self.threshold)} on every seed)"
+        return f"{self.statement} ({self.expect} {format_value(self.threshold)} on every seed: {self.statistic.words()})"
 
 
 @dataclass(frozen=True)

@@ -303,7 +303,8 @@ def estimate_row(row: Row, stat, expect: str, threshold) -> dict[str, Any]:
 def control_state(ctx: RunTrials, control: Control) -> dict[str, Any]:
     """Whether a positive control passed on every seed of the run."""
     rows, why = rows_of(ctx, control.statistic)
-    values = [(s, seed, v) for row in rows for s, units in row.strata.items() for seed, v in units]
+    values = [(", ".join(x for x in (row.variant, s) if x), seed, v)
+              for row in rows for s, units in row.strata.items() for seed, v in units]
     base = {"statement": control.statement, "words": control.words()}
     if not values:
         return {**base, "state": "not measured", "detail": why or "no values in this run"}
@@ -384,16 +385,13 @@ def claims_text(claims: list[dict[str, Any]], title: str = "") -> str:
     if not claims:
         return "\n".join([*lines, "this workload declares no claims"]) + "\n"
     width = 96
-    table = [("#", "verdict", "estimate [95% interval]", "seeds", "claim")]
+    table = [("#", "claim", "verdict", "estimate [95% interval]", "n", "variant")]
     for i, claim in enumerate(claims, start=1):
         for row in claim["rows"]:
-            label = claim["statement"] + (f" ({row['variant']})" if row["variant"] else "")
-            table.append((str(i), row["verdict"], estimate_words(row), str(row["n_seeds"]), label))
-    widths = [max(len(r[j]) for r in table) for j in range(4)]
-    for r in table:
-        head = "  ".join(c.ljust(w) for c, w in zip(r[:4], widths))
-        lines += textwrap.wrap(f"{head}  {r[4]}", max(width, len(head) + 30),
-                               subsequent_indent=" " * (len(head) + 2))
+            table.append((str(i), claim["name"], row["verdict"], estimate_words(row), str(row["n_seeds"]),
+                          row["variant"] or "-"))
+    widths = [max(len(r[j]) for r in table) for j in range(len(table[0]))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
     for i, claim in enumerate(claims, start=1):
         lines.append("")
         lines += textwrap.wrap(f"[{i}] {claim['statement']}", width, subsequent_indent="    ")

@@ -205,8 +205,8 @@ def importance(keys: list[str], seed_keys: list[str], trials, configs, metric: s
     """Each swept key's (and the seed's) main-effect variance share and permutation importance."""
     columns = [k for k in [*keys, *seed_keys] if len({json_key(configs[t.name].get(k)) for t in trials}) > 1]
     out: dict[str, Any] = {"rows": [], "trials": len(trials), "method": (
-        "main-effect variance share (fANOVA first order); random forest (200 trees) permutation "
-        "importance: mean drop in R^2 over 20 shuffles, in-sample")}
+        "main-effect variance share (fANOVA first order); random forest (50 trees) permutation "
+        "importance: mean drop in R^2 over 10 shuffles, in-sample")}
     if len(trials) < MIN_TRIALS_IMPORTANCE or not [k for k in columns if k in keys]:
         out["note"] = (f"importance needs {MIN_TRIALS_IMPORTANCE} or more trials with {metric} and a swept key "
                        f"with two or more values: this run has {len(trials)} trial{'s' * (len(trials) != 1)}")
@@ -219,8 +219,8 @@ def importance(keys: list[str], seed_keys: list[str], trials, configs, metric: s
         from sklearn.ensemble import RandomForestRegressor
         from sklearn.inspection import permutation_importance
 
-        forest = RandomForestRegressor(n_estimators=200, random_state=0).fit(X, y)
-        result = permutation_importance(forest, X, y, n_repeats=20, random_state=0)
+        forest = RandomForestRegressor(n_estimators=50, random_state=0).fit(X, y)
+        result = permutation_importance(forest, X, y, n_repeats=10, random_state=0)
         permutation = {k: (float(m), float(s)) for k, m, s in
                        zip(columns, result.importances_mean, result.importances_std)}
     for key in columns:
