@@ -138,7 +138,7 @@ def parallel_coordinates(run: Run, keys: list[str], trials, configs, metric: str
         color = cmap((g["mean"] - low) / ((high - low) or 1.0))
         ax.plot(xs, ys, color=color, alpha=0.85, linewidth=1.6)
         if g["interval"]:
-            offset = xs[-1] - 0.03 - 0.1 * (list(order).index(index) / max(1, len(groups) - 1))
+            offset = xs[-1] - 0.02 - 0.05 * (list(order).index(index) / max(1, len(groups) - 1))
             ax.plot([offset] * 2, [(g["interval"][0] - metric_low) / span, (g["interval"][1] - metric_low) / span],
                     color=color, linewidth=3, alpha=0.7, solid_capstyle="butt")
     for j, (positions, ticks, labels, scale) in enumerate(axes_values):
