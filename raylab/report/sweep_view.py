@@ -118,8 +118,8 @@ def parallel_coordinates(run: Run, keys: list[str], trials, configs, metric: str
                        "mean": float(scores.mean()), "n": len(scores), "interval": interval})
     out: dict[str, Any] = {"file": "", "configurations": len(groups), "keys": keys,
                            "rows": sorted(groups, key=lambda g: _mode_sign(mode) * -g["mean"])}
-    if not keys:
-        out["note"] = "nothing swept but the seed: no parallel coordinates"
+    if not keys or len(groups) < 2:
+        out["note"] = ("nothing swept but the seed" if not keys else "one configuration") + ": no parallel coordinates"
         return out
     means = np.array([g["mean"] for g in groups])
     low, high = float(means.min()), float(means.max())

@@ -11,21 +11,22 @@ import pytest
 
 from raylab import report, workloads
 from raylab.report import estimators
+from tests.report.conftest import check_figures, check_tables
 
 # One experiment per workload: the cheapest smoke that sweeps the keys its figures use, shared
 # with the workload's own smoke test where it has one (backdoor_theory, fair_adv, boltz_distill).
 # The backdoor smoke trains two ResNet-18s; a quarter of the standard width keeps it to seconds.
 # dqn_softlinf_small's FeatureMDP trials take seconds: 3 seeds give its claims intervals and its
-# aggregates (the browser test reads the same sweep). seagram's own smoke (SEAGRAM, two
-# active-learning strategies) is the one its claims can read; admet_probe's (14 trials) is long:
-# its claims are checked in tests/boltz_distill/test_bd_smoke.py.
+# aggregates (the browser test reads the same sweep). seagram's claims need SEAGRAM trials: its
+# own smoke test (tests/seagram/test_seagram_smoke.py) checks the report of its sweep with
+# ``check_report``; admet_probe's smoke (14 trials) is long: tests/boltz_distill/test_bd_smoke.py
+# checks its claims.
 EXPERIMENTS = {
     "backdoor_theory": ("backdoor_theory",),
     "backdoor": ("backdoor_resnet", "config.model_width=16"),
     "dqn_softlinf": ("dqn_softlinf_small", "search.seed=[0,1,2]"),
     "fair_adv": ("fair_adv", "config.data_dir={shared}/fair_adv-data"),
     "boltz_distill": ("boltz_distill", "config.store_root={shared}/stores"),
-    "seagram": ("seagram", "config.data_dir={shared}/seagram-data"),
 }
 VERDICTS = {"supported", "not supported", "inconclusive", "control failed", "control not measured", "not measured"}
 
@@ -69,21 +70,18 @@ def check_claims(content: dict, spec) -> int:
     return measured
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("workload", sorted(EXPERIMENTS))
-def test_smoke_sweep_report_has_every_declared_figure_exact_tables_and_claims(workload, shared_smoke_sweep,
-                                                                              report_checks):
-    results, run_path, experiment = shared_smoke_sweep(*EXPERIMENTS[workload])
-    assert experiment.workload == workload
-    assert all(r.error is None for r in results), [str(r.error)[:300] for r in results if r.error]
+def check_report(workload: str, run_path: str) -> dict:
+    """Write the report of a real run of ``workload`` and check it: every declared figure drawn
+    or said why not, every table cell against the result files, every claim consistent and in
+    the HTML, the sweep view there. Returns the report's content."""
     path = Path(report.write_report(run_path))
     content = json.loads((path.parent / "report.json").read_text())
     spec = workloads.get(workload).report_spec()
 
     assert len(content["figures"]) == len(spec.figures())
-    drawn = report_checks.figures(Path(run_path), path.parent, content)
+    drawn = check_figures(Path(run_path), path.parent, content)
     assert drawn >= 1
-    assert report_checks.tables(Path(run_path), content) >= 1
+    assert check_tables(Path(run_path), content) >= 1
     html = path.read_text()
     extra = sum(bool(a["file"]) for a in content["aggregates"]) + sum(
         bool(content["sweep"].get(k, {}).get("file")) for k in ("parallel", "curves"))
@@ -97,6 +95,16 @@ def test_smoke_sweep_report_has_every_declared_figure_exact_tables_and_claims(wo
     assert html.index('id="claims"') < html.index("<h2>Figures</h2>")
     # the sweep view of a run with a search space
     assert content["sweep"]["shown"] and content["sweep"]["parallel"]["configurations"] >= 1
+    return content
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload", sorted(EXPERIMENTS))
+def test_smoke_sweep_report_has_every_declared_figure_exact_tables_and_claims(workload, shared_smoke_sweep):
+    results, run_path, experiment = shared_smoke_sweep(*EXPERIMENTS[workload])
+    assert experiment.workload == workload
+    assert all(r.error is None for r in results), [str(r.error)[:300] for r in results if r.error]
+    check_report(workload, run_path)
 
 
 @pytest.mark.slow
