@@ -7,7 +7,8 @@ of steps of each per round, so a machine's drift affects them alike; the median 
 - ``host``: the batch built per step on the host (boltz_distill: ``Batch.from_data_list`` of
   the molecules, then ``to_device``; seagram: ``loop.victim_batch``'s padding, then the copy);
 - ``device``: the loops' path now (``batches.GraphBank.batch``, ``batches.TrainPairs.sample``);
-- ``fixed``: one batch made before the clock starts and reused: the step with no feeding at all.
+- ``fixed``: batches made before the clock starts (20 of them, drawn the same way) and cycled:
+  the step with no feeding at all.
 
 ``device / fixed`` near 1 means the step no longer waits on building its batch. The batch
 building alone is timed the same way (``build: host`` against ``build: device``). On a CPU the
@@ -20,6 +21,7 @@ operations. On a GPU the ``host`` variant also pays the copy, and the gather sta
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import time
 import warnings
@@ -71,7 +73,7 @@ def boltz_distill(device: torch.device, molecules: int, batch_size: int, width: 
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     bank = GraphBank(graphs, device)
     rng = np.random.default_rng(0)
-    fixed = bank.batch(rng.permutation(len(graphs))[:batch_size])
+    made = itertools.cycle([bank.batch(rng.permutation(len(graphs))[:batch_size]) for _ in range(20)])
 
     def step(batch):
         loss, _ = distill_loss(model(batch), standardize(batch.y, mean, std))
@@ -90,10 +92,10 @@ def boltz_distill(device: torch.device, molecules: int, batch_size: int, width: 
     label = (f"boltz_distill: GINE student {width} x {depth}, batches of {batch_size} NCI molecules "
              f"(about {atoms * batch_size:.0f} atoms), {target_dim}-wide targets")
     return label, {"host": lambda: step(host_batch()), "device": lambda: step(gathered_batch()),
-                   "fixed": lambda: step(fixed), "build: host": host_batch, "build: device": gathered_batch}
+                   "fixed": lambda: step(next(made)), "build: host": host_batch, "build: device": gathered_batch}
 
 
-def seagram(device: torch.device, corpus: int, queries: int, victim: str):
+def seagram(device: torch.device, corpus: int, queries: int, victim: str, queries_per_step: int):
     from raylab.accel import to_device
     from trainers.seagram.batches import TrainPairs
     from trainers.seagram.config import Config
@@ -102,7 +104,7 @@ def seagram(device: torch.device, corpus: int, queries: int, victim: str):
     from trainers.seagram.loss import ranking_hinge_loss
     from trainers.seagram.model import build_victim
 
-    cfg = Config(victim=victim)  # 16 queries x (8 + 8) pairs a step, hidden 10, 5 layers
+    cfg = Config(victim=victim, queries_per_step=queries_per_step)  # x (8 + 8) pairs, hidden 10, 5 layers
     rng = np.random.default_rng(0)
 
     def graph(n: int) -> np.ndarray:
@@ -121,7 +123,7 @@ def seagram(device: torch.device, corpus: int, queries: int, victim: str):
     model = build_victim(cfg.victim, cfg.hidden, cfg.layers, nc, max_edges).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     feed = TrainPairs.of(data, cfg, device)
-    fixed = feed.sample(rng)
+    made = itertools.cycle([feed.sample(rng) for _ in range(20)])
 
     def step(qa, qm, ca, cm, labels):
         loss = ranking_hinge_loss(model(qa, qm, ca, cm).view(labels.shape), labels, cfg.margin)
@@ -136,7 +138,8 @@ def seagram(device: torch.device, corpus: int, queries: int, victim: str):
              f"{cfg.queries_per_step} x {cfg.pos_per_query + cfg.neg_per_query} pairs a step, "
              f"{queries} queries, {corpus} corpus graphs of up to {nc} nodes")
     return label, {"host": lambda: step(*host_batch()), "device": lambda: step(*feed.sample(rng)),
-                   "fixed": lambda: step(*fixed), "build: host": host_batch, "build: device": lambda: feed.sample(rng)}
+                   "fixed": lambda: step(*next(made)), "build: host": host_batch,
+                   "build: device": lambda: feed.sample(rng)}
 
 
 def main() -> None:
@@ -151,6 +154,9 @@ def main() -> None:
     p.add_argument("--depth", type=int, default=5)
     p.add_argument("--target-dim", type=int, default=384)
     p.add_argument("--victim", default="gmn")
+    p.add_argument("--corpus", type=int, default=100, help="seagram corpus graphs")
+    p.add_argument("--queries", type=int, default=60, help="seagram query graphs")
+    p.add_argument("--queries-per-step", type=int, default=16, help="seagram queries a step (Config's default)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -161,7 +167,7 @@ def main() -> None:
           f"{args.steps} steps per variant, median ms per step")
     for label, variants in (
         boltz_distill(device, args.molecules, args.batch_size, args.width, args.depth, args.target_dim),
-        seagram(device, 100, 60, args.victim),
+        seagram(device, args.corpus, args.queries, args.victim, args.queries_per_step),
     ):
         ms = {name: 1000 * t for name, t in interleaved(variants, args.rounds, args.steps, device).items()}
         print(label)

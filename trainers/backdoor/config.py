@@ -145,8 +145,9 @@ class Config:
     compile: bool | Literal["auto"] = False
     """``torch.compile`` the network for the poisoned-training steps (fine-tuning stays eager); if
     compilation fails (no C compiler, an unsupported op) one warning line and eager mode
-    (``raylab.accel``). Off by default: on a CPU it did not pay for its compile time
-    (``benchmarks/image_speed.py``); ``auto`` turns it on for CUDA only."""
+    (``raylab.accel``). Off by default: on a CPU it earns its compile time back only after 100
+    to 15,000 steps (``benchmarks/image_speed.py``), more than the CPU runs here take, and on a
+    GPU it is not measured yet (the device benchmark); ``auto`` turns it on for CUDA only."""
 
     def __post_init__(self):
         from trainers.backdoor.attack import ATTACKS
