@@ -20,9 +20,9 @@ def class_names(config: dict) -> tuple[str, ...]:
 
 TRI = {"method": "tri_regime"}
 FRL = {"method": "frl", "frl_rate_nat": where("!= 0 (not the uniform-weight control)", lambda r: r != 0)}
-WORST_ROBUST = ("final/autoattack_acc_worst_class", "best/robust_acc_worst_class")
-"""Worst-class robust accuracy of the best-validation model: under AutoAttack where the run has
-it, else under PGD (the test evaluation of every epoch)."""
+WORST_ROBUST = ("final/autoattack_acc_worst_class", "final/robust_acc_worst_class")
+"""Worst-class robust accuracy of the best-validation model on the final test images: under
+AutoAttack where the run has it, else under PGD-20."""
 
 # The positive control: the attack sees what it must, robust accuracy well below clean accuracy
 # on every trial (an attack that does not bite would make every robust-accuracy comparison moot).
