@@ -158,3 +158,34 @@ def test_debiased_expected_residual_removes_the_noise_floor_on_feature_mdp():
     assert np.mean(debiased) < 0.85 * np.mean(plain)
     assert abs(np.mean(mean_square)) < 3 * np.std(mean_square) / np.sqrt(reps)  # unbiased: about 0
     assert np.mean(plain) <= np.mean(bounds)  # the plain figure's bias is within the reported bound
+
+
+def test_ale_clone_state_keeps_the_sticky_generator_only_with_include_rng():
+    """Why the probes draw sticky actions themselves: ALE's default ``cloneState()`` does not
+    save ALE's own generator (redraws from one state differ, continuing ALE's stream), and
+    ``cloneState(include_rng=True)`` restores it (every redraw repeats the same draws: 1 frame)."""
+    import ale_py
+    from ale_py import roms
+
+    distinct = {}
+    for include_rng in (False, True):
+        ale = ale_py.ALEInterface()
+        ale.setLoggerMode(ale_py.LoggerMode.Error)
+        ale.setInt("random_seed", 1)
+        ale.setFloat("repeat_action_probability", 0.5)
+        ale.loadROM(roms.get_rom_path("breakout"))
+        actions = ale.getMinimalActionSet()
+        ale.act(actions[1])  # FIRE: serve the ball
+        for _ in range(60):
+            ale.act(actions[2])
+        state = ale.cloneState(include_rng=True) if include_rng else ale.cloneState()
+        frames = set()
+        for _ in range(12):
+            ale.restoreState(state)
+            for a in [3, 2, 3, 2, 3, 3, 2, 2] * 2:
+                ale.act(actions[a])
+            frames.add(ale.getScreenGrayscale().tobytes())
+        distinct[include_rng] = len(frames)
+    print(f"\ndistinct frames in 12 redraws at sticky 0.5: cloneState() {distinct[False]}, "
+          f"cloneState(include_rng=True) {distinct[True]}")
+    assert distinct[False] > 1 and distinct[True] == 1

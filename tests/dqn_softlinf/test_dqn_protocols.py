@@ -127,3 +127,17 @@ def test_breakout_evaluation_presses_fire_after_a_lost_life_in_both_backends():
     assert (stalled == 1000).all()  # the instrument sees a stall
     assert (lengths < 400).all() and (np.array(rllib_lengths) < 400).all()
     assert rllib_lost == [5, 5, 5, 5]
+
+
+def test_nature_arm_never_presses_fire():
+    """The Lua DQN plays the agent's actions only (no FIRE at a reset or after a lost life):
+    on Breakout, 300 NOOPs from a reset of the Nature arm's envs never serve the ball, while
+    CleanRL's arm (FIRE at reset and after a lost life) loses lives to the same NOOPs."""
+    pytest.importorskip("cv2")
+    from trainers.dqn_softlinf.ale_probe import ALEProbeEnv
+
+    nature = experiment_config("dqn_softlinf_nature", game="Breakout", num_envs=4, env_threads=1)
+    cleanrl = experiment_config("dqn_softlinf", game="Breakout", num_envs=4, env_threads=1)
+    assert make_envs(nature, 1).fire_action is None and ALEProbeEnv(nature, 1).fire_action is None
+    assert (noop_lives(nature) == 5).all() and (noop_lives(cleanrl) < 5).all()
+    assert nature.episodic_life  # a lost life still ends the TD target's bootstrap, as in the Lua code

@@ -137,11 +137,13 @@ def draw(results: dict, path: Path) -> None:
             ax.fill_between(steps, mean - half, mean + half, color=color, alpha=0.2)
         ax.axhline(1.0, color="black", lw=0.8)
         ax.axvspan(steps[len(steps) // 2], steps[-1], color="grey", alpha=0.12, lw=0)
+        if steps[-1] > 4000:  # the default science test's budget and its time-average window
+            ax.axvspan(2250, 4000, color="tab:purple", alpha=0.08, lw=0, label="4,000-step test's window")
         ax.set_title(f"{title}: soft-linf / MSE", fontsize=10)
         ax.set_xlabel("agent steps")
         ax.set_ylabel("ratio (per seed, mean and 95% t band)")
         ax.legend(fontsize=8)
-    fig.suptitle("FeatureMDP (dqn_softlinf_small), shaded: the last half of the reports (the time average)",
+    fig.suptitle("FeatureMDP (dqn_softlinf_small); grey: the last half of the reports (the time average)",
                  fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -154,11 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--report-every", type=int, default=250)
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--schedule", action="append", choices=list(SCHEDULES),
+                        help="exploration schedule(s) to run (default: both)")
     parser.add_argument("--out", type=Path, default=Path("science-12k"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
-    for name, decay in SCHEDULES.items():
+    for name in args.schedule or list(SCHEDULES):
+        decay = SCHEDULES[name]
         cache = args.out / f"{name}.json"
         if cache.exists():
             rows = {tuple(json.loads(k)): v for k, v in json.loads(cache.read_text()).items()}
