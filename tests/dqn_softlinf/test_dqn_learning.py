@@ -120,6 +120,7 @@ LONG_SEEDS = list(range(20))
 
 
 @pytest.mark.long
+@pytest.mark.timeout(3600)  # 40 trials of 12,000 steps: 5-6 min on an idle core, 15-20 min at load 10
 @pytest.mark.parametrize("schedule", list(science.SCHEDULES))
 def test_time_averaged_claim_holds_at_12k_steps_under_both_schedules(schedule):
     """3x the budget (12,000 steps, 48 reports, the time average over 6,000-12,000), with

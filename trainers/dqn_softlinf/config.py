@@ -137,9 +137,9 @@ class Config:
     amp_bf16: bool = False
     """Run acting and the updates' forward/backward passes under bfloat16 autocast (weights,
     optimizer, losses and all probe measurements stay float32). For GPUs and for CPUs with
-    AVX512-BF16 or AMX (1.6-2.3x float32's env steps/s on such a CPU, README); on a CPU without
-    them bfloat16 is emulated and slower than float32 (0.17x reported by issue 41's review). It
-    changes the arithmetic, so off by default."""
+    AVX512-BF16 or AMX only: on such a CPU the update ran at 1.3x float32's, and with those
+    kernels off (a CPU without bfloat16 instructions) at 0.12x, i.e. much slower
+    (benchmarks/bf16_update.py). It changes the arithmetic, so off by default."""
     compile: bool = False
     """torch.compile the Q-network (helps on GPU; on CPU it mostly adds compile time); if
     compilation fails (no C compiler, an unsupported op) one warning line and eager mode."""
