@@ -9,7 +9,7 @@ import pytest
 
 from raylab import experiment as experiments
 from raylab.config import from_dict
-from trainers.dqn_softlinf.config import Config
+from trainers.dqn_softlinf.config import RAYLAB_ONLY, RLLIB_OFF, Config
 from trainers.dqn_softlinf.envs import env_seed, make_envs
 from trainers.dqn_softlinf.loop import play_games, td_done
 
@@ -18,6 +18,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def experiment_config(name: str, **overrides) -> Config:
     return from_dict(Config, experiments.load(name).resolved_config() | overrides, name)
+
+
+def as_rllib(cfg) -> Config:
+    """The same protocol with backend rllib (the raylab loop's probes and settings off, as the
+    config requires)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Config) if f.name in RAYLAB_ONLY}
+    return dataclasses.replace(cfg, backend="rllib", **RLLIB_OFF, **defaults)
 
 
 def start_frames(cfg, seeds) -> set[bytes]:
@@ -80,7 +87,7 @@ def test_sticky_arm_is_machados_recommended_protocol():
     if importlib.util.find_spec("ray.rllib") is not None:
         from trainers.dqn_softlinf.rllib_learner import EpisodicLife, FireAfterLifeLoss, _env_creator, dqn_config
 
-        env = _env_creator(dqn_config(dataclasses.replace(sticky, backend="rllib")).env_config)
+        env = _env_creator(dqn_config(as_rllib(sticky)).env_config)
         assert env.action_space.n == 18 and env.unwrapped.ale.getFloat("repeat_action_probability") == 0.25
         layers = [env]
         while hasattr(layers[-1], "env"):
@@ -108,7 +115,7 @@ def test_breakout_evaluation_presses_fire_after_a_lost_life_in_both_backends():
     _, stalled = play_games(cfg, envs, noop, env_seed(0, 9))
     envs.close()
     # RLlib: the evaluation env exactly as the backend builds it
-    eval_env_config = dqn_config(dataclasses.replace(cfg, backend="rllib")).evaluation_config["env_config"]
+    eval_env_config = dqn_config(as_rllib(cfg)).evaluation_config["env_config"]
     env = _env_creator(eval_env_config)
     rllib_lengths, rllib_lost = [], []
     for game in range(4):
