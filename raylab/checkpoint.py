@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from raylab.run_folder import write_atomic
+from raylab.files import write_atomic
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"

@@ -17,7 +17,8 @@ from typing import Any, Callable
 from raylab import search_space, session, workloads
 from raylab.experiment import Experiment
 from raylab.progress import TrialGauges
-from raylab.run_folder import LAUNCH_DIR_ENV, RUN_INTERNAL, RunFolder
+from raylab.files import LAUNCH_DIR_ENV
+from raylab.run_folder import RUN_INTERNAL, RunFolder
 
 
 @dataclass(frozen=True)

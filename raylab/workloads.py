@@ -78,7 +78,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
     "raylab.config": ("from_dict", "require", "require_at_least", "require_positive"),
     "raylab.session": ("report", "restore", "device", "prepare_model", "world_rank", "world_size"),
     "raylab.checkpoint": ("rng_state", "set_rng_state", "save", "load_latest"),
-    "raylab.run_folder": ("user_path", "sha256_file", "write_atomic"),
+    "raylab.files": ("user_path", "sha256_file", "write_atomic"),
     "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only"),
     "raylab.accel": ("to_device", "fixed_shapes", "compiled"),
     "raylab.workloads": ("Workload", "require"),

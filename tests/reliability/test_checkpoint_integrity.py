@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from raylab import checkpoint as ckpt
-from raylab.run_folder import sha256_file
+from raylab.files import sha256_file
 from raylab import session
 
 

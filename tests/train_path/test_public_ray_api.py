@@ -84,3 +84,34 @@ def test_every_declared_workload_api_name_exists():
             continue
         missing += [f"{module}.{n}" for n in names if n != ALL and not hasattr(loaded, n)]
     assert not missing, f"raylab.workloads.WORKLOAD_API names what raylab lacks: {missing}"
+
+
+def test_raylab_exports_the_workload_api():
+    """``raylab.__all__`` is the workload API: each name resolves (to the object its module
+    defines), and every name ``WORKLOAD_API`` declares outside ``raylab.launch`` is reachable
+    from ``raylab``, itself or through a module ``raylab`` exports (``raylab.session.report``)."""
+    import importlib
+
+    import raylab
+    from raylab.workloads import ALL, WORKLOAD_API
+
+    exported = {}
+    exec("from raylab import *", exported)  # the star import a user may write
+    assert set(raylab.__all__) <= set(exported), sorted(set(raylab.__all__) - set(exported))
+    for name in raylab.__all__:
+        value = getattr(raylab, name)
+        if not isinstance(value, type(raylab)):
+            assert value is getattr(importlib.import_module(value.__module__), name), name
+    unreachable = []
+    for module, names in WORKLOAD_API.items():
+        if module.startswith("raylab.launch."):
+            continue  # a workload's own Ray job may join Ray as the commands do (teacher/ray_job.py)
+        top = module.split(".")[1]
+        for name in names:
+            if name == ALL:
+                reachable = top in raylab.__all__
+            else:
+                reachable = name in raylab.__all__ or (module.count(".") == 1 and top in raylab.__all__)
+            if not reachable:
+                unreachable.append(f"{module}.{name}")
+    assert not unreachable, f"declared in WORKLOAD_API, not exported by raylab: {unreachable}"

@@ -20,7 +20,7 @@ from raylab.accel import to_device
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.errors import UserError
-from raylab.run_folder import user_path
+from raylab.files import user_path
 from trainers.boltz_distill.config import Config
 from trainers.boltz_distill.corpus import check_test_sets, corpus_exists, corpus_smiles, exclusion_line
 from trainers.boltz_distill.featurize import graphs_from_smiles

@@ -18,7 +18,7 @@ from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.workloads import require
 from trainers.boltz_distill import OFFLINE_METRICS, data as tasks
-from raylab.run_folder import user_path
+from raylab.files import user_path
 from trainers.boltz_distill.chem import parse_smiles
 from trainers.boltz_distill.config import ProbeConfig
 from trainers.boltz_distill.featurize import mol_to_graph
