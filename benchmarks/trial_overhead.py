@@ -3,7 +3,7 @@
 All run the same number of trivial single-CPU trials that report three times: plain Tune runs
 a bare function trainable (with Tune's defaults, and again reusing actors between trials, as
 raylab does); raylab runs the `toy` workload cut to three SGD steps through
-`raylab.sweep.sweep` (config validation, the session API, two checkpoints through the raylab
+`raylab.launch.sweep.sweep` (config validation, the session API, two checkpoints through the raylab
 helper). The difference is raylab's fixed cost per trial. Prints seconds for each and the
 ratios (target: raylab <= 1.5x plain Tune).
 
@@ -34,7 +34,7 @@ import ray
 from ray import tune
 
 from raylab import experiment as experiments
-from raylab import sweep
+from raylab.launch import sweep
 
 
 def plain_trial(config):

@@ -55,7 +55,7 @@ class Session:
     history: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     gauges: Any = None
-    """The trial's ``raylab.progress.TrialGauges`` where this process reports its rows (Tune)."""
+    """The trial's ``raylab.launch.gauges.TrialGauges`` where this process reports its rows (Tune)."""
     resume: Any = None
     """Ray Train workers: the Tune trial's checkpoint to start from (a ``ray.train.Checkpoint``
     the trial driver hands over: its latest, or a PBT donor's), used when Ray Train has none."""
@@ -97,7 +97,7 @@ def report(
     checkpoint is due every ``checkpoint.every`` reports (from the experiment YAML), or when
     ``checkpoint=True``; ``checkpoint=False`` never saves. Every rank of a multi-worker trial
     reports; the trial's row is the mean over ranks of each metric, or the ``reduce`` given
-    for it (``sum``, ``max``, ``min``: see ``reduce_across_ranks``).
+    for it (``sum``, ``max``, ``min``: see ``raylab.launch.ranks``).
     """
     s = _session
     s.reports += 1
@@ -329,44 +329,12 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-# ------------------------------------------------------------------------ metrics across ranks
-#
-# Metrics of one report from every Ray Train worker, reduced to the trial's one row.
-#
-# Each worker reports its own numbers (its shard's loss, its images per second); the trial's row
-# holds their reduction: the mean by default, so ``train/loss`` is the loss over the global
-# batch when shards are equal. A loop declares another reduction per metric with
-# ``session.report(..., reduce={"train/images_per_s": "sum"})``.
+# ------------------------------------------------------------------------ declared reductions
+
 REDUCE_KEY = "_raylab_reduce"
-"""The reserved metric key that carries a report's declared reductions to the reducer."""
+"""The reserved metric key that carries a report's declared reductions to the trial's driver,
+which reduces every rank's row to one (``raylab.launch.ranks``)."""
 REDUCTIONS = ("mean", "sum", "max", "min")
-
-
-def reduce_across_ranks(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """One row from the rows of all ranks (rank 0 first).
-
-    For a metric present as a number on every rank: ``mean`` (default) ``= sum_r x_r / R``,
-    or the declared ``sum``, ``max`` or ``min`` over ranks; equal-length lists of numbers
-    reduce element by element. Anything else (strings, node ids, a metric only some ranks
-    report) is rank 0's value, or the first rank's that has it.
-    """
-    declared: dict[str, str] = {}
-    for row in rows:
-        declared.update(row.get(REDUCE_KEY) or {})
-    out: dict[str, Any] = {}
-    keys = [k for row in rows for k in row if k != REDUCE_KEY]
-    for key in dict.fromkeys(keys):
-        values = [row[key] for row in rows if key in row]
-        how = declared.get(key, "mean")
-        if len(values) == len(rows) and all(_is_number(v) for v in values):
-            out[key] = _reduce(values, how)
-        elif len(values) == len(rows) and all(_is_number_list(v) for v in values) and len(
-            {len(v) for v in values}
-        ) == 1:
-            out[key] = [_reduce(list(column), how) for column in zip(*values)]
-        else:
-            out[key] = values[0]
-    return out
 
 
 def check_reductions(reduce: Mapping[str, str]) -> dict[str, str]:
@@ -375,22 +343,3 @@ def check_reductions(reduce: Mapping[str, str]) -> dict[str, str]:
         if how not in REDUCTIONS:
             raise ValueError(f"reduce[{key!r}] = {how!r}; expected one of {', '.join(REDUCTIONS)}")
     return dict(reduce)
-
-
-def _reduce(values: list[float], how: str) -> float:
-    if how == "sum":
-        return sum(values)
-    if how == "max":
-        return max(values)
-    if how == "min":
-        return min(values)
-    total = math.fsum(values) / len(values)
-    return int(total) if all(isinstance(v, int) for v in values) and total == int(total) else total
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_number_list(value: Any) -> bool:
-    return isinstance(value, list) and all(_is_number(v) for v in value)

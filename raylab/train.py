@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from raylab import checks, cli, provenance, ray_start, search_space, session, summary, sweep, workloads, yaml_io
 from raylab import experiment as experiments
+from raylab import provenance, search_space, session, workloads, yaml_io
+from raylab.launch import checks, cli, ray_start, summary, sweep
 from raylab.errors import UserError, exit_on_user_error
 from raylab.run_folder import EXPERIMENT_FILE, TRAIN_RUN, RunFolder, newest_run
 

@@ -15,14 +15,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from raylab import ray_start
+from raylab.launch import ray_start
 
 if __name__ == "__main__":  # before Ray is imported (below): where a local Ray listens
     ray_start.bind_to_loopback_unless_asked(sys.argv[1:])
 
-from raylab import checks, cli, loggers, storage, summary, sweep, workloads, yaml_io
 from raylab import experiment as experiments
-from raylab import search_space
+from raylab import search_space, storage, workloads, yaml_io
+from raylab.launch import checks, cli, loggers, summary, sweep
 from raylab.errors import UserError, exit_on_user_error
 from raylab.run_folder import RunFolder
 
@@ -47,7 +47,7 @@ def parser() -> cli.ArgumentParser:
     p.add_argument("--report", action="store_true", help="write the figures report when the sweep ends")
     p.add_argument("--quiet", action="store_true", help="no progress lines while the sweep runs")
     p.add_argument("--logger", action="append", default=[], metavar="NAME",
-                   help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/loggers.py")
+                   help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/launch/loggers.py")
     p.add_argument("--verbose", action="store_true", help="Ray Tune's own progress tables and logs, tracebacks and the trials' own output too")
     return p
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         print(dry_run_text(experiment))
         print(cost_text(experiment))
         if args.cluster:
-            from raylab import cluster_plan
+            from raylab.launch import cluster_plan
 
             print(cluster_plan.plan_text(experiment, args.cluster))
         for check, problem in run_checks(args, experiment, run):

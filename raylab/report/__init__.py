@@ -36,7 +36,7 @@ LISTED = 8  # names listed in a status line before "and N more"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one ``UserError`` line (as ``raylab.cli``'s, without importing Ray)."""
+    """argparse whose errors are one ``UserError`` line (as ``raylab.launch.cli``'s, without importing Ray)."""
 
     def error(self, message: str):
         raise UserError(f"{message} (see {self.prog} --help)")

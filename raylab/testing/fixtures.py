@@ -55,7 +55,7 @@ def smoke_sweep(ray_session, tmp_path):
     Returns ``(result_grid, run_path, experiment)``; results go under ``tmp_path``.
     """
     from raylab import experiment as experiments
-    from raylab import sweep
+    from raylab.launch import sweep
 
     def run(name: str, *overrides: str, smoke: bool = True, resume: bool = False, run_name=None):
         experiment = experiments.load(name, list(overrides), smoke=smoke)
@@ -75,7 +75,7 @@ def shared_smoke_sweep(ray_session, tmp_path_factory):
     is shared too). Returns ``(result_grid, run_path, experiment)``.
     """
     from raylab import experiment as experiments
-    from raylab import sweep
+    from raylab.launch import sweep
 
     root = tmp_path_factory.mktemp("shared_sweeps")
     done: dict[tuple[str, ...], tuple] = {}

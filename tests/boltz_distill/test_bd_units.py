@@ -366,7 +366,7 @@ def test_leakage_key_groups_stereo_salt_and_charge_variants_and_the_corpus_drops
 
 
 def test_missing_admet_test_sets_refuse_the_run_before_ray(tmp_path, capsys):
-    from raylab.checks import preflight as workload_preflight
+    from raylab.launch.checks import preflight as workload_preflight
     from raylab.experiment import load as load_experiment
     from trainers.boltz_distill import corpus
 

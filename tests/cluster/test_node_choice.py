@@ -68,7 +68,8 @@ def test_control_a_multi_gpu_type_takes_single_gpu_trials(filled):
 
 
 def test_every_shipped_gpu_experiment_goes_to_its_intended_node_type(filled):
-    from raylab import cluster_plan, search_space
+    from raylab import search_space
+    from raylab.launch import cluster_plan
     from raylab import experiment as experiments
 
     config, _ = filled

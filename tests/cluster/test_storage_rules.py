@@ -6,9 +6,11 @@ import os
 
 import pytest
 
-from raylab import checks, storage
+from raylab import storage
+from raylab.launch import checks
 from raylab import experiment as experiments
-from raylab import session, sweep, train_trial, trainables
+from raylab import session
+from raylab.launch import sweep, train_path, trainable
 from raylab import tune as raylab_tune
 from raylab.errors import UserError
 
@@ -59,7 +61,7 @@ def test_a_file_as_storage_is_refused(tmp_path):
 
 
 def test_local_storage_on_a_joined_cluster_is_refused_unless_shared(tmp_path, capsys, monkeypatch):
-    from raylab import ray_start
+    from raylab.launch import ray_start
 
     results = str(tmp_path / "results")
     # refused right after joining, before the sweep: the cluster itself is not needed here
@@ -87,11 +89,11 @@ def test_trials_queue_on_a_joined_cluster_and_fit_the_machine_locally(joined):
 
 
 def test_distributed_backend_is_nccl_on_cuda_and_gloo_otherwise():
-    assert train_trial.distributed_backend(1, nccl_built=True) == "nccl"
-    assert train_trial.distributed_backend(0.5, nccl_built=True) == "nccl"
-    assert train_trial.distributed_backend(1, nccl_built=False) == "gloo"  # a GPU resource, no CUDA
-    assert train_trial.distributed_backend(0, nccl_built=True) == "gloo"
-    assert train_trial.distributed_backend(1) == "gloo"  # this machine's CPU torch has no nccl
+    assert train_path.distributed_backend(1, nccl_built=True) == "nccl"
+    assert train_path.distributed_backend(0.5, nccl_built=True) == "nccl"
+    assert train_path.distributed_backend(1, nccl_built=False) == "gloo"  # a GPU resource, no CUDA
+    assert train_path.distributed_backend(0, nccl_built=True) == "gloo"
+    assert train_path.distributed_backend(1) == "gloo"  # this machine's CPU torch has no nccl
 
 
 def test_a_tune_trial_trains_on_the_cpu_whatever_the_machine_has():
@@ -106,7 +108,7 @@ def test_a_tune_trial_trains_on_the_cpu_whatever_the_machine_has():
 
 def test_without_a_driver_resource_the_driver_asks_for_a_byte():
     # Whether or not an earlier test left Ray running, it has no trial_driver resource.
-    assert trainables.driver_request() == {"CPU": 0, "memory": 1}
+    assert trainable.driver_request() == {"CPU": 0, "memory": 1}
 
 
 def test_hide_unreserved_gpus_empties_cuda_visible_devices(monkeypatch):

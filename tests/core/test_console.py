@@ -12,7 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from raylab import experiment as experiments
-from raylab import progress, yaml_io
+from raylab import yaml_io
+from raylab.launch import progress
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from raylab import cli, progress, ray_start, sweep, yaml_io
+from raylab import yaml_io
+from raylab.launch import cli, progress, ray_start, sweep
 from raylab.run_folder import EXPERIMENT_FILE, FINISHED_FILE, RunFolder
 from raylab import experiment as experiments
 from raylab import tune as raylab_tune

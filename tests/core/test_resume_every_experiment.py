@@ -5,7 +5,7 @@ To stay cheap, each sweep is cut to its first grid point (variant groups kept: t
 search is what a saved experiment used to break on) and three reports per trial
 (``stop.training_iteration=3``, a checkpoint at each). The CLI joins the test session's Ray
 (``--address``) instead of starting its own; the uninterrupted run goes through the same
-``raylab.sweep``, in this process. Final metrics are compared bit for bit where the workload
+``raylab.launch.sweep``, in this process. Final metrics are compared bit for bit where the workload
 promises an exact resume on CPU (its README says so); elsewhere (Atari emulators cannot be
 saved; the others make no promise) the resumed run must finish every trial with the sweep
 metric reported and finite.
@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from raylab import experiment as experiments
-from raylab import search_space, sweep, workloads
+from raylab import search_space, workloads
+from raylab.launch import sweep
 
 REPO = Path(__file__).resolve().parents[2]
 # Run by default, one experiment of most workloads: fair_adv and backdoor_theory (compared bit

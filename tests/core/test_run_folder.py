@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from raylab import summary
+from raylab.launch import summary
 from raylab import experiment as experiments
 from raylab.report.data import load_run
 from raylab.run_folder import RunFolder, newest_run
-from raylab.trainables import TrialSettings
+from raylab.launch.trial import TrialSettings
 
 
 def saved_run(root, name: str, experiment: str = "toy", smoke: bool = True, command: str | None = "raylab.tune",

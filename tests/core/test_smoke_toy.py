@@ -6,7 +6,7 @@ import pytest
 import yaml
 from conftest import assert_finite_metrics
 
-from raylab import summary
+from raylab.launch import summary
 
 
 def test_toy_smoke_sweep_reports_metrics(smoke_sweep):

@@ -12,7 +12,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from raylab import experiment as experiments
-from raylab import sweep
+from raylab.launch import sweep
 
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
 cluster.add_node(num_cpus=1)

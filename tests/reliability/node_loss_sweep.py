@@ -15,7 +15,7 @@ from faults import has_checkpoint_and_step, strike_when, trial_rows
 from ray.cluster_utils import Cluster
 
 from raylab import experiment as experiments
-from raylab import sweep
+from raylab.launch import sweep
 
 storage = Path(sys.argv[1])
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})

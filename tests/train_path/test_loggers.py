@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from raylab import loggers
+from raylab.launch import loggers
 from raylab import tune as raylab_tune
 from raylab.errors import UserError
 from raylab.run_folder import RunFolder
@@ -34,7 +34,8 @@ def test_mlflow_and_wandb_offline_runs_read_back(smoke_sweep, tmp_path, monkeypa
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     (tmp_path / "wandb").mkdir()
-    from raylab import experiment as experiments, sweep
+    from raylab import experiment as experiments
+    from raylab.launch import sweep
 
     experiment = experiments.load("toy", ["search.seed=[0]"], smoke=True)
     results, run_path, _ = sweep.sweep(experiment, storage=str(tmp_path / "results"), verbose=0,
@@ -64,7 +65,8 @@ def test_an_mlflow_sqlite_store_gets_the_sweeps_run(ray_session, tmp_path, monke
     mlflow = pytest.importorskip("mlflow")
     pytest.importorskip("sqlalchemy")
     pytest.importorskip("alembic")
-    from raylab import experiment as experiments, sweep
+    from raylab import experiment as experiments
+    from raylab.launch import sweep
 
     db = tmp_path / "x.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")

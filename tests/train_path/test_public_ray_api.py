@@ -62,11 +62,12 @@ def test_the_workload_api_check_catches_undeclared_uses(tmp_path):
     from raylab.testing import workload_api_violations
 
     lab = tmp_path / "lab.py"
-    lab.write_text("from raylab import session, sweep\nfrom raylab.errors import UserError\n"
+    lab.write_text("from raylab import session\nfrom raylab.launch import sweep\nfrom raylab.errors import UserError\n"
                    "import raylab.train_bridge\nfrom raylab.data.cifar import prepare_cifar\n"
                    "session.report({})\nsession.snapshot()\nsweep.sweep(None)\n")
     found = [line.split(": ", 1)[1] for line in workload_api_violations([lab])]
-    assert found == ["raylab.sweep", "raylab.train_bridge", "raylab.session.snapshot", "raylab.sweep.sweep"], found
+    assert found == ["raylab.launch.sweep", "raylab.train_bridge", "raylab.session.snapshot",
+                     "raylab.launch.sweep.sweep"], found
 
 
 def test_every_declared_workload_api_name_exists():

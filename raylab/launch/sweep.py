@@ -1,6 +1,6 @@
 """Running or resuming a sweep: run names, the run to resume, the Tuner and its scheduler.
 
-Ray must be connected first (``raylab.ray_start.connect``).
+Ray must be connected first (``raylab.launch.ray_start.connect``).
 """
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ import os
 
 from raylab import provenance, search_space, workloads, yaml_io
 from raylab import storage as storage_paths
-from raylab.checks import fitting_trials
-from raylab.config import from_dict, to_dict
 from raylab.errors import UserError
 from raylab.experiment import Experiment, from_saved
-from raylab.loggers import callbacks as logger_callbacks
+from raylab.launch import config_writer
+from raylab.launch import loggers as logger_callbacks
+from raylab.launch import progress as progress_lines
+from raylab.launch.checks import fitting_trials
+from raylab.launch.scheduler import make_scheduler
+from raylab.launch.trainable import make_trainable
 from raylab.run_folder import EXPERIMENT_FILE, RunFolder, newest_run, trial_status
-from raylab.progress import callback as progress_callback
-from raylab.trainables import make_trainable
 
 
 def default_run_name(experiment: Experiment) -> str:
@@ -157,9 +158,9 @@ def sweep(
             stop=dict(experiment.stop) or None,
             checkpoint_config=tune.CheckpointConfig(num_to_keep=experiment.checkpoint.keep),
             failure_config=tune.FailureConfig(max_failures=experiment.failure.max_failures),
-            callbacks=[resolved_config_callback(experiment, run),
-                       *logger_callbacks(list(loggers), experiment.name, run)]
-            + ([progress_callback(experiment, run.location)] if progress else []),
+            callbacks=[config_writer.callback(experiment, run),
+                       *logger_callbacks.callbacks(list(loggers), experiment.name, run)]
+            + ([progress_lines.callback(experiment, run.location)] if progress else []),
             verbose=verbose,
         ),
     )
@@ -210,53 +211,3 @@ def _fit(tuner, run: RunFolder):
     ):
         run.mark_finished(len(results))
     return results
-
-
-def resolved_config_callback(experiment: Experiment, run: RunFolder | None = None):
-    """A Tune callback that writes each trial's full config (defaults filled) as ``config.yaml``.
-
-    Tune calls ``on_trial_start`` before the trial has created its folder, so the file is
-    written with ``write_text``, which creates the folder first. ``run`` is the run folder;
-    without it the trial's own (local) path is used.
-    """
-    from ray import tune
-
-    config_cls = workloads.get(experiment.workload).config_class()
-
-    class WriteResolvedConfig(tune.Callback):
-        def on_trial_start(self, iteration, trials, trial, **info):
-            config = search_space.with_variant(trial.config)
-            resolved = to_dict(from_dict(config_cls, config, experiment.source, "config"))
-            trial_name = storage_paths.name_of(trial.path)
-            folder = RunFolder(run.join(trial_name) if run is not None else trial.path)
-            folder.write_text("config.yaml", yaml_io.dumps(resolved))
-
-    return WriteResolvedConfig()
-
-
-def make_scheduler(experiment: Experiment):
-    """The Tune scheduler the experiment names: FIFO, ASHA or PBT."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
-
-    spec = experiment.scheduler
-    if spec.type == "asha":
-        return ASHAScheduler(
-            time_attr=spec.time_attr,
-            max_t=spec.max_t,
-            grace_period=spec.grace_period,
-            reduction_factor=spec.reduction_factor,
-        )
-    if spec.type == "pbt":
-        mutations = {}
-        for key, entry in spec.hyperparam_mutations.items():
-            (kind, args), = search_space.normalize(entry, experiment.source, key).items()
-            kind = "choice" if kind == "grid" else kind
-            mutations[key] = search_space.to_tune({key: {kind: args}})[key]
-        return PopulationBasedTraining(
-            time_attr=spec.time_attr,
-            perturbation_interval=spec.perturbation_interval,
-            hyperparam_mutations=mutations,
-            quantile_fraction=spec.quantile_fraction,
-            resample_probability=spec.resample_probability,
-        )
-    return FIFOScheduler()
