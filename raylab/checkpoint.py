@@ -22,12 +22,12 @@ import io
 import json
 import os
 import random
-import re
 import warnings
 from pathlib import Path
 from typing import Any
 
 from raylab.files import write_atomic
+from raylab.run_folder import checkpoint_order, is_checkpoint_name
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
@@ -202,20 +202,6 @@ def load_latest(candidates: list[Path]) -> tuple[dict[str, Any], Path] | None:
     return None
 
 
-def order_key(name: str) -> list:
-    """Sort key of a checkpoint folder name: digit runs compare as numbers.
-
-    Tune names checkpoints ``checkpoint_000012``, Ray Train v2 ``checkpoint_2026-12-01_07-41-08
-    .720567``; both sort oldest to newest under this key.
-    """
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name)]
-
-
-def is_checkpoint_name(name: str) -> bool:
-    """A folder Ray or raylab wrote a checkpoint into (not a download or upload in progress)."""
-    return name.startswith("checkpoint_") and "tmp" not in name
-
-
 def siblings_newest_first(directory: Path) -> list[Path]:
     """``directory`` followed by the older checkpoint folders beside it, newest first."""
     return [Path(p) for p in sibling_paths_newest_first(str(directory))]
@@ -224,8 +210,8 @@ def siblings_newest_first(directory: Path) -> list[Path]:
 def sibling_paths_newest_first(path: str, filesystem: Any = None) -> list[str]:
     """``path`` then the older checkpoint folders beside it on ``filesystem`` (local or cloud).
 
-    Any naming Ray uses is accepted (see ``order_key``); a folder whose name is not a
-    checkpoint's (a temporary download, ``checkpoint_tmp_*``) has no siblings.
+    Any naming Ray uses is accepted (``raylab.run_folder.checkpoint_order``); a folder whose
+    name is not a checkpoint's (a temporary download) has no siblings.
     """
     import pyarrow.fs
 
@@ -241,9 +227,9 @@ def sibling_paths_newest_first(path: str, filesystem: Any = None) -> list[str]:
     older = [
         info.base_name for info in listing
         if info.type == pyarrow.fs.FileType.Directory and is_checkpoint_name(info.base_name)
-        and order_key(info.base_name) < order_key(own)
+        and checkpoint_order(info.base_name) < checkpoint_order(own)
     ]
-    return [path] + [f"{parent}/{name}" for name in sorted(older, key=order_key, reverse=True)]
+    return [path] + [f"{parent}/{name}" for name in sorted(older, key=checkpoint_order, reverse=True)]
 
 
 def load_newest_good(path: str, filesystem: Any = None) -> tuple[dict[str, Any], str] | None:

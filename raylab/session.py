@@ -21,7 +21,6 @@ A loop looks like this::
 from __future__ import annotations
 
 import functools
-import json
 import math
 import shutil
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 from raylab import checkpoint as ckpt
+from raylab.run_folder import TrialFolder
 
 State = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 
@@ -47,7 +47,8 @@ class Session:
     backend: Literal["local", "tune", "train"] = "local"
     checkpoint_every: int = 1
     keep: int | None = 2
-    trial_dir: Path | None = None
+    trial: TrialFolder | None = None
+    """Local trials: the (local) trial folder their rows and checkpoints go to."""
     stop: dict[str, float] = field(default_factory=dict)
     mode: Literal["min", "max"] = "max"
     verbose: bool = False
@@ -60,8 +61,8 @@ class Session:
     """Ray Train workers: the Tune trial's checkpoint to start from (a ``ray.train.Checkpoint``
     the trial driver hands over: its latest, or a PBT donor's), used when Ray Train has none."""
     checkpoint_base: int = 0
-    """Local trials: the highest ``checkpoint_NNNNNN`` already in ``trial_dir`` when this run
-    started, so that a resumed run's checkpoints sort after (and prune) the earlier ones."""
+    """Local trials: the highest checkpoint number already in ``trial`` when this run started,
+    so that a resumed run's checkpoints sort after (and prune) the earlier ones."""
 
 
 _session = Session()
@@ -71,11 +72,9 @@ def start(**settings: Any) -> Session:
     """Begin a trial in this process (called by raylab's launchers, not by workloads)."""
     global _session
     _session = Session(**settings)
-    if _session.trial_dir is not None:
-        _session.trial_dir.mkdir(parents=True, exist_ok=True)
-        _session.checkpoint_base = max(
-            (int(p.name.split("_")[-1]) for p in _session.trial_dir.glob("checkpoint_*")
-             if p.name.split("_")[-1].isdigit()), default=0)
+    if _session.trial is not None:
+        _session.trial.path.mkdir(parents=True, exist_ok=True)
+        _session.checkpoint_base = _session.trial.last_checkpoint_number()
     return _session
 
 
@@ -140,9 +139,9 @@ def restore() -> dict[str, Any] | None:
     """
     s = _session
     if s.backend == "local":
-        if s.trial_dir is None:
+        if s.trial is None:
             return None
-        found = ckpt.load_latest(sorted(s.trial_dir.glob("checkpoint_*"), reverse=True))
+        found = ckpt.load_latest(s.trial.checkpoint_paths())
         return found[0] if found else None
     if s.backend == "tune":
         from ray import tune
@@ -286,12 +285,11 @@ def _node_id() -> str:
 def _report_local(s: Session, metrics: dict, state_dict: Mapping[str, Any] | None) -> None:
     row = {**metrics, "training_iteration": s.reports, "time_total_s": time.time() - s.started}
     s.history.append(row)
-    if s.trial_dir is not None:
-        with open(s.trial_dir / "result.json", "a") as f:
-            f.write(json.dumps(row) + "\n")
+    if s.trial is not None:
+        s.trial.append_row(row)
         if state_dict is not None:
-            ckpt.save(s.trial_dir / f"checkpoint_{s.checkpoint_base + s.reports:06d}", dict(state_dict))
-            _prune(s.trial_dir, s.keep)
+            ckpt.save(s.trial.checkpoint_path(s.checkpoint_base + s.reports), dict(state_dict))
+            s.trial.prune_checkpoints(s.keep)
     if s.verbose:
         shown = " | ".join(f"{k} {_fmt(v)}" for k, v in metrics.items() if not isinstance(v, list))
         print(f"[{s.reports:5d}] {shown}", file=sys.stderr, flush=True)
@@ -306,13 +304,6 @@ def _stop_reason(s: Session, metrics: Mapping[str, Any]) -> str | None:
         if isinstance(value, (int, float)) and value >= threshold:
             return f"{key} reached {threshold:g}"
     return None
-
-
-def _prune(trial_dir: Path, keep: int | None) -> None:
-    if keep is None:
-        return
-    for old in sorted(trial_dir.glob("checkpoint_*"), reverse=True)[keep:]:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _plain(value: Any) -> Any:

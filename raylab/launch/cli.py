@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 
 from raylab import experiment as experiments
 from raylab import workloads
@@ -48,6 +49,11 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         "--configs", action="append", default=[], metavar="DIR",
         help="also find experiments in this folder of YAMLs (repeatable; or RAYLAB_CONFIGS)",
     )
+
+
+def experiment_name(name_or_path: str) -> str:
+    """An experiment's name as run folders save it: a YAML path's stem, or the name given."""
+    return Path(name_or_path).stem if name_or_path.endswith((".yaml", ".yml")) else name_or_path
 
 
 def use_config_dirs(folders: list[str]) -> None:

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from raylab.experiment import Experiment
+from raylab.run_folder import ERROR_FILE, RunFolder, name_of
 
 
 def result_line(trial_id: str, result: dict[str, Any], experiment: Experiment, best: float | None) -> str:
@@ -54,7 +55,7 @@ def error_line(trial_id: str, error_text: str | None, error_file: str | None) ->
     """``toy_1 failed: RuntimeError: boom (error.txt: PATH)``: the exception's last line."""
     lines = [line.strip() for line in (error_text or "").splitlines() if line.strip()]
     return (f"{trial_id} failed: {lines[-1] if lines else 'no error message'}"
-            + (f" (error.txt: {error_file})" if error_file else ""))
+            + (f" ({ERROR_FILE}: {error_file})" if error_file else ""))
 
 
 def callback(experiment: Experiment, run_path: str | None = None, stream=None,
@@ -63,7 +64,7 @@ def callback(experiment: Experiment, run_path: str | None = None, stream=None,
     and a status line with the trial counts and an ETA at least every ``status_every_s``.
 
     The clock starts when the sweep (or its resumption) starts; an error line names the
-    trial's ``error.txt`` in the run folder ``run_path``."""
+    trial's error file in the run folder ``run_path``."""
     from ray import tune
 
     class ProgressLines(tune.Callback):
@@ -107,10 +108,8 @@ def callback(experiment: Experiment, run_path: str | None = None, stream=None,
 
 
 def _error_line(trial, run_path: str | None) -> str:
-    """The failure Tune has just appended to the trial's error.txt on this machine (the copy in
-    the run folder is synced later), named by its path in the run folder."""
-    from raylab import storage
-
+    """The failure Tune has just appended to the trial's error file on this machine (the copy in
+    the run folder is synced later), named by its location in the run folder."""
     try:
         with open(trial.error_file) as f:
             text = f.read()
@@ -118,7 +117,7 @@ def _error_line(trial, run_path: str | None) -> str:
         text = None
     where = trial.error_file
     if run_path and trial.local_path:
-        where = storage.join(run_path, storage.name_of(trial.local_path), "error.txt")
+        where = RunFolder(run_path).trial(name_of(trial.local_path)).error_location
     return error_line(trial.trial_id, text, where)
 
 

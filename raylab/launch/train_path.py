@@ -23,12 +23,11 @@ from typing import Any
 import ray
 import ray.train
 
-from raylab import storage
 from raylab.launch.gauges import TrialGauges
 from raylab.launch.mailbox import DONE, Mailbox
 from raylab.launch.ranks import reduce_across_ranks
 from raylab.launch.trial import TrialSettings, quiet_ray_train_info, run_trial
-from raylab.run_folder import RunFolder
+from raylab.run_folder import RunFolder, join
 
 
 class ForwardToTrial(ray.train.UserCallback):
@@ -63,7 +62,7 @@ def drive_train_run(settings: TrialSettings, config: dict[str, Any]) -> None:
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     quiet_ray_train_info()
     trial_id = tune.get_context().get_trial_id()
-    train_run = storage.join(settings.train_storage, trial_id)  # before any ?query of the URI
+    train_run = join(settings.train_storage, trial_id)  # before any ?query of the URI
     RunFolder(train_run).remove("")  # an earlier attempt's run: this one starts from the trial's checkpoint
     mailbox = Mailbox.remote()
     worker_settings = dataclasses.replace(settings, resume=tune.get_checkpoint())

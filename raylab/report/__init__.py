@@ -25,7 +25,7 @@ from typing import Any
 
 from raylab import provenance, workloads
 from raylab.errors import UserError, exit_on_user_error
-from raylab.run_folder import RunFolder
+from raylab.run_folder import ERROR_FILE, RunFolder
 from raylab.report.aggregate import conditions, resolve_metric, table_blocks
 from raylab.report.data import TUNE_COUNTERS, Run, find_run, format_value, load_run
 from raylab.report.render import to_html, to_markdown
@@ -224,7 +224,7 @@ def status_notes(run: Run, spec: Report, figures: list[dict]) -> list[str]:
     for trial in run.trials:
         if trial.status == "ERROR" or trial.error:
             kind = "failed" if trial.status == "ERROR" else f"{trial.status}, after a failure"
-            notes.append(f"trial {trial.name} {kind}: {trial.error or '(no error.txt)'}")
+            notes.append(f"trial {trial.name} {kind}: {trial.error or f'(no {ERROR_FILE})'}")
     if not with_rows:
         notes.append("no trial has reported results yet")
     else:
