@@ -64,7 +64,8 @@ def use_config_dirs(folders: list[str]) -> None:
 
 def list_experiments() -> str:
     """The ``--list`` text: experiments with their workload and metric, then workloads."""
-    lines = ["experiments (origin: package = a folder an installed package registers (raylab.experiments), else the folder):"]
+    lines = ["experiments (origin: package NAME = the folder of a package registered in raylab.experiments, "
+             "else the folder given with --configs):"]
     for name, (path, origin) in experiments.available_with_origin().items():
         try:
             exp = experiments.load(str(path))
