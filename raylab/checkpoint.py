@@ -5,7 +5,8 @@ states, step, config...) and ``meta.json`` (the SHA-256 and size of ``state.pt``
 written to temporary names, flushed to disk and renamed, ``meta.json`` last: a directory whose
 ``meta.json`` is missing or does not match its ``state.pt`` is incomplete or corrupted, and
 ``load_latest`` skips it with a warning naming it. Loading uses ``torch.load(...,
-weights_only=True)``, which never runs code from the file.
+weights_only=True)``, which never runs code from the file. What a loop puts into its checkpoints
+is declared once, as the fields of a ``LoopState`` dataclass (at the end of this module).
 
 A state larger than ``PART_BYTES`` (1 GiB) is written in parts: ``state.pt`` holds its first
 ``PART_BYTES`` and ``state.pt.part1``, ``state.pt.part2``... the rest, and ``meta.json`` lists
@@ -309,3 +310,116 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# ------------------------------------------------------------------------ a loop's state
+
+
+class LoopState:
+    """Base of a train loop's state dataclass: its fields are the one list of what a checkpoint
+    holds and what a resume restores, so a key cannot be saved and forgotten on restore::
+
+        @dataclass
+        class State(LoopState):
+            model: torch.nn.Module
+            optimizer: torch.optim.Optimizer
+            rng: GlobalRNG = field(default_factory=GlobalRNG)
+            step: int = 0
+            config: dict = saved_only()         # in each checkpoint for its readers, not restored
+
+        st = State(model, optimizer, config=config)
+        if (saved := session.restore()) is not None:
+            st.load_state_dict(saved)
+        ...
+        session.report(metrics, state=st.state_dict)
+
+    A field whose value has ``state_dict()``/``load_state_dict()`` (a module, an optimizer, a
+    scheduler, a replay buffer, ``GlobalRNG``) is saved as its state dict and restored into the
+    object in place; a ``torch.Generator`` as its ``get_state()``, a NumPy ``Generator`` as its
+    bit generator's state, both restored in place; a NumPy array as a tensor (restored as an
+    array); any other value (a counter, a tensor, a dict of floats, None) as it is, its tensors
+    moved to the CPU. ``load_state_dict`` raises ``KeyError`` naming every field the checkpoint
+    lacks, before it changes anything.
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        import dataclasses
+
+        return {f.name: _saved(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        import dataclasses
+
+        names = [f.name for f in dataclasses.fields(self) if f.metadata.get("restore", True)]
+        missing = [name for name in names if name not in state]
+        if missing:
+            raise KeyError(f"{type(self).__name__}: the checkpoint has no {', '.join(map(repr, missing))} "
+                           f"(it holds {', '.join(map(repr, sorted(state)))})")
+        for name in names:
+            setattr(self, name, _restored(getattr(self, name), state[name]))
+
+
+class GlobalRNG:
+    """The process's global RNG states (Python, NumPy, torch) as one field of a ``LoopState``:
+    ``rng_state()`` when saved, ``set_rng_state`` when restored."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return rng_state()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_rng_state(state)
+
+
+def saved_only(default: Any = None) -> Any:
+    """A ``LoopState`` field written into every checkpoint for its readers (the trial's config,
+    the step a run resumed from) and not restored from it."""
+    import dataclasses
+
+    return dataclasses.field(default=default, metadata={"restore": False})
+
+
+def _saved(value: Any) -> Any:
+    import numpy as np
+    import torch
+
+    if hasattr(value, "state_dict"):
+        return value.state_dict()
+    if isinstance(value, torch.Generator):
+        return value.get_state()
+    if isinstance(value, np.random.Generator):
+        return value.bit_generator.state
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.copy())
+    return _on_cpu(value)
+
+
+def _restored(current: Any, saved: Any) -> Any:
+    import numpy as np
+    import torch
+
+    if hasattr(current, "load_state_dict"):
+        current.load_state_dict(saved)
+        return current
+    if isinstance(current, torch.Generator):
+        current.set_state(saved)
+        return current
+    if isinstance(current, np.random.Generator):
+        current.bit_generator.state = saved
+        return current
+    if isinstance(current, np.ndarray):
+        return saved.numpy()
+    return saved
+
+
+def _on_cpu(value: Any) -> Any:
+    import torch
+
+    if torch.is_tensor(value):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_on_cpu(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_on_cpu(v) for v in value)
+    return value
