@@ -41,6 +41,8 @@ _NAMES = {
     "to_device": "raylab.accel",
     "fixed_shapes": "raylab.accel",
     "compiled": "raylab.accel",
+    "enabled": "raylab.accel",
+    "AUTO": "raylab.accel",
     "Report": "raylab.report.spec",
     "Curve": "raylab.report.spec",
     "Bars": "raylab.report.spec",

@@ -81,7 +81,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
                           "saved_only"),
     "raylab.files": ("user_path", "sha256_file", "write_atomic"),
     "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only"),
-    "raylab.accel": ("to_device", "fixed_shapes", "compiled"),
+    "raylab.accel": ("to_device", "fixed_shapes", "compiled", "enabled", "AUTO"),
     "raylab.workloads": ("Workload", "require"),
     "raylab.launch.ray_start": ("connect",),
     "raylab.data": (ALL,),

@@ -28,7 +28,7 @@ import torch
 from torch.nn import functional as F
 
 from raylab import session
-from raylab.accel import compiled, fixed_shapes
+from raylab.accel import compiled, enabled, fixed_shapes
 from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from raylab.data.augment import random_crop_flip, to_float
@@ -396,13 +396,13 @@ def build_trial(cfg: Config) -> Trial:
     num_classes = 100 if cfg.dataset == "cifar100" else 10
     torch.manual_seed(cfg.seed)
     net = MODELS[cfg.model](num_classes, data.mean, data.std, cfg.model_width)
-    layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    layout = torch.channels_last if enabled(cfg.channels_last, device) else torch.contiguous_format
     net = net.to(memory_format=layout)
     fixed_shapes(device)  # fixed image shapes: cuDNN picks its kernels once
     model = session.prepare_model(net)
     return Trial(cfg, device, session.world_rank(), session.world_size(), data,
                  net=getattr(model, "module", model), model=model,
-                 train_forward=compiled(model, cfg.compile, "backdoor network"),
+                 train_forward=compiled(model, enabled(cfg.compile, device), "backdoor network"),
                  layout=layout, spec=trigger_spec(cfg))
 
 
@@ -478,7 +478,7 @@ def train_step(t: Trial, st: BackdoorState, order: torch.Tensor, running: dict[s
     else:
         x, y = crop_flip_batch(t.data, idx, cfg, ("aug", st.epoch, st.batch), t.rank, t.world)
     t.model.train()
-    with torch.autocast(t.device.type, dtype=torch.bfloat16, enabled=cfg.amp_bf16):
+    with torch.autocast(t.device.type, dtype=torch.bfloat16, enabled=enabled(cfg.amp_bf16, t.device)):
         logits = t.train_forward(x.contiguous(memory_format=t.layout))
         loss = F.cross_entropy(logits, y)
     st.optimizer.zero_grad(set_to_none=True)
