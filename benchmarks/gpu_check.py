@@ -14,11 +14,11 @@ step's log, the trials' result rows and errors, Ray's session logs); the runs th
 GPU to check (one line, before any step).
 
 Steps (``STEPS``):
-- ``probe`` (about 10 s): MemTotal and what Ray detects (CPUs, GPUs, memory, object store),
-  ``/dev/shm``, the GPU's name and memory, whether a live CUDA process (the probe's own)
-  appears in ``nvidia-smi --query-compute-apps``, bf16 support, and the installed versions of
-  the machine's packages the kit relies on. A step that needs one of these facts (``needs``)
-  is skipped with the reason when it is false;
+- ``probe`` (benchmarks/gpu_probe.py, about 10 s): MemTotal and what Ray detects (CPUs,
+  GPUs, memory, object store), ``/dev/shm``, the GPU's name and memory, whether a live CUDA
+  process (the probe's own) appears in ``nvidia-smi --query-compute-apps``, bf16 support, and
+  the installed versions of the machine's packages the kit relies on. A step that needs one
+  of these facts (``needs``) is skipped with the reason when it is false;
 - ``imports``: the kit's resolution check. Every module each step imports (``step_imports``:
   the workload folder's imports, found by reading its files, less what its smoke run does
   not use) is imported with this Python; a missing one fails this step, naming the step and
@@ -78,8 +78,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKLOADS = ("dqn_softlinf", "backdoor", "fair_adv", "seagram", "boltz_distill")
-"""The paper workloads (toy never touches a device)."""
 PEAK_FLOOR_MIB = 1.0
 """A trial's ``gpu/mem_peak_mib`` must exceed this: a model and a batch on the GPU."""
 SAMPLE_S = 0.5
@@ -115,7 +113,7 @@ class Step:
 TRIAL_TWIN = "rows reported, losses finite (trained on the CPU: Ray's GPU is simulated); no peak GPU memory"
 STEPS: tuple[Step, ...] = (
     Step("probe", 20, "probe", twin="no CUDA: the GPU facts are empty"),
-    Step("imports", 25, "imports_check"),
+    Step("imports", 30, "imports_check"),
     Step("cuda_trial_dqn_softlinf", 40, "cuda_trial", ("dqn_softlinf",), needs=("ray",), twin=TRIAL_TWIN),
     Step("cuda_trial_backdoor", 35, "cuda_trial", ("backdoor",), needs=("ray",), twin=TRIAL_TWIN),
     Step("cuda_trial_fair_adv", 45, "cuda_trial", ("fair_adv",), needs=("ray",), twin=TRIAL_TWIN),
@@ -138,12 +136,14 @@ STEPS: tuple[Step, ...] = (
     Step("fig_resnet18", 30, "figure", figure=Figure(
         ("benchmarks/image_throughput.py", "--steps", "60", "--variants", "all"), ("images/s", "ratio"),
         ("benchmarks/image_throughput.py", "--steps", "2", "--variants", "bf16+channels_last"))),
-    Step("fig_pgd", 20, "figure", figure=Figure(
+    Step("fig_pgd", 15, "figure", figure=Figure(
         ("benchmarks/adv_throughput.py", "--device", "cuda", "--rounds", "5"), ("costs", "standard ", "pgd_at ", "trades ", "tri_regime "),
         ("benchmarks/adv_throughput.py", "--device", "cpu", "--rounds", "1", "--model", "small_cnn",
          "--batch-size", "16"))),
-    # issue 38's benchmarks/gpu_throughput.py goes here, one row, e.g.:
-    # Step("fig_gpu_throughput", 60, "figure", figure=Figure(("benchmarks/gpu_throughput.py",), ("steps/s",))),
+    # issue 38's benchmarks/gpu_throughput.py goes here, one row (its seconds taken from another
+    # row: the limits' sum stays within BUDGET_S), e.g.:
+    # Step("fig_gpu_throughput", 40, "figure", figure=Figure(("benchmarks/gpu_throughput.py",), ("steps/s",),
+    #      ("benchmarks/gpu_throughput.py", "--cpu-size-args"))),
 )
 """The steps in the order they run; their limits' sum is the check's bound, at most ``BUDGET_S``."""
 BUDGET_S = 540
@@ -302,73 +302,6 @@ class GpuSampler:
         self._thread.join(timeout=10)
 
 
-PROBE = r"""
-import importlib.metadata, json, os, platform, shutil, subprocess, sys, time
-facts = {"python": sys.version.split()[0], "kernel": platform.release(), "cpus": os.cpu_count(),
-         "cpus_usable": len(os.sched_getaffinity(0))}
-with open("/proc/meminfo") as f:
-    info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:2]}
-facts["mem_total_gib"] = round(info.get("MemTotal", 0) / 2**30, 1)
-facts["mem_available_gib"] = round(info.get("MemAvailable", 0) / 2**30, 1)
-for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-    if os.path.exists(path):
-        facts["cgroup_memory_limit"] = open(path).read().strip()
-        break
-try:
-    st = os.statvfs("/dev/shm")
-    facts["shm_gib"], facts["shm_free_gib"] = round(st.f_blocks * st.f_frsize / 2**30, 1), round(st.f_bavail * st.f_frsize / 2**30, 1)
-except OSError as err:
-    facts["shm_gib"], facts["shm_error"] = 0.0, str(err)
-import torch
-facts["torch"] = torch.__version__
-facts["cuda"] = torch.cuda.is_available()
-if facts["cuda"]:
-    props = torch.cuda.get_device_properties(0)
-    facts.update(gpu=props.name, gpu_mem_gib=round(props.total_memory / 2**30, 1), gpu_sms=props.multi_processor_count,
-                 cuda_runtime=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
-                 nccl=".".join(map(str, torch.cuda.nccl.version())), bf16=torch.cuda.is_bf16_supported())
-    x = torch.ones(1 << 20, device="cuda")
-    torch.cuda.synchronize()
-    facts["gpu_mem_used_by_probe_mib"] = round(torch.cuda.memory_allocated() / 2**20, 1)
-else:
-    facts["bf16"] = True  # bf16 autocast on the CPU (the rehearsal's twin)
-smi = shutil.which("nvidia-smi")
-facts["nvidia_smi"] = bool(smi)
-if smi:
-    q = subprocess.run([smi, "--query-gpu=name,memory.total,driver_version,utilization.gpu", "--format=csv,noheader"],
-                       capture_output=True, text=True, timeout=20)
-    facts["nvidia_smi_gpu"] = q.stdout.strip()
-    apps = subprocess.run([smi, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader"],
-                          capture_output=True, text=True, timeout=20)
-    rows = [line.strip() for line in apps.stdout.splitlines() if "," in line]
-    facts["compute_apps_rows"] = rows[:8]
-    facts["compute_apps_own_pid"] = any(r.split(",")[0].strip() == str(os.getpid()) for r in rows)
-facts["compute_apps"] = bool(facts.get("compute_apps_rows"))
-start = time.monotonic()
-try:
-    import ray
-    ray.init(address="local", include_dashboard=False, logging_level=40, log_to_driver=False)
-    facts["ray_resources"] = {k: (round(v / 2**30, 1) if k in ("memory", "object_store_memory") else v)
-                              for k, v in ray.cluster_resources().items() if not k.startswith("node:")}
-    facts["ray_resources_units"] = "memory and object_store_memory in GiB"
-    ray.shutdown()
-    facts["ray"] = True
-except BaseException as err:  # noqa: BLE001 - the finding
-    facts["ray"], facts["ray_error"] = False, f"{type(err).__name__}: {err}"[:400]
-facts["ray_start_s"] = round(time.monotonic() - start, 1)
-kit_json = os.environ.get("GPU_CHECK_KIT_JSON")
-if kit_json and os.path.exists(kit_json):
-    stand_ins = json.load(open(kit_json))["machine_packages"]
-    here = {}
-    for name, assumed in stand_ins.items():
-        try:
-            here[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            here[name] = None
-    facts["machine_packages_here"] = here
-    facts["machine_packages_differ"] = {n: [stand_ins[n], v] for n, v in here.items() if v != stand_ins[n]}
-print("PROBE " + json.dumps(facts))
-"""
 
 
 class Check:
@@ -465,11 +398,8 @@ class Check:
 
     # --- steps ---------------------------------------------------------------------------
     def probe(self, step: Step, log: Path, limit: float) -> str:
-        script = self.logs / "probe.py"
-        script.write_text(PROBE)
-        env = {**self.env, "RAY_OVERRIDE_RESOURCES": self.env.get("RAY_OVERRIDE_RESOURCES", "")}
-        env["GPU_CHECK_KIT_JSON"] = str(self.kit / "kit.json")
-        done = run([self.py, str(script)], log, limit, env=env)
+        env = {**self.env, "GPU_CHECK_KIT_JSON": str(self.kit / "kit.json")}
+        done = run([self.py, str(ROOT / "benchmarks" / "gpu_probe.py")], log, limit, env=env)
         found = [line for line in log.read_text().splitlines() if line.startswith("PROBE ")]
         if done.returncode != 0 or not found:
             raise StepFailed(f"exit {done.returncode}")
@@ -492,6 +422,7 @@ class Check:
         return "; ".join(parts)
 
     def imports_check(self, step: Step, log: Path, limit: float) -> str:
+        start = time.monotonic()
         self.imports = {s.name: step_imports(s) for s in STEPS}
         modules = sorted(set().union(*self.imports.values()))
         with open(log, "a") as f:
@@ -508,7 +439,7 @@ class Check:
             missing = {m: failed[m] for m in mods if m in failed}
             if missing:
                 self.missing[name] = missing
-        pip_note = self.pip_check(log)
+        pip_note = self.pip_check(log, timeout=max(limit - (time.monotonic() - start), 5))
         hard = {n: m for n, m in self.missing.items() if not next(s for s in STEPS if s.name == n).optional}
         if hard:
             raise StepFailed("; ".join(f"{n} needs {', '.join(f'{m} ({e})' for m, e in mods.items())}"
@@ -516,15 +447,18 @@ class Check:
         optional = f"; {', '.join(self.missing)} skipped (optional)" if self.missing else ""
         return f"{len(modules)} modules import{optional}; {pip_note}"
 
-    def pip_check(self, log: Path) -> str:
+    def pip_check(self, log: Path, timeout: float = 60) -> str:
         """``pip check`` lines about the kit's own distributions (the machine's others are not
         ours); those naming a requirement the kit leaves out on purpose (kit.json's
         ``not_carried``) are expected and set apart."""
         kit_names = {canonical(w.name.split("-")[0]) for w in self.kit.glob("*.whl")}
         kit_json = self.kit / "kit.json"
         expected = set(json.loads(kit_json.read_text()).get("not_carried", {})) if kit_json.is_file() else set()
-        got = subprocess.run([self.py, "-m", "pip", "check"], capture_output=True, text=True, cwd=ROOT,
-                             env={**os.environ, **self.env}, timeout=60)
+        try:
+            got = subprocess.run([self.py, "-m", "pip", "check"], capture_output=True, text=True, cwd=ROOT,
+                                 env={**os.environ, **self.env}, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return f"pip check did not answer within {timeout:.0f} s"
         ours = [line for line in got.stdout.splitlines() if canonical(line.split(" ")[0]) in kit_names]
         known = [line for line in ours if any(canonical(w.strip(",.")) in expected for w in line.split()[2:])]
         problems = [line for line in ours if line not in known]
@@ -696,7 +630,8 @@ class Check:
             raise Skip(f"the probe found no {', '.join(unmet)}" + (
                 f" ({self.facts.get('ray_error')})" if "ray" in unmet else ""))
         if step.name in self.missing:
-            mods = ", ".join(self.missing[step.name])
+            mods = ", ".join(dict.fromkeys(m.split(".")[0] for m in self.missing[step.name]
+                                           if not m.startswith(("trainers.", "raylab."))))
             raise Skip(f"{step.optional or 'its modules do not import'}: {mods} missing")
         return getattr(self, step.action)(step, log, limit, *step.args)
 

@@ -61,8 +61,9 @@ def test_make_device_rehearsal_passes_every_step_or_skips_it_with_a_reason(tmp_p
 
 
 def test_the_check_fails_naming_the_module_when_the_kit_lacks_one(tmp_path):
-    """The kit without gymnasium's wheel, unpacked as gpu_check.sh does: the imports step FAILs
-    naming the steps that import it, and those steps are skipped with the reason."""
+    """The kit without gymnasium's wheel, unpacked as gpu_check.sh does, run as a device call
+    runs it ($OUT set, no OUT_DIR): the imports step FAILs naming the steps that import it,
+    those steps are skipped with the reason, and $OUT holds the three files a call brings back."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     import device_rehearsal
 
@@ -75,15 +76,21 @@ def test_the_check_fails_naming_the_module_when_the_kit_lacks_one(tmp_path):
             (short / item.name).symlink_to(item)
     py = str(device_rehearsal.DEFAULT_VENV / "bin" / "python")
     assert device_rehearsal.check_venv(py) is None
-    env = device_rehearsal.clean_env(PY=py, OUT_DIR=str(tmp_path / "out"), KIT=str(short),
-                                     KIT_SITE=str(tmp_path / "site"))
-    env.pop("OUT", None)
-    done = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--rehearse", "--only", "imports"],
-                          capture_output=True, text=True, env=env, timeout=900)
+    out = tmp_path / "out"
+    env = device_rehearsal.clean_env(PY=py, OUT=str(out), KIT=str(short), KIT_SITE=str(tmp_path / "site"))
+    env.pop("OUT_DIR", None)
+    done = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--rehearse", "--only",
+                           "imports", "cuda_trial_dqn_softlinf"], capture_output=True, text=True, env=env, timeout=900)
     lines = done.stdout.splitlines()
     imports = next(line for line in lines if line.split()[1:2] == ["imports"])
     assert done.returncode == 1 and imports.startswith("FAIL"), done.stdout[-3000:]
     assert "cuda_trial_dqn_softlinf needs" in imports and "gymnasium (ModuleNotFoundError" in imports
-    table = json.loads((tmp_path / "out" / "gpu_check.json").read_text())
+    dqn = next(line for line in lines if line.split()[1:2] == ["cuda_trial_dqn_softlinf"])
+    assert dqn.startswith("skip") and "gymnasium" in dqn
+    table = json.loads((out / "gpu_check.json").read_text())
     assert "gymnasium" in table["missing"]["cuda_trial_dqn_softlinf"]
     assert "gymnasium" in table["missing"]["fig_dqn"]
+    # what a device call brings back: three plain files in $OUT, each well under 16 MiB
+    files = sorted(out.iterdir())
+    assert [f.name for f in files] == ["gpu_check.json", "logs.tar.gz", "summary.txt"]
+    assert all(f.is_file() and f.stat().st_size < 16 * 2**20 for f in files)
