@@ -219,6 +219,31 @@ def test_the_import_check_fails_naming_the_step_and_the_module_the_kit_lacks(tmp
     assert table["imports"]["needs_missing"] == ["json", "no_such_module_in_any_kit"]
 
 
+def test_gpu_utilisation_is_sampled_and_averaged_over_each_trials_own_window(tmp_path, monkeypatch):
+    """A stub nvidia-smi answering 37 % busy, 1024 MiB used: the sampler collects it, and each
+    trial's figure row averages the samples inside the window its own rows give."""
+    check = load_check()
+    stub = tmp_path / "bin" / "nvidia-smi"
+    stub.parent.mkdir()
+    stub.write_text("#!/bin/sh\necho '37, 1024'\n")
+    stub.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stub.parent}:{os.environ['PATH']}")
+    monkeypatch.setattr(check, "SAMPLE_S", 0.05)
+    sampler = check.GpuSampler()
+    start = time.time()
+    time.sleep(0.6)
+    sampler.stop()
+    assert sampler.samples and all(u == 37.0 and m == 1024.0 for _, u, m in sampler.samples)
+    trial = tmp_path / "work" / "runs" / "r" / "trial_0"
+    trial.mkdir(parents=True)
+    (trial / "result.json").write_text(json.dumps({"timestamp": int(start) + 1, "time_total_s": 1.0}) + "\n")
+    c = check.Check(tmp_path, tmp_path / "work", rehearse=False)
+    c.sampler = sampler
+    assert c.utilisation("r", "backdoor") == "GPU busy 37%"
+    assert c.figures[0].startswith("backdoor trial 0: GPU busy 37% mean, 37% max, 1024 MiB max used")
+    assert c.sampler.window(start - 100, start - 50) is None  # no samples: no row
+
+
 def test_the_tarball_keeps_logs_and_rows_but_no_checkpoints_and_cuts_big_files(tmp_path):
     check = load_check()
     runs = tmp_path / "runs" / "r" / "trial_0"
