@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -216,10 +217,17 @@ def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
 
 
 def local_resources() -> dict[str, float]:
-    """CPUs and GPUs of this machine, as a local Ray would see them (without starting Ray)."""
+    """CPUs and GPUs of this machine, as a local Ray would see them (without starting Ray).
+
+    On a simulated GPU machine (``RAYLAB_SIMULATED_GPUS=1``) the GPUs are the ones Ray is told
+    of with ``RAY_OVERRIDE_RESOURCES`` (its own variable: ``{"GPU": 1}``); the device rehearsal
+    (benchmarks/gpu_check.py --rehearse) runs the GPU trials' path that way on a CPU.
+    """
     import torch  # counts the GPUs Ray would see (CUDA_VISIBLE_DEVICES respected), publicly
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if os.environ.get("RAYLAB_SIMULATED_GPUS") == "1":
+        gpus = max(gpus, json.loads(os.environ.get("RAY_OVERRIDE_RESOURCES") or "{}").get("GPU", 0))
     return {"CPU": float(os.cpu_count() or 1), "GPU": float(gpus)}
 
 

@@ -129,11 +129,13 @@ def distributed_backend(gpus_per_worker: float, nccl_built: bool | None = None) 
 
     nccl needs a torch built with it (``nccl_built``, by default asked of this torch; every
     node runs the same image). A GPU resource with no CUDA torch behind it, as on a simulated
-    cluster, gets gloo, and the loop trains on the CPU. Decided here, in the trial's driver,
-    without a probe task: a task asking for a GPU from inside the trial's placement group
-    fits none of its bundles, and outside it would wait for a GPU the trials hold.
+    cluster, gets gloo, and the loop trains on the CPU; so does a simulated cluster whose
+    torch is a CUDA build (``RAYLAB_SIMULATED_GPUS=1``: its GPUs are labels, and NCCL would
+    find none). Decided here, in the trial's driver, without a probe task: a task asking for a
+    GPU from inside the trial's placement group fits none of its bundles, and outside it
+    would wait for a GPU the trials hold.
     """
-    if gpus_per_worker <= 0:
+    if gpus_per_worker <= 0 or os.environ.get("RAYLAB_SIMULATED_GPUS") == "1":
         return "gloo"
     if nccl_built is None:
         import torch.distributed
