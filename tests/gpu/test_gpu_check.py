@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from raylab.run_folder import RESULT_FILE, TrialFolder, checkpoint_name
+
 LONG = pytest.mark.skipif(os.environ.get("RAYLAB_DEVICE_TESTS") != "1",
                           reason="long (minutes, or the network): RAYLAB_DEVICE_TESTS=1 runs it")
 REPO = Path(__file__).resolve().parents[2]
@@ -234,9 +236,8 @@ def test_gpu_utilisation_is_sampled_and_averaged_over_each_trials_own_window(tmp
     time.sleep(0.6)
     sampler.stop()
     assert sampler.samples and all(u == 37.0 and m == 1024.0 for _, u, m in sampler.samples)
-    trial = tmp_path / "work" / "runs" / "r" / "trial_0"
-    trial.mkdir(parents=True)
-    (trial / "result.json").write_text(json.dumps({"timestamp": int(start) + 1, "time_total_s": 1.0}) + "\n")
+    TrialFolder.at(tmp_path / "work" / "runs" / "r" / "trial_0").append_row(
+        {"timestamp": int(start) + 1, "time_total_s": 1.0})
     c = check.Check(tmp_path, tmp_path / "work", rehearse=False)
     c.sampler = sampler
     assert c.utilisation("r", "backdoor") == "GPU busy 37%"
@@ -246,10 +247,11 @@ def test_gpu_utilisation_is_sampled_and_averaged_over_each_trials_own_window(tmp
 
 def test_the_tarball_keeps_logs_and_rows_but_no_checkpoints_and_cuts_big_files(tmp_path):
     check = load_check()
-    runs = tmp_path / "runs" / "r" / "trial_0"
-    (runs / "checkpoint_000001").mkdir(parents=True)
-    (runs / "checkpoint_000001" / "state.txt").write_text("weights")
-    (runs / "result.json").write_text("{}\n")
+    trial = TrialFolder.at(tmp_path / "runs" / "r" / "trial_0")
+    runs = trial.path
+    (runs / checkpoint_name(1)).mkdir(parents=True)
+    (runs / checkpoint_name(1) / "state.txt").write_text("weights")
+    trial.append_row({})
     (runs / "big.log").write_bytes(b"x" * (check.LOG_FILE_CAP + 1000) + b"END")
     ray = tmp_path / "ray" / "session_1"
     (ray / "logs").mkdir(parents=True)
@@ -260,7 +262,7 @@ def test_the_tarball_keeps_logs_and_rows_but_no_checkpoints_and_cuts_big_files(t
     with tarfile.open(tmp_path / "t.tar.gz") as tar:
         names = sorted(tar.getnames())
         big = tar.extractfile("runs/r/trial_0/big.log").read()
-    assert names == ["ray/session_1/logs/raylet.out", "runs/r/trial_0/big.log", "runs/r/trial_0/result.json"]
+    assert names == ["ray/session_1/logs/raylet.out", "runs/r/trial_0/big.log", f"runs/r/trial_0/{RESULT_FILE}"]
     assert added == 3 and len(big) == check.LOG_FILE_CAP and big.endswith(b"END")
 
 
@@ -288,7 +290,8 @@ def test_deterministic_mode_is_what_fixed_shapes_turns_on_when_asked(monkeypatch
 def test_a_simulated_gpu_machine_counts_the_gpus_ray_is_told_of_and_its_workers_use_gloo(monkeypatch):
     """The rehearsal's GPU twin: Ray told of one GPU, raylab's resource check counting it, and
     the Train workers' backend gloo even where torch is a CUDA build with NCCL (no GPU for it)."""
-    from raylab import ray_start, train_trial
+    from raylab.launch import ray_start
+    from raylab.launch import train_path as train_trial
 
     monkeypatch.setenv("RAY_OVERRIDE_RESOURCES", json.dumps({"GPU": 1}))
     monkeypatch.delenv("RAYLAB_SIMULATED_GPUS", raising=False)
