@@ -1,6 +1,6 @@
 """Tune SEAGRAM's attack defaults on validation pairs only (never on the test pairs).
 
-The setting is the science test's (``tests/seagram/test_seagram_science.py``: NCI data, 60
+The setting is the science test's (``tests/trainers/seagram/test_seagram_science.py``: NCI data, 60
 corpus graphs, 40 queries split 24 / 6 / 10, the NeuroMatch-named victim, budget 2, 300 labels).
 The attacked pairs here are the **validation** queries x the corpus (6 x 60 = 360 pairs), a split
 disjoint from the test queries the science test asserts on; the victim's clean MAP is measured

@@ -92,7 +92,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
 """What a workload (``trainers/``, or a lab's own package) may import from raylab: module to
 names, ``ALL`` for a whole package. The rest of raylab is the framework's inside and may change
 without notice. ``raylab.testing.workload_api_violations`` checks a package's imports against it
-(``tests/train_path/test_public_ray_api.py`` runs it on ``trainers/``); a module renamed in
+(``tests/raylab/test_public_ray_api.py`` runs it on ``trainers/``); a module renamed in
 raylab is renamed here, once."""
 
 

@@ -14,5 +14,5 @@ starts in the trials. Nothing here is part of the workload API; a workload never
 - ``summary``: the end-of-sweep table; ``cluster_plan``: what a cluster file would launch.
 
 Only here are Ray Tune's ``Tuner`` and schedulers and Ray Train's ``TorchTrainer`` imported
-(``tests/train_path/test_layering.py``). Importing this package imports nothing.
+(``tests/raylab/test_layering.py``). Importing this package imports nothing.
 """

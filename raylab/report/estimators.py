@@ -5,7 +5,7 @@ A score matrix has shape ``(runs, tasks)``: ``scores[n, m]`` is run ``n`` (a see
 (a game). Every interval is a percentile bootstrap (``scipy.stats.bootstrap``,
 ``method="percentile"``) that resamples the runs of each task independently, the *stratified
 bootstrap*: the uncertainty of repeating the experiment with new seeds on the same tasks
-(rliable's default, ``task_bootstrap=False``). ``tests/report/test_report_estimators.py`` checks
+(rliable's default, ``task_bootstrap=False``). ``tests/raylab/report/test_report_estimators.py`` checks
 these against rliable 1.2.0 on fixed score matrices (``RAYLAB_LONG_TESTS=1``).
 
 With few seeds a percentile bootstrap interval is too narrow (its coverage is below 95%): the

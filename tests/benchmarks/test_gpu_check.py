@@ -6,7 +6,7 @@ What runs here: the shell script and its Python runner up to the "no GPU" line (
 failed step's log tail, the JSON table and the log tarball in OUT, the work folder outside it),
 the import check with a step that imports a module nobody has, the steps' import lists read
 from the workloads' folders, the deterministic switch and the simulated GPU count the rehearsal
-uses. The steps themselves run in the device rehearsal (tests/gpu/test_device_rehearsal.py,
+uses. The steps themselves run in the device rehearsal (tests/benchmarks/test_device_rehearsal.py,
 RAYLAB_DEVICE_TESTS=1) and, on a GPU, only there.
 """
 from __future__ import annotations

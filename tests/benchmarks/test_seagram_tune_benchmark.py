@@ -20,7 +20,7 @@ def _load(name: str, path: Path):
     return module
 
 
-SCIENCE = _load("_seagram_science", Path(__file__).with_name("test_seagram_science.py")).SCIENCE
+SCIENCE = _load("_seagram_science", ROOT / "tests" / "trainers" / "seagram" / "test_seagram_science.py").SCIENCE
 seagram_tune = _load("_seagram_tune", ROOT / "benchmarks" / "seagram_tune.py")
 
 

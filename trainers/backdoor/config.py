@@ -137,7 +137,7 @@ class Config:
     """Run the training steps' forward pass and loss under bfloat16 autocast (weights, optimizer
     and every probe stay float32). ``auto`` (default): on where the trial's device is CUDA, off
     on a CPU (``raylab.accel.enabled``). Changes the arithmetic:
-    ``tests/backdoor/test_backdoor_precision.py`` bounds the loss trajectory's drift from float32
+    ``tests/trainers/backdoor/test_backdoor_precision.py`` bounds the loss trajectory's drift from float32
     over 200 steps."""
     channels_last: bool | Literal["auto"] = "auto"
     """Lay the network and its training batches out as NHWC (``torch.channels_last``): the same

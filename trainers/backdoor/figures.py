@@ -15,7 +15,7 @@ POISONED = {"poison_ratio": where("> 0", lambda p: p > 0)}
 CLEAN = {"poison_ratio": 0.0}
 BY_ATTACK = ("attack", "poison_ratio")
 
-# The positive control of every claim (tests/backdoor/test_backdoor_science.py): the trigger is
+# The positive control of every claim (tests/trainers/backdoor/test_backdoor_science.py): the trigger is
 # learned where it was planted and only there. The clean-arm half applies to the claims that
 # compare with the clean arm.
 LEARNED = Control("the backdoor is learned: attack success of at least 0.9 in every poisoned trial",
@@ -57,7 +57,7 @@ CLAIMS = (
           expect=">", threshold=0.5, controls=(LEARNED,), name="finetune_keeps_neurons"),
 )
 
-# The theory's claims (tests/backdoor/test_backdoor_theory.py); their control: the clean group's
+# The theory's claims (tests/trainers/backdoor/test_backdoor_theory.py); their control: the clean group's
 # loss does fall over the early window, so the drop ratio's denominator is a real decrease.
 CLEAN_LEARNS = Control("the clean group's early loss falls in every trial, so the ratio's denominator is real",
                        Value("theory/rel_drop_clean", strata=("poison_ratio",)), expect=">", threshold=0.0)

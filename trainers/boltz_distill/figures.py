@@ -4,7 +4,7 @@ tasks x representations, best per row marked, ``PROBE_REPORT``)."""
 from raylab.report.claims import Claim, Contrast, Control, Derived, Value
 from raylab.report.spec import Bars, Curve, Report, Table
 
-# The distillation's claim and its control (tests/boltz_distill/test_bd_science.py): the student
+# The distillation's claim and its control (tests/trainers/boltz_distill/test_bd_science.py): the student
 # learns, its held-out distillation loss falls.
 DISTILL_LEARNS = Control("the distillation trains: the held-out distillation loss ends below 0.9x its first value",
                          Contrast("distill/val_loss", against_at="first", op="ratio", strata=("teachers",)),

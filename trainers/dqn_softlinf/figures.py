@@ -46,7 +46,7 @@ on Atari, against K redrawn successors on the state set every arm of the sweep s
 (shared_states.py: built from ``shared_seed`` alone, so both arms are scored on the same states),
 debiased per state; the arm's own held-out states only where a run has no shared set."""
 
-# The positive control of the residual claim (tests/dqn_softlinf/test_dqn_learning.py): the
+# The positive control of the residual claim (tests/trainers/dqn_softlinf/test_dqn_learning.py): the
 # one-sample in-sample residual carries the targets' noise floor, which an l2 fit pays and an
 # l-inf fit avoids, a large known effect (measured 0.33-0.62x over 12 FeatureMDP seeds) the
 # ratio instrument must see on every seed.

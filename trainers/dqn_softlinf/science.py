@@ -9,7 +9,7 @@ schedules, prints the per-seed tables and draws the curve the README shows::
 
     python -m trainers.dqn_softlinf.science --steps 12000 --seeds 20 --out science-12k
 
-(the science test, tests/dqn_softlinf/test_dqn_learning.py, calls the same functions).
+(the science test, tests/trainers/dqn_softlinf/test_dqn_learning.py, calls the same functions).
 """
 
 from __future__ import annotations

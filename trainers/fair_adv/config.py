@@ -132,7 +132,7 @@ class Config:
     """Run the training steps (their attack, forward passes and loss) under bfloat16 autocast;
     weights, optimizer and every evaluation stay float32. ``auto`` (default): on where the
     trial's device is CUDA, off on a CPU (``raylab.accel.enabled``). Changes the arithmetic:
-    ``tests/fair_adv/test_fair_adv_precision.py`` bounds the loss trajectory's drift from
+    ``tests/trainers/fair_adv/test_fair_adv_precision.py`` bounds the loss trajectory's drift from
     float32 over 200 steps."""
     channels_last: bool | Literal["auto"] = "auto"
     """Lay the network and its training batches out as NHWC (``torch.channels_last``): the same

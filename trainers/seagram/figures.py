@@ -21,7 +21,7 @@ CALLS_PER_DROP = Derived("solver calls per MAP drop", calls_per_map_drop,
 
 # Positive controls. The MAP instrument: the trained victim ranks far above chance (a random
 # ranking's MAP is about the share of relevant pairs). The solver-call instrument: the
-# solver-checked greedy attack does lower MAP (tests/seagram/test_seagram_science.py).
+# solver-checked greedy attack does lower MAP (tests/trainers/seagram/test_seagram_science.py).
 VICTIM_RANKS = Control("the clean victim ranks above chance: its MAP exceeds the share of relevant test pairs "
                        "in every trial",
                        Contrast("victim/map", against_metric="data/pos_rate_test", strata=SETTING),

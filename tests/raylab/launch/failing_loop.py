@@ -1,6 +1,6 @@
 """A train loop that reports one row with a checkpoint and then fails, on every attempt.
 
-Ray workers import it as ``tests.train_path.failing_loop`` (the driver's working directory,
+Ray workers import it as ``tests.raylab.launch.failing_loop`` (the driver's working directory,
 the repository root, is on their path).
 """
 

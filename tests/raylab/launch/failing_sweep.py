@@ -1,5 +1,5 @@
-"""``python tests/core/failing_sweep.py EXPERIMENT.yaml [ARGS]``: ``python -m raylab.tune`` with
-workload ``toy_failing`` (toy's config, ``tests.train_path.failing_loop``, which fails on every
+"""``python tests/raylab/launch/failing_sweep.py EXPERIMENT.yaml [ARGS]``: ``python -m raylab.tune`` with
+workload ``toy_failing`` (toy's config, ``tests.raylab.launch.failing_loop``, which fails on every
 attempt) registered first, as a lab's entry point would register it."""
 
 import sys
@@ -13,5 +13,5 @@ from raylab.workloads import Workload  # noqa: E402
 
 toy = workloads.get("toy")
 workloads.registry()["toy_failing"] = Workload(
-    config=toy.config, loop="tests.train_path.failing_loop:train_loop", metrics=toy.metrics)
+    config=toy.config, loop="tests.raylab.launch.failing_loop:train_loop", metrics=toy.metrics)
 sys.exit(tune.main(sys.argv[1:]))

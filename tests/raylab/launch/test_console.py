@@ -16,7 +16,7 @@ from raylab import yaml_io
 from raylab.launch import progress
 from raylab.run_folder import ERROR_FILE
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_a_failing_trial_is_one_line_with_its_exception_and_error_txt_and_restarts_are_counted(tmp_path):
@@ -25,7 +25,7 @@ def test_a_failing_trial_is_one_line_with_its_exception_and_error_txt_and_restar
                    "config: {steps: 60, report_every: 20}\nsearch: {seed: [0]}\n"
                    "checkpoint: {every: 1, keep: 2}\nfailure: {max_failures: 1}\n")
     done = subprocess.run(
-        [sys.executable, str(REPO / "tests/core/failing_sweep.py"), str(exp),
+        [sys.executable, str(REPO / "tests/raylab/launch/failing_sweep.py"), str(exp),
          "--storage", str(tmp_path / "results"), "--name", "failing"],
         capture_output=True, text=True, cwd=REPO, timeout=400,
         env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},

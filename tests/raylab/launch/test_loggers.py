@@ -15,7 +15,7 @@ from raylab.errors import UserError
 from raylab.launch import loggers
 from raylab.run_folder import RunFolder, new_run_name
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_unknown_or_missing_logger_is_a_user_error():

@@ -14,7 +14,7 @@ from raylab import search_space
 from raylab.launch import cluster_plan
 from raylab import experiment as experiments
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GPU_YAML = REPO / "cluster" / "gpu.yaml"
 FIELDS = {  # README column -> the piece of the dry run's text it shows
     "nodes at the cap": r"at the cap (\d+ x \S+) \(of",

@@ -49,7 +49,7 @@ def test_two_worker_smoke_passes_every_time(smoke_sweep):
 def test_failing_loop_is_attempted_exactly_max_failures_plus_one_times(
     smoke_sweep, toy_with_loop, tmp_path, resources
 ):
-    experiment = toy_with_loop("tests.train_path.failing_loop:train_loop", "toy_failing")
+    experiment = toy_with_loop("tests.raylab.launch.failing_loop:train_loop", "toy_failing")
     results, run_path, _ = smoke_sweep(experiment, "failure.max_failures=2", *resources, smoke=False)
     (result,) = results
     assert result.error is not None

@@ -1,6 +1,6 @@
 """A train loop for report tests: the toy loop, but seed 1 fails and eval/mse is never reported.
 
-Ray workers import it as ``tests.report.faulty_loop`` (the driver's working directory, the
+Ray workers import it as ``tests.raylab.report.faulty_loop`` (the driver's working directory, the
 repository root, is on their path).
 """
 

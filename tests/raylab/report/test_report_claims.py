@@ -18,9 +18,9 @@ from raylab.report.claims import Claim, Contrast, Control, Improvement, Value, r
 from raylab.report.data import load_run
 from raylab.report.evidence import evaluate_claims
 from raylab.report.spec import Aggregates, Report, Table
-from tests.report.test_report_units import write_run
+from tests.raylab.report.test_report_units import write_run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def planted_run(tmp_path: Path, seeds=5, games=("Pong", "Breakout"), ratio=0.5, betas=(10.0,), name="run"):

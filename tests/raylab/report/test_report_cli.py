@@ -13,7 +13,7 @@ import pytest
 from raylab import report
 from raylab.run_folder import RunFolder
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 STEPS = 200
 
 

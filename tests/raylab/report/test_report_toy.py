@@ -87,7 +87,7 @@ smoke: {{}}
 def test_failed_trial_and_missing_metric_are_reported(smoke_sweep, report_checks, monkeypatch, tmp_path):
     toy = workloads.get("toy")
     monkeypatch.setitem(workloads.registry(), "toy_faulty", Workload(
-        config=toy.config, loop="tests.report.faulty_loop:train_loop", metrics=toy.metrics,
+        config=toy.config, loop="tests.raylab.report.faulty_loop:train_loop", metrics=toy.metrics,
         figures=toy.figures))
     experiment_file = tmp_path / "toy_faulty.yaml"
     experiment_file.write_text(FAULTY_YAML.format(path=experiment_file))

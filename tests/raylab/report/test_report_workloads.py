@@ -12,15 +12,15 @@ import pytest
 from raylab import report, workloads
 from raylab.run_folder import RunFolder
 from raylab.report import estimators
-from tests.report.conftest import check_figures, check_tables
+from tests.raylab.report.conftest import check_figures, check_tables
 
 # One experiment per workload: the cheapest smoke that sweeps the keys its figures use, shared
 # with the workload's own smoke test where it has one (backdoor_theory, fair_adv, boltz_distill).
 # The backdoor smoke trains two ResNet-18s; a quarter of the standard width keeps it to seconds.
 # dqn_softlinf_small's FeatureMDP trials take seconds: 3 seeds give its claims intervals and its
 # aggregates (the browser test reads the same sweep). seagram's claims need SEAGRAM trials: its
-# own smoke test (tests/seagram/test_seagram_smoke.py) checks the report of its sweep with
-# ``check_report``; admet_probe's smoke (14 trials) is long: tests/boltz_distill/test_bd_smoke.py
+# own smoke test (tests/trainers/seagram/test_seagram_smoke.py) checks the report of its sweep with
+# ``check_report``; admet_probe's smoke (14 trials) is long: tests/trainers/boltz_distill/test_bd_smoke.py
 # checks its claims.
 EXPERIMENTS = {
     "backdoor_theory": ("backdoor_theory",),

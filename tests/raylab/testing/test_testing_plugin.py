@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 FILES = {
     # An installed distribution's metadata: importlib.metadata finds it on sys.path, as pip

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from cluster.s3_store import CREDENTIALS  # tests import it from here too
+from scenarios.clusters.s3_store import CREDENTIALS  # tests import it from here too
 
 
 def free_port() -> int:
@@ -30,14 +30,14 @@ def s3_server(monkeypatch):
 @pytest.fixture
 def counting_s3_server(monkeypatch):
     """``(storage_uri, client, writes)``: ``s3_server``, with ``writes``
-    (``tests/cluster/s3_store.Writes``) recording the body bytes PUT to each key."""
+    (``tests/scenarios/clusters/s3_store.Writes``) recording the body bytes PUT to each key."""
     yield from _s3_server(monkeypatch)
 
 
 def _s3_server(monkeypatch):
     boto3 = pytest.importorskip("boto3")
     pytest.importorskip("moto.server")
-    from cluster.s3_store import Writes, counting_moto_server
+    from scenarios.clusters.s3_store import Writes, counting_moto_server
 
     for key, value in CREDENTIALS.items():
         monkeypatch.setenv(key, value)

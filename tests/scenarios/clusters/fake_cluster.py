@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 RAY = str(Path(sys.executable).with_name("ray"))
-GPU_YAML = Path(__file__).resolve().parents[2] / "cluster" / "gpu.yaml"
+GPU_YAML = Path(__file__).resolve().parents[3] / "cluster" / "gpu.yaml"
 
 
 def free_port() -> int:
@@ -94,7 +94,7 @@ class FakeCluster:
         updated by ``env``."""
         return subprocess.run(
             list(args), env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout,
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=Path(__file__).resolve().parents[3],
         )
 
     def pids(self) -> list[int]:

@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 
 import yaml
-from s3_store import CREDENTIALS, keys  # this script's folder (tests/cluster) is on sys.path
+from s3_store import CREDENTIALS, keys  # this script's folder (tests/scenarios/clusters) is on sys.path
 
 from raylab.run_folder import RESULT_FILE
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 USER = "raylabnode"
 HOME = Path("/home") / USER
 IPS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
@@ -403,14 +403,14 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
         # check waits for all of them, then runs one task pinned to each node from the head's
         # own copy of the tree: the imports and every workload's preflight, there.
         if args.data:  # data made after `ray up` on the head (the teacher's stores): README's line
-            wait = ray_cli("exec", str(cfg), f"python ~/raylab/tests/cluster/node_check.py "
+            wait = ray_cli("exec", str(cfg), f"python ~/raylab/tests/scenarios/clusters/node_check.py "
                                              f"--nodes {args.nodes} --timeout 300 --wait-only")
             made = ray_cli("exec", str(cfg), f"mkdir -p {DATA_MOUNT}/stores && echo store > "
                                              f"{DATA_MOUNT}/stores/from-head")
             push = ray_cli("exec", str(cfg), PUSH_FROM_HEAD.format(path=f"{DATA_MOUNT}/stores/"))
             report["push"] = {"rc": [wait.returncode, made.returncode, push.returncode],
                               "tail": (push.stdout + push.stderr)[-2000:]}
-        check = (f"python ~/raylab/tests/cluster/node_check.py --nodes {args.nodes} --timeout 300"
+        check = (f"python ~/raylab/tests/scenarios/clusters/node_check.py --nodes {args.nodes} --timeout 300"
                  f" --preflight '{args.preflight}'" + "".join(f" --expect {e}" for e in expect))
         ex = ray_cli("exec", str(cfg), check)
         line = next((ln for ln in ex.stdout.splitlines() if ln.startswith("NODECHECK ")), None)

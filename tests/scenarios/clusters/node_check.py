@@ -1,4 +1,4 @@
-"""Run on a cluster's head (``ray exec CLUSTER "python ~/raylab/tests/cluster/node_check.py
+"""Run on a cluster's head (``ray exec CLUSTER "python ~/raylab/tests/scenarios/clusters/node_check.py
 --nodes N"``): wait until N nodes are alive, then run one task pinned to each node that imports
 raylab, raylab.data and every registered workload's config, loop and preflight function there
 and, on worker nodes, runs the preflight of each ``--preflight`` experiment's smoke form (what its

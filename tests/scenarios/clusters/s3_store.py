@@ -1,4 +1,4 @@
-"""Reading the test bucket of the ``s3_server`` fixture (tests/cluster/conftest.py)."""
+"""Reading the test bucket of the ``s3_server`` fixture (tests/scenarios/clusters/conftest.py)."""
 
 from __future__ import annotations
 

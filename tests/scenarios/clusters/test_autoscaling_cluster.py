@@ -1,9 +1,9 @@
-"""The simulated autoscaling cluster's YAML (tests/cluster/fake_cluster.py) is one Ray accepts,
+"""The simulated autoscaling cluster's YAML (tests/scenarios/clusters/fake_cluster.py) is one Ray accepts,
 in the shape of ``cluster/gpu.yaml``: its head's resources, worker types declaring GPUs."""
 
 from __future__ import annotations
 
-from cluster.fake_cluster import autoscaling_config
+from scenarios.clusters.fake_cluster import autoscaling_config
 
 
 def test_the_simulated_cluster_passes_rays_validation_in_gpu_yamls_shape():

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.fake_cluster import fake_cluster
+from scenarios.clusters.fake_cluster import fake_cluster
 
 from raylab.run_folder import RunFolder
 

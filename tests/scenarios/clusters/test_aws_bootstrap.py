@@ -22,7 +22,7 @@ import yaml
 boto3 = pytest.importorskip("boto3")
 moto = pytest.importorskip("moto")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GPU_YAML = REPO / "cluster" / "gpu.yaml"
 DLAMI_PARAMETER = re.compile(
     r"^resolve:ssm:/aws/service/deeplearning/ami/x86_64/"

@@ -1,4 +1,4 @@
-"""The S3 server that counts the bytes PUT by key (``tests/cluster/s3_store.Writes``), which
+"""The S3 server that counts the bytes PUT by key (``tests/scenarios/clusters/s3_store.Writes``), which
 ``test_s3_storage.py``'s Ray Train sweep uses to measure bytes per checkpoint: its control."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CLUSTER_FILES = sorted((REPO / "cluster").glob("*.yaml"))
 
 
@@ -71,7 +71,9 @@ def test_rsync_replay_sees_a_gitignore_negation_leave_a_package_behind(tmp_path)
     (src / ".gitignore").write_text("results/\ndata/\n!raylab/data/\n")
     config = yaml.safe_load((REPO / "cluster" / "gpu.yaml").read_text())
     left_behind = {p for p in _tracked(REPO) - _rsync_copy(src, tmp_path / "node", config)}
-    assert left_behind and all(p.startswith("raylab/data/") for p in left_behind), left_behind
+    # ``data/`` also matches tests/raylab/data/, which the negation does not re-include (for git either)
+    assert any(p.startswith("raylab/data/") for p in left_behind), left_behind
+    assert all(p.startswith(("raylab/data/", "tests/raylab/data/")) for p in left_behind), left_behind
 
 
 def _check_lines(config: dict) -> list[str]:
@@ -155,7 +157,7 @@ def test_validation_is_not_vacuous():
 
 @pytest.mark.slow
 def test_sweep_runs_trials_on_both_nodes_of_a_two_node_cluster(tmp_path):
-    script = REPO / "tests" / "core" / "two_node_sweep.py"
+    script = REPO / "tests" / "scenarios" / "clusters" / "two_node_sweep.py"
     proc = subprocess.run(
         [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
         cwd=REPO, timeout=600,

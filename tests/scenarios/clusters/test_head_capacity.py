@@ -1,6 +1,6 @@
 """The head's capacity caps concurrent Ray Train trials, and storage credentials reach trials.
 
-On a simulated autoscaling cluster (``tests/cluster/fake_cluster.py``) whose head declares
+On a simulated autoscaling cluster (``tests/scenarios/clusters/fake_cluster.py``) whose head declares
 ``trial_driver: 3`` and whose one GPU node holds 4 (fake) GPUs, a sweep of 6 one-GPU trials
 must never have more than 3 Ray Train runs alive at once (``TrainController`` actors, read
 from Ray's public state API), must reach 3 (GPUs are not what limits it), and must finish all 6.
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.conftest import CREDENTIALS
-from cluster.fake_cluster import fake_cluster
-from cluster.s3_store import keys
+from scenarios.clusters.conftest import CREDENTIALS
+from scenarios.clusters.fake_cluster import fake_cluster
+from scenarios.clusters.s3_store import keys
 
 pytestmark = [
     pytest.mark.slow,
@@ -73,7 +73,7 @@ def test_trial_driver_caps_train_trials_and_credentials_reach_them(counting_s3_s
              "resources.gpus_per_worker=1", "resources.cpus_per_worker=1",
              "search.seed=[0,1,2,3,4,5]", "config.steps=40", "config.report_every=10",
              "config.step_time_s=0.25"],
-            env={**cluster.env, **cli_env}, cwd=Path(__file__).resolve().parents[2],
+            env={**cluster.env, **cli_env}, cwd=Path(__file__).resolve().parents[3],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         most_alive, token_seen = 0, defaultdict(set)

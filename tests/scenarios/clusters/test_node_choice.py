@@ -21,7 +21,7 @@ import yaml
 pytest.importorskip("boto3")
 moto = pytest.importorskip("moto")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GPU_YAML = REPO / "cluster" / "gpu.yaml"
 
 

@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from cluster.fake_cluster import fake_cluster
-from cluster.s3_store import checkpoint_names, result_rows
+from scenarios.clusters.fake_cluster import fake_cluster
+from scenarios.clusters.s3_store import checkpoint_names, result_rows
 
 TRIAL = ["search.seed=[0]", "config.steps=200", "config.report_every=10"]
 

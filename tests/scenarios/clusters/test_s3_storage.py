@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.s3_store import checkpoint_names, checkpoint_writes, keys, result_rows
+from scenarios.clusters.s3_store import checkpoint_names, checkpoint_writes, keys, result_rows
 
 from raylab.run_folder import CHECKPOINT_PREFIX, CONFIG_FILE, RESULT_FILE
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def tune(*args: str, timeout: int = 400) -> subprocess.CompletedProcess:

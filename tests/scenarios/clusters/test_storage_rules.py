@@ -151,7 +151,7 @@ def test_an_unreachable_storage_uri_is_refused_in_one_line_before_ray_starts(
     done = subprocess.run(
         [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--storage", UNREACHABLE],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
     )
     took = time.monotonic() - start
     print(f"exit {done.returncode} after {took:.1f} s: {done.stderr.strip()}")

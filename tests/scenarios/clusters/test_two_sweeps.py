@@ -14,7 +14,7 @@ import pytest
 
 from raylab.run_folder import RunFolder
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RAY_TRAIN = ["resources.workers=2", "resources.cpus_per_worker=0.5", "search.seed=[0]"]
 ANOTHER_RAY = "multiple active Ray instances"
 

@@ -1,7 +1,7 @@
 """Run the toy smoke sweep on a two-node Ray cluster made on this machine; print JSON facts.
 
-Used by tests/core/test_cluster.py in its own process (a cluster cannot share a process with
-the test session's Ray).  Usage: python tests/core/two_node_sweep.py STORAGE_DIR
+Used by tests/scenarios/clusters/test_cluster.py in its own process (a cluster cannot share a process with
+the test session's Ray).  Usage: python tests/scenarios/clusters/two_node_sweep.py STORAGE_DIR
 """
 
 import json

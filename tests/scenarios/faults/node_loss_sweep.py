@@ -1,8 +1,8 @@
 """Remove the node running a trial; the trial finishes on the other node from its checkpoint.
 
 Runs in its own process (a multi-node cluster cannot share a process with the test session's
-Ray) and prints one JSON line of facts for tests/reliability/test_node_loss.py.
-Usage: python tests/reliability/node_loss_sweep.py STORAGE_DIR
+Ray) and prints one JSON line of facts for tests/scenarios/faults/test_node_loss.py.
+Usage: python tests/scenarios/faults/node_loss_sweep.py STORAGE_DIR
 """
 
 import json

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.slow
 @pytest.mark.long
 def test_trial_survives_losing_its_node(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "reliability" / "node_loss_sweep.py"), str(tmp_path)],
+        [sys.executable, str(REPO / "tests" / "scenarios" / "faults" / "node_loss_sweep.py"), str(tmp_path)],
         capture_output=True, text=True, cwd=REPO, timeout=600,
-        env={**__import__("os").environ, "PYTHONPATH": str(REPO / "tests")},
+        env={**__import__("os").environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     facts = json.loads(proc.stdout.strip().splitlines()[-1])

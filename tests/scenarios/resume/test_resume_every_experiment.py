@@ -30,7 +30,7 @@ from raylab import search_space, workloads
 from raylab.launch import sweep
 from raylab.run_folder import RunFolder
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Run by default, one experiment of most workloads: fair_adv and backdoor_theory (compared bit
 # for bit), boltz_distill and seagram by SIGINT, and the variant sweep (dqn_softlinf, the one
 # whose saved experiment used to fail validation) by SIGKILL; toy's resume is tested more closely

@@ -15,7 +15,7 @@ import pytest
 
 from raylab.run_folder import RunFolder, TrialFolder
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TWO_WORKERS = ["resources.workers=2", "resources.cpus_per_worker=0.5"]  # two trials at once on 2 CPUs
 # By default two of the four (path, signal) cases run: Tune trials stopped by SIGINT, with the CLI
 # joining the test session's Ray, and Ray Train trials whose CLI is killed together with the local

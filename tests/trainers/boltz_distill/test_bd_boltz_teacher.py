@@ -22,7 +22,7 @@ from rdkit import Chem
 from trainers.boltz_distill.chem import boltz_atom_names, canonical_smiles
 from trainers.boltz_distill.store import EmbeddingStore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BOLTZ_PYTHON = Path(os.environ.get("RAYLAB_BOLTZ_PYTHON", REPO / ".venv-boltz" / "bin" / "python"))
 
 pytestmark = pytest.mark.skipif(

@@ -55,7 +55,7 @@ def test_two_workers_train_the_same_student_as_one(tmp_path, one_thread):
     single_losses, single = run(0, 1)
     out = str(tmp_path / "result")
     here = Path(__file__).resolve()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here.parents[2])]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here.parents[3])]),
            "OMP_NUM_THREADS": "1"}
     code = f"from {here.stem} import _worker; import sys; _worker(int(sys.argv[1]), 2, {str(tmp_path / 'init')!r}, {out!r})"
     procs = [subprocess.Popen([sys.executable, "-c", code, str(rank)], env=env, stderr=subprocess.PIPE, text=True)

@@ -54,9 +54,9 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
     assert len(list((tmp_path / "students").glob("*/state.pt"))) == 2
     html = Path(report.write_report(run_path)).read_text()
     assert "Chemprop" in html or "chemprop" in html
-    # its claims (tests/report/test_report_workloads.py checks the other workloads' from their smokes)
+    # its claims (tests/raylab/report/test_report_workloads.py checks the other workloads' from their smokes)
     from raylab import workloads
-    from tests.report.test_report_workloads import check_claims
+    from tests.raylab.report.test_report_workloads import check_claims
 
     content = json.loads((Path(run_path) / "report" / "report.json").read_text())
     assert check_claims(content, workloads.get("admet_probe").report_spec()) >= 1

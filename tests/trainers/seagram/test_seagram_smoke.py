@@ -35,7 +35,7 @@ def test_smoke_sweep_reports_every_metric(smoke_sweep, data_dir):
         assert history["attack/map"].isna().sum() == len(history) - 1
     # its report: figures, tables against the result files, the paper's claims (the report
     # tests' check, on this sweep rather than one of their own)
-    from tests.report.test_report_workloads import check_report
+    from tests.raylab.report.test_report_workloads import check_report
 
     claims = check_report("seagram", run_path)["claims"]
     assert [r["variant"] for r in claims[0]["rows"]] == ["al_strategy=uncertainty", "al_strategy=random"]
