@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from raylab import experiment as experiments
 from raylab import yaml_io
 from raylab.launch import progress
@@ -19,6 +21,7 @@ from raylab.run_folder import ERROR_FILE
 REPO = Path(__file__).resolve().parents[3]
 
 
+@pytest.mark.slow
 def test_a_failing_trial_is_one_line_with_its_exception_and_error_txt_and_restarts_are_counted(tmp_path):
     exp = tmp_path / "failing.yaml"
     exp.write_text("workload: toy_failing\nmetric: train/loss\nmode: min\n"

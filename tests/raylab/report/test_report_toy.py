@@ -12,6 +12,7 @@ from raylab import report, workloads
 from raylab.workloads import Workload
 
 
+@pytest.mark.slow
 def test_toy_report_figures_and_tables_match_the_trials_result_files(smoke_sweep, report_checks, capsys):
     results, run_path, _ = smoke_sweep("toy", "search.lr=[0.02,0.05]")
     assert len(results) == 4 and all(r.error is None for r in results)
@@ -84,6 +85,7 @@ smoke: {{}}
 """
 
 
+@pytest.mark.slow
 def test_failed_trial_and_missing_metric_are_reported(smoke_sweep, report_checks, monkeypatch, tmp_path):
     toy = workloads.get("toy")
     monkeypatch.setitem(workloads.registry(), "toy_faulty", Workload(

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[3]
 
 FILES = {
@@ -132,6 +134,7 @@ def write_lab(root: Path) -> None:
         path.write_text(textwrap.dedent(text).lstrip("\n"))
 
 
+@pytest.mark.slow
 def test_a_lab_package_is_validated_and_smoke_swept_with_the_plugin(tmp_path, ray_session):
     lab = tmp_path / "lab"
     write_lab(lab)

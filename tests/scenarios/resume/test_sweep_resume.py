@@ -98,6 +98,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, s
     assert len(rows) == 2 and {r["status"] for r in rows} == {"TERMINATED"}
 
 
+@pytest.mark.slow
 def test_a_stale_ray_address_file_does_not_capture_a_local_sweep(tmp_path):
     """`ray start` records its cluster in Ray's temp folder; a killed cluster leaves the file
     behind. Without --address raylab starts its own Ray rather than dialling that address."""

@@ -145,6 +145,7 @@ def test_backdoor_trial_resumes_mid_epoch_and_matches(local_trial, tmp_path, one
         {k: v for k, v in full[-1].items() if k not in skip}
 
 
+@pytest.mark.slow
 def test_theory_smoke_sweep_reports_every_metric(shared_smoke_sweep):
     results, _, _ = shared_smoke_sweep("backdoor_theory")  # the report tests read it too
     assert len(results) == 2

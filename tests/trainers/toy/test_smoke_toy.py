@@ -9,6 +9,7 @@ from raylab.launch import summary
 from raylab.run_folder import TrialFolder
 
 
+@pytest.mark.slow
 def test_toy_smoke_sweep_reports_metrics(smoke_sweep):
     results, run_path, experiment = smoke_sweep(
         "toy", "search.seed=[0]", "search.variant=[{batch_size: 16}, {batch_size: 64, noise: 0.2}]"
