@@ -118,6 +118,17 @@ class Config:
     compilation fails (no C compiler, an unsupported op) one warning line and eager mode."""
     torch_threads: int = 0
     """torch intra-op threads; 0 leaves torch's default (one per core)."""
+    replay_on_device: bool | None = None
+    """Keep the replay on the trial's device and draw, gather and act there (device_replay.py):
+    per update nothing is copied and nothing read back; per vector step one read, the actions.
+    null: on a CUDA device only. false: a numpy ring on the host, each batch sent in two copies.
+    true on a CPU device runs the device code on host tensors (numpy's draws are replaced by
+    torch's: other batches, the same distribution)."""
+    cuda_graph: bool | None = None
+    """Capture the update (batch draw and gather, forward, backward, optimizer step) as one CUDA
+    graph after 3 eager updates, and replay it (cuda_graph.py); needs the replay on the device.
+    null: on a CUDA device with the replay there. On a CPU device there is nothing to capture:
+    true warns once and the update runs eagerly."""
 
     # ------------------------------------------------------------------ Atari preprocessing
     frame_skip: int = 4
@@ -218,3 +229,5 @@ class Config:
                 f"steps of each of the {self.num_envs} envs")
         require(self.batch_size <= self.buffer_size, "batch_size",
                 f"({self.batch_size}) must be <= buffer_size ({self.buffer_size})")
+        require(not (self.cuda_graph and self.replay_on_device is False), "cuda_graph",
+                "true needs the replay on the device (replay_on_device: false draws each batch on the host)")
