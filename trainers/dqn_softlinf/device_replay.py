@@ -17,7 +17,7 @@ waits for the device:
   sample is then the first candidate, a final row whose successor is a reset.
 - ``gather(row, env)`` builds the ``(n, k + 1, *frame)`` window of each transition with one
   ``index_select`` on the flattened ring and zeroes the frames before an episode's first
-  observation with ``masked_fill`` (no boolean indexing: that would read the device); ``obs``
+  observation by multiplying with a 0/1 mask (no boolean indexing: that would read the device); ``obs``
   and ``next_obs`` are views of that window.
 
 ``sample_index(n, rng)`` (numpy, the host's copy of the ``final`` flags) draws exactly as
@@ -141,8 +141,8 @@ class DeviceFrameReplay:
         first = self.first.view(-1)[flat[:, 1:k]]  # positions 1 .. k - 1
         # position j < k - 1 is zero when a later position up to k - 1 starts an episode
         later = first.flip(1).to(torch.int32).cumsum(1).flip(1) > 0
-        zero = torch.cat([later, torch.zeros(n, width - k + 1, dtype=torch.bool, device=self.device)], 1)
-        return frames.masked_fill(zero.view(n, width, *([1] * len(self.frame_shape))), 0)
+        keep = torch.cat([~later, torch.ones(n, width - k + 1, dtype=torch.bool, device=self.device)], 1)
+        return frames * keep.to(frames.dtype).view(n, width, *([1] * len(self.frame_shape)))
 
     def gather(self, row: torch.Tensor, env: torch.Tensor) -> dict[str, torch.Tensor]:
         """The transitions at ``(row, env)`` (device tensors) as the update reads them: obs and

@@ -344,14 +344,21 @@ def device_batch(run: Run, window: torch.Tensor, scalars: torch.Tensor) -> dict:
             "action": scalars[0].long(), "reward": scalars[1], "done": scalars[2]}
 
 
+def device_gather(run: Run, row: torch.Tensor, env: torch.Tensor) -> dict:
+    """The transitions at ``(row, env)`` of the replay on the device, shaped as the network
+    reads them (``DeviceFrameReplay.gather`` without its window)."""
+    b = run.replay.gather(row, env)
+    shape = (len(row), *run.envs.obs_shape)
+    return {"obs": b["obs"].reshape(shape), "next_obs": b["next_obs"].reshape(shape),
+            "action": b["action"], "reward": b["reward"], "done": b["done"]}
+
+
 def sample_batch(run: Run) -> dict:
     """The update's batch on the device: drawn and gathered there (replay on the device), or
     drawn with numpy and sent (``to_batch``)."""
     cfg, replay = run.cfg, run.replay
     if isinstance(replay, DeviceFrameReplay):
-        b = replay.gather(*replay.sample_index_device(cfg.batch_size, run.sample_gen))
-        return {**b, "obs": b["obs"].reshape(cfg.batch_size, *run.envs.obs_shape),
-                "next_obs": b["next_obs"].reshape(cfg.batch_size, *run.envs.obs_shape)}
+        return device_gather(run, *replay.sample_index_device(cfg.batch_size, run.sample_gen))
     return to_batch(run, replay.sample(cfg.batch_size, run.rng))
 
 
@@ -468,10 +475,7 @@ def draw_probe(run: Run) -> dict | None:
     if not replay.can_sample():
         return None
     if isinstance(replay, DeviceFrameReplay):  # the same draw as on the host, gathered there
-        b = replay.gather(*replay.sample_index(run.cfg.probe_size, run.probe_rng))
-        shape = (run.cfg.probe_size, *run.envs.obs_shape)
-        b = {**b, "obs": b["obs"].reshape(shape), "next_obs": b["next_obs"].reshape(shape)}
-        del b["window"]  # obs and next_obs are its views; the checkpoint holds what the host's holds
+        b = device_gather(run, *replay.sample_index(run.cfg.probe_size, run.probe_rng))
     else:
         b = to_batch(run, replay.sample(run.cfg.probe_size, run.probe_rng))
     b["y"] = targets(run.cfg, forward_chunks(run.q_fwd, b["next_obs"]) if run.cfg.double_dqn else None,
