@@ -136,9 +136,8 @@ def train_loop(config: dict) -> None:
     if run.probe is not None:
         run.probe = {k: v.to(run.device) if torch.is_tensor(v) else v for k, v in run.probe.items()}
     run.sums = {k: torch.zeros((), device=run.device) + s[f"{k}_sum"] for k in ("loss", "q", "ess")}
-    if use_graph(cfg, run.device, isinstance(run.replay, DeviceFrameReplay)):  # after the restore:
-        # the graph holds the tensors it was captured with (sums, replay, optimizer state)
-        run.graph = GraphedStep(lambda: learn(run, sample_batch(run)), (run.sample_gen,), name="DQN update")
+    if use_graph(cfg, run.device, isinstance(run.replay, DeviceFrameReplay)):
+        run.graph = update_graph(run)  # after the restore: it holds the tensors it is captured with
     clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
     # ---------------------------------------------------------------- the loop
@@ -429,6 +428,12 @@ def targets(cfg: Config, net_next: torch.Tensor, target_next: torch.Tensor, b: d
     else:
         next_q = target_next.max(1).values
     return b["reward"] + cfg.gamma * (1.0 - b["done"]) * next_q
+
+
+def update_graph(run: Run) -> GraphedStep:
+    """The update (``sample_batch`` and ``learn``) as a CUDA graph, captured at its 4th call
+    after 3 eager ones, drawing its batches with ``run.sample_gen``."""
+    return GraphedStep(lambda: learn(run, sample_batch(run)), (run.sample_gen,), name="DQN update")
 
 
 def update(run: Run, s: dict) -> None:
