@@ -172,12 +172,26 @@ def dqn_config(args, name: str) -> dict:
 
 def run_dqn(args, name: str) -> dict:
     from raylab import session
-    from trainers.dqn_softlinf.loop import train_loop
+    from trainers.dqn_softlinf import loop
+
+    cpu_at_report = []  # this process's CPU seconds (all its threads) at each report
+    report = loop.session.report
+
+    def timed_report(*a, **k):
+        cpu_at_report.append(time.process_time())
+        return report(*a, **k)
 
     with todays_code(name == "today"), GpuUtilisation() as util:
         sess = session.start(backend="local")
+        loop.session.report = timed_report
+        # the workload's preflight names missing packages through raylab's installed entry
+        # points, which a bare tree on PYTHONPATH lacks; this script's needs are imported above
+        loop.preflight = lambda cfg: None
         start = time.perf_counter()
-        train_loop(dqn_config(args, name))
+        try:
+            loop.train_loop(dqn_config(args, name))
+        finally:
+            loop.session.report = report
         wall = time.perf_counter() - start
     history = sess.history
     steps = [r["env/steps"] for r in history]
@@ -185,10 +199,16 @@ def run_dqn(args, name: str) -> dict:
     # utilisation between the first and the last report (the timed steps, and the probes at reports)
     window = (sess.started + history[0]["time_total_s"], sess.started + history[-1]["time_total_s"])
     return {"variant": name, "steps_per_s": sum(n for n, _ in timed) / sum(t for _, t in timed),
+            # CPU time per env step between the first and the last report (a loaded machine
+            # stretches wall time, much less the CPU time the same work takes)
+            "cpu_ms_per_step": 1000 * (cpu_at_report[-1] - cpu_at_report[0]) / (steps[-1] - steps[0]),
             "gpu_util_pct": util.mean(*window), "updates": history[-1]["train/updates"], "wall_s": wall}
 
 
 def section_dqn(args, device) -> list[dict]:
+    import ale_py  # noqa: F401 - the emulator; cv2 for the held-out game: named here if missing
+    import cv2  # noqa: F401
+
     names = [n for n in VARIANTS if n != "device+graph" or device.type == "cuda"]
     runs: dict[str, list[dict]] = {n: [] for n in names}
     for _ in range(args.rounds):
@@ -203,8 +223,11 @@ def section_dqn(args, device) -> list[dict]:
             continue
         rates = [r["steps_per_s"] for r in runs[name]]
         utils = [r["gpu_util_pct"] for r in runs[name] if r["gpu_util_pct"] is not None]
+        cpu = statistics.median(r["cpu_ms_per_step"] for r in runs[name])
         rows.append({"variant": name, "steps_per_s": statistics.median(rates), "runs": rates,
-                     "vs_today": statistics.median(rates) / today,
+                     "vs_today": statistics.median(rates) / today, "cpu_ms_per_step": cpu,
+                     "cpu_runs": [r["cpu_ms_per_step"] for r in runs[name]],
+                     "cpu_vs_today": statistics.median(r["cpu_ms_per_step"] for r in runs["today"]) / cpu,
                      "gpu_util_pct": statistics.fmean(utils) if utils else None,
                      "updates": runs[name][0]["updates"]})
     return rows
@@ -577,7 +600,9 @@ def main(argv: list[str] | None = None) -> int:
         print(table(f"DQN loop, Pong, 8 envs, env steps/s after the first report (median of {args.rounds} "
                     f"interleaved rounds of {args.sizes['dqn_steps']:,} steps)", results["dqn"],
                     [("variant", "variant", "s"), ("steps_per_s", "steps/s", ".1f"), ("vs_today", "vs today", ".3f"),
+                     ("cpu_ms_per_step", "CPU ms/step", ".2f"), ("cpu_vs_today", "CPU vs today", ".3f"),
                      ("gpu_util_pct", "GPU util %", ".0f"), ("updates", "updates", "d")]))
+        print("  (CPU vs today: today's CPU time per step over this one's; above 1 is cheaper)")
         print()
     if "ops" in results:
         print(table("DQN update, per update (torch.profiler)", results["ops"],
