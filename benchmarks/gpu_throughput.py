@@ -264,7 +264,6 @@ def counting_reads(counter: list[int]):
 def count_update_ops(args, device, name: str, updates: int = 4) -> dict:
     from trainers.dqn_softlinf import loop
     from trainers.dqn_softlinf.config import Config
-    from trainers.dqn_softlinf.device_replay import DeviceFrameReplay
 
     cfg = Config(**{k: v for k, v in dqn_config(args, name).items()} | {"buffer_size": 4000})
     with todays_code(name == "today"):
@@ -276,7 +275,7 @@ def count_update_ops(args, device, name: str, updates: int = 4) -> dict:
             run.replay.set_step(rng.integers(0, 6, n), rng.normal(size=n).astype(np.float32), np.zeros(n, bool))
             run.replay.add_observation(rng.integers(0, 255, (n, 84, 84), np.uint8), np.zeros(n, bool), np.zeros(n, bool))
         run.sums = {k: torch.zeros((), device=device) for k in ("loss", "q", "ess")}
-        if loop.use_graph(cfg, device, isinstance(run.replay, DeviceFrameReplay)):
+        if run.capture:
             run.graph = loop.update_graph(run)
         s = {"loss_n": 0}
         for _ in range(5):  # warm-up; the graph is captured at the 4th

@@ -221,3 +221,21 @@ def test_the_loop_reads_the_device_once_per_vector_step(monkeypatch, tmp_path, o
     counts, _ = reads_per_line({"replay_on_device": False}, todays_choose_actions)
     greedy_line = max(counts, key=counts.get)
     assert counts[greedy_line] > 1.5 * steps, counts.most_common(5)  # two reads per step: flagged
+
+
+def test_the_switches_resolve_per_device_and_refuse_a_graph_without_the_replay(capsys):
+    from raylab.config import from_dict
+    from raylab.errors import UserError
+    from trainers.dqn_softlinf import loop
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    default = Config()
+    assert (loop.replay_on_device(default, cpu), loop.replay_on_device(default, cuda)) == (False, True)
+    assert (loop.use_graph(default, cpu, False), loop.use_graph(default, cuda, True)) == (False, True)
+    assert not loop.use_graph(default, cuda, False)  # the host replay is drawn on the host: no graph
+    assert not loop.use_graph(Config(cuda_graph=False), cuda, True)
+    assert capsys.readouterr().err == ""
+    assert not loop.use_graph(Config(cuda_graph=True), cpu, True)  # nothing to capture: eager
+    assert capsys.readouterr().err.count("\n") == 1
+    with pytest.raises(UserError, match=r"exp.yaml: config.cuda_graph: true needs the replay on the device"):
+        from_dict(Config, {"cuda_graph": True, "replay_on_device": False}, "exp.yaml", "config")

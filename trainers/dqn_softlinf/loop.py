@@ -102,7 +102,8 @@ class Run:
     fire_next: np.ndarray | None = None
     sample_gen: torch.Generator | None = None  # replay on the device: the batches' draws
     act_gen: torch.Generator | None = None  # replay on the device: epsilon-greedy's draws
-    graph: GraphedStep | None = None  # the update as a CUDA graph (cuda_graph)
+    capture: bool = False  # cuda_graph, resolved for this device and replay
+    graph: GraphedStep | None = None  # the update as a CUDA graph, made by train_loop
 
 
 def train_loop(config: dict) -> None:
@@ -136,7 +137,7 @@ def train_loop(config: dict) -> None:
     if run.probe is not None:
         run.probe = {k: v.to(run.device) if torch.is_tensor(v) else v for k, v in run.probe.items()}
     run.sums = {k: torch.zeros((), device=run.device) + s[f"{k}_sum"] for k in ("loss", "q", "ess")}
-    if use_graph(cfg, run.device, isinstance(run.replay, DeviceFrameReplay)):
+    if run.capture:
         run.graph = update_graph(run)  # after the restore: it holds the tensors it is captured with
     clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
@@ -216,7 +217,8 @@ def build_run(cfg: Config, device: torch.device) -> Run:
     q = q_network(cfg.suite, envs.obs_shape, envs.num_actions, cfg.mlp_hidden, cfg.channels_last).to(device)
     target = copy.deepcopy(q).requires_grad_(False)
     on_device = replay_on_device(cfg, device)
-    optimizer = make_optimizer(cfg, q.parameters(), capturable=use_graph(cfg, device, on_device))
+    capture = use_graph(cfg, device, on_device)
+    optimizer = make_optimizer(cfg, q.parameters(), capturable=capture)
     q_fwd = compiled(q, cfg.compile, "Q-network")  # eager, with one warning line, if it fails
     target_fwd = compiled(target, cfg.compile, "target network")
     shape = (cfg.buffer_size, cfg.num_envs, envs.frame_shape, envs.frame_dtype, envs.stack)
@@ -228,7 +230,7 @@ def build_run(cfg: Config, device: torch.device) -> Run:
     sample_gen, act_gen = (torch.Generator(device).manual_seed(stream_seed(cfg.seed, stream))
                            for stream in (SAMPLE_STREAM, ACT_STREAM))
     return Run(cfg, device, envs, q, target, q_fwd, target_fwd, optimizer, replay, rng, probe_rng,
-               exact_model, q_star, sample_gen=sample_gen, act_gen=act_gen)
+               exact_model, q_star, sample_gen=sample_gen, act_gen=act_gen, capture=capture)
 
 
 def replay_on_device(cfg: Config, device: torch.device) -> bool:
