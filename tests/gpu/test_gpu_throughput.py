@@ -25,7 +25,7 @@ def test_smoke_runs_every_section_and_writes_its_tables(tmp_path):
     dqn = {r["variant"]: r for r in data["dqn"]}
     assert list(dqn) == ["today", "window", "device", "device+graph"]
     for name in ("today", "window", "device"):
-        assert dqn[name]["steps_per_s"] > 0 and dqn[name]["updates"] == (192 - 32) // 4, dqn[name]
+        assert dqn[name]["steps_per_s"] > 0 and dqn[name]["updates"] == (128 - 32) // 4, dqn[name]
     assert "not measurable on CPU" in dqn["device+graph"]["note"]
 
     ops = {r["variant"]: r for r in data["ops"]}  # per update, counted where they happen
