@@ -57,13 +57,16 @@ class GraphedStep:
 
     def _capture(self) -> None:
         graph = torch.cuda.CUDAGraph()
+        entry = torch.cuda.current_stream()
+        torch.cuda.synchronize()  # the warm-up's work done before the recording starts
         try:
-            for gen in self.generators:
+            for gen in self.generators:  # before the capture begins, as torch requires
                 graph.register_generator_state(gen)
-            # thread_local: the emulators' threads, stepping meanwhile, may not touch CUDA anyway
+            # thread_local: other threads' CUDA calls (none here) do not invalidate the capture
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self.step()
         except Exception as error:  # noqa: BLE001 - any failure means: run eagerly
+            torch.cuda.set_stream(entry)  # a failed capture_end leaves the capture stream current
             first = (str(error).strip().splitlines() or [""])[0][:200]
             warn(f"CUDA graph capture of the {self.name} failed ({type(error).__name__}: {first}); "
                  "running it eagerly")
