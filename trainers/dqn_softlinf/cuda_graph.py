@@ -20,11 +20,15 @@ to stderr and every later call runs ``step()`` eagerly: the trial goes on.
 
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import torch
 
-from raylab.accel import warn
+
+def warn(message: str) -> None:
+    """One line on stderr (raylab.accel's form; its ``warn`` is not part of the workload API)."""
+    print(f"raylab: warning: {message}", file=sys.stderr, flush=True)
 
 
 class GraphedStep:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from raylab.accel import to_device
 from trainers.dqn_softlinf.replay import can_sample, sample_index
 
 CANDIDATES = 16
@@ -114,7 +115,7 @@ class DeviceFrameReplay:
     def sample_index(self, n: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``FrameReplay.sample_index``'s draw (numpy ``rng``, host flags), as device tensors."""
         row, env = sample_index(self.final_host, self.count, self.stack, n, rng)
-        return torch.from_numpy(row).to(self.device), torch.from_numpy(env).to(self.device)
+        return to_device(torch.from_numpy(row), self.device), to_device(torch.from_numpy(env), self.device)
 
     def sample_index_device(self, n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` (row, env) pairs drawn on the device with ``gen``, without reading it (module

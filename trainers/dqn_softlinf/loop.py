@@ -50,12 +50,12 @@ import numpy as np
 import torch
 
 from raylab import session
-from raylab.accel import compiled, to_device, warn
+from raylab.accel import compiled, to_device
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from trainers.dqn_softlinf.config import Config
 from trainers.dqn_softlinf.ale_probe import life_lost
-from trainers.dqn_softlinf.cuda_graph import GraphedStep
+from trainers.dqn_softlinf.cuda_graph import GraphedStep, warn
 from trainers.dqn_softlinf.device_replay import DeviceFrameReplay
 from trainers.dqn_softlinf.envs import env_seed, make_envs
 from trainers.dqn_softlinf.exact import bellman_operator, exact_metrics, optimal_q
@@ -363,6 +363,12 @@ def sample_batch(run: Run) -> dict:
     return to_batch(run, replay.sample(cfg.batch_size, run.rng))
 
 
+def to_obs(run: Run, obs: np.ndarray) -> torch.Tensor:
+    """Observations made on the host (the held-out game's) -> network input (pinned,
+    non-blocking on CUDA)."""
+    return to_device(torch.from_numpy(obs), run.device)
+
+
 @torch.inference_mode()
 def greedy(run: Run, obs: np.ndarray) -> np.ndarray:
     with autocast(run):
@@ -401,7 +407,7 @@ def epsilon_greedy_on_device(run: Run, epsilon: float, extra: np.ndarray | None 
         return actions.cpu().numpy(), None
     x = run.replay.newest_obs().reshape(n, *run.envs.obs_shape)
     if extra is not None:
-        x = torch.cat([x, to_device(torch.from_numpy(extra), device)])
+        x = torch.cat([x, to_obs(run, extra)])
     with autocast(run):
         best = run.q_fwd(x).argmax(1)
     chosen = torch.cat([torch.where(explore, actions, best[:n]), best[n:]]).cpu().numpy()  # the read
