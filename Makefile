@@ -73,6 +73,8 @@ bench: $(STAMP)
 	$(PY) benchmarks/probe_cost.py
 	$(PY) benchmarks/adv_throughput.py
 	$(PY) benchmarks/mol_throughput.py
+	$(PY) benchmarks/graph_feed.py
+	$(PY) benchmarks/image_speed.py --width 16 --batch-size 32 --threads 1
 	$(PY) benchmarks/seagram_cost.py
 
 clean:

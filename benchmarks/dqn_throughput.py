@@ -162,11 +162,11 @@ def run_reference(args) -> float:
 
 def run_rllib(args) -> tuple[float, float]:
     """RLlib's DQN with the same settings; returns (env steps/s, build seconds)."""
-    from trainers.dqn_softlinf.config import Config
+    from trainers.dqn_softlinf.config import RLLIB_OFF, Config
     from trainers.dqn_softlinf.rllib_learner import dqn_config
 
     start_ray()
-    cfg = Config(backend="rllib", **(settings(args) | {"num_envs": args.num_envs, "report_every": 200}))
+    cfg = Config(backend="rllib", **(settings(args) | RLLIB_OFF | {"num_envs": args.num_envs, "report_every": 200}))
     config = dqn_config(cfg).evaluation(evaluation_interval=None)  # the learner takes the GPU there is
     start = time.perf_counter()
     algo = config.build_algo()

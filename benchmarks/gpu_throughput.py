@@ -330,13 +330,13 @@ def section_ops(args, device) -> list[dict]:
 
 # ---------------------------------------------------------------------- 3. packed fair_adv processes
 def image_settings(device: torch.device) -> dict:
-    """fair_adv's amp_bf16 / channels_last / compile as its Config gives them on ``device`` (a
-    null field: on when the device is CUDA)."""
+    """fair_adv's amp_bf16 / channels_last / compile as its Config's defaults resolve on
+    ``device`` (``auto``: on where the device is CUDA)."""
+    from raylab.accel import enabled
     from trainers.fair_adv.config import Config
 
     cfg = Config()
-    return {k: (device.type == "cuda") if getattr(cfg, k) is None else bool(getattr(cfg, k))
-            for k in ("amp_bf16", "channels_last", "compile")}
+    return {k: enabled(getattr(cfg, k), device) for k in ("amp_bf16", "channels_last", "compile")}
 
 
 class ImageStep:

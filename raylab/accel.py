@@ -13,6 +13,12 @@ Each is a no-op on the CPU, so a loop calls them unconditionally:
   where a GPU check runs (no C compiler, an unsupported op, an old Triton): ``torch.compile``
   itself raising, or the first call raising while it compiles. Either way one line goes to
   stderr and the module runs eagerly; the trial goes on.
+- ``enabled(switch, device)``: a speed switch of a workload's config (``amp_bf16``,
+  ``channels_last``, ``compile``: ``true``, ``false`` or ``"auto"``) on this device. ``"auto"``
+  is on where the trial's device is CUDA and off elsewhere, so one experiment file trains at
+  bfloat16 on its GPU nodes and at float32 in its CPU smoke and science runs.
+  ``python -m raylab.tune NAME --dry-run`` prints what ``auto`` resolves to for the experiment's
+  trials (on when they reserve a GPU).
 """
 
 from __future__ import annotations
@@ -33,6 +39,20 @@ def to_device(x: Any, device: torch.device, dtype: torch.dtype | None = None) ->
     if on_host:
         x = x.pin_memory()
     return x.to(*args, non_blocking=True)
+
+
+AUTO = "auto"
+"""A speed switch's value that follows the device: on for CUDA, off elsewhere."""
+
+
+def enabled(switch: bool | str, device: torch.device | str) -> bool:
+    """Whether a speed switch (``True``, ``False`` or ``"auto"``) is on for ``device``:
+    ``"auto"`` is on exactly when ``device`` is CUDA."""
+    if switch == AUTO:
+        return torch.device(device).type == "cuda"
+    if not isinstance(switch, bool):
+        raise ValueError(f"a speed switch is true, false or {AUTO!r}, got {switch!r}")
+    return switch
 
 
 def fixed_shapes(device: torch.device) -> None:

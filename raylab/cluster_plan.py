@@ -4,10 +4,12 @@
 node types (their declared ``resources``) and prints the node type the trials go to, how many
 trials run at once at the cluster's cap, its price per hour, and the sweep's trial-hours,
 GPU-hours, wall time, dollars and checkpoint footprint. The node type is chosen the way Ray's
-autoscaler scores node types for a queue of identical trials (the test suite checks the two
-agree for every shipped experiment): GPU trials never go to a node type without GPUs, CPU-only
-trials to one with GPUs only when nothing else fits; among the rest, the type whose least-used
-resource is busiest when packed with such trials, then the cheaper one.
+autoscaler scores node types for a queue of identical trials (``choose``; the test suite runs
+Ray's own scheduler on ``cluster/gpu.yaml`` and checks the two agree for every shipped
+experiment). Ray Train trials (GPU or
+several workers) each hold one ``trial_driver`` of the head (``raylab.trainables``): where the
+head declares that resource, at most that many run at once, and the autoscaler only sees the
+worker demand of the trials whose driver runs, so it launches nodes for that many.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from raylab import search_space
 from raylab.errors import UserError
+from raylab.trainables import DRIVER_RESOURCE
 
 # On-demand list prices in USD per hour, AWS us-west-2 (Linux), as of 2026; other regions differ
 # by up to about 20%. An instance type not listed prints its cost as unknown.
@@ -46,6 +49,8 @@ class NodeType:
     """The most nodes of this type at once (the type's cap and the cluster's)."""
     instance: str
     """Its ``node_config.InstanceType`` (or ``machineType``), for the price."""
+    trial_drivers: float = 0.0
+    """Its declared ``resources.trial_driver`` (the head's: Ray Train trials at once; 0: none)."""
 
     @property
     def price(self) -> float | None:
@@ -75,7 +80,8 @@ def load(path: str | Path) -> tuple[NodeType | None, list[NodeType], int]:
                             "(and GPU) so the node type's capacity is known before launch")
         node = NodeType(name, float(resources.get("CPU", 0)), float(resources.get("GPU", 0)),
                         min(int(spec.get("max_workers", cap)), cap),
-                        str(node_config.get("InstanceType", node_config.get("machineType", ""))))
+                        str(node_config.get("InstanceType", node_config.get("machineType", ""))),
+                        float(resources.get(DRIVER_RESOURCE, 0)))
         if name == config.get("head_node_type"):
             head = node
         else:
@@ -95,20 +101,30 @@ def trials_per_node(node: NodeType, cpus: float, gpus: float) -> int:
 def choose(nodes: list[NodeType], cpus: float, gpus: float) -> NodeType | None:
     """The node type the autoscaler launches for a queue of trials of ``cpus`` CPUs, ``gpus`` GPUs.
 
-    Score of a type fitting ``n >= 1`` trials: ``(no GPU wasted on a CPU trial,
-    min_r u_r)`` with ``u_r = n * demand_r / capacity_r`` over the node's CPU and GPU; highest wins,
-    then the lower price per trial.
+    Ray 2.60's default utilization scorer (``autoscaler/_private/resource_demand_scheduler.py``)
+    on each type packed with the ``n >= 1`` trials that fit it::
+
+        score = (not (a GPU type and CPU-only trials), resource types asked for that the type has,
+                 min_r C_r u_r^3, mean_r C_r u_r^3)
+
+    over the type's resources ``r`` of capacity ``C_r >= 1``, ``u_r`` the share the trials use.
+    Each cloud node also has ``memory`` (the provider fills it in; trials ask none), so the
+    minimum is 0 and the capacity-weighted mean decides: a type whose large resource is full
+    beats a small one whose every resource is (four quarter-GPU trials of 4 CPUs fill a 16-CPU
+    GPU node, which beats one 4-CPU GPU node). Highest score wins, then the lower price per trial.
     """
     best, best_key = None, None
     for node in nodes:
         n = trials_per_node(node, cpus, gpus)
         if n < 1:
             continue
-        used = [n * cpus / node.cpus] if node.cpus else []
-        if node.gpus:
-            used.append(n * gpus / node.gpus)
+        capacity = {"CPU": node.cpus, "GPU": node.gpus, "memory": math.inf}
+        used = {"CPU": n * cpus, "GPU": n * gpus, "memory": 0.0}
+        weighted = [0.0 if c == math.inf else c * (used[r] / c) ** 3
+                    for r, c in capacity.items() if c >= 1]
+        matching = (cpus > 0 and node.cpus >= 1) + (gpus > 0 and node.gpus >= 1)
         price = node.price if node.price is not None else math.inf
-        key = (gpus > 0 or node.gpus == 0, min(used) if used else 0.0, -price / n)
+        key = (gpus > 0 or node.gpus == 0, matching, min(weighted), sum(weighted) / len(weighted), -price / n)
         if best_key is None or key > best_key:
             best, best_key = node, key
     return best
@@ -143,14 +159,18 @@ def plan_text(experiment, cluster: str | Path) -> str:
         return (f"# cluster {name}: no node type holds one trial ({cpus:g} CPU, {gpus:g} GPU); "
                 "its trials would wait forever")
     per_node = trials_per_node(node, cpus, gpus)
-    nodes_at_cap = min(node.max_workers, math.ceil(trials / per_node))
-    at_once = min(trials, nodes_at_cap * per_node)
+    drivers = int(head.trial_drivers) if head and resources.uses_ray_train else 0
+    running = min(trials, drivers) if drivers else trials  # trials whose workers ask for nodes
+    nodes_at_cap = min(node.max_workers, math.ceil(running / per_node))
+    at_once = min(running, nodes_at_cap * per_node)
     head_price = head.price if head and head.price is not None else 0.0
     per_hour = nodes_at_cap * node.price + head_price if node.price is not None else None
     lines = [
         f"# cluster {name}: {node.name} ({node.instance}, {node.cpus:g} CPU, {node.gpus:g} GPU): "
         f"{per_node} trial(s) per node; at the cap {nodes_at_cap} x {node.name} "
-        f"(of max_workers {node.max_workers}), {at_once} of {trials} trials at once",
+        f"(of max_workers {node.max_workers}), {at_once} of {trials} trials at once"
+        + (f" (the head's {DRIVER_RESOURCE}: {drivers} Ray Train trials at a time)"
+           if drivers and running < min(trials, node.max_workers * per_node) else ""),
         "#   price at the cap: " + (f"${per_hour:,.2f}/h ({nodes_at_cap} x ${node.price:.3f} + head "
                                     f"{head.instance if head else '-'} ${head_price:.3f})"
                                     if per_hour is not None else f"unknown (no price for {node.instance})"),

@@ -82,7 +82,7 @@ def connect(
     # "local", not None: ray.init() would otherwise join whatever cluster the last `ray start`
     # on this machine recorded in Ray's temp folder, even one long gone (it then hangs).
     port = _state_api_of_this_ray(listen) if dashboard or state_api else None
-    context = ray.init(
+    context = init_local_retrying(
         address="local",
         include_dashboard=dashboard or state_api,
         dashboard_host="0.0.0.0" if listen else "127.0.0.1",
@@ -94,6 +94,33 @@ def connect(
     if url and listen:
         url = url.replace("0.0.0.0", socket.gethostname(), 1)
     return {"started": True, "dashboard_url": url}
+
+
+STARTUP_TIMEOUT = "timed out during startup"
+"""Ray's words (``ray._private.node``, a plain Exception) when the raylet does not register with
+the GCS within 30 s, which happens on a heavily loaded machine."""
+
+
+def init_local_retrying(**kwargs) -> Any:
+    """``ray.init(**kwargs)`` for a local Ray, started again once if the node times out during
+    startup (the processes of the failed attempt are stopped first); a second timeout is a
+    ``UserError`` naming the cause, one line."""
+    import ray
+
+    for attempt in (1, 2):
+        try:
+            return ray.init(**kwargs)
+        except Exception as err:  # Ray raises a bare Exception here
+            if STARTUP_TIMEOUT not in str(err):
+                raise
+            ray.shutdown()
+            if attempt == 2:
+                raise UserError(
+                    "the local Ray did not start: its node timed out during startup twice (the raylet "
+                    "did not register with Ray's GCS within 30 s; this machine is probably overloaded); "
+                    "retry when the load is lower, or join a running Ray with --address"
+                ) from None
+            print("the local Ray timed out during startup; starting it once more", file=sys.stderr, flush=True)
 
 
 API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"

@@ -216,11 +216,23 @@ def dry_run_text(experiment: experiments.Experiment) -> str:
     trials = search_space.grid_size(experiment.search) * experiment.num_samples
     total = experiment.resources.total()
     path = "Ray Train workers" if experiment.resources.uses_ray_train else "Tune function trainable"
+    resolved = experiment.to_yaml_dict()
     return (
         f"# {experiment.source}{' (smoke)' if experiment.smoke else ''}\n"
-        + yaml_io.dumps(experiment.to_yaml_dict())
+        + yaml_io.dumps(resolved)
         + f"# trials: {trials}; per trial: {total['CPU']:g} CPU, {total['GPU']:g} GPU ({path})"
+        + auto_switches_text(resolved["config"], total["GPU"] > 0)
     )
+
+
+def auto_switches_text(config: dict, gpu: bool) -> str:
+    """What the config's ``auto`` speed switches (``raylab.accel.enabled``) are on these trials:
+    on where the trial's device is CUDA, that is where it reserves a GPU."""
+    auto = [key for key, value in config.items() if value == "auto"]
+    if not auto:
+        return ""
+    where = "on: each trial reserves a GPU (CUDA)" if gpu else "off: the trials reserve no GPU (CPU)"
+    return f"\n# {', '.join(auto)}: auto -> {where}"
 
 
 def cost_text(experiment: experiments.Experiment) -> str:

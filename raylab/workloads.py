@@ -80,7 +80,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
     "raylab.checkpoint": ("rng_state", "set_rng_state", "save", "load_latest"),
     "raylab.run_folder": ("user_path", "sha256_file", "write_atomic"),
     "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only"),
-    "raylab.accel": ("to_device", "fixed_shapes", "compiled"),
+    "raylab.accel": ("to_device", "fixed_shapes", "compiled", "enabled", "AUTO"),
     "raylab.workloads": ("Workload", "require"),
     "raylab.ray_start": ("connect",),
     "raylab.data": (ALL,),

@@ -3,6 +3,8 @@
     python -m raylab.report results/toy-smoke-20260101-120000          # a run folder
     python -m raylab.report toy                                        # newest run of toy
     python -m raylab.report s3://bucket/runs/dqn-20260101-120000 --out report-dqn --format md
+    python -m raylab.report dqn_softlinf --claims                     # the claims table, plain text
+    python -m raylab.report dqn_softlinf --claims --format json       # ... as JSON, for a lab's CI
 
 Reads the run folder (a local path, or a URI that Ray's storage reads through pyarrow), groups
 the trials by their swept hyperparameters other than the seed, and writes PNG figures, one
@@ -10,7 +12,12 @@ report (HTML with the figures embedded, or Markdown beside them), the tables as 
 ``report.json`` (every number in the report). A sweep still running gives a partial report that
 says which trials have not reported, which failed (with the first line of their error) and
 which declared metrics no trial reported. The figures and tables are what the workload
-declares in its ``figures.py`` (see ``raylab.report.spec``).
+declares in its ``figures.py`` (see ``raylab.report.spec``); so are the paper's claims, each
+stated with its estimate over seeds, a 95% interval, the seeds that agree, its positive
+control and a verdict (``raylab.report.claims``, ``raylab.report.evidence``), and the
+rliable-style aggregates of a suite of tasks (``raylab.report.suite``). A run with a search
+space also gets the sweep view: parallel coordinates, hyperparameter importance, learning
+curves against steps and wall-clock time (``raylab.report.sweep_view``).
 """
 
 from __future__ import annotations
@@ -28,10 +35,11 @@ from raylab.errors import UserError, exit_on_user_error
 from raylab.run_folder import RunFolder
 from raylab.report.aggregate import conditions, resolve_metric, table_blocks
 from raylab.report.data import TUNE_COUNTERS, Run, find_run, format_value, load_run
+from raylab.report.evidence import claims_text, evaluate_claims
 from raylab.report.render import to_html, to_markdown
 from raylab.report.spec import Curve, Report, Table
 
-FORMATS = ("html", "md")
+FORMATS = ("html", "md", "json")
 LISTED = 8  # names listed in a status line before "and N more"
 
 
@@ -46,7 +54,10 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m raylab.report", description=__doc__.split("\n")[0].replace("``", ""), allow_abbrev=False)
     p.add_argument("run", help="a run folder (path or URI), or an experiment name (its newest run)")
     p.add_argument("--out", help="report folder (default: RUN/report, or reports/RUN_NAME for a URI)")
-    p.add_argument("--format", choices=FORMATS, default="html", help="html (self-contained) or md")
+    p.add_argument("--format", choices=FORMATS, default="html",
+                   help="html (self-contained), md, or json (report.json only; with --claims, printed)")
+    p.add_argument("--claims", action="store_true",
+                   help="print the claims table (estimates, intervals, controls, verdicts) and write nothing")
     p.add_argument("--storage", default="results", help="where to look for runs of an experiment name")
     p.add_argument("--train-runs", action="store_true",
                    help="an experiment name may also pick a python -m raylab.train debug run")
@@ -57,8 +68,23 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     run_path = find_run(args.run, args.storage, train_runs=args.train_runs)
+    if args.claims:
+        print(claims_report(run_path, args.format), end="")
+        return 0
     print(f"report: {write_report(run_path, out=args.out, fmt=args.format)}")
     return 0
+
+
+def claims_report(run_path: str, fmt: str = "html") -> str:
+    """The claims of the run at ``run_path``: a plain-text table, or JSON with ``fmt="json"``."""
+    run = load_run(str(run_path))
+    spec, spec_note = declared_report(run)
+    claims = evaluate_claims(run, spec, config_defaults(run))
+    if fmt == "json":
+        return json.dumps({"run": run.path, "workload": run.experiment.get("workload"), "note": spec_note,
+                           "claims": claims}, indent=1, default=str) + "\n"
+    title = f"claims of {run.experiment.get('workload') or 'an unknown workload'}, run {run.path}"
+    return claims_text(claims, title + (f"\n{spec_note}" if spec_note else ""))
 
 
 def write_report(run_path: str, out: str | Path | None = None, fmt: str = "html") -> str:
@@ -73,6 +99,8 @@ def write_report(run_path: str, out: str | Path | None = None, fmt: str = "html"
     spec, spec_note = declared_report(run)
     content = build(run, spec, out_dir, spec_note)
     (out_dir / "report.json").write_text(json.dumps(content, indent=1, default=str))
+    if fmt == "json":
+        return str(out_dir / "report.json")
     if fmt == "html":
         target = out_dir / "report.html"
         target.write_text(to_html(content, out_dir))
@@ -156,6 +184,13 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
     notes = status_notes(run, spec, figures)
     if spec_note:
         notes.insert(0, spec_note)
+    from raylab.report.suite import build_aggregates
+    from raylab.report.sweep_view import build_sweep_view
+
+    defaults = config_defaults(run)
+    claims = evaluate_claims(run, spec, defaults)
+    aggregates = [build_aggregates(run, agg, spec.seeds, defaults, out_dir, _unique(agg.name, stems))
+                  for agg in spec.aggregates]
     trial_columns, trial_rows = trial_table(run, metric)
     return {
         "title": f"{exp.get('name') or run.name}: {run.name}",
@@ -170,8 +205,11 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
         "failed": [{"trial": t.name, "error": t.error} for t in run.trials if t.status == "ERROR" or t.error],
         "unreported_metrics": unreported_metrics(run, spec),
         "notes": notes,
+        "claims": claims,
+        "aggregates": aggregates,
         "figures": figures,
         "tables": tables,
+        "sweep": build_sweep_view(run, spec, defaults, out_dir),
         "trial_columns": trial_columns,
         "trial_rows": trial_rows,
     }
@@ -290,7 +328,9 @@ def _facts(run: Run) -> list[tuple[str, Any]]:
     counts = _counts(run)
     facts.append(("trials", ", ".join(f"{v} {k}" for k, v in counts.items())
                   + (f" (of {run.expected} expected)" if run.expected is not None else "")))
-    facts.append(("aggregate", "mean ± sample std (n = trials) over seeds and repeats"))
+    facts.append(("aggregate", "tables: mean ± sample std (n = trials) over seeds and repeats; claims and "
+                               "aggregates: estimate over seeds with a 95% percentile bootstrap interval, "
+                               "stratified by task, labelled wide below 5 seeds"))
     return facts + provenance.facts(exp.get("provenance"))
 
 

@@ -42,18 +42,25 @@ def values_of(trial: Trial, metric: str) -> list[Any]:
 
 
 def value_at(trial: Trial, pattern: str, at: str = "last") -> Any:
-    """The trial's value of a metric: its last report, or the max/min over reports; or None."""
+    """The trial's value of a metric: its last or first report, the max/min over reports, or
+    ``last_half``: the mean of the last ``ceil(n/2)`` of its ``n`` reports (a time average that
+    a single noisy report does not decide); or None."""
     metric = resolve_metric(pattern, trial)
     values = values_of(trial, metric) if metric else []
     if not values:
         return None
     if at == "last":
         return values[-1]
+    if at == "first":
+        return values[0]
     shape = len(values[-1]) if isinstance(values[-1], list) else 0
     values = [v for v in values if (len(v) if isinstance(v, list) else 0) == shape]
     array = np.asarray(values, dtype=float)
     with np.errstate(all="ignore"):
-        picked = np.nanmax(array, axis=0) if at == "max" else np.nanmin(array, axis=0)
+        if at == "last_half":
+            picked = np.nanmean(array[len(array) // 2:], axis=0)
+        else:
+            picked = np.nanmax(array, axis=0) if at == "max" else np.nanmin(array, axis=0)
     return picked.tolist()
 
 
@@ -155,6 +162,8 @@ class Agg:
     std: float | list[float]
     n: int
     trials: list[str] = field(default_factory=list)
+    values: list = field(default_factory=list, repr=False)
+    """The trials' values (for the interval behind a "best" mark; not in report.json)."""
 
     def to_json(self) -> dict[str, Any]:
         return {"mean": self.mean, "std": self.std, "n": self.n, "trials": self.trials}
@@ -171,7 +180,8 @@ def aggregate(values: list[Any], trials: list[str]) -> Agg | None:
     array = np.asarray([v for v, _ in pairs], dtype=float)
     mean = array.mean(axis=0)
     std = array.std(axis=0, ddof=1) if len(array) > 1 else np.full_like(mean, np.nan)
-    return Agg(mean=mean.tolist(), std=std.tolist(), n=len(array), trials=[t for _, t in pairs])
+    return Agg(mean=mean.tolist(), std=std.tolist(), n=len(array), trials=[t for _, t in pairs],
+               values=array.tolist())
 
 
 # ------------------------------------------------------------------------ tables
@@ -191,6 +201,8 @@ class TableBlock:
     """The leftover swept values this block of a pivot is for."""
     best: list[tuple[int, int]] = field(default_factory=list)
     """(row, column) of the cells marked best."""
+    best_notes: list[str] = field(default_factory=list)
+    """Why a row (pivot) or column has no best marked although it has a top mean."""
     metrics: list[list[str]] = field(default_factory=list)
     """The resolved metric names behind each cell (same shape as the cells)."""
 
@@ -203,6 +215,7 @@ class TableBlock:
                       "metrics": self.metrics[i] if i < len(self.metrics) else []}
                      for i, (label, values, cells) in enumerate(self.rows)],
             "best": [list(b) for b in self.best],
+            "best_notes": self.best_notes,
         }
 
 
@@ -240,9 +253,11 @@ def _group_rows_block(run: Run, table: Table, trials: list[Trial], conds: list[s
     if table.best:
         for j, metric in enumerate(table.metrics):
             direction = _direction(table, metric)
-            best = _best_index([cells[j] for _, _, cells in rows], direction)
+            best, note = _best_index([cells[j] for _, _, cells in rows], direction)
             if best is not None:
                 block.best.append((best, j))
+            elif note:
+                block.best_notes.append(f"{metric}: {note}")
     return block
 
 
@@ -269,9 +284,11 @@ def _pivot_block(run, table: Table, trials: list[Trial], column_keys: list[str],
     if table.best:
         for i, (_, _, cells) in enumerate(rows):
             resolved = next((n for n in names[i] if n), metric)
-            best = _best_index(cells, _direction(table, resolved))
+            best, note = _best_index(cells, _direction(table, resolved))
             if best is not None:
                 block.best.append((i, best))
+            elif note:
+                block.best_notes.append(f"{rows[i][0]}: {note}")
     return block
 
 
@@ -285,11 +302,30 @@ def _direction(table: Table, metric: str) -> str:
     return table.best
 
 
-def _best_index(cells: list[Agg | None], direction: str) -> int | None:
+def _best_index(cells: list[Agg | None], direction: str) -> tuple[int | None, str]:
+    """The cell to mark best, or None and why not. A cell is best only when the 95% bootstrap
+    interval of its mean minus every other cell's mean (seeds resampled in each cell) lies
+    wholly on the better side of 0: a top mean inside the interval is not marked."""
+    from raylab.report.estimators import difference_interval
+
     scored = [(c.mean, i) for i, c in enumerate(cells)
               if c is not None and is_number(c.mean) and np.isfinite(c.mean)]
     if len(scored) < 2:
-        return None
+        return None, ""
     top = (max if direction == "max" else min)(value for value, _ in scored)
     winners = [i for value, i in scored if value == top]
-    return winners[0] if len(winners) == 1 else None  # a tie has no best
+    if len(winners) > 1:
+        return None, ""  # a tie has no best
+    best = cells[winners[0]]
+    for _, i in scored:
+        other = cells[i]
+        if i == winners[0]:
+            continue
+        if min(best.n, other.n) < 2:
+            return None, "no best marked: a cell with one seed has no interval"
+        low, high = difference_interval(best.values, other.values)
+        if (low <= 0) if direction == "max" else (high >= 0):
+            return None, ("no best marked: the 95% interval of the top mean minus another's (seeds "
+                          "resampled independently) "
+                          f"includes 0 ([{format_value(low)}, {format_value(high)}])")
+    return winners[0], ""

@@ -20,7 +20,11 @@ How every item reads a sweep:
 - A metric name may hold ``{key}`` (filled from the trial's config) and ``*`` (matched against
   the names the trial reported): ``probe/{task}/*`` is each trial's own task metric.
 - ``at`` says which report of a trial a figure or table uses: ``last`` (the last report that
-  has the metric), ``max`` or ``min`` (over all reports).
+  has the metric), ``first``, ``max`` or ``min`` (over all reports), ``last_half`` (the mean
+  of the last half of its reports).
+
+A report also states the paper's claims (``claims``: ``raylab.report.claims``) and, for a
+benchmark suite of tasks, rliable-style aggregates (``aggregates``: ``Aggregates``).
 """
 
 from __future__ import annotations
@@ -28,8 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Literal, Sequence, Union
 
-At = Literal["last", "max", "min"]
-_AT = ("last", "max", "min")
+At = Literal["last", "max", "min", "first", "last_half"]
+_AT = ("last", "max", "min", "first", "last_half")
 
 
 def _as_tuple(value) -> tuple:
@@ -242,6 +246,46 @@ class Only:
         object.__setattr__(self, "metrics", _as_tuple(self.metrics))
 
 
+@dataclass(frozen=True)
+class Aggregates:
+    """Aggregate performance over a suite of tasks (games), rliable-style: per arm, the IQM,
+    median, mean and optimality gap of the (normalised) scores with stratified bootstrap
+    intervals, performance profiles, and each arm's probability of improvement over
+    ``reference``. Shown when a run has two or more tasks or three or more seeds.
+
+    Scores are ``metric`` at ``at`` per trial, normalised per task by ``normalize``: a task
+    without a row there is left out when the run has several tasks; a run of one task that has
+    none is aggregated in raw units (no optimality gap then)."""
+
+    metric: str
+    """The per-trial score (``eval/return_mean``)."""
+    task: str
+    """The config key whose value is the task (``game``)."""
+    by: tuple[str, ...] | str
+    """Swept keys whose values make the arms (``loss``, ``beta``)."""
+    reference: dict[str, Any] | None = None
+    """The arm the others' probability of improvement is measured against; None: the first."""
+    normalize: Callable[[str], tuple[float, float] | None] | None = None
+    """A task's ``(low, high)`` scores (random, human): normalised = (x - low) / (high - low)."""
+    normalized: str = "normalised score"
+    """What a normalised score is called (``human-normalised score``)."""
+    source: str = ""
+    """Where the normalising table comes from (shown under the figure)."""
+    at: At = "last"
+    gamma: float = 1.0
+    """The optimality gap's target, in normalised units (1: human level)."""
+    title: str = ""
+    name: str = "aggregates"
+
+    def __post_init__(self):
+        object.__setattr__(self, "by", _as_tuple(self.by))
+        _check(self.at in _AT, self, f"at must be one of {_AT}, got {self.at!r}")
+        _check(bool(self.by), self, "needs the keys that make the arms (by=...)")
+
+    def heading(self) -> str:
+        return self.title or f"aggregate {self.metric} over {self.task}s (rliable-style)"
+
+
 Item = Union[Curve, Versus, Bars, Scatter, Table]
 FIGURE_KINDS = (Curve, Versus, Bars, Scatter)
 
@@ -255,10 +299,22 @@ class Report:
     """Config keys averaged over (replicates); None: ``seed`` and keys ending in ``_seed``."""
     only: tuple[Only, ...] = ()
     """Metrics reported under some configs only (``Only``)."""
+    claims: tuple[Any, ...] = ()
+    """The paper's claims (``raylab.report.claims.Claim``), in the order the report states them."""
+    aggregates: tuple[Aggregates, ...] = ()
+    """Aggregates over a suite of tasks (``Aggregates``)."""
 
     def __post_init__(self):
+        from raylab.report.claims import Claim
+
         object.__setattr__(self, "items", tuple(self.items))
         object.__setattr__(self, "only", tuple(self.only))
+        object.__setattr__(self, "claims", tuple(self.claims))
+        object.__setattr__(self, "aggregates", tuple(self.aggregates))
+        for claim in self.claims:
+            _check(isinstance(claim, Claim), self, f"not a Claim: {claim!r}")
+        for agg in self.aggregates:
+            _check(isinstance(agg, Aggregates), self, f"not an Aggregates: {agg!r}")
         if self.seeds is not None:
             object.__setattr__(self, "seeds", _as_tuple(self.seeds))
         for item in self.items:
@@ -273,6 +329,11 @@ class Report:
     def metric_names(self) -> tuple[str, ...]:
         """Every metric name or pattern the items read, in order, without repeats."""
         return tuple(dict.fromkeys(m for item in self.items for m in item.metric_names()))
+
+    def claim_metrics(self) -> tuple[str, ...]:
+        """Every metric the claims, their controls and the aggregates read."""
+        names = [m for claim in self.claims for m in claim.inputs()]
+        return tuple(dict.fromkeys([*names, *(a.metric for a in self.aggregates)]))
 
     def not_applicable(self, configs: list[dict[str, Any]]) -> dict[str, str]:
         """``{metric: where}`` for the ``only`` metrics that no config in ``configs`` reports."""

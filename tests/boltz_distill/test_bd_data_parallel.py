@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from trainers.boltz_distill.batches import GraphBank
 from trainers.boltz_distill.chem import nci_smiles_path, read_smiles_file
 from trainers.boltz_distill.config import Config
 from trainers.boltz_distill.featurize import graphs_from_smiles
@@ -34,7 +35,8 @@ def run(rank: int, world: int) -> tuple[list[float], dict[str, torch.Tensor]]:
     torch.set_num_threads(1)
     graphs, mean, std = data()
     model, optimizer, _ = init_training(CFG, 6, torch.device("cpu"))
-    losses = [float(train_step(model, optimizer, graphs, idx, mean, std, CFG, torch.device("cpu"), rank, world))
+    bank = GraphBank(graphs)
+    losses = [float(train_step(model, optimizer, bank, idx, mean, std, CFG, torch.device("cpu"), rank, world))
               for idx in BATCHES]
     return losses, {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -82,6 +84,6 @@ def test_world_size_one_is_the_plain_mean_loss(one_thread):
     batch = Batch.from_data_list([graphs[i] for i in BATCHES[0]])
     with torch.no_grad():
         expected, _ = distill_loss(model(batch), standardize(batch.y, mean, std))
-    got = float(train_step(model, optimizer, graphs, BATCHES[0], mean, std, CFG, torch.device("cpu")))
+    got = float(train_step(model, optimizer, GraphBank(graphs), BATCHES[0], mean, std, CFG, torch.device("cpu")))
     assert got == pytest.approx(expected.item(), rel=1e-6)
     assert os.environ.get("WORLD_SIZE") in (None, "1")

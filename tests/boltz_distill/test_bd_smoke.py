@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from conftest import assert_finite_metrics
@@ -14,8 +16,9 @@ PROBE_REPORTED = (metric_name("solubility"), "probe/test/score", "probe/valid/sc
 
 
 @pytest.mark.slow
-def test_distill_smoke_sweep_reports_metrics(smoke_sweep, tmp_path):
-    results, _, experiment = smoke_sweep("boltz_distill", f"config.store_root={tmp_path / 'stores'}")
+def test_distill_smoke_sweep_reports_metrics(shared_smoke_sweep):
+    # the report tests read the same sweep
+    results, _, experiment = shared_smoke_sweep("boltz_distill", "config.store_root={shared}/stores")
     assert len(results) == 2  # descriptor and conformer teachers
     for result in results:
         assert result.error is None, result.error
@@ -51,6 +54,15 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
     assert len(list((tmp_path / "students").glob("*/state.pt"))) == 2
     html = Path(report.write_report(run_path)).read_text()
     assert "Chemprop" in html or "chemprop" in html
+    # its claims (tests/report/test_report_workloads.py checks the other workloads' from their smokes)
+    from raylab import workloads
+    from tests.report.test_report_workloads import check_claims
+
+    content = json.loads((Path(run_path) / "report" / "report.json").read_text())
+    assert check_claims(content, workloads.get("admet_probe").report_spec()) >= 1
+    students = content["claims"][0]["rows"]  # distilled students against their random init
+    assert sorted(r["variant"] for r in students) == ["student_teachers=conformer", "student_teachers=descriptors"]
+    assert all(r["n_seeds"] == 2 and r["interval_note"] == "wide: 2 seeds < 5" for r in students)
 
 
 @pytest.mark.slow

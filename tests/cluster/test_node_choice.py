@@ -3,8 +3,10 @@
 Ray 2.60's own node-type scheduler (``resource_demand_scheduler.get_nodes_for`` with its default
 utilization scorer) runs on gpu.yaml's node types, their resources filled in by Ray's AWS
 provider from moto's EC2 instance-type data (as the autoscaler fills them), for each experiment's
-dry-run trial count queued at once. It must pick the intended type, and the type and count that
-``--dry-run --cluster`` prints.
+dry-run trial count queued at once (for Ray Train trials, as many as the head has
+``trial_driver`` units: only trials whose driver runs ask for worker resources). It must pick
+the type and count that ``--dry-run --cluster`` prints, and a type that the shipped GPU shares
+fill: every GPU of the node busy with trials of that share (the packing the shares ask for).
 """
 
 from __future__ import annotations
@@ -72,26 +74,51 @@ def test_every_shipped_gpu_experiment_goes_to_its_intended_node_type(filled):
     from raylab import experiment as experiments
 
     config, _ = filled
-    _, nodes, _ = cluster_plan.load(GPU_YAML)
-    rows, checked = [], 0
+    head, nodes, _ = cluster_plan.load(GPU_YAML)
+    assert head.trial_drivers == 24
+    rows, checked, kinds = [], 0, set()
     for name, path in sorted(experiments.available().items()):
         exp = experiments.load(str(path))
         res = exp.resources
         trials = search_space.grid_size(exp.search) * exp.num_samples
         bundle = {"CPU": res.cpus_per_worker, **({"GPU": res.gpus_per_worker} if res.gpus_per_worker else {})}
-        added = rays_choice(config, bundle, trials)
+        demand = min(trials, int(head.trial_drivers)) if res.uses_ray_train else trials
+        added = rays_choice(config, bundle, demand)
         planned = cluster_plan.choose(nodes, res.cpus_per_worker, res.gpus_per_worker)
         per_node = cluster_plan.trials_per_node(planned, res.cpus_per_worker, res.gpus_per_worker)
-        expected = {planned.name: min(planned.max_workers, -(-trials // per_node))}
+        expected = {planned.name: min(planned.max_workers, -(-demand // per_node))}
         rows.append((name, trials, bundle, added, expected))
         assert added == expected, (name, added, expected)  # --dry-run --cluster says what Ray does
+        text = cluster_plan.plan_text(exp, GPU_YAML)
+        assert f"at the cap {expected[planned.name]} x {planned.name} (of" in text, text
         if res.gpus_per_worker:
             checked += 1
             assert res.workers == 1, name
-            intended = "gpu_shared" if res.gpus_per_worker < 1 else "gpu_small"
-            assert set(added) == {intended}, (name, bundle, added)
+            assert res.gpus_per_worker <= 0.5, (name, "a GPU trial asks for the share it uses")
+            assert planned.gpus and per_node * res.gpus_per_worker == planned.gpus, (name, planned, per_node)
+            kinds.add(planned.name)
         else:
             assert set(added) == {"cpu"}, (name, bundle, added)
     for row in rows:
         print(*row, sep="\t")
     assert checked >= 10
+    assert kinds == {"gpu_small", "gpu_shared"}  # 2 CPU half-GPU trials pack the small type
+
+
+@pytest.mark.parametrize("gpus", [0, 0.25, 0.5, 1])
+def test_plan_agrees_with_rays_scorer_beyond_the_shipped_shapes(filled, gpus):
+    """``cluster_plan.choose`` reproduces Ray's scorer, not only on the shipped experiments:
+    for instance quarter-GPU trials of 2 CPUs go two to a g5.xlarge (half its GPU idle), of 3 or
+    4 CPUs four to a g5.4xlarge (the reason the shipped quarter-GPU experiments ask 4)."""
+    from raylab import cluster_plan
+
+    config, _ = filled
+    _, nodes, _ = cluster_plan.load(GPU_YAML)
+    for cpus in (1, 2, 3, 4, 6, 8):
+        bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+        planned = cluster_plan.choose(nodes, cpus, gpus)
+        added = rays_choice(config, bundle, 8)
+        assert set(added) == {planned.name}, (bundle, added, planned.name)
+    if gpus == 0.25:
+        assert cluster_plan.choose(nodes, 2, gpus).name == "gpu_small"
+        assert cluster_plan.choose(nodes, 4, gpus).name == "gpu_shared"

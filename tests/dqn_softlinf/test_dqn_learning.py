@@ -7,10 +7,13 @@ import os
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from raylab import session
+from trainers.dqn_softlinf import science
 from trainers.dqn_softlinf.loop import train_loop
+from trainers.dqn_softlinf.stats import (
+    bootstrap_interval, last_half_mean, paired_ratios, sign_test, summary_text, t_interval, time_averaged_name,
+)
 
 RANDOM_CARTPOLE_RETURN = 22.0  # mean return of uniformly random actions on CartPole-v1
 
@@ -45,82 +48,89 @@ def test_cartpole_learns_with_each_loss(loss):
 # (raylab/FeatureMDP-v0, trainers/dqn_softlinf/feature_mdp.py). A 16-unit Q-network cannot fit
 # Q* there, so each inner loop must trade errors between states. The model is known, so the
 # test measures exact quantities (exact.py): the sup-norm residual max |Q - TQ| over every
-# state and action, the distance to Q*, the greedy policy's value. Same budget (4,000 steps,
-# 1,750 updates), paired seeds, the experiment file's settings as they are. The claims are
-# statistics over the seeds: 10 by default, 20 with RAYLAB_FULL_SCIENCE=1.
+# state and action, the distance to Q*, the greedy policy's value. Same budget, paired seeds,
+# the experiment file's settings as they are. Every figure is a time average, the mean over
+# the last half of a trial's reports (stats.time_average): a claim read off one report depends
+# on when training stops. The claims are statistics over the seeds: 10 by default, 20 with
+# RAYLAB_FULL_SCIENCE=1; the long test adds a second exploration schedule and 3x the budget.
 SEEDS = list(range(20 if os.environ.get("RAYLAB_FULL_SCIENCE") == "1" else 10))
 
 
-def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Student-t interval of the mean of ``x``."""
-    half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
-    return x.mean() - half, x.mean() + half
+def science_runs(steps: int, decay: int | None, seeds) -> dict:
+    configs = {(loss, seed): science.small_config(loss, seed, steps, decay)
+               for loss in ("mse", "soft_linf") for seed in seeds}
+    histories = science.run_grid(configs)
+    for rows in histories.values():
+        assert rows[-1]["env/steps"] == steps
+        # the loop's own time average is the statistic the claims read
+        for key in science.CLAIM_KEYS.values():
+            assert rows[-1][time_averaged_name(key)] == pytest.approx(last_half_mean(rows, key), rel=1e-9)
+    return histories
 
 
-def bootstrap_interval(x: np.ndarray, level: float = 0.95, draws: int = 10_000) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean of ``x`` (fixed generator)."""
-    means = np.random.default_rng(0).choice(x, size=(draws, len(x))).mean(1)
-    return tuple(np.quantile(means, [0.5 - level / 2, 0.5 + level / 2]))
+def ratios_and_table(histories: dict, seeds) -> dict[str, np.ndarray]:
+    """Per seed, soft-linf's time average over MSE's, for each claim figure (printed)."""
+    ratios = {name: paired_ratios(histories, key) for name, key in science.CLAIM_KEYS.items()}
+    print(f"\nsoft-linf / mse over {len(seeds)} seeds, each figure the mean over the last half of the reports")
+    print(science.per_seed_table(histories, seeds))
+    for name, r in ratios.items():
+        print(summary_text(name, r))
+    return ratios
 
 
-def sign_test(x: np.ndarray) -> tuple[int, float]:
-    """How many ratios are below 1, and the one-sided binomial p-value of that many or more."""
-    below = int((x < 1).sum())
-    return below, float(stats.binomtest(below, len(x), 0.5, alternative="greater").pvalue)
+def assert_residual_claim(ratios: dict, n: int) -> None:
+    """What the exact metrics support, under every schedule and budget measured (README)."""
+    # positive control: the in-sample one-sample figure's bias (an l-inf fit avoids the target's
+    # noise floor, an l2 fit pays it) is a large effect the instrument must see on every seed
+    assert (ratios["insample"] < 0.8).all() and t_interval(ratios["insample"])[1] < 0.6
+    # 1. soft-linf lowers the time-averaged exact sup-norm Bellman residual on average, with
+    #    95% confidence, and on a majority of seeds (not on every seed)
+    exact = ratios["exact"]
+    assert t_interval(exact)[1] < 1 and bootstrap_interval(exact)[1] < 1
+    assert sign_test(exact)[0] > n / 2
+    # 2. the one-sample in-sample figure overstates that gain
+    assert ratios["insample"].mean() < exact.mean() - 0.25
+    # 3. yet soft-linf ends farther from Q*, on every seed
+    assert t_interval(ratios["qstar"])[0] > 1.1 and sign_test(ratios["qstar"])[0] == 0
 
 
 @pytest.mark.slow
-def test_soft_linf_against_mse_on_exact_bellman_quantities(local_trial, tmp_path):
-    final = {}
-    for loss in ("mse", "soft_linf"):
-        for seed in SEEDS:
-            rows = local_trial(
-                "dqn_softlinf_small", f"config.loss={loss}", f"config.seed={seed}",
-                "config.total_steps=4000", "stop.env/steps=4000",
-                trial_dir=tmp_path / f"{loss}-{seed}",
-            )
-            assert rows[-1]["env/steps"] == 4000
-            final[loss, seed] = rows[-1]
-
-    def ratio(key):  # soft_linf over mse, per seed
-        return np.array([final["soft_linf", s][key] / final["mse", s][key] for s in SEEDS])
-
-    keys = {"exact": "bellman/residual_linf_exact", "insample": "bellman/residual_linf_insample",
-            "qstar": "bellman/qstar_dist_linf", "gap": "bellman/greedy_value_gap_exact"}
-    ratios = {name: ratio(key) for name, key in keys.items()}
-    print(f"\nsoft-linf / mse over {len(SEEDS)} seeds")
-    print("seed  " + "  ".join(f"{n:>8}" for n in ratios) + "   mse exact  soft exact")
-    for i, seed in enumerate(SEEDS):
-        print(f"{seed:>4}  " + "  ".join(f"{r[i]:8.3f}" for r in ratios.values())
-              + f"   {final['mse', seed][keys['exact']]:9.3f}  {final['soft_linf', seed][keys['exact']]:10.3f}")
-    for name, r in ratios.items():
-        below, p = sign_test(r)
-        print(f"{name:>8}: mean {r.mean():.3f}, 95% t [{t_interval(r)[0]:.3f}, {t_interval(r)[1]:.3f}], "
-              f"bootstrap [{bootstrap_interval(r)[0]:.3f}, {bootstrap_interval(r)[1]:.3f}], "
-              f"below 1 on {below}/{len(r)} (sign test p = {p:.3f})")
-    # positive control: the in-sample one-sample figure's bias (an l-inf fit avoids the target's
-    # noise floor, an l2 fit pays it) is a large effect the instrument must see on every seed
-    # (measured over seeds 0-11: mean 0.42x, 0.33-0.62x)
-    assert (ratios["insample"] < 0.8).all() and t_interval(ratios["insample"])[1] < 0.6
-    # 1. soft-linf lowers the exact sup-norm Bellman residual on average, with 95% confidence
-    #    (measured over seeds 0-11: mean 0.83x, t interval [0.73, 0.93], below 1 on 10 of 12;
-    #    seeds 5 and 9 go the other way, 1.06x and 1.08x): the mean, not every seed
-    exact = ratios["exact"]
-    assert t_interval(exact)[1] < 1 and bootstrap_interval(exact)[1] < 1
-    assert sign_test(exact)[0] > len(SEEDS) / 2
-    # 2. the one-sample in-sample figure overstates that gain
-    assert ratios["insample"].mean() < exact.mean() - 0.25
-    # 3. yet soft-linf ends farther from Q* (measured: 1.38-1.81x, below 1 on no seed)
-    assert t_interval(ratios["qstar"])[0] > 1.1 and sign_test(ratios["qstar"])[0] == 0
-    # 4. ... and its greedy policy is no better (measured mean gap ratio 1.38x, t [1.03, 1.73])
-    gap = {loss: np.mean([final[loss, s][keys["gap"]] for s in SEEDS]) for loss in ("mse", "soft_linf")}
-    print(f"mean gap to V*: {gap}")
+def test_soft_linf_against_mse_on_exact_bellman_quantities():
+    """dqn_softlinf_small as shipped: 4,000 steps, epsilon to 0.1 over the first 1,200, 16
+    reports; the time average reads the last 8 (2,250-4,000 steps)."""
+    histories = science_runs(4000, 1200, SEEDS)
+    ratios = ratios_and_table(histories, SEEDS)
+    assert_residual_claim(ratios, len(SEEDS))
+    # 4. ... and its greedy policy is no better (time-averaged value gap to V*)
+    gap = {loss: np.mean([last_half_mean(histories[loss, s], science.CLAIM_KEYS["gap"]) for s in SEEDS])
+           for loss in ("mse", "soft_linf")}
+    print(f"mean time-averaged gap to V*: {gap}")
     assert gap["soft_linf"] > 0.9 * gap["mse"], gap
-    # 5. per inner loop MSE contracts max |Q - T Q_target| more (measured mean 0.93 vs 0.99)
-    progress = {loss: np.mean([final[loss, s]["inner/progress_ratio_exact"] for s in SEEDS])
+    # 5. per inner loop MSE contracts max |Q - T Q_target| more, at this budget
+    progress = {loss: np.mean([last_half_mean(histories[loss, s], science.CLAIM_KEYS["progress"]) for s in SEEDS])
                 for loss in ("mse", "soft_linf")}
-    print(f"mean exact inner-loop progress ratio: {progress}")
-    assert progress["mse"] < progress["soft_linf"] - 0.03, progress
-    # 6. the softmax weights concentrate on a few samples of the batch of 64 (measured ESS 3.7-6.7)
-    ess = [final["soft_linf", s]["train/soft_linf_ess"] for s in SEEDS]
+    print(f"mean time-averaged exact inner-loop progress ratio: {progress}")
+    assert progress["mse"] < progress["soft_linf"] - 0.02, progress
+    # 6. the softmax weights concentrate on a few samples of the batch of 64
+    ess = [histories["soft_linf", s][-1]["train/soft_linf_ess"] for s in SEEDS]
     assert max(ess) < 16, ess
+
+
+LONG_SEEDS = list(range(20))
+
+
+@pytest.mark.long
+@pytest.mark.timeout(3600)  # 40 trials of 12,000 steps: 5-6 min on an idle core, 15-20 min at load 10
+@pytest.mark.parametrize("schedule", list(science.SCHEDULES))
+def test_time_averaged_claim_holds_at_12k_steps_under_both_schedules(schedule):
+    """3x the budget (12,000 steps, 48 reports, the time average over 6,000-12,000), with
+    epsilon decaying over the first 1,200 steps (the shipped schedule) or over 30% of the run
+    (3,600 steps, under which the ratio sits near 1 from 3k to 5k steps), 20 seeds each."""
+    histories = science_runs(12_000, science.SCHEDULES[schedule], LONG_SEEDS)
+    ratios = ratios_and_table(histories, LONG_SEEDS)
+    assert_residual_claim(ratios, len(LONG_SEEDS))
+    # the greedy policy is still no better on the time average (gap ratio above 1 on average)
+    assert t_interval(ratios["gap"])[0] > 1.0
+    # at this budget the two losses make the same exact inner-loop progress (the 4,000-step
+    # test's finding 5 is an early-training one): soft-linf's over MSE's within 2%
+    assert abs(ratios["progress"].mean() - 1) < 0.02

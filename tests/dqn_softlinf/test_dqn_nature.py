@@ -20,6 +20,7 @@ from raylab.config import from_dict
 from trainers.dqn_softlinf.config import Config
 from trainers.dqn_softlinf.loop import batch_loss, epsilon_at, make_optimizer
 from trainers.dqn_softlinf.model import q_network
+from trainers.dqn_softlinf.optim import CenteredRMSprop
 
 STEPS, BATCH, ACTIONS, GAMMA = 3, 32, 6, 0.99
 
@@ -118,7 +119,7 @@ def compare(cfg_or_optimizer) -> tuple[list[float], float]:
     if isinstance(cfg_or_optimizer, Config):
         ours = loop_steps(cfg_or_optimizer, ours_net, target, list(fixed_batches()))
     else:
-        cfg = nature_config(loss_reduction="mean")
+        cfg = nature_config(loss_reduction="mean", rmsprop_eps=0.01 / BATCH**2)  # a mean loss; its optimizer given
         ours = loop_steps(cfg, ours_net, target, list(fixed_batches()), cfg_or_optimizer(ours_net.parameters()))
     ratios = [float(flat(o).norm() / flat(lu).norm()) for o, lu in zip(ours, lua)]
     gap = max(float((a.detach() - b).norm() / b.norm()) for a, b in zip(ours_net.parameters(), lua_params))
@@ -135,6 +136,12 @@ def test_nature_update_equals_the_lua_rule():
     old_ratios, old_gap = compare(old)
     print(f"\ntorch RMSprop eps 0.1 outside, mean loss: update-norm ratios {np.round(old_ratios, 4)}, param gap {old_gap:.2e}")
     assert all(r < 0.5 for r in old_ratios)  # the instrument sees the difference the review measured
+    # what the config now refuses (rmsprop, mean loss, Nature's 0.01 inside the root): a fraction of the step
+    def refused(params):
+        return CenteredRMSprop(params, lr=2.5e-4, alpha=0.95, eps=0.01, centered=True)
+    refused_ratios, _ = compare(refused)
+    print(f"mean loss, eps 0.01 inside (refused):     update-norm ratios {np.round(refused_ratios, 4)}")
+    assert all(r < 0.5 for r in refused_ratios)
     ratios, gap = compare(cfg)
     print(f"dqn_softlinf_nature (sum, 0.01 inside):  update-norm ratios {[f'{r:.7f}' for r in ratios]}, param gap {gap:.2e}")
     assert all(0.99 <= r <= 1.01 for r in ratios) and gap <= 1e-6

@@ -9,7 +9,7 @@ import pytest
 
 from raylab import experiment as experiments
 from raylab.config import from_dict
-from trainers.dqn_softlinf.config import Config
+from trainers.dqn_softlinf.config import RAYLAB_ONLY, RLLIB_OFF, Config
 from trainers.dqn_softlinf.envs import env_seed, make_envs
 from trainers.dqn_softlinf.loop import play_games, td_done
 
@@ -18,6 +18,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 def experiment_config(name: str, **overrides) -> Config:
     return from_dict(Config, experiments.load(name).resolved_config() | overrides, name)
+
+
+def as_rllib(cfg) -> Config:
+    """The same protocol with backend rllib (the raylab loop's probes and settings off, as the
+    config requires)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Config) if f.name in RAYLAB_ONLY}
+    return dataclasses.replace(cfg, backend="rllib", **RLLIB_OFF, **defaults)
 
 
 def start_frames(cfg, seeds) -> set[bytes]:
@@ -80,7 +87,7 @@ def test_sticky_arm_is_machados_recommended_protocol():
     if importlib.util.find_spec("ray.rllib") is not None:
         from trainers.dqn_softlinf.rllib_learner import EpisodicLife, FireAfterLifeLoss, _env_creator, dqn_config
 
-        env = _env_creator(dqn_config(dataclasses.replace(sticky, backend="rllib")).env_config)
+        env = _env_creator(dqn_config(as_rllib(sticky)).env_config)
         assert env.action_space.n == 18 and env.unwrapped.ale.getFloat("repeat_action_probability") == 0.25
         layers = [env]
         while hasattr(layers[-1], "env"):
@@ -108,7 +115,7 @@ def test_breakout_evaluation_presses_fire_after_a_lost_life_in_both_backends():
     _, stalled = play_games(cfg, envs, noop, env_seed(0, 9))
     envs.close()
     # RLlib: the evaluation env exactly as the backend builds it
-    eval_env_config = dqn_config(dataclasses.replace(cfg, backend="rllib")).evaluation_config["env_config"]
+    eval_env_config = dqn_config(as_rllib(cfg)).evaluation_config["env_config"]
     env = _env_creator(eval_env_config)
     rllib_lengths, rllib_lost = [], []
     for game in range(4):
@@ -127,3 +134,17 @@ def test_breakout_evaluation_presses_fire_after_a_lost_life_in_both_backends():
     assert (stalled == 1000).all()  # the instrument sees a stall
     assert (lengths < 400).all() and (np.array(rllib_lengths) < 400).all()
     assert rllib_lost == [5, 5, 5, 5]
+
+
+def test_nature_arm_never_presses_fire():
+    """The Lua DQN plays the agent's actions only (no FIRE at a reset or after a lost life):
+    on Breakout, 300 NOOPs from a reset of the Nature arm's envs never serve the ball, while
+    CleanRL's arm (FIRE at reset and after a lost life) loses lives to the same NOOPs."""
+    pytest.importorskip("cv2")
+    from trainers.dqn_softlinf.ale_probe import ALEProbeEnv
+
+    nature = experiment_config("dqn_softlinf_nature", game="Breakout", num_envs=4, env_threads=1)
+    cleanrl = experiment_config("dqn_softlinf", game="Breakout", num_envs=4, env_threads=1)
+    assert make_envs(nature, 1).fire_action is None and ALEProbeEnv(nature, 1).fire_action is None
+    assert (noop_lives(nature) == 5).all() and (noop_lives(cleanrl) < 5).all()
+    assert nature.episodic_life  # a lost life still ends the TD target's bootstrap, as in the Lua code

@@ -69,10 +69,10 @@ def test_nature_cnn_encoder_has_3136_features():
     import gymnasium
     import numpy as np
 
-    from trainers.dqn_softlinf.config import Config
+    from trainers.dqn_softlinf.config import RLLIB_OFF, Config
     from trainers.dqn_softlinf.rllib_learner import dqn_config
 
-    config = dqn_config(Config(backend="rllib"))
+    config = dqn_config(Config(**RLLIB_OFF, backend="rllib"))
     spec = config.get_default_rl_module_spec()
     spec.observation_space = gymnasium.spaces.Box(-1, 1, (84, 84, 4), np.float32)
     spec.action_space = gymnasium.spaces.Discrete(6)
@@ -88,22 +88,22 @@ def test_nature_cnn_encoder_has_3136_features():
 
 
 def test_rllib_replay_memory_estimate_counts_float32_stacks():
-    from trainers.dqn_softlinf.config import Config
+    from trainers.dqn_softlinf.config import RLLIB_OFF, Config
     from trainers.dqn_softlinf.preflight import preflight, replay_bytes
     from raylab.errors import UserError
 
-    total, per = replay_bytes(Config(backend="rllib", buffer_size=1_000_000))
+    total, per = replay_bytes(Config(**RLLIB_OFF, backend="rllib", buffer_size=1_000_000))
     assert per == 84 * 84 * 4 * 4 + 16 == 112_912  # one float32 4-frame observation per step
     assert 112e9 < total < 114e9
     with pytest.raises(UserError, match="112,912 bytes per transition"):
-        preflight(Config(backend="rllib"), available=64 * 10**9)
+        preflight(Config(**RLLIB_OFF, backend="rllib"), available=64 * 10**9)
 
 
 def test_evaluation_runs_whole_games_one_after_another_and_learner_takes_the_gpu(monkeypatch):
-    from trainers.dqn_softlinf.config import Config
+    from trainers.dqn_softlinf.config import RLLIB_OFF, Config
     from trainers.dqn_softlinf.rllib_learner import dqn_config
 
-    config = dqn_config(Config(backend="rllib", eval_episodes=10, eval_epsilon=0.01))
+    config = dqn_config(Config(**RLLIB_OFF, backend="rllib", eval_episodes=10, eval_epsilon=0.01))
     assert (config.evaluation_duration, config.evaluation_duration_unit) == (10, "episodes")
     overrides = config.evaluation_config
     assert overrides["num_envs_per_env_runner"] == 1  # no bias toward short episodes
@@ -111,7 +111,7 @@ def test_evaluation_runs_whole_games_one_after_another_and_learner_takes_the_gpu
     assert overrides["epsilon"] == [(0, 0.01)] and overrides["explore"] is True
     assert config.num_gpus_per_learner == (1 if torch.cuda.is_available() else 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert dqn_config(Config(backend="rllib")).num_gpus_per_learner == 1
+    assert dqn_config(Config(**RLLIB_OFF, backend="rllib")).num_gpus_per_learner == 1
 
 
 def test_training_env_reports_whole_game_returns_across_lives():
@@ -175,10 +175,10 @@ def test_both_backends_report_returns_that_mean_the_same(ray_session, local_tria
 
 
 def test_rllib_env_seeds_come_from_disjoint_blocks():
-    from trainers.dqn_softlinf.config import Config
+    from trainers.dqn_softlinf.config import RLLIB_OFF, Config
     from trainers.dqn_softlinf.envs import env_seed
     from trainers.dqn_softlinf.rllib_learner import dqn_config
 
-    seeds = [dqn_config(Config(backend="rllib", seed=s)).seed for s in range(4)]
+    seeds = [dqn_config(Config(**RLLIB_OFF, backend="rllib", seed=s)).seed for s in range(4)]
     assert seeds == [env_seed(s, 0) for s in range(4)] and len(set(seeds)) == 4
     assert min(abs(a - b) for i, a in enumerate(seeds) for b in seeds[i + 1:]) >= 4096

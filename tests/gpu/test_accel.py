@@ -205,14 +205,13 @@ def test_every_host_to_device_copy_outside_to_device_is_reviewed(tmp_path):
 
 
 def test_the_per_step_copies_go_through_to_device():
-    """The batches made on the host every step: dqn's replay sample and acting input,
-    seagram's victim batch, boltz_distill's graph batch."""
+    """The tensors made on the host every step: dqn's replay sample and acting input, and the
+    indices seagram's and boltz_distill's batches are gathered by on the device."""
     for path, function in [("trainers/dqn_softlinf/loop.py", "to_batch"),
                            ("trainers/dqn_softlinf/loop.py", "to_obs"),
                            ("trainers/dqn_softlinf/loop.py", "greedy"),
-                           ("trainers/seagram/loop.py", "victim_step"),
-                           ("trainers/boltz_distill/loop.py", "train_step"),
-                           ("trainers/boltz_distill/loop.py", "evaluate")]:
+                           ("trainers/seagram/batches.py", "sample"),
+                           ("trainers/boltz_distill/batches.py", "batch")]:
         tree = ast.parse((REPO / path).read_text())
         fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
         names = {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}

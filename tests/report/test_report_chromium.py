@@ -1,8 +1,10 @@
-"""The HTML report of a real toy sweep opens in headless Chromium, error-free, with every figure."""
+"""The HTML report of a real sweep opens in headless Chromium, error-free, with every figure, the
+claims table, the aggregates and the sweep view."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -13,21 +15,24 @@ from raylab import report
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# the report test's dqn_softlinf sweep (3 seeds of MSE and soft-linf on FeatureMDP), shared
+DQN_SWEEP = ("dqn_softlinf_small", "search.seed=[0,1,2]")
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which(CHROMIUM) is None,
                     reason=f"{CHROMIUM} is absent (Debian's chromium package; .ci/run installs it)")
-def test_html_report_opens_in_headless_chromium_and_shows_every_figure(smoke_sweep, tmp_path):
+def test_html_report_opens_in_headless_chromium_and_shows_claims_aggregates_and_sweep(shared_smoke_sweep, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    _, run_path, _ = smoke_sweep("toy")
-    path = Path(report.write_report(run_path))
+    _, run_path, _ = shared_smoke_sweep(*DQN_SWEEP)
+    path = Path(report.write_report(run_path, out=tmp_path / "report"))
     content = json.loads((path.parent / "report.json").read_text())
     figures = [f for f in content["figures"] if f["file"]]
-    assert len(figures) == 2
+    extra = [content["aggregates"][0]["file"], content["sweep"]["parallel"]["file"], content["sweep"]["curves"]["file"]]
+    assert all(extra) and len(figures) >= 2
 
-    messages, shot = [], tmp_path / "report.png"
+    messages, shot = [], Path(os.environ.get("RAYLAB_REPORT_SCREENSHOT", tmp_path / "report.png"))
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
@@ -39,23 +44,37 @@ def test_html_report_opens_in_headless_chromium_and_shows_every_figure(smoke_swe
             page.goto(path.as_uri(), wait_until="load")
             images = page.evaluate(
                 "() => Array.from(document.images).map(i => ({alt: i.alt, complete: i.complete,"
-                " w: i.naturalWidth, h: i.naturalHeight, shown: i.getBoundingClientRect().width}))")
+                " w: i.naturalWidth, h: i.naturalHeight, shown: i.getBoundingClientRect().width,"
+                " caption: i.parentElement.querySelector('figcaption').textContent}))")
+            claims = page.evaluate(
+                "() => Array.from(document.querySelectorAll('table.claims tbody tr')).map(r =>"
+                " Array.from(r.cells).map(c => ({text: c.innerText, cls: c.className})))")
+            order = page.evaluate("() => Array.from(document.querySelectorAll('h2')).map(h => h.innerText)")
             tables = page.evaluate("() => document.querySelectorAll('table').length")
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
 
     assert messages == []
-    assert len(images) == len(figures)
-    for image, figure in zip(images, figures):
-        assert image["alt"] == figure["title"] and image["complete"], image
-        assert image["w"] >= 200 and image["h"] >= 150 and image["shown"] > 100, image
-    assert tables >= 1 + len(content["tables"]) + 1  # facts, each table, trials
+    assert len(images) == len(figures) + len(extra)
+    shown = {i["caption"].split(" ")[0]: i for i in images}
+    for file in [f["file"] for f in figures] + extra:
+        image = shown[file]
+        assert image["complete"] and image["w"] >= 200 and image["h"] >= 150 and image["shown"] > 100, image
+    # the claims table: one row per claim here, its verdict cell coloured by the verdict
+    assert len(claims) == len(content["claims"]) == 2
+    for row, claim in zip(claims, content["claims"]):
+        assert row[1]["text"] == claim["statement"]
+        assert "wide: 3 seeds < 5" in row[4]["text"]
+        assert row[-1]["text"] == claim["rows"][0]["verdict_words"] and row[-1]["cls"].startswith("v-")
+    assert order[:4] == ["Status", "Claims", "Aggregate performance: evaluation return over games", "Figures"]
+    assert "Sweep" in order and order[-1] == "Trials"
+    with_rows = sum(1 for t in content["tables"] for b in t["blocks"] if b["rows"])
+    assert tables == 1 + 1 + 1 + with_rows + 1 + 1  # facts, claims, aggregates, each table, importance, trials
 
     from PIL import Image
 
     with Image.open(shot) as screenshot:
         width, height = screenshot.size
-    # the page holds both figures one above the other, plus tables: taller than the viewport
     assert width == 1280 and height > sum(i["h"] for i in images) + 300
     assert shot.stat().st_size > 50_000

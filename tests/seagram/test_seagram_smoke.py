@@ -18,7 +18,7 @@ def data_dir(tmp_path_factory):
 
 @pytest.mark.slow
 def test_smoke_sweep_reports_every_metric(smoke_sweep, data_dir):
-    results, _, experiment = smoke_sweep("seagram", f"config.data_dir={data_dir}")
+    results, run_path, experiment = smoke_sweep("seagram", f"config.data_dir={data_dir}")
     assert len(results) == 2  # active learning: uncertainty and random sampling
     for result in results:
         assert result.error is None
@@ -33,6 +33,13 @@ def test_smoke_sweep_reports_every_metric(smoke_sweep, data_dir):
             assert name in history and history[name].notna().any(), name
         # attack/map is in every row (Tune needs it) and measured only by the last one
         assert history["attack/map"].isna().sum() == len(history) - 1
+    # its report: figures, tables against the result files, the paper's claims (the report
+    # tests' check, on this sweep rather than one of their own)
+    from tests.report.test_report_workloads import check_report
+
+    claims = check_report("seagram", run_path)["claims"]
+    assert [r["variant"] for r in claims[0]["rows"]] == ["al_strategy=uncertainty", "al_strategy=random"]
+    assert claims[1]["rows"][0]["verdict"] == "not measured"  # SEAGRAM against greedy: not in this sweep
 
 
 def test_stopped_trial_resumes_and_matches_uninterrupted(local_trial, tmp_path, data_dir):

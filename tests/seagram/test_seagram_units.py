@@ -160,4 +160,4 @@ def test_experiment_files_validate(name, smoke):
     if smoke:
         assert experiment.resources.gpus_per_worker == 0 and experiment.config["source"] == "nci"
     else:
-        assert experiment.resources.gpus_per_worker >= 1
+        assert experiment.resources.gpus_per_worker == 0.25  # four trials share a GPU (packing)

@@ -133,15 +133,21 @@ class Config:
     """Period (epochs) of the fine-tuning cosine schedule, stepped per epoch (BackdoorBench: 100)."""
     finetune_batch_size: int = 256
     """Images per fine-tuning step."""
-    amp_bf16: bool = False
+    amp_bf16: bool | Literal["auto"] = "auto"
     """Run the training steps' forward pass and loss under bfloat16 autocast (weights, optimizer
-    and every probe stay float32). Faster on GPUs; changes the arithmetic, so off by default."""
-    channels_last: bool = False
+    and every probe stay float32). ``auto`` (default): on where the trial's device is CUDA, off
+    on a CPU (``raylab.accel.enabled``). Changes the arithmetic:
+    ``tests/backdoor/test_backdoor_precision.py`` bounds the loss trajectory's drift from float32
+    over 200 steps."""
+    channels_last: bool | Literal["auto"] = "auto"
     """Lay the network and its training batches out as NHWC (``torch.channels_last``): the same
-    arithmetic, faster convolutions on GPUs with tensor cores."""
-    compile: bool = False
-    """``torch.compile`` the network for the poisoned-training steps (fine-tuning stays eager); if compilation fails (no C
-    compiler, an unsupported op) one warning line and eager mode (``raylab.accel``)."""
+    arithmetic, faster convolutions on GPUs with tensor cores. ``auto`` (default): on CUDA only."""
+    compile: bool | Literal["auto"] = False
+    """``torch.compile`` the network for the poisoned-training steps (fine-tuning stays eager); if
+    compilation fails (no C compiler, an unsupported op) one warning line and eager mode
+    (``raylab.accel``). Off by default: on a CPU it earns its compile time back only after 100
+    to 15,000 steps (``benchmarks/image_speed.py``), more than the CPU runs here take, and on a
+    GPU it is not measured yet (the device benchmark); ``auto`` turns it on for CUDA only."""
 
     def __post_init__(self):
         from trainers.backdoor.attack import ATTACKS

@@ -27,7 +27,7 @@ import torch
 from torch.nn import functional as F
 
 from raylab import session
-from raylab.accel import compiled, fixed_shapes
+from raylab.accel import compiled, enabled, fixed_shapes
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.data.augment import random_crop_flip, to_float
@@ -319,12 +319,12 @@ def train_loop(config: dict) -> None:
 
     torch.manual_seed(cfg.seed)
     net = MODELS[cfg.model](num_classes, data.mean, data.std, cfg.model_width)
-    layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    layout = torch.channels_last if enabled(cfg.channels_last, device) else torch.contiguous_format
     net = net.to(memory_format=layout)
     fixed_shapes(device)  # fixed image shapes: cuDNN picks its kernels once
     model = session.prepare_model(net)
     net = getattr(model, "module", model)  # the bare network (DDP wraps it)
-    train_forward = compiled(model, cfg.compile, "backdoor network")  # the training steps' forward
+    train_forward = compiled(model, enabled(cfg.compile, device), "backdoor network")  # the training steps' forward
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
                                 weight_decay=cfg.weight_decay)
     scheduler = train_scheduler(optimizer, cfg)
@@ -447,7 +447,7 @@ def train_loop(config: dict) -> None:
             else:
                 x, y = crop_flip_batch(data, idx, cfg, ("aug", epoch, batch), rank, world)
             model.train()
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp_bf16):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled(cfg.amp_bf16, device)):
                 logits = train_forward(x.contiguous(memory_format=layout))
                 loss = F.cross_entropy(logits, y)
             optimizer.zero_grad(set_to_none=True)

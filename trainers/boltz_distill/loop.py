@@ -13,14 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch_geometric.data import Batch
-
 from raylab import session
-from raylab.accel import to_device
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.run_folder import user_path
+from trainers.boltz_distill.batches import GraphBank
 from trainers.boltz_distill.config import Config
 from trainers.boltz_distill.corpus import check_test_sets, corpus_exists, corpus_smiles, exclusion_line
 from trainers.boltz_distill.featurize import graphs_from_smiles
@@ -149,7 +147,7 @@ def prepare(cfg: Config):
 
 
 @torch.no_grad()
-def evaluate(model, graphs, mean, std, cfg: Config, device, batch_size: int = 256) -> dict[str, float]:
+def evaluate(model, graphs: GraphBank, mean, std, cfg: Config, device, batch_size: int = 256) -> dict[str, float]:
     """Atom-weighted validation loss, MSE and cosine terms over ``graphs``, and ``r2``: the
     share of the held-out standardized targets' variance the student explains,
     ``1 - sum (p - t)^2 / sum (t - mean_val(t))^2`` over atoms and dimensions."""
@@ -157,7 +155,7 @@ def evaluate(model, graphs, mean, std, cfg: Config, device, batch_size: int = 25
     totals = {"loss": 0.0, "mse": 0.0, "cosine": 0.0}
     atoms, sse, t_sum, t_sq = 0, 0.0, 0.0, 0.0
     for start in range(0, len(graphs), batch_size):
-        batch = to_device(Batch.from_data_list(graphs[start : start + batch_size]), device)
+        batch = graphs.batch(range(start, min(start + batch_size, len(graphs))))
         target = standardize(batch.y, mean, std)
         pred = model(batch)
         loss, parts = distill_loss(pred, target, cfg.mse_weight, cfg.cosine_weight)
@@ -174,11 +172,12 @@ def evaluate(model, graphs, mean, std, cfg: Config, device, batch_size: int = 25
     return {**{k: v / atoms for k, v in totals.items()}, "r2": 1.0 - sse / sst if sst > 0 else float("nan")}
 
 
-def train_step(model, optimizer, graphs, idx: list[int], mean, std, cfg: Config, device,
+def train_step(model, optimizer, graphs: GraphBank, idx: list[int], mean, std, cfg: Config, device,
                rank: int = 0, world: int = 1) -> torch.Tensor:
     """One optimizer step on the global batch ``graphs[idx]``, of which this rank takes every
     ``world``-th molecule from position ``rank``; returns the global batch's loss (a tensor on
-    the device: the loop reads it at a report, not every step).
+    the device: the loop reads it at a report, not every step). The batch is gathered from the
+    graphs packed on the device (``batches.GraphBank``): no collation on the host.
 
     Data parallel without DDP's averaging: each rank's loss is its atoms' mean loss times
     ``its atoms / the global batch's atoms``, so the sum over ranks is the global batch's mean
@@ -188,11 +187,11 @@ def train_step(model, optimizer, graphs, idx: list[int], mean, std, cfg: Config,
     pooling per molecule), so the result does not depend on ``world``.
     """
     mine = idx[rank::world]
-    total_atoms = sum(graphs[i].num_nodes for i in idx)
+    total_atoms = graphs.atoms(idx)
     optimizer.zero_grad(set_to_none=False)
     params = [p for p in model.parameters() if p.requires_grad]
     if mine:
-        batch = to_device(Batch.from_data_list([graphs[i] for i in mine]), device)
+        batch = graphs.batch(mine)
         loss, _ = distill_loss(model(batch), standardize(batch.y, mean, std), cfg.mse_weight, cfg.cosine_weight)
         loss = loss * (batch.num_nodes / total_atoms)
         loss.backward()
@@ -230,6 +229,7 @@ def distill(cfg: Config, device=None) -> dict:
     ``train_loop`` on one worker; returns the state ``load_student`` reads."""
     device = device or torch.device("cpu")
     train, _, mean, std, out_dim, sets = prepare(cfg)
+    train = GraphBank(train, device)
     model, optimizer, order_gen = init_training(cfg, out_dim, device)
     mean, std = mean.to(device), std.to(device)
     model.train()
@@ -247,6 +247,7 @@ def train_loop(config: dict) -> None:
     device = session.device()
     rank, world = session.world_rank(), session.world_size()
     train, val, mean, std, out_dim, sets = prepare(cfg)
+    train, val = GraphBank(train, device), GraphBank(val, device)  # packed once: no collation per step
     mean, std = mean.to(device), std.to(device)
 
     model, optimizer, order_gen = init_training(cfg, out_dim, device)

@@ -15,9 +15,10 @@ probability ``sticky_action_prob`` the frame repeats the action the previous fra
 otherwise it takes the agent's action. They are drawn in Python with this env's own
 generator (ALE's emulator is run with stickiness off), so that the K redraws of a step
 (``successors``) are independent draws reproduced by the probe's seed. ALE 0.12's default
-``cloneState()`` does not save ALE's own generator (measured on Breakout at probability 0.5:
-8 distinct frames in 12 redraws from one state), so its draws would differ too, but as a
-continuation of ALE's stream, not of anything the snapshot or the seed fixes.
+``cloneState()`` does not save ALE's own generator (redraws from one state differ, as a
+continuation of ALE's stream, not of anything the snapshot or the seed fixes), and
+``cloneState(include_rng=True)`` restores it, so every redraw would repeat the same draws
+(on Breakout at probability 0.5, 12 redraws: 2 distinct end frames and 1; a test).
 
 ``clone()`` / ``restore()`` save and restore the emulator, the frame stack and the last
 executed action, so that the same (state, action) can be stepped ``K`` times:

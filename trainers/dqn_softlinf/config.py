@@ -10,18 +10,44 @@ experiment file ``dqn_softlinf_nature``; the README's protocol table lists them 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from raylab.config import require, require_at_least
 
 
 RLLIB_USES = {"optimizer": "adam", "adam_eps": 1e-8, "rmsprop_alpha": 0.95, "rmsprop_eps": 0.01,
-              "rmsprop_centered": True, "loss_reduction": "mean"}
+              "rmsprop_centered": True, "loss_reduction": "mean", "amp_bf16": False, "compile": False,
+              "checkpoint_replay": False, "probe_size": 0, "heldout_size": 0, "expected_states": 0,
+              "shared_states": 0, "frame_marks": ()}
 """What backend rllib runs for these fields whatever they say: RLlib's DQN learner builds
 ``torch.optim.Adam(params)`` (eps 1e-8: ``DQNConfig.adam_epsilon`` is not read by the new API
-stack's learner) and this workload's learner reduces the surrogate by the mean. A config that
-asks for anything else with backend rllib is refused, not run as something it did not ask for."""
+stack's learner) in float32, uncompiled, and this workload's learner reduces the surrogate by
+the mean; RLlib's checkpoints hold no replay; the probes (in-sample, held-out, expected,
+shared) and the frame marks are the raylab loop's. A config that asks for anything else with
+backend rllib is refused, not run as something it did not ask for."""
+
+RLLIB_OFF = {k: v for k, v in RLLIB_USES.items() if k in (
+    "checkpoint_replay", "probe_size", "heldout_size", "expected_states", "shared_states", "frame_marks")}
+"""What an experiment with backend rllib sets, the raylab loop's defaults being on."""
+
+RAYLAB_ONLY = ("expected_samples", "shared_seed", "shared_stride", "channels_last", "overlap_env", "env_threads",
+               "replay_on_device", "cuda_graph")
+"""Fields only the raylab loop reads (probe sizes that matter only with a probe on, and the
+loop's own speed settings): with backend rllib they must stay at their defaults."""
+
+
+def rllib_ignored(cfg) -> list[str]:
+    """The fields backend rllib would drop or run differently from what ``cfg`` asks, in field
+    order: ``RLLIB_USES`` fields off RLlib's value, ``RAYLAB_ONLY`` fields off their default."""
+    defaults = {f.name: f.default for f in fields(cfg)}
+    return [f.name for f in fields(cfg)
+            if (f.name in RLLIB_USES and _differs(getattr(cfg, f.name), RLLIB_USES[f.name]))
+            or (f.name in RAYLAB_ONLY and _differs(getattr(cfg, f.name), defaults[f.name]))]
+
+
+def _differs(value, used) -> bool:
+    return tuple(value) != tuple(used) if isinstance(used, tuple) else value != used
 
 
 @dataclass(frozen=True)
@@ -111,23 +137,25 @@ class Config:
     """Run the Nature CNN's convolutions in NHWC layout: same results, faster (Atari only)."""
     amp_bf16: bool = False
     """Run acting and the updates' forward/backward passes under bfloat16 autocast (weights,
-    optimizer, losses and all probe measurements stay float32). Faster on GPUs and on CPUs with
-    AVX512-BF16/AMX; changes the arithmetic, so off by default."""
+    optimizer, losses and all probe measurements stay float32). For GPUs and for CPUs with
+    AVX512-BF16 or AMX only: on such a CPU the update ran at 1.3x float32's, and with those
+    kernels off (a CPU without bfloat16 instructions) at 0.12x, i.e. much slower
+    (benchmarks/bf16_update.py). It changes the arithmetic, so off by default."""
     compile: bool = False
     """torch.compile the Q-network (helps on GPU; on CPU it mostly adds compile time); if
     compilation fails (no C compiler, an unsupported op) one warning line and eager mode."""
     torch_threads: int = 0
     """torch intra-op threads; 0 leaves torch's default (one per core)."""
-    replay_on_device: bool | None = None
+    replay_on_device: bool | Literal["auto"] = "auto"
     """Keep the replay on the trial's device and draw, gather and act there (device_replay.py):
     per update nothing is copied and nothing read back; per vector step one read, the actions.
-    null: on a CUDA device only. false: a numpy ring on the host, each batch sent in two copies.
+    auto: on a CUDA device only. false: a numpy ring on the host, each batch sent in two copies.
     true on a CPU device runs the device code on host tensors (numpy's draws are replaced by
     torch's: other batches, the same distribution)."""
-    cuda_graph: bool | None = None
+    cuda_graph: bool | Literal["auto"] = "auto"
     """Capture the update (batch draw and gather, forward, backward, optimizer step) as one CUDA
     graph after 3 eager updates, and replay it (cuda_graph.py); needs the replay on the device.
-    null: on a CUDA device with the replay there. On a CPU device there is nothing to capture:
+    auto: on a CUDA device with the replay there. On a CPU device there is nothing to capture:
     true warns once and the update runs eagerly."""
 
     # ------------------------------------------------------------------ Atari preprocessing
@@ -163,7 +191,7 @@ class Config:
     probe_size: int = 512
     """Replay transitions in the in-sample probe set (``*_insample`` metrics and ``inner/*``),
     drawn with the probe's own generator (training is the same whatever its size) and redrawn
-    at every target-network update."""
+    at every target-network update; 0 turns it off."""
     heldout_size: int = 4096
     """Transitions of the held-out probe (Atari only; 0 turns it off): a separate game played
     by the behaviour policy whose transitions are never trained on (heldout.py)."""
@@ -171,7 +199,21 @@ class Config:
     """Held-out states at which TQ is estimated from ``expected_samples`` redrawn successors
     (emulator state restored), for ``bellman/residual_linf_expected``; 0 turns it off."""
     expected_samples: int = 8
-    """K: successors drawn per state for ``bellman/residual_linf_expected``."""
+    """K: successors drawn per state for ``bellman/residual_linf_expected`` and the shared set."""
+    shared_states: int = 256
+    """States of the shared held-out set (Atari only; 0 turns it off): played by a fixed policy
+    (uniformly random actions) from a seed that depends on ``shared_seed`` only, so every trial
+    of a sweep on the same game and environment settings scores its network on the same states,
+    actions and K redrawn successors (shared_states.py): ``bellman/residual_linf_shared*``."""
+    shared_stride: int = 4
+    """The fixed policy's agent steps between two states it keeps for the shared set."""
+    shared_seed: int = 0
+    """Seeds the shared set's game, policy and redraws; the same in every trial of a sweep."""
+    frame_marks: tuple[int, ...] = ()
+    """Emulator frames (agent steps x frame_skip) at which ``episode/return_mean`` (the last 100
+    training games) is also kept as ``episode/return_mean_at_<N>M_frames``, repeated in every
+    later row: Machado et al.'s statistic at their budgets (10M and 50M frames). Each mark must
+    fall on a report (a multiple of frame_skip x report_every) within total_steps."""
     eval_every: int = 250_000
     """Agent steps between evaluations (at least one per trial: the first report)."""
     eval_episodes: int = 10
@@ -194,17 +236,24 @@ class Config:
     def __post_init__(self):
         positive = ("total_steps", "num_envs", "buffer_size", "train_every", "batch_size",
                     "target_period", "frame_skip", "frame_stack", "screen_size",
-                    "max_episode_frames", "report_every", "probe_size", "eval_every",
+                    "max_episode_frames", "report_every", "eval_every", "shared_stride",
                     "eval_episodes", "eval_max_steps", "rllib_iterations_per_report")
         require_at_least(self, 1, *positive)
         require(self.learning_starts >= 0, "learning_starts", f"must be >= 0, got {self.learning_starts}")
         require(self.learning_starts < self.total_steps, "learning_starts",
                 f"({self.learning_starts}) is beyond total_steps ({self.total_steps}): nothing would train")
-        ignored = [key for key, used in RLLIB_USES.items() if getattr(self, key) != used]
-        require(self.backend != "rllib" or not ignored, ignored[0] if ignored else "",
-                f"backend rllib would ignore {', '.join(f'{k}={getattr(self, k)}' for k in ignored)} "
-                f"(RLlib's DQN learner runs torch Adam, eps 1e-8, on the mean loss); "
-                f"use backend raylab, or drop {'it' if len(ignored) == 1 else 'them'}")
+        ignored = rllib_ignored(self) if self.backend == "rllib" else []
+        require(not ignored, ignored[0] if ignored else "",
+                f"backend rllib would ignore {', '.join(f'{k}={_show(getattr(self, k))}' for k in ignored)} "
+                f"(RLlib's DQN learner runs torch Adam, eps 1e-8, on the mean loss, in float32; its "
+                f"checkpoints hold no replay; the probes and frame marks are the raylab loop's); use "
+                f"backend raylab, or set {', '.join(f'{k}: {_show(_rllib_value(k))}' for k in ignored)}")
+        require(not (self.optimizer == "rmsprop" and self.loss_reduction == "mean" and self.rmsprop_eps == 0.01),
+                "rmsprop_eps",
+                f"0.01 is Nature's epsilon for the summed batch gradient; with loss_reduction: mean the "
+                f"gradient is {self.batch_size}x smaller and the epsilon is not, so the step is a fraction of "
+                f"Nature's: set loss_reduction: sum (the Lua DQN's rule) or rmsprop_eps: "
+                f"{0.01 / self.batch_size ** 2:.3g} (0.01 / batch_size^2; Dopamine: 1e-05)")
         require(self.beta > 0, "beta", f"must be > 0, got {self.beta}")
         require(self.huber_delta > 0, "huber_delta", f"must be > 0, got {self.huber_delta}")
         require(0 < self.gamma < 1, "gamma", f"must be in (0, 1), got {self.gamma}")
@@ -212,7 +261,8 @@ class Config:
         require(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
         require(self.rmsprop_eps > 0, "rmsprop_eps", f"must be > 0, got {self.rmsprop_eps}")
         require(0 < self.rmsprop_alpha < 1, "rmsprop_alpha", f"must be in (0, 1), got {self.rmsprop_alpha}")
-        for key in ("heldout_size", "expected_states", "expected_samples", "epsilon_decay_start"):
+        for key in ("probe_size", "heldout_size", "expected_states", "expected_samples", "shared_states",
+                    "shared_seed", "epsilon_decay_start"):
             require(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
         require(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         for key in ("epsilon_start", "epsilon_end", "eval_epsilon", "sticky_action_prob"):
@@ -229,5 +279,35 @@ class Config:
                 f"steps of each of the {self.num_envs} envs")
         require(self.batch_size <= self.buffer_size, "batch_size",
                 f"({self.batch_size}) must be <= buffer_size ({self.buffer_size})")
-        require(not (self.cuda_graph and self.replay_on_device is False), "cuda_graph",
+        require(not (self.cuda_graph is True and self.replay_on_device is False), "cuda_graph",
                 "true needs the replay on the device (replay_on_device: false draws each batch on the host)")
+        per_mark = frames_per_step(self) * self.report_every
+        for mark in self.frame_marks:
+            require(mark > 0 and mark % per_mark == 0, "frame_marks",
+                    f"{mark:,} frames is not on a report: use multiples of frames per step x report_every "
+                    f"= {per_mark:,}")
+            require(mark <= frames_per_step(self) * self.total_steps, "frame_marks",
+                    f"{mark:,} frames is beyond total_steps x frames per step = "
+                    f"{frames_per_step(self) * self.total_steps:,}")
+
+
+def frames_per_step(cfg) -> int:
+    """Emulator frames per agent step: ``frame_skip`` on Atari, 1 on gymnasium envs."""
+    return cfg.frame_skip if cfg.suite == "atari" else 1
+
+
+def frame_mark_metric(frames: int) -> str:
+    """``episode/return_mean_at_10M_frames`` for 10,000,000 frames (``_at_2500000_frames`` off the millions)."""
+    label = f"{frames // 1_000_000}M" if frames % 1_000_000 == 0 else str(frames)
+    return f"episode/return_mean_at_{label}_frames"
+
+
+def _rllib_value(key: str):
+    return RLLIB_USES[key] if key in RLLIB_USES else {f.name: f.default for f in fields(Config)}[key]
+
+
+def _show(value):
+    """A value as YAML writes it (``true``, ``[10000000]``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return list(value) if isinstance(value, tuple) else value

@@ -28,7 +28,7 @@ end of a period and ``inner/progress_ratio_exact``, that over the target's own e
 On Atari the emulators step in C++ threads while the update runs (``overlap_env``): the
 updates of a vector step sample the replay as it was before that step's transitions arrive.
 
-Where the replay lives (``replay_on_device``, by default on a CUDA device only): on the host,
+Where the replay lives (``replay_on_device``, auto: on a CUDA device only): on the host,
 each update draws its batch with numpy and sends the batch's contiguous frame window and one
 array of (action, reward, done) to the device, two copies; on the device (device_replay.py),
 the batch is drawn and gathered there, and the whole update (draw, gather, forward, backward,
@@ -50,10 +50,10 @@ import numpy as np
 import torch
 
 from raylab import session
-from raylab.accel import compiled, to_device
+from raylab.accel import AUTO, compiled, enabled, to_device
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
-from trainers.dqn_softlinf.config import Config
+from trainers.dqn_softlinf.config import Config, frame_mark_metric, frames_per_step
 from trainers.dqn_softlinf.ale_probe import life_lost
 from trainers.dqn_softlinf.cuda_graph import GraphedStep, warn
 from trainers.dqn_softlinf.device_replay import DeviceFrameReplay
@@ -65,6 +65,8 @@ from trainers.dqn_softlinf.model import q_network
 from trainers.dqn_softlinf.optim import CenteredRMSprop
 from trainers.dqn_softlinf.preflight import preflight
 from trainers.dqn_softlinf.replay import FrameReplay
+from trainers.dqn_softlinf.shared_states import SharedStates
+from trainers.dqn_softlinf.stats import TIME_AVERAGED, time_average, time_averaged_name
 
 # seed streams (env_seed): every (trial seed, stream, index) gets its own block of env seeds
 TRAIN_STREAM, RESUME_STREAM, EVAL_STREAM, HELDOUT_STREAM, PROBE_STREAM = range(5)
@@ -93,6 +95,7 @@ class Run:
     sums: dict = field(default_factory=dict)  # on-device running sums of loss, Q and ESS
     probe: dict | None = None  # the current period's probe transitions and frozen targets
     heldout: HeldoutProbe | None = None  # Atari: the held-out probe (a game of its own)
+    shared: SharedStates | None = None  # Atari: the state set every trial of a sweep shares
     eval_envs: object = None
     episodes: collections.deque = field(default_factory=lambda: collections.deque(maxlen=100))
     obs: np.ndarray | None = None
@@ -122,6 +125,7 @@ def train_loop(config: dict) -> None:
         "next_eval": 0, "evals": 0, "eval_return": math.nan, "updates_from": cfg.learning_starts,
         "episodes": [], "loss_sum": 0.0, "q_sum": 0.0, "ess_sum": 0.0, "loss_n": 0, "inner": [],
         "inner_exact": [], "exact_start": None, "credit": 0, "starts": 0,
+        "history": {}, "marks": {},  # reported values of TIME_AVERAGED; frame marks reached
     }
     state = session.restore()
     if state is None:
@@ -134,6 +138,8 @@ def train_loop(config: dict) -> None:
     run.episodes = collections.deque(s["episodes"], maxlen=100)
     if cfg.suite == "atari" and cfg.heldout_size:  # not checkpointed: a resumed trial refills it
         run.heldout = HeldoutProbe(cfg, env_seed(cfg.seed, HELDOUT_STREAM, s["starts"]))
+    if cfg.suite == "atari" and cfg.shared_states:  # built the same in every trial: not checkpointed
+        run.shared = SharedStates(cfg)
     if run.probe is not None:
         run.probe = {k: v.to(run.device) if torch.is_tensor(v) else v for k, v in run.probe.items()}
     run.sums = {k: torch.zeros((), device=run.device) + s[f"{k}_sum"] for k in ("loss", "q", "ess")}
@@ -188,6 +194,7 @@ def train_loop(config: dict) -> None:
             elapsed = time.perf_counter() - clock
             metrics = {
                 "env/steps": s["env_steps"],
+                "env/frames": s["env_steps"] * frames_per_step(cfg),
                 "perf/env_steps_per_s": (s["env_steps"] - steps_at_clock) / max(elapsed, 1e-9),
                 "train/epsilon": epsilon_at(cfg, s["env_steps"]),
                 "train/updates": s["updates"],
@@ -234,14 +241,14 @@ def build_run(cfg: Config, device: torch.device) -> Run:
 
 
 def replay_on_device(cfg: Config, device: torch.device) -> bool:
-    """``replay_on_device``, with null resolved: on a CUDA device only."""
-    return device.type == "cuda" if cfg.replay_on_device is None else cfg.replay_on_device
+    """``replay_on_device``, with auto resolved: on a CUDA device only."""
+    return enabled(cfg.replay_on_device, device)
 
 
 def use_graph(cfg: Config, device: torch.device, on_device: bool) -> bool:
-    """``cuda_graph``, with null resolved: on a CUDA device with the replay there. Asked for on
+    """``cuda_graph``, with auto resolved: on a CUDA device with the replay there. Asked for on
     another device: one warning line, and the update runs eagerly."""
-    if cfg.cuda_graph is None:
+    if cfg.cuda_graph == AUTO:
         return device.type == "cuda" and on_device
     if cfg.cuda_graph and device.type != "cuda":
         warn(f"cuda_graph: true on a {device.type} device: there is nothing to capture; "
@@ -485,7 +492,7 @@ def forward_chunks(net, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
 
 def draw_probe(run: Run) -> dict | None:
     replay = run.replay
-    if not replay.can_sample():
+    if not run.cfg.probe_size or not replay.can_sample():
         return None
     if isinstance(replay, DeviceFrameReplay):  # the same draw as on the host, gathered there
         b = device_gather(run, *replay.sample_index(run.cfg.probe_size, run.probe_rng))
@@ -566,6 +573,8 @@ def report_metrics(run: Run, s: dict, last: bool) -> dict:
         metrics["bellman/residual_l2_insample"] = res.square().mean().sqrt().item()
     if run.heldout is not None:
         metrics |= run.heldout.metrics(lambda x: forward_chunks(run.q_fwd, x), cfg.gamma, run.device)
+    if run.shared is not None:
+        metrics |= run.shared.metrics(lambda x: forward_chunks(run.q_fwd, x), cfg.gamma, run.device)
     if run.exact_model is not None:
         metrics |= exact_metrics(q_on_all_states(run, run.q_fwd), *run.exact_model[:2], cfg.gamma,
                                  run.exact_model[2], run.q_star)
@@ -581,7 +590,15 @@ def report_metrics(run: Run, s: dict, last: bool) -> dict:
         s["evals"] += 1
         s["next_eval"] = s["env_steps"] + cfg.eval_every
     metrics["eval/return_mean"] = s["eval_return"]
-    return metrics
+    for key in TIME_AVERAGED:  # robust to when training stops: the mean over the last half of the reports
+        if key in metrics:
+            s["history"].setdefault(key, []).append(float(metrics[key]))
+            metrics[time_averaged_name(key)] = time_average(s["history"][key])
+    for mark in cfg.frame_marks:  # Machado et al.: the last 100 training games' mean at a frame budget
+        name = frame_mark_metric(mark)
+        if name not in s["marks"] and s["env_steps"] * frames_per_step(cfg) >= mark:
+            s["marks"][name] = metrics.get("episode/return_mean", math.nan)
+    return metrics | s["marks"]
 
 
 def make_optimizer(cfg: Config, params, capturable: bool = False) -> torch.optim.Optimizer:

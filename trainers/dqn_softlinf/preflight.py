@@ -35,6 +35,8 @@ def replay_bytes(cfg) -> tuple[int, int]:
     probe = 2 * cfg.probe_size * int(np.prod(frame_shape)) * np.dtype(dtype).itemsize * stack
     if cfg.suite == "atari" and cfg.backend == "raylab" and cfg.heldout_size:
         probe += (cfg.heldout_size + cfg.frame_stack + 2) * per + cfg.heldout_size * HELDOUT_STATE_BYTES
+    if cfg.suite == "atari" and cfg.backend == "raylab" and cfg.shared_states:  # stacks and successor frames
+        probe += cfg.shared_states * (cfg.frame_stack + cfg.expected_samples) * int(np.prod(frame_shape))
     return cfg.buffer_size * per + probe, per
 
 
@@ -62,10 +64,11 @@ def preflight(cfg, available: int | None = None) -> None:
     if cfg.suite == "atari":
         require("dqn_softlinf", ["ale_py"], why="for suite atari (the ALE and its ROMs)")
     check_game(cfg.suite, cfg.game)
-    if cfg.suite == "atari" and cfg.backend == "raylab" and cfg.heldout_size:
-        # the held-out probe resizes its frames with OpenCV, as ALE's C++ does
-        require("dqn_softlinf", ["cv2"], why="(OpenCV) for the held-out probe (config.heldout_size)",
-                otherwise="or set heldout_size: 0")
+    if cfg.suite == "atari" and cfg.backend == "raylab" and (cfg.heldout_size or cfg.shared_states):
+        # the held-out probe and the shared set resize their frames with OpenCV, as ALE's C++ does
+        key = "heldout_size" if cfg.heldout_size else "shared_states"
+        require("dqn_softlinf", ["cv2"], why=f"(OpenCV) for the held-out probe (config.{key})",
+                otherwise="or set heldout_size: 0 and shared_states: 0")
     if cfg.suite == "atari" and cfg.backend == "rllib":
         require("dqn_softlinf", ["cv2"], why="(OpenCV) for RLlib's Atari wrappers (backend: rllib)")
     total, per = replay_bytes(cfg)

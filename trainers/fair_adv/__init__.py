@@ -13,6 +13,7 @@ METRICS = (
     "best/clean_acc", "best/clean_acc_worst_class", "best/robust_acc", "best/robust_acc_worst_class",
     "best/robust_acc_worst_class_gap", "best/robust_acc_gap",
     "final/clean_acc", "final/clean_acc_worst_class", "final/clean_acc_per_class",
+    "final/robust_acc", "final/robust_acc_worst_class", "final/robust_acc_per_class",
     "final/cw_acc", "final/cw_acc_worst_class", "final/cw_acc_per_class",
     "final/autoattack_acc", "final/autoattack_acc_worst_class", "final/autoattack_acc_per_class",
 )
@@ -21,10 +22,12 @@ METRICS = (
 
 LAST_METRICS = (
     "final_last/clean_acc", "final_last/clean_acc_worst_class", "final_last/clean_acc_per_class",
+    "final_last/robust_acc", "final_last/robust_acc_worst_class", "final_last/robust_acc_per_class",
     "final_last/cw_acc", "final_last/cw_acc_worst_class", "final_last/cw_acc_per_class",
     "final_last/autoattack_acc", "final_last/autoattack_acc_worst_class",
     "final_last/autoattack_acc_per_class",
-    "final/clean_acc_gap", "final/clean_acc_worst_class_gap", "final/cw_acc_gap",
+    "final/clean_acc_gap", "final/clean_acc_worst_class_gap", "final/robust_acc_gap",
+    "final/robust_acc_worst_class_gap", "final/cw_acc_gap",
     "final/cw_acc_worst_class_gap", "final/autoattack_acc_gap", "final/autoattack_acc_worst_class_gap",
 )
 """Reported too with ``final_eval_last: true``: the last model's final evaluation and the

@@ -45,11 +45,15 @@ class Config:
     FRL's 300 per class on CIFAR-10; at least one per class (checked before Ray starts)."""
     val_seed: int = 0
     """Seed of the validation split (fixed, so all trials of a sweep share one split)."""
-    eval_size: int | None = None
-    """Test images evaluated every epoch (a fixed class-stratified subset); null: all."""
+    eval_size: int | None = 1000
+    """Test images evaluated every epoch with PGD-20 (a fixed class-stratified subset, the same
+    for every epoch and trial; ``eval/*`` and ``best/*``); null: all. The selected checkpoint is
+    evaluated on ``final_eval_size`` images at the end (``final/*``). 1000 of CIFAR-10's 10,000
+    (100 per class) keep the per-epoch evaluation near 14% of PGD-10 training's cost, against
+    47% for the whole test set (Rice et al.'s protocol: about 19%)."""
     final_eval_size: int | None = None
-    """Test images of the final CW/AutoAttack evaluation of the best checkpoint (a fixed
-    class-stratified subset); null: all."""
+    """Test images of the final PGD-20, CW and AutoAttack evaluation of the best checkpoint (a
+    fixed class-stratified subset); null (default): the whole test set."""
     augment: bool = True
     """Standard CIFAR augmentation (4-pixel padding, random crop, horizontal flip)."""
     augment_padding: Literal["zeros", "reflect"] = "zeros"
@@ -124,16 +128,21 @@ class Config:
     """Batch size of evaluation attacks."""
 
     # ------------------------------------------------------------------ speed (GPU)
-    amp_bf16: bool = False
+    amp_bf16: bool | Literal["auto"] = "auto"
     """Run the training steps (their attack, forward passes and loss) under bfloat16 autocast;
-    weights, optimizer and every evaluation stay float32. Faster on GPUs; changes the
-    arithmetic, so off by default."""
-    channels_last: bool = False
+    weights, optimizer and every evaluation stay float32. ``auto`` (default): on where the
+    trial's device is CUDA, off on a CPU (``raylab.accel.enabled``). Changes the arithmetic:
+    ``tests/fair_adv/test_fair_adv_precision.py`` bounds the loss trajectory's drift from
+    float32 over 200 steps."""
+    channels_last: bool | Literal["auto"] = "auto"
     """Lay the network and its training batches out as NHWC (``torch.channels_last``): the same
-    arithmetic, faster convolutions on GPUs with tensor cores."""
-    compile: bool = False
+    arithmetic, faster convolutions on GPUs with tensor cores. ``auto`` (default): on CUDA only."""
+    compile: bool | Literal["auto"] = False
     """``torch.compile`` the network for the training steps; if compilation fails (no C
-    compiler, an unsupported op) one warning line and eager mode (``raylab.accel``)."""
+    compiler, an unsupported op) one warning line and eager mode (``raylab.accel``). Off by
+    default: on a CPU it earns its compile time back only after 100 to 15,000 steps
+    (``benchmarks/image_speed.py``), more than the CPU runs here take, and on a GPU it is not
+    measured yet (the device benchmark); ``auto`` turns it on for CUDA only."""
 
     # ------------------------------------------------------------------ tri-regime
     tri_warmup_epochs: int = 10

@@ -6,6 +6,7 @@ Per-class bars are labelled by class name through ``class_names``, the hook that
 trial's ``dataset``: CIFAR-10's ten names in its label order; CIFAR-100 runs keep the class
 index (its 100 fine labels would not fit under the bars)."""
 
+from raylab.report.claims import Claim, Contrast, Control, Value, where
 from raylab.report.spec import Bars, Curve, Report, Table
 
 # CIFAR-10's ``label_names`` (its batches.meta), in label order.
@@ -17,7 +18,33 @@ def class_names(config: dict) -> tuple[str, ...]:
     return CIFAR10_CLASSES if config.get("dataset", "cifar10") == "cifar10" else ()
 
 
-REPORT = Report(items=(
+TRI = {"method": "tri_regime"}
+FRL = {"method": "frl", "frl_rate_nat": where("!= 0 (not the uniform-weight control)", lambda r: r != 0)}
+WORST_ROBUST = ("final/autoattack_acc_worst_class", "final/robust_acc_worst_class")
+"""Worst-class robust accuracy of the best-validation model on the final test images: under
+AutoAttack where the run has it, else under PGD-20."""
+
+# The positive control: the attack sees what it must, robust accuracy well below clean accuracy
+# on every trial (an attack that does not bite would make every robust-accuracy comparison moot).
+ATTACK_BITES = Control("the attack bites: PGD lowers test accuracy by more than 0.05 in every trial",
+                       Contrast("eval/clean_acc", against_metric="eval/robust_acc", strata=("base_loss",)),
+                       expect=">", threshold=0.05)
+
+CLAIMS = (
+    Claim("Tri-regime achieves superior worst-class robustness: its worst-class robust accuracy exceeds "
+          "FRL's on the same base loss.",
+          Contrast(WORST_ROBUST, arm=TRI, against=FRL, strata=("base_loss",)),
+          expect=">", threshold=0.0, controls=(ATTACK_BITES,), name="worst_class"),
+    Claim("Tri-regime maintains high clean accuracy: at most 0.02 below FRL's on the same base loss.",
+          Contrast("final/clean_acc", arm=TRI, against=FRL, strata=("base_loss",)),
+          expect=">", threshold=-0.02, controls=(ATTACK_BITES,), name="clean"),
+    Claim("Tri-regime prevents robust overfitting: its best-validation model's worst-class robust accuracy "
+          "is within 0.02 of its last model's.",
+          Value("best/robust_acc_worst_class_gap", arm=TRI, strata=("base_loss",)),
+          expect="<", threshold=0.02, controls=(ATTACK_BITES,), name="no_overfitting"),
+)
+
+REPORT = Report(claims=CLAIMS, items=(
     Bars("eval/robust_acc_per_class", labels_from=class_names,
          title="per-class robust accuracy (PGD) at the last epoch"),
     Bars("eval/clean_acc_per_class", labels_from=class_names, title="per-class clean accuracy at the last epoch"),

@@ -24,7 +24,7 @@ import time
 import torch
 
 from raylab import session
-from raylab.accel import compiled, fixed_shapes
+from raylab.accel import compiled, enabled, fixed_shapes
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from raylab.data import augment
@@ -158,10 +158,10 @@ def train_loop(config: dict) -> None:
     model = build_model(cfg.model, num_classes, cfg.dataset, cfg.cnn_width)
     if shard.world > 1 and device.type == "cuda":
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    layout = torch.channels_last if enabled(cfg.channels_last, device) else torch.contiguous_format
     model = model.to(device, memory_format=layout)
     fixed_shapes(device)  # fixed image shapes: cuDNN picks its kernels once
-    train_model = compiled(model, cfg.compile, "fair_adv network")  # the training steps' forward
+    train_model = compiled(model, enabled(cfg.compile, device), "fair_adv network")  # the training steps' forward
 
     def train_input(batch: torch.Tensor) -> torch.Tensor:
         return augment.to_float(batch).contiguous(memory_format=layout)
@@ -299,11 +299,21 @@ def train_loop(config: dict) -> None:
 def final_evaluation(model: torch.nn.Module, x_u8: torch.Tensor, y: torch.Tensor,
                      num_classes: int, cfg: Config, shard: Shard = Shard(),
                      prefix: str = "final") -> dict:
-    """CW-inf and (unless ``autoattack: off``) AutoAttack accuracy of ``model``, per class
-    (``{prefix}/*``).
+    """Clean, PGD-20 (the per-epoch attack), CW-inf and (unless ``autoattack: off``) AutoAttack
+    accuracy of ``model`` on the final test images (all of them by default), per class
+    (``{prefix}/*``; PGD-20 is ``{prefix}/robust_acc``, as ``eval/robust_acc`` on the subset).
 
-    With several workers CW is sharded; every worker runs the same AutoAttack (once per trial).
+    With several workers PGD and CW are sharded; every worker runs the same AutoAttack (once
+    per trial).
     """
+    pgd_gen = torch.Generator(device=x_u8.device).manual_seed(cfg.seed + 40_000)
+
+    def pgd(m, x, yb, share=None):
+        return attack.pgd(m, x, yb, eps=cfg.eps, step_size=cfg.step_size, steps=cfg.eval_steps,
+                          bn="eval", generator=pgd_gen, share=share)
+
+    robust = metrics.evaluate(model, x_u8, y, num_classes, pgd, cfg.eval_batch_size, augment.to_float,
+                              shard)
     gen = torch.Generator(device=x_u8.device).manual_seed(cfg.seed + 30_000)
 
     def cw(m, x, yb, share=None):
@@ -312,7 +322,8 @@ def final_evaluation(model: torch.nn.Module, x_u8: torch.Tensor, y: torch.Tensor
 
     preds = metrics.evaluate(model, x_u8, y, num_classes, cw, cfg.eval_batch_size, augment.to_float,
                              shard)
-    out = metrics.summarize(preds, y, num_classes, prefix, adv_name="cw")
+    out = metrics.summarize(robust, y, num_classes, prefix) | metrics.summarize(
+        preds, y, num_classes, prefix, adv_name="cw")
     if cfg.autoattack == "off":
         return out
     adv_pred = autoattack_predictions(model, augment.to_float(x_u8), y, cfg)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from raylab.accel import enabled
 from raylab.data import augment
 from trainers.fair_adv import attack, loss, reweight
 from trainers.fair_adv.config import Config
@@ -297,7 +298,7 @@ def train_epoch(
         first, stop = shard.part(len(batch))
         index = batch[first:stop]
         batches += 1
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.amp_bf16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled(cfg.amp_bf16, device)):
             stats = train_step(model, optimizer, to_input(xb[first:stop]), train_y[index], index,
                                cfg, epoch=epoch, history=history, loss_threshold=threshold,
                                frl=frl, generator=attack_gen, shard=shard,

@@ -3,9 +3,53 @@ kept, solver calls by stage, unconstrained greedy included), the victim's MAP ag
 edge-flip budget per attack, the active-learning comparison (labels kept and MAP against the
 training solver calls, per al_strategy), and the victims' training curves."""
 
+from raylab.report.claims import Claim, Contrast, Control, Derived, Value
 from raylab.report.spec import Bars, Curve, Report, Table, Versus
 
-REPORT = Report(items=(
+SEAGRAM, GREEDY = {"attack": "seagram"}, {"attack": "greedy"}
+SETTING = ("victim", "budget")
+
+
+def calls_per_map_drop(train_calls: float, test_calls: float, drop: float) -> float | None:
+    """Solver calls (training the attack plus attacking) per unit of MAP the attack takes off;
+    undefined when the attack took none off."""
+    return (train_calls + test_calls) / drop if drop > 0 else None
+
+
+CALLS_PER_DROP = Derived("solver calls per MAP drop", calls_per_map_drop,
+                         ("attack/solver_calls_train", "attack/solver_calls_test", "attack/map_drop"))
+
+# Positive controls. The MAP instrument: the trained victim ranks far above chance (a random
+# ranking's MAP is about the share of relevant pairs). The solver-call instrument: the
+# solver-checked greedy attack does lower MAP (tests/seagram/test_seagram_science.py).
+VICTIM_RANKS = Control("the clean victim ranks above chance: its MAP exceeds the share of relevant test pairs "
+                       "in every trial",
+                       Contrast("victim/map", against_metric="data/pos_rate_test", strata=SETTING),
+                       expect=">", threshold=0.0)
+GREEDY_BITES = Control("the solver-checked greedy attack lowers MAP in every trial",
+                       Value("attack/map_drop", arm=GREEDY, strata=SETTING), expect=">", threshold=0.0)
+CLASSIFIER_LEARNS = Control("the non-critical-pair classifier learns: its loss at the last active-learning "
+                            "round is below its first",
+                            Contrast("seagram/clf_loss", against_at="first", strata=SETTING),
+                            expect="<", threshold=0.0)
+
+CLAIMS = (
+    Claim("SEAGRAM significantly worsens the performance of existing models: the victim's MAP falls under "
+          "the attack.",
+          Value("attack/map_drop", arm=SEAGRAM, strata=SETTING), expect=">", threshold=0.0,
+          controls=(VICTIM_RANKS,), name="map_drop"),
+    Claim("SEAGRAM is solver-efficient: it spends fewer solver calls per unit of MAP drop than the "
+          "solver-checked greedy attack (a run that sweeps attack over seagram and greedy).",
+          Contrast(CALLS_PER_DROP, arm=SEAGRAM, against=GREEDY, op="ratio", strata=SETTING),
+          expect="<", threshold=1.0, controls=(VICTIM_RANKS, GREEDY_BITES), name="solver_efficiency"),
+    Claim("Active learning reduces the solver calls of training: at an equal label budget, uncertainty "
+          "sampling keeps more relevance labels than random sampling.",
+          Contrast("attack/label_preserved", arm={"al_strategy": "uncertainty"}, against={"al_strategy": "random"},
+                   strata=(*SETTING, "al_budget")),
+          expect=">", threshold=0.0, controls=(CLASSIFIER_LEARNS,), name="active_learning"),
+)
+
+REPORT = Report(claims=CLAIMS, items=(
     Table(("victim/map", "attack/map", "attack/map_true_labels", "attack/label_preserved",
            "attack/flips_mean", "attack/solver_calls_labels", "attack/solver_calls_train",
            "attack/solver_calls_test"),

@@ -25,10 +25,10 @@ import numpy as np
 import torch
 
 from raylab import session
-from raylab.accel import to_device
 from raylab.checkpoint import rng_state, set_rng_state
 from raylab.config import from_dict
 from trainers.seagram import attack as atk
+from trainers.seagram.batches import TrainPairs
 from trainers.seagram.config import Config
 from trainers.seagram.data import RetrievalData, load_data, preflight
 from trainers.seagram.loss import mean_average_precision, ranking_hinge_loss
@@ -108,10 +108,11 @@ def train_loop(config: dict) -> None:
 
     # ------------------------------------------------------------ phase 1: the victim
     if st["phase"] == "victim":
+        feed = TrainPairs.of(data, cfg, device)  # padded once on the device: no collation per step
         losses, pairs, started = [], 0, time.perf_counter()
         victim.train()
         while st["step"] < cfg.victim_steps:
-            loss, n_pairs = victim_step(victim, optimizer, data, cfg, victim_rng)
+            loss, n_pairs = victim_step(victim, optimizer, feed, cfg, victim_rng)
             losses.append(loss)
             pairs += n_pairs
             st["step"] += 1
@@ -231,9 +232,10 @@ def train_victim(victim, optimizer, data: RetrievalData, cfg: Config, rng: np.ra
     ``report_every`` steps and early stopping as ``train_loop``; restores the best model."""
     stopping = EarlyStopping(cfg.patience, cfg.es_tolerance)
     started, pairs, step = time.perf_counter(), 0, 0
+    feed = TrainPairs.of(data, cfg, next(victim.parameters()).device)
     victim.train()
     while step < cfg.victim_steps and not stopping.stop:
-        pairs += victim_step(victim, optimizer, data, cfg, rng)[1]
+        pairs += victim_step(victim, optimizer, feed, cfg, rng)[1]
         step += 1
         if step % cfg.report_every == 0 or step == cfg.victim_steps:
             victim.eval()
@@ -255,13 +257,13 @@ def make_victim(cfg: Config, data: RetrievalData):
     return victim, torch.optim.Adam(victim.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def victim_step(victim, optimizer, data: RetrievalData, cfg: Config, rng: np.random.Generator):
-    """One optimizer step of the ranking hinge loss; returns ``(loss, pairs scored)``, the
-    loss as a tensor on the device (read at the report, not every step)."""
-    device = next(victim.parameters()).device
-    qa, qm, ca, cm, labels = victim_batch(data, cfg, rng, cfg.query_nodes[1], cfg.corpus_nodes[1])
-    scores = victim(*(to_device(t, device) for t in (qa, qm, ca, cm)))
-    loss = ranking_hinge_loss(scores.view(labels.shape), to_device(labels, device), cfg.margin)
+def victim_step(victim, optimizer, feed: TrainPairs, cfg: Config, rng: np.random.Generator):
+    """One optimizer step of the ranking hinge loss on pairs drawn by ``rng`` and gathered on the
+    device (``batches.TrainPairs``: the same batch as ``victim_batch``); returns ``(loss, pairs
+    scored)``, the loss as a tensor on the device (read at the report, not every step)."""
+    qa, qm, ca, cm, labels = feed.sample(rng)
+    scores = victim(qa, qm, ca, cm)
+    loss = ranking_hinge_loss(scores.view(labels.shape), labels, cfg.margin)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
@@ -429,7 +431,9 @@ def attack_metrics(batch: atk.PairBatch, outcome: atk.AttackOutcome, after: torc
 
 def victim_batch(data: RetrievalData, cfg: Config, rng: np.random.Generator, n_query: int,
                  n_corpus: int):
-    """One training batch: queries_per_step train queries, each with pos/neg corpus samples."""
+    """One training batch: queries_per_step train queries, each with pos/neg corpus samples,
+    collated on the host (the reference ``batches.TrainPairs`` gathers the same on the device;
+    ``benchmarks/graph_feed.py`` times both)."""
     train = data.splits["train"]
     queries = rng.choice(train, size=cfg.queries_per_step)
     qs, cs, labels = [], [], []
