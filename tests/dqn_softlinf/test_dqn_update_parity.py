@@ -269,7 +269,7 @@ def test_checkpoints_resume_across_the_replays(local_trial, tmp_path):
 
     assert timeless(exact[-1]) == timeless(full[-1])
     for rest in (to_device, to_host):
-        assert [r["env/steps"] for r in rest] == [2000]
+        assert rest[0]["env/steps"] > 1000 and rest[-1]["env/steps"] == 2000  # went on from 1,000
         # the replay came along: updates went on from the first step (no refill)
         assert rest[-1]["train/updates"] == full[-1]["train/updates"]
         assert np.isfinite(rest[-1]["train/loss"]) and np.isfinite(rest[-1]["bellman/residual_linf_exact"])
