@@ -8,15 +8,15 @@ GPU machine it takes about 3 minutes. Four sections, each printed as a table, al
 written to ``DIR/gpu_throughput.json`` (default ``gpu_throughput_out/``):
 
 1. ``dqn``: the DQN loop (trainers/dqn_softlinf/loop.py's ``train_loop``, soft-linf, Pong, 8
-   envs, the held-out game and every probe on) in four variants, run in interleaved rounds
-   (A B C D, A B C D, ...): **today** (the loop before issue 38: each batch sent in five
+   envs, the held-out game and every probe on) in four variants, run in interleaved rounds:
+   **today** (the loop before issue 38: each batch sent in five
    copies, two of them slices with gaps; the held-out game's greedy action in a forward pass
    and a device read of its own; soft-linf reading beta's sign from the device), **window**
    (the host replay now: one contiguous window and one scalar array per batch, the held-out
    game in the training forward pass; the default on a CPU), **device** (the replay on the
    device, batches drawn and gathered there, epsilon-greedy there: one read per vector step)
    and **device+graph** (that, with the update captured as a CUDA graph: the default on a
-   GPU; CUDA only). Env steps/s after the first report (learning starts, the graph is
+   GPU; CUDA only), in rounds A B C D, D C B A, ... Env steps/s after the first report (learning starts, the graph is
    captured, cuDNN picks kernels), from the loop's own clock, which leaves out the reports'
    probe measurements; GPU utilisation sampled with ``nvidia-smi`` during each run where
    there is one.
@@ -215,8 +215,8 @@ def section_dqn(args, device) -> list[dict]:
 
     names = [n for n in VARIANTS if n != "device+graph" or device.type == "cuda"]
     runs: dict[str, list[dict]] = {n: [] for n in names}
-    for _ in range(args.rounds):
-        for name in names:
+    for round_ in range(args.rounds):
+        for name in names if round_ % 2 == 0 else names[::-1]:  # A B C, C B A, ...: no variant always first
             runs[name].append(run_dqn(args, name))
             print(f"  dqn {name:13s} {runs[name][-1]['steps_per_s']:9.1f} env steps/s", flush=True)
     rows = []
