@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-long demo bench clean boltz-env chromium sshd
+.PHONY: test test-long demo bench clean boltz-env chromium sshd device-rehearsal
 
 # torchattacks (the fair_adv tests' independent PGD) goes in with --no-deps: its metadata asks
 # for torchvision (a second torch build) and requests~=2.25, and its code imports neither.
@@ -76,6 +76,17 @@ bench: $(STAMP)
 	$(PY) benchmarks/graph_feed.py
 	$(PY) benchmarks/image_speed.py --width 16 --batch-size 32 --threads 1
 	$(PY) benchmarks/seagram_cost.py
+
+# The GPU check rehearsed here (issue 37): .kit/ built (benchmarks/device_kit.py), then
+# benchmarks/device_rehearsal.py: a Python 3.12 venv as the GPU machine has it (torch 2.11 from PyPI,
+# its package list as constraints, no Ray), cached outside the tree (RAYLAB_DEVICE_VENV, default
+# ~/.cache/raylab/device-py312-torch2.11; the first build downloads about 4 GB), the kit unpacked by
+# gpu_check.sh as there, every step's CPU twin. About 20 minutes on 2 cores.
+DEVICE_DEPS ?= $(STAMP)
+REHEARSAL_OUT ?= results/device-rehearsal
+device-rehearsal: $(DEVICE_DEPS)
+	$(PY) benchmarks/device_kit.py
+	$(PY) benchmarks/device_rehearsal.py --out $(REHEARSAL_OUT)
 
 clean:
 	rm -rf $(VENV) $(BOLTZ_VENV) results

@@ -3,7 +3,7 @@
 All run the same number of trivial single-CPU trials that report three times: plain Tune runs
 a bare function trainable (with Tune's defaults, and again reusing actors between trials, as
 raylab does); raylab runs the `toy` workload cut to three SGD steps through
-`raylab.sweep.sweep` (config validation, the session API, two checkpoints through the raylab
+`raylab.launch.sweep.run` (config validation, the session API, two checkpoints through the raylab
 helper). The difference is raylab's fixed cost per trial. Prints seconds for each and the
 ratios (target: raylab <= 1.5x plain Tune).
 
@@ -34,7 +34,8 @@ import ray
 from ray import tune
 
 from raylab import experiment as experiments
-from raylab import sweep
+from raylab.launch import sweep
+from raylab.run_folder import RunFolder, new_run_name
 
 
 def plain_trial(config):
@@ -62,7 +63,7 @@ def run_raylab(trials: int, storage: str) -> float:
         ["config.steps=3", "config.report_every=1", f"search.seed={list(range(trials))}",
          "search.lr=[0.05]", "num_samples=1", "scheduler.type=fifo"],
     )
-    sweep.sweep(experiment, storage=storage, verbose=0)
+    sweep.run(experiment, RunFolder.under(storage, new_run_name(experiment)), verbose=0)
     return time.perf_counter() - start
 
 

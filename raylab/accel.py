@@ -8,7 +8,11 @@ Each is a no-op on the CPU, so a loop calls them unconditionally:
   stall the host (a copy from pageable memory waits until it is done); on the CPU it is
   ``x.to(device)``.
 - ``fixed_shapes(device)``: ``torch.backends.cudnn.benchmark = True`` on CUDA, for loops whose
-  input shapes never change (image batches): cuDNN times its kernels once per shape.
+  input shapes never change (image batches): cuDNN times its kernels once per shape. With
+  ``RAYLAB_DETERMINISTIC=1`` in the environment it calls ``deterministic()`` instead.
+- ``deterministic()``: deterministic kernels (``torch.use_deterministic_algorithms``, cuDNN's
+  deterministic algorithms, no autotuning, ``CUBLAS_WORKSPACE_CONFIG``), so that two runs on
+  one GPU, or a run and its resume, can be compared bit for bit; slower, for checks only.
 - ``compiled(module, enabled)``: ``torch.compile(module)`` when enabled. Compilation can fail
   where a GPU check runs (no C compiler, an unsupported op, an old Triton): ``torch.compile``
   itself raising, or the first call raising while it compiles. Either way one line goes to
@@ -23,6 +27,7 @@ Each is a no-op on the CPU, so a loop calls them unconditionally:
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -55,10 +60,33 @@ def enabled(switch: bool | str, device: torch.device | str) -> bool:
     return switch
 
 
+DETERMINISTIC_ENV = "RAYLAB_DETERMINISTIC"
+"""``RAYLAB_DETERMINISTIC=1``: ``fixed_shapes`` turns deterministic mode on instead of autotuning."""
+CUBLAS_WORKSPACE = ":4096:8"
+"""cuBLAS's deterministic workspace setting (CUDA >= 10.2 needs one for reproducible GEMMs)."""
+
+
 def fixed_shapes(device: torch.device) -> None:
-    """Let cuDNN pick its fastest kernels once per input shape (CUDA only; a no-op elsewhere)."""
-    if torch.device(device).type == "cuda":
+    """Let cuDNN pick its fastest kernels once per input shape (CUDA only; a no-op elsewhere);
+    with ``RAYLAB_DETERMINISTIC=1``, ``deterministic()`` instead."""
+    if os.environ.get(DETERMINISTIC_ENV) == "1":
+        deterministic()
+    elif torch.device(device).type == "cuda":
         torch.backends.cudnn.benchmark = True
+
+
+def deterministic() -> None:
+    """Deterministic kernels wherever torch has them, for bit-for-bit comparisons of two runs.
+
+    ``torch.use_deterministic_algorithms(True, warn_only=True)``: an op with no deterministic
+    CUDA kernel warns (naming itself) rather than stopping the run, so a comparison that then
+    differs can say which op it was; cuDNN's deterministic algorithms with autotuning off; and
+    ``CUBLAS_WORKSPACE_CONFIG`` (set here when unset, which takes effect only if no cuBLAS
+    handle exists yet: set it in the environment of the process to be sure)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
 
 
 def warn(message: str) -> None:

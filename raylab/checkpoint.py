@@ -5,7 +5,8 @@ states, step, config...) and ``meta.json`` (the SHA-256 and size of ``state.pt``
 written to temporary names, flushed to disk and renamed, ``meta.json`` last: a directory whose
 ``meta.json`` is missing or does not match its ``state.pt`` is incomplete or corrupted, and
 ``load_latest`` skips it with a warning naming it. Loading uses ``torch.load(...,
-weights_only=True)``, which never runs code from the file.
+weights_only=True)``, which never runs code from the file. What a loop puts into its checkpoints
+is declared once, as the fields of a ``LoopState`` dataclass (at the end of this module).
 
 A state larger than ``PART_BYTES`` (1 GiB) is written in parts: ``state.pt`` holds its first
 ``PART_BYTES`` and ``state.pt.part1``, ``state.pt.part2``... the rest, and ``meta.json`` lists
@@ -22,12 +23,12 @@ import io
 import json
 import os
 import random
-import re
 import warnings
 from pathlib import Path
 from typing import Any
 
-from raylab.run_folder import write_atomic
+from raylab.files import write_atomic
+from raylab.run_folder import checkpoint_order, is_checkpoint_name
 
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
@@ -202,20 +203,6 @@ def load_latest(candidates: list[Path]) -> tuple[dict[str, Any], Path] | None:
     return None
 
 
-def order_key(name: str) -> list:
-    """Sort key of a checkpoint folder name: digit runs compare as numbers.
-
-    Tune names checkpoints ``checkpoint_000012``, Ray Train v2 ``checkpoint_2026-12-01_07-41-08
-    .720567``; both sort oldest to newest under this key.
-    """
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name)]
-
-
-def is_checkpoint_name(name: str) -> bool:
-    """A folder Ray or raylab wrote a checkpoint into (not a download or upload in progress)."""
-    return name.startswith("checkpoint_") and "tmp" not in name
-
-
 def siblings_newest_first(directory: Path) -> list[Path]:
     """``directory`` followed by the older checkpoint folders beside it, newest first."""
     return [Path(p) for p in sibling_paths_newest_first(str(directory))]
@@ -224,8 +211,8 @@ def siblings_newest_first(directory: Path) -> list[Path]:
 def sibling_paths_newest_first(path: str, filesystem: Any = None) -> list[str]:
     """``path`` then the older checkpoint folders beside it on ``filesystem`` (local or cloud).
 
-    Any naming Ray uses is accepted (see ``order_key``); a folder whose name is not a
-    checkpoint's (a temporary download, ``checkpoint_tmp_*``) has no siblings.
+    Any naming Ray uses is accepted (``raylab.run_folder.checkpoint_order``); a folder whose
+    name is not a checkpoint's (a temporary download) has no siblings.
     """
     import pyarrow.fs
 
@@ -241,9 +228,9 @@ def sibling_paths_newest_first(path: str, filesystem: Any = None) -> list[str]:
     older = [
         info.base_name for info in listing
         if info.type == pyarrow.fs.FileType.Directory and is_checkpoint_name(info.base_name)
-        and order_key(info.base_name) < order_key(own)
+        and checkpoint_order(info.base_name) < checkpoint_order(own)
     ]
-    return [path] + [f"{parent}/{name}" for name in sorted(older, key=order_key, reverse=True)]
+    return [path] + [f"{parent}/{name}" for name in sorted(older, key=checkpoint_order, reverse=True)]
 
 
 def load_newest_good(path: str, filesystem: Any = None) -> tuple[dict[str, Any], str] | None:
@@ -323,3 +310,116 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# ------------------------------------------------------------------------ a loop's state
+
+
+class LoopState:
+    """Base of a train loop's state dataclass: its fields are the one list of what a checkpoint
+    holds and what a resume restores, so a key cannot be saved and forgotten on restore::
+
+        @dataclass
+        class State(LoopState):
+            model: torch.nn.Module
+            optimizer: torch.optim.Optimizer
+            rng: GlobalRNG = field(default_factory=GlobalRNG)
+            step: int = 0
+            config: dict = saved_only()         # in each checkpoint for its readers, not restored
+
+        st = State(model, optimizer, config=config)
+        if (saved := session.restore()) is not None:
+            st.load_state_dict(saved)
+        ...
+        session.report(metrics, state=st.state_dict)
+
+    A field whose value has ``state_dict()``/``load_state_dict()`` (a module, an optimizer, a
+    scheduler, a replay buffer, ``GlobalRNG``) is saved as its state dict and restored into the
+    object in place; a ``torch.Generator`` as its ``get_state()``, a NumPy ``Generator`` as its
+    bit generator's state, both restored in place; a NumPy array as a tensor (restored as an
+    array); any other value (a counter, a tensor, a dict of floats, None) as it is, its tensors
+    moved to the CPU. ``load_state_dict`` raises ``KeyError`` naming every field the checkpoint
+    lacks, before it changes anything.
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        import dataclasses
+
+        return {f.name: _saved(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        import dataclasses
+
+        names = [f.name for f in dataclasses.fields(self) if f.metadata.get("restore", True)]
+        missing = [name for name in names if name not in state]
+        if missing:
+            raise KeyError(f"{type(self).__name__}: the checkpoint has no {', '.join(map(repr, missing))} "
+                           f"(it holds {', '.join(map(repr, sorted(state)))})")
+        for name in names:
+            setattr(self, name, _restored(getattr(self, name), state[name]))
+
+
+class GlobalRNG:
+    """The process's global RNG states (Python, NumPy, torch) as one field of a ``LoopState``:
+    ``rng_state()`` when saved, ``set_rng_state`` when restored."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return rng_state()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        set_rng_state(state)
+
+
+def saved_only(default: Any = None) -> Any:
+    """A ``LoopState`` field written into every checkpoint for its readers (the trial's config,
+    the step a run resumed from) and not restored from it."""
+    import dataclasses
+
+    return dataclasses.field(default=default, metadata={"restore": False})
+
+
+def _saved(value: Any) -> Any:
+    import numpy as np
+    import torch
+
+    if hasattr(value, "state_dict"):
+        return value.state_dict()
+    if isinstance(value, torch.Generator):
+        return value.get_state()
+    if isinstance(value, np.random.Generator):
+        return value.bit_generator.state
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.copy())
+    return _on_cpu(value)
+
+
+def _restored(current: Any, saved: Any) -> Any:
+    import numpy as np
+    import torch
+
+    if hasattr(current, "load_state_dict"):
+        current.load_state_dict(saved)
+        return current
+    if isinstance(current, torch.Generator):
+        current.set_state(saved)
+        return current
+    if isinstance(current, np.random.Generator):
+        current.bit_generator.state = saved
+        return current
+    if isinstance(current, np.ndarray):
+        return saved.numpy()
+    return saved
+
+
+def _on_cpu(value: Any) -> Any:
+    import torch
+
+    if torch.is_tensor(value):
+        return value.cpu()
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_on_cpu(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_on_cpu(v) for v in value)
+    return value

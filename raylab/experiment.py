@@ -44,8 +44,9 @@ holds experiment YAMLs. This repository registers ``tune_configs``; a lab's pack
 own (``[project.entry-points."raylab.experiments"] lab = "mylab_configs"``)."""
 
 
-def packaged_config_dirs() -> list[Path]:
-    """The folders of the packages registered in ``raylab.experiments``, in entry-point order.
+def packaged_config_dirs() -> list[tuple[Path, str]]:
+    """The folders of the packages registered in ``raylab.experiments``, in entry-point order,
+    each with its package's name.
 
     An installation of raylab whose metadata predates the group (an editable install not
     reinstalled since) registers none: its ``tune_configs`` package is searched first then."""
@@ -57,21 +58,22 @@ def packaged_config_dirs() -> list[Path]:
         stale = not distribution("raylab").entry_points.select(group=EXPERIMENTS_GROUP)
     except PackageNotFoundError:  # raylab on the path, not installed
         stale = True
-    dirs = []
+    dirs: dict[Path, str] = {}
     for name, package in [("", "tune_configs")] * stale + registered:
         try:
-            dirs.append(Path(str(files(package))))
+            dirs.setdefault(Path(str(files(package))), package)
         except ModuleNotFoundError:
             if name:
                 raise UserError(f"entry point '{name} = {package}' ({EXPERIMENTS_GROUP}): "
                                 f"package '{package}' is not importable") from None
-    return list(dict.fromkeys(dirs))
+    return list(dirs.items())
 
 
 def config_dirs() -> list[tuple[Path, str]]:
     """Folders experiments are found in, with their origin: the installed packages' folders
-    (``packaged_config_dirs``), then each folder of ``RAYLAB_CONFIGS`` (a name there wins)."""
-    dirs = [(path, PACKAGE_ORIGIN) for path in packaged_config_dirs()]
+    (``packaged_config_dirs``; origin ``package NAME``), then each folder of ``RAYLAB_CONFIGS``
+    (origin: the folder; a name there wins)."""
+    dirs = [(path, f"{PACKAGE_ORIGIN} {package}") for path, package in packaged_config_dirs()]
     for folder in os.environ.get(CONFIGS_ENV, "").split(os.pathsep):
         if folder:
             path = Path(folder).expanduser()
@@ -294,11 +296,28 @@ def available() -> dict[str, Path]:
 
 
 def available_with_origin() -> dict[str, tuple[Path, str]]:
-    """Experiment names with their files and where each came from (``package`` or a folder)."""
+    """Experiment names with their files and where each came from (``package NAME`` or a folder).
+
+    Two registered packages that ship an experiment of the same name are refused, naming both,
+    unless a ``--configs`` folder (``RAYLAB_CONFIGS``) holds that name too: a folder given
+    there is the explicit choice, and wins over any package.
+    """
     found: dict[str, tuple[Path, str]] = {}
+    clashes: dict[str, str] = {}
     for folder, origin in config_dirs():
+        packaged = origin.startswith(f"{PACKAGE_ORIGIN} ")
         for path in sorted(folder.glob("*.yaml")):
+            earlier = found.get(path.stem)
+            if packaged and earlier is not None and path.stem not in clashes:
+                clashes[path.stem] = (
+                    f"experiment '{path.stem}' is shipped by two packages ({EXPERIMENTS_GROUP}): "
+                    f"{earlier[1]} ({earlier[0]}) and {origin} ({path}); rename one of them, or give "
+                    f"the one to run in a folder of your own with --configs DIR")
+            elif not packaged:
+                clashes.pop(path.stem, None)
             found[path.stem] = (path, origin)
+    if clashes:
+        raise UserError(next(iter(clashes.values())))
     return found
 
 

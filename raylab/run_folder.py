@@ -8,25 +8,36 @@ A run folder is what ``python -m raylab.tune`` (one folder per Tune trial) or
     summary.csv              the end-of-sweep table
     _raylab/finished.yaml    every trial reached its end: ``--resume`` has nothing to do
     _raylab/ended/TRIAL_ID   one empty file per trial whose loop returned
-    TRIAL/params.json, result.json, error.txt, config.yaml, checkpoint_*/
+    TRIAL/                   one ``TrialFolder`` per trial:
+        params.json          the trial's config as Tune (or the local backend) gave it
+        result.json          one JSON row per report
+        error.txt            why it failed, when it did
+        config.yaml          its full config, the workload's defaults filled in
+        checkpoint_*/        its checkpoints (``raylab.checkpoint``'s format)
 
-Local folders and URIs (``s3://``, ``gs://``, ``file://``, a ``?query`` of pyarrow options kept
-last) are read and written through one ``RunFolder``; the URI mechanics are ``raylab.storage``'s.
-Besides, the small file helpers that checkpoints, datasets and caches share (``write_atomic``,
-``sha256_file``) and how a path a user gives is resolved (``user_path``).
+Every reader and writer of these names goes through ``RunFolder`` and ``TrialFolder``: no other
+module spells them (``tests/core/test_run_folder.py`` checks). Local folders and URIs
+(``s3://``, ``gs://``, ``file://``, with a ``?query`` of pyarrow filesystem options kept last)
+are read and written the same way; the location algebra on them (``join``, ``parent``,
+``name_of``, ``filesystem``) is at the end of this module.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
-import tempfile
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from raylab import storage, yaml_io
+from raylab import provenance, yaml_io
 from raylab.errors import UserError
 
+if TYPE_CHECKING:
+    from raylab.experiment import Experiment
+
 EXPERIMENT_FILE = "experiment.yaml"
+SUMMARY_FILE = "summary.csv"
 RUN_INTERNAL = "_raylab"
 FINISHED_FILE = f"{RUN_INTERNAL}/finished.yaml"
 """Written when every trial of a sweep has terminated: ``--resume`` then has nothing to do."""
@@ -34,8 +45,19 @@ ENDED_DIR = f"{RUN_INTERNAL}/ended"
 """One empty file per trial whose loop returned (``_raylab/ended/TRIAL_ID``). Tune's saved state
 can miss that: when a sweep is killed soon after a trial's function returns, Ray 2.60 may have
 saved the trial TERMINATED with a last result that lacks ``done``, and a resume keeps it so."""
+TUNE_RUN = "raylab.tune"
+"""``provenance.command`` of a sweep (``python -m raylab.tune``)."""
 TRAIN_RUN = "raylab.train"
-"""``provenance.command`` of a ``python -m raylab.train`` run (a sweep's says ``raylab.tune``)."""
+"""``provenance.command`` of a ``python -m raylab.train`` run."""
+TRAIN_TRIAL = "trial"
+"""The one trial folder of a ``python -m raylab.train`` run."""
+
+PARAMS_FILE = "params.json"
+RESULT_FILE = "result.json"
+ERROR_FILE = "error.txt"
+CONFIG_FILE = "config.yaml"
+CHECKPOINT_PREFIX = "checkpoint_"
+"""A trial's files (see the module docstring), and the start of its checkpoint folders' names."""
 
 LIVE_STATUSES = ("RUNNING", "PENDING", "PAUSED")
 """Tune's words for a trial that has not reached its end yet, in a sweep still running."""
@@ -64,13 +86,13 @@ class RunFolder:
     """One run folder, local or on cloud storage: its name, its files, its markers."""
 
     def __init__(self, location: str | os.PathLike):
-        self.location = storage.root(str(location))
+        self.location = root(str(location))
         """An absolute local path, or the URI as given (its ``?query`` last)."""
 
     @classmethod
     def under(cls, storage_root: str, name: str) -> RunFolder:
         """The run folder ``name`` under ``--storage`` (a path or a URI)."""
-        return cls(storage.join(storage.root(storage_root), name))
+        return cls(join(root(storage_root), name))
 
     def __repr__(self) -> str:
         return f"RunFolder({self.location!r})"
@@ -87,20 +109,20 @@ class RunFolder:
     @property
     def name(self) -> str:
         """The run's name: the folder's last path element (a URI's ``?query`` is no part of it)."""
-        return storage.name_of(self.location)
+        return name_of(self.location)
 
     @property
     def storage_root(self) -> str:
         """The ``--storage`` root that holds the folder (what Tune's ``storage_path`` is)."""
-        return storage.parent(self.location)
+        return parent(self.location)
 
     @property
     def is_uri(self) -> bool:
-        return storage.is_uri(self.location)
+        return is_uri(self.location)
 
     def join(self, *parts: str) -> str:
         """A path or URI inside the folder (a URI's ``?query`` kept last)."""
-        return storage.join(self.location, *parts)
+        return join(self.location, *parts)
 
     # -------------------------------------------------------------------- files
 
@@ -108,7 +130,7 @@ class RunFolder:
         import pyarrow
 
         try:
-            fs, path = storage.filesystem(self.location)
+            fs, path = filesystem(self.location)
         except (pyarrow.ArrowInvalid, OSError, ValueError) as err:
             raise UserError(f"cannot open {self.location}: {err}") from None
         return fs, path.rstrip("/") or "/"
@@ -211,16 +233,54 @@ class RunFolder:
     def mark_finished(self, trials: int) -> None:
         self.write_text(FINISHED_FILE, yaml_io.dumps({"trials": trials}))
 
-    def restorable(self) -> bool:
-        """Whether Tune can restore the sweep here: its Tuner state (``Tuner.can_restore``) and
-        at least one experiment state file, which ``Tuner.restore`` also needs (a sweep that
-        stopped before its first trial started has the one and not the other)."""
-        from ray import tune
+    def begin(self, experiment: Experiment, command: str = TUNE_RUN) -> None:
+        """Write ``experiment.yaml``: the experiment as it runs now, with its provenance (the
+        code's commit, package versions, host, start time) and the ``command`` that ran it."""
+        from raylab import workloads
 
-        if not tune.Tuner.can_restore(self.location):
-            return False
-        return any(name.startswith("experiment_state-") and name.endswith(".json")
-                   for name, kind in self.listdir() if kind == "file")
+        record = {**provenance.of_workload(workloads.get(experiment.workload)), "command": command}
+        self.write_text(EXPERIMENT_FILE, yaml_io.dumps({**experiment.to_yaml_dict(), "provenance": record}))
+
+    def record(self, *, ended: str | None = None, resumed: str | None = None) -> None:
+        """Record in ``experiment.yaml``'s provenance when the run ended, or that it resumed."""
+        saved = self.experiment()
+        if saved is None or not isinstance(saved.get("provenance"), dict):
+            return
+        record = saved["provenance"]
+        if ended:
+            record["ended"] = ended
+        if resumed:
+            record["resumed"] = [*record.get("resumed", []), resumed]
+            record["ended"] = None
+        self.write_text(EXPERIMENT_FILE, yaml_io.dumps(saved))
+
+    def saved_experiment(self, what: str = "--resume") -> Experiment:
+        """The experiment the run was started with (its ``experiment.yaml``), validated again;
+        a ``UserError`` starting with ``what`` when the folder has none."""
+        from raylab.experiment import from_saved
+
+        source = self.join(EXPERIMENT_FILE)
+        text = self.read_text(EXPERIMENT_FILE)
+        if text is None:
+            raise UserError(f"{what}: {source} is missing; this folder was not started by raylab")
+        return from_saved(yaml_io.loads(text, source), source)
+
+    # -------------------------------------------------------------------- its trials
+
+    def trial(self, name: str) -> TrialFolder:
+        """The folder of trial ``name`` (Tune's trial folder name; ``trial`` for ``raylab.train``)."""
+        return TrialFolder(self, name)
+
+    def trials(self) -> list[TrialFolder]:
+        """The trial folders the run holds now, by name: folders with a config, a result or an
+        error file (not raylab's ``_raylab``, not Tune's own files)."""
+        found = []
+        for name, kind in self.listdir():
+            if kind == "dir" and not name.startswith(("_", ".")) and not is_checkpoint_name(name):
+                trial = self.trial(name)
+                if trial.is_trial():
+                    found.append(trial)
+        return found
 
 
 def is_train_run(saved: dict, folder_name: str) -> bool:
@@ -230,6 +290,16 @@ def is_train_run(saved: dict, folder_name: str) -> bool:
     if command:
         return command == TRAIN_RUN
     return folder_name.startswith(f"{saved.get('name')}-train")
+
+
+def new_run_name(experiment: Experiment, command: str = TUNE_RUN) -> str:
+    """``NAME[-train][-smoke]-YYYYmmdd-HHMMSS``: the folder of a new run, so that new runs never
+    mix with old ones; a ``python -m raylab.train`` run's says ``-train``."""
+    import datetime
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    train = "-train" if command == TRAIN_RUN else ""
+    return f"{experiment.name}{train}{'-smoke' if experiment.smoke else ''}-{stamp}"
 
 
 def newest_run(storage_root: str, experiment: str, *, smoke: bool | None = None,
@@ -268,49 +338,230 @@ def newest_run(storage_root: str, experiment: str, *, smoke: bool | None = None,
     return max(candidates, key=lambda c: c[:2])[2] if candidates else None
 
 
-# ------------------------------------------------------------------------ files and paths
+class TrialFolder:
+    """One trial's folder of a run: its config (``params.json``), its rows (``result.json``),
+    its failure (``error.txt``), its full config (``config.yaml``) and its checkpoints.
 
-
-LAUNCH_DIR_ENV = "RAYLAB_LAUNCH_DIR"
-"""The folder the sweep was started from, set in each trial's process by raylab."""
-
-
-def user_path(path: str | os.PathLike) -> Path:
-    """``path`` with ``~`` expanded; a relative path is taken from where the command ran.
-
-    Ray Tune runs each trial in a working folder of its own; raylab records the folder the
-    sweep was launched from in ``RAYLAB_LAUNCH_DIR`` for the trial: relative paths resolve
-    against that, and against the current folder outside a trial.
+    Ray Tune writes the first three and the checkpoints of a sweep's trials; raylab's local
+    backend (``python -m raylab.train``) writes the same files the same way, and raylab's
+    config writer adds ``config.yaml``. Local folders and URIs alike, through the ``RunFolder``.
     """
-    path = Path(path).expanduser()
-    if path.is_absolute():
-        return path
-    return Path(os.environ.get(LAUNCH_DIR_ENV) or os.getcwd()) / path
+
+    def __init__(self, run: RunFolder, name: str):
+        self.run = run
+        self.name = name
+
+    @classmethod
+    def at(cls, location: str | os.PathLike) -> TrialFolder:
+        """The trial folder at ``location`` (a path or URI; its run is the folder above it)."""
+        location = root(str(location))
+        return cls(RunFolder(parent(location)), name_of(location))
+
+    def __repr__(self) -> str:
+        return f"TrialFolder({self.location!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TrialFolder) and (other.run, other.name) == (self.run, self.name)
+
+    def __hash__(self) -> int:
+        return hash((self.run, self.name))
+
+    @property
+    def location(self) -> str:
+        """The folder's absolute local path, or its URI (a ``?query`` kept last)."""
+        return self.run.join(self.name)
+
+    @property
+    def path(self) -> Path:
+        """The folder as a local ``Path`` (a trial of a local run only)."""
+        if self.run.is_uri:
+            raise ValueError(f"{self.location} is not a local folder")
+        return Path(self.location)
+
+    def join(self, *parts: str) -> str:
+        """A path or URI inside the trial folder."""
+        return self.run.join(self.name, *parts)
+
+    def _file(self, name: str) -> str:
+        return f"{self.name}/{name}"
+
+    def is_trial(self) -> bool:
+        """Whether the folder holds a trial's config, rows or error (Tune made it a trial)."""
+        inside = dict(self.run.listdir(self.name))
+        return any(inside.get(name) == "file" for name in (PARAMS_FILE, RESULT_FILE, ERROR_FILE))
+
+    # -------------------------------------------------------------------- params.json
+
+    def params(self) -> dict[str, Any]:
+        """The trial's config as Tune gave it; ``{}`` when missing or not (yet) valid JSON."""
+        text = self.run.read_text(self._file(PARAMS_FILE))
+        try:
+            params = json.loads(text) if text is not None else {}
+        except json.JSONDecodeError:
+            return {}
+        return params if isinstance(params, dict) else {}
+
+    def write_params(self, config: dict[str, Any]) -> None:
+        self.run.write_text(self._file(PARAMS_FILE), json.dumps(config, indent=2))
+
+    # -------------------------------------------------------------------- result.json
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every reported row, oldest first (a line still being written is skipped)."""
+        text = self.run.read_text(self._file(RESULT_FILE))
+        rows = []
+        for line in (text or "").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows
+
+    def append_row(self, row: dict[str, Any]) -> None:
+        """Add one reported row (the local backend's report)."""
+        line = json.dumps(row) + "\n"
+        if self.run.is_uri:
+            self.run.write_text(self._file(RESULT_FILE), (self.run.read_text(self._file(RESULT_FILE)) or "") + line)
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / RESULT_FILE, "a") as f:
+            f.write(line)
+
+    def write_rows(self, rows: list[dict[str, Any]]) -> None:
+        """Replace the reported rows with ``rows``."""
+        self.run.write_text(self._file(RESULT_FILE), "".join(json.dumps(row) + "\n" for row in rows))
+
+    # -------------------------------------------------------------------- error.txt
+
+    def error(self) -> str | None:
+        """Why the trial failed (Tune's ``error.txt``: every failure's traceback), or None."""
+        return self.run.read_text(self._file(ERROR_FILE))
+
+    @property
+    def error_location(self) -> str:
+        """Where the trial's ``error.txt`` is (or would be), a path or URI."""
+        return self.join(ERROR_FILE)
+
+    def write_error(self, text: str) -> None:
+        """Write ``error.txt`` as Tune does for a failed trial."""
+        self.run.write_text(self._file(ERROR_FILE), text)
+
+    # -------------------------------------------------------------------- config.yaml
+
+    def config(self) -> dict[str, Any] | None:
+        """The trial's full config (the workload's defaults filled in), or None before it started."""
+        text = self.run.read_text(self._file(CONFIG_FILE))
+        return yaml_io.loads(text, self.join(CONFIG_FILE)) if text is not None else None
+
+    def write_config(self, resolved: dict[str, Any]) -> None:
+        self.run.write_text(self._file(CONFIG_FILE), yaml_io.dumps(resolved))
+
+    # -------------------------------------------------------------------- checkpoints
+
+    def checkpoints(self) -> list[str]:
+        """The names of the trial's checkpoint folders, oldest first (``checkpoint_order``)."""
+        names = [name for name, kind in self.run.listdir(self.name) if kind == "dir" and is_checkpoint_name(name)]
+        return sorted(names, key=checkpoint_order)
+
+    def checkpoint_paths(self) -> list[Path]:
+        """The local paths of the trial's checkpoint folders, newest first."""
+        return [self.path / name for name in reversed(self.checkpoints())]
+
+    def checkpoint_path(self, number: int) -> Path:
+        """Where the local backend writes its ``number``-th checkpoint (``checkpoint_NNNNNN``)."""
+        return self.path / checkpoint_name(number)
+
+    def last_checkpoint_number(self) -> int:
+        """The highest ``checkpoint_NNNNNN`` in the folder, 0 when there is none."""
+        numbers = [int(name[len(CHECKPOINT_PREFIX):]) for name in self.checkpoints()
+                   if name[len(CHECKPOINT_PREFIX):].isdigit()]
+        return max(numbers, default=0)
+
+    def prune_checkpoints(self, keep: int | None) -> None:
+        """Delete all but the newest ``keep`` checkpoints (None keeps all)."""
+        if keep is None:
+            return
+        for name in self.checkpoints()[:-keep] if keep else self.checkpoints():
+            self.run.remove(self._file(name))
 
 
-def sha256_file(path: str | os.PathLike) -> str:
-    """The SHA-256 hex digest of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def checkpoint_name(number: int) -> str:
+    """``checkpoint_000012``: the name Tune and the local backend give a trial's checkpoint."""
+    return f"{CHECKPOINT_PREFIX}{number:06d}"
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never a part.
+def is_checkpoint_name(name: str) -> bool:
+    """A folder Ray or raylab wrote a checkpoint into (not a download or upload in progress)."""
+    return name.startswith(CHECKPOINT_PREFIX) and "tmp" not in name
 
-    The bytes go to a temporary file in the same folder (unique, so concurrent writers do not
-    collide), are flushed to disk, and the file is renamed over ``path``.
+
+def checkpoint_order(name: str) -> list:
+    """Sort key of a checkpoint folder name: digit runs compare as numbers.
+
+    Tune names checkpoints ``checkpoint_000012``, Ray Train v2 ``checkpoint_2026-12-01_07-41-08
+    .720567``; both sort oldest to newest under this key.
     """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name)]
+
+
+# ------------------------------------------------------------------------ locations
+#
+# A run folder's location is a local path or a URI; a URI may carry pyarrow filesystem options
+# as a query string, for S3-compatible stores (MinIO, Ceph, a lab's own store)::
+#
+#     s3://bucket/runs?endpoint_override=http://10.0.0.5:9000&scheme=http
+#
+# ``join`` keeps that query string at the end when a run name or a file name is appended, so
+# every path raylab and Ray derive from ``--storage`` reaches the same store.
+
+
+def is_uri(location: str) -> bool:
+    """Whether ``location`` names a filesystem by scheme (``s3://``, ``gs://``, ``file://``)."""
+    return "://" in location
+
+
+def root(location: str) -> str:
+    """``location`` as an absolute local path, or the URI as given."""
+    return location if is_uri(location) else str(Path(location).expanduser().absolute())
+
+
+def join(base: str, *parts: str) -> str:
+    """``base/part/...``; on a URI the parts go into the path, before any ``?query``.
+
+    >>> join("s3://b/runs?endpoint_override=http://127.0.0.1:9000", "run-1", "x.yaml")
+    's3://b/runs/run-1/x.yaml?endpoint_override=http://127.0.0.1:9000'
+    """
+    path, sep, query = base.partition("?") if is_uri(base) else (base, "", "")
+    for part in parts:
+        path = f"{path.rstrip('/')}/{part.strip('/')}"
+    return f"{path}{sep}{query}"
+
+
+def filesystem(location: str):
+    """The pyarrow filesystem of a local folder or a URI, and the path on it.
+
+    A URI's ``?query`` configures the filesystem (``pyarrow.fs.FileSystem.from_uri``); a local
+    path comes back absolute."""
+    import pyarrow.fs
+
+    if is_uri(location):
+        return pyarrow.fs.FileSystem.from_uri(location)
+    return pyarrow.fs.LocalFileSystem(), root(location)
+
+
+def name_of(location: str) -> str:
+    """The last path element of a location (a run folder's run name), query string ignored."""
+    path = location.partition("?")[0] if is_uri(location) else location
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def parent(location: str) -> str:
+    """The folder that holds ``location`` (a run folder's storage root), a URI's query kept.
+
+    >>> parent("s3://b/runs/run-1?endpoint_override=http://127.0.0.1:9000")
+    's3://b/runs?endpoint_override=http://127.0.0.1:9000'
+    """
+    path, sep, query = location.partition("?") if is_uri(location) else (location, "", "")
+    return f"{path.rstrip('/').rsplit('/', 1)[0]}{sep}{query}"

@@ -21,7 +21,6 @@ A loop looks like this::
 from __future__ import annotations
 
 import functools
-import json
 import math
 import shutil
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 from raylab import checkpoint as ckpt
+from raylab.run_folder import TrialFolder
 
 State = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 
@@ -47,7 +47,8 @@ class Session:
     backend: Literal["local", "tune", "train"] = "local"
     checkpoint_every: int = 1
     keep: int | None = 2
-    trial_dir: Path | None = None
+    trial: TrialFolder | None = None
+    """Local trials: the (local) trial folder their rows and checkpoints go to."""
     stop: dict[str, float] = field(default_factory=dict)
     mode: Literal["min", "max"] = "max"
     verbose: bool = False
@@ -55,27 +56,27 @@ class Session:
     history: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     gauges: Any = None
-    """The trial's ``raylab.progress.TrialGauges`` where this process reports its rows (Tune)."""
+    """The trial's ``raylab.launch.gauges.TrialGauges`` where this process reports its rows (Tune)."""
     resume: Any = None
     """Ray Train workers: the Tune trial's checkpoint to start from (a ``ray.train.Checkpoint``
     the trial driver hands over: its latest, or a PBT donor's), used when Ray Train has none."""
     checkpoint_base: int = 0
-    """Local trials: the highest ``checkpoint_NNNNNN`` already in ``trial_dir`` when this run
-    started, so that a resumed run's checkpoints sort after (and prune) the earlier ones."""
+    """Local trials: the highest checkpoint number already in ``trial`` when this run started,
+    so that a resumed run's checkpoints sort after (and prune) the earlier ones."""
 
 
 _session = Session()
 
 
 def start(**settings: Any) -> Session:
-    """Begin a trial in this process (called by raylab's launchers, not by workloads)."""
+    """Begin a trial in this process. raylab's launchers call it; a workload's own science
+    runner that calls its loop in-process (``session.start(backend="local").history`` then
+    collects the reported rows) may too. A train loop never does."""
     global _session
     _session = Session(**settings)
-    if _session.trial_dir is not None:
-        _session.trial_dir.mkdir(parents=True, exist_ok=True)
-        _session.checkpoint_base = max(
-            (int(p.name.split("_")[-1]) for p in _session.trial_dir.glob("checkpoint_*")
-             if p.name.split("_")[-1].isdigit()), default=0)
+    if _session.trial is not None:
+        _session.trial.path.mkdir(parents=True, exist_ok=True)
+        _session.checkpoint_base = _session.trial.last_checkpoint_number()
     return _session
 
 
@@ -97,7 +98,7 @@ def report(
     checkpoint is due every ``checkpoint.every`` reports (from the experiment YAML), or when
     ``checkpoint=True``; ``checkpoint=False`` never saves. Every rank of a multi-worker trial
     reports; the trial's row is the mean over ranks of each metric, or the ``reduce`` given
-    for it (``sum``, ``max``, ``min``: see ``reduce_across_ranks``).
+    for it (``sum``, ``max``, ``min``: see ``raylab.launch.ranks``).
     """
     s = _session
     s.reports += 1
@@ -140,9 +141,9 @@ def restore() -> dict[str, Any] | None:
     """
     s = _session
     if s.backend == "local":
-        if s.trial_dir is None:
+        if s.trial is None:
             return None
-        found = ckpt.load_latest(sorted(s.trial_dir.glob("checkpoint_*"), reverse=True))
+        found = ckpt.load_latest(s.trial.checkpoint_paths())
         return found[0] if found else None
     if s.backend == "tune":
         from ray import tune
@@ -286,12 +287,11 @@ def _node_id() -> str:
 def _report_local(s: Session, metrics: dict, state_dict: Mapping[str, Any] | None) -> None:
     row = {**metrics, "training_iteration": s.reports, "time_total_s": time.time() - s.started}
     s.history.append(row)
-    if s.trial_dir is not None:
-        with open(s.trial_dir / "result.json", "a") as f:
-            f.write(json.dumps(row) + "\n")
+    if s.trial is not None:
+        s.trial.append_row(row)
         if state_dict is not None:
-            ckpt.save(s.trial_dir / f"checkpoint_{s.checkpoint_base + s.reports:06d}", dict(state_dict))
-            _prune(s.trial_dir, s.keep)
+            ckpt.save(s.trial.checkpoint_path(s.checkpoint_base + s.reports), dict(state_dict))
+            s.trial.prune_checkpoints(s.keep)
     if s.verbose:
         shown = " | ".join(f"{k} {_fmt(v)}" for k, v in metrics.items() if not isinstance(v, list))
         print(f"[{s.reports:5d}] {shown}", file=sys.stderr, flush=True)
@@ -308,13 +308,6 @@ def _stop_reason(s: Session, metrics: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _prune(trial_dir: Path, keep: int | None) -> None:
-    if keep is None:
-        return
-    for old in sorted(trial_dir.glob("checkpoint_*"), reverse=True)[keep:]:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _plain(value: Any) -> Any:
     if hasattr(value, "tolist"):  # tensors and numpy values
         value = value.tolist()
@@ -329,44 +322,12 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-# ------------------------------------------------------------------------ metrics across ranks
-#
-# Metrics of one report from every Ray Train worker, reduced to the trial's one row.
-#
-# Each worker reports its own numbers (its shard's loss, its images per second); the trial's row
-# holds their reduction: the mean by default, so ``train/loss`` is the loss over the global
-# batch when shards are equal. A loop declares another reduction per metric with
-# ``session.report(..., reduce={"train/images_per_s": "sum"})``.
+# ------------------------------------------------------------------------ declared reductions
+
 REDUCE_KEY = "_raylab_reduce"
-"""The reserved metric key that carries a report's declared reductions to the reducer."""
+"""The reserved metric key that carries a report's declared reductions to the trial's driver,
+which reduces every rank's row to one (``raylab.launch.ranks``)."""
 REDUCTIONS = ("mean", "sum", "max", "min")
-
-
-def reduce_across_ranks(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """One row from the rows of all ranks (rank 0 first).
-
-    For a metric present as a number on every rank: ``mean`` (default) ``= sum_r x_r / R``,
-    or the declared ``sum``, ``max`` or ``min`` over ranks; equal-length lists of numbers
-    reduce element by element. Anything else (strings, node ids, a metric only some ranks
-    report) is rank 0's value, or the first rank's that has it.
-    """
-    declared: dict[str, str] = {}
-    for row in rows:
-        declared.update(row.get(REDUCE_KEY) or {})
-    out: dict[str, Any] = {}
-    keys = [k for row in rows for k in row if k != REDUCE_KEY]
-    for key in dict.fromkeys(keys):
-        values = [row[key] for row in rows if key in row]
-        how = declared.get(key, "mean")
-        if len(values) == len(rows) and all(_is_number(v) for v in values):
-            out[key] = _reduce(values, how)
-        elif len(values) == len(rows) and all(_is_number_list(v) for v in values) and len(
-            {len(v) for v in values}
-        ) == 1:
-            out[key] = [_reduce(list(column), how) for column in zip(*values)]
-        else:
-            out[key] = values[0]
-    return out
 
 
 def check_reductions(reduce: Mapping[str, str]) -> dict[str, str]:
@@ -375,22 +336,3 @@ def check_reductions(reduce: Mapping[str, str]) -> dict[str, str]:
         if how not in REDUCTIONS:
             raise ValueError(f"reduce[{key!r}] = {how!r}; expected one of {', '.join(REDUCTIONS)}")
     return dict(reduce)
-
-
-def _reduce(values: list[float], how: str) -> float:
-    if how == "sum":
-        return sum(values)
-    if how == "max":
-        return max(values)
-    if how == "min":
-        return min(values)
-    total = math.fsum(values) / len(values)
-    return int(total) if all(isinstance(v, int) for v in values) and total == int(total) else total
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _is_number_list(value: Any) -> bool:
-    return isinstance(value, list) and all(_is_number(v) for v in value)

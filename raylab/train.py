@@ -11,16 +11,17 @@ fields take their first grid or choice value, or the middle of their range, unle
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-from pathlib import Path
 from typing import Any
 
-from raylab import checks, cli, provenance, ray_start, search_space, session, summary, sweep, workloads, yaml_io
 from raylab import experiment as experiments
+from raylab import provenance, search_space, session, workloads
 from raylab.errors import UserError, exit_on_user_error
-from raylab.run_folder import EXPERIMENT_FILE, TRAIN_RUN, RunFolder, newest_run
+from raylab.launch import checks, cli, ray_start, summary
+from raylab.run_folder import (
+    EXPERIMENT_FILE, TRAIN_RUN, TRAIN_TRIAL, RunFolder, TrialFolder, new_run_name, newest_run,
+)
 
 
 def parser() -> cli.ArgumentParser:
@@ -47,21 +48,21 @@ def single_config(experiment: experiments.Experiment) -> tuple[dict[str, Any], d
 
 
 def run_local(
-    experiment: experiments.Experiment, trial_dir: Path, config: dict[str, Any], verbose: bool = True
+    experiment: experiments.Experiment, trial: TrialFolder, config: dict[str, Any], verbose: bool = True
 ) -> list[dict[str, Any]]:
-    """Run one trial in this process; return its reported rows (also in ``result.json``)."""
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / "params.json").write_text(json.dumps(config, indent=2))
+    """Run one trial in this process, in the (local) trial folder ``trial``; return its reported
+    rows (also in the folder, as a sweep's trial keeps them)."""
+    trial.write_params(config)
     s = session.start(
         backend="local",
         checkpoint_every=experiment.checkpoint.every,
         keep=experiment.checkpoint.keep,
-        trial_dir=trial_dir,
+        trial=trial,
         stop=dict(experiment.stop),
         mode=experiment.mode,
         verbose=verbose,
     )
-    loop = experiments.workloads.get(experiment.workload).train_loop()
+    loop = workloads.get(experiment.workload).train_loop()
     try:
         loop(dict(config))
     except session.StopTrial as reason:
@@ -79,20 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume and args.overrides:
         raise UserError("--resume continues a trial as it was started; drop the overrides")
     if args.resume:  # the run folder's own experiment (smoke or not), before any check
-        name = Path(args.experiment).stem if args.experiment.endswith((".yaml", ".yml")) else args.experiment
-        run = trial_run_to_resume(args.storage, name, args.smoke, args.name)
-        experiment = sweep.saved_experiment(run)
+        run = trial_run_to_resume(args.storage, cli.experiment_name(args.experiment), args.smoke, args.name)
+        experiment = run.saved_experiment()
     else:
         experiment = experiments.load(args.experiment, args.overrides, smoke=args.smoke)
-        run = RunFolder.under(args.storage, args.name or sweep.default_run_name(experiment).replace(
-            experiment.name, f"{experiment.name}-train", 1))
+        run = RunFolder.under(args.storage, args.name or new_run_name(experiment, TRAIN_RUN))
         if args.name:
-            sweep.refuse_existing_run(run)
+            checks.check_run_name(run)
     if run.is_uri:
         raise UserError(f"--storage {args.storage}: python -m raylab.train runs in this process and "
                         "writes a local folder; use python -m raylab.tune for a cloud --storage")
-    run_dir = Path(run.location)
-    checks.check_storage(args.storage)
+    checks.check_storage(run)
     checks.check_resources(experiment, ray_start.local_resources(), local=True)
     checks.preflight(experiment)
     config, picked = single_config(experiment)
@@ -103,20 +101,18 @@ def main(argv: list[str] | None = None) -> int:
             f"{experiment.source}: {experiment.resources.workers} workers per trial need Ray Train; "
             f"run python -m raylab.tune {experiment.name} {' '.join(f'config.{k}={v}' for k, v in picked.items())}"
         )
-    if not args.resume:
-        saved = {**experiment.to_yaml_dict(),
-                 "provenance": {**provenance.of_workload(workloads.get(experiment.workload)), "command": TRAIN_RUN}}
-        run.write_text(EXPERIMENT_FILE, yaml_io.dumps(saved))
+    if args.resume:
+        run.record(resumed=provenance.now())
     else:
-        sweep.update_provenance(run, resumed=provenance.now())
-    history = run_local(experiment, run_dir / "trial", config, verbose=not args.quiet)
-    sweep.update_provenance(run, ended=provenance.now())
+        run.begin(experiment, TRAIN_RUN)
+    history = run_local(experiment, run.trial(TRAIN_TRIAL), config, verbose=not args.quiet)
+    run.record(ended=provenance.now())
     last = history[-1] if history else {}
     best_values = [r[experiment.metric] for r in history
                    if isinstance(r.get(experiment.metric), (int, float)) and math.isfinite(r[experiment.metric])]
     best = (max if experiment.mode == "max" else min)(best_values) if best_values else None
     print(summary.format_table([{
-        "trial": run_dir.name, "iterations": last.get("training_iteration"),
+        "trial": run.name, "iterations": last.get("training_iteration"),
         f"{experiment.metric} (last)": last.get(experiment.metric),
         f"{experiment.metric} ({experiment.mode})": best,
     }]))

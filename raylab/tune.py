@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import shlex
 import sys
-from pathlib import Path
 
-from raylab import ray_start
+from raylab.launch import ray_start
 
 if __name__ == "__main__":  # before Ray is imported (below): where a local Ray listens
     ray_start.bind_to_loopback_unless_asked(sys.argv[1:])
 
-from raylab import checks, cli, loggers, storage, summary, sweep, workloads, yaml_io
 from raylab import experiment as experiments
-from raylab import search_space
+from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
-from raylab.run_folder import RunFolder
+from raylab.launch import checks, cli, loggers, summary, sweep
+from raylab.run_folder import ERROR_FILE, SUMMARY_FILE, RunFolder, new_run_name
 
 
 def parser() -> cli.ArgumentParser:
@@ -47,7 +46,7 @@ def parser() -> cli.ArgumentParser:
     p.add_argument("--report", action="store_true", help="write the figures report when the sweep ends")
     p.add_argument("--quiet", action="store_true", help="no progress lines while the sweep runs")
     p.add_argument("--logger", action="append", default=[], metavar="NAME",
-                   help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/loggers.py")
+                   help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/launch/loggers.py")
     p.add_argument("--verbose", action="store_true", help="Ray Tune's own progress tables and logs, tracebacks and the trials' own output too")
     return p
 
@@ -76,13 +75,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     else:
         experiment = experiments.load(args.experiment, overrides_of(args), smoke=args.smoke)
-        run = RunFolder.under(args.storage, args.name or sweep.default_run_name(experiment))
+        run = RunFolder.under(args.storage, args.name or new_run_name(experiment))
 
     if args.dry_run:
         print(dry_run_text(experiment))
         print(cost_text(experiment))
         if args.cluster:
-            from raylab import cluster_plan
+            from raylab.launch import cluster_plan
 
             print(cluster_plan.plan_text(experiment, args.cluster))
         for check, problem in run_checks(args, experiment, run):
@@ -95,47 +94,41 @@ def main(argv: list[str] | None = None) -> int:
     ray_info = ray_start.connect(
         args.address, dashboard=args.dashboard, state_api=experiment.resources.uses_ray_train,
         listen=args.listen, quiet=not args.verbose,
-        env_vars=storage.credential_env(run.location) if args.address else None,
+        env_vars=ray_start.credential_env(run.location) if args.address else None,
     )
     if args.address:  # before any trial starts: a local folder must be one every node mounts
         import ray
 
-        checks.check_storage(args.storage, joined=True, shared=args.shared_storage)
+        checks.check_storage(run, joined=True, shared=args.shared_storage)
         checks.check_resources(experiment, ray.cluster_resources(), local=False)
     if ray_info["dashboard_url"]:
         cli.stderr(ray_start.dashboard_text(ray_info))
 
     cli.stderr(f"run folder: {run.location}\nTensorBoard: tensorboard --logdir {run.location}")
-    results, _, experiment = sweep.sweep(
+    done = sweep.run(
         experiment, run, resume=args.resume,
         verbose=2 if args.verbose else 0, progress=not args.quiet,
         loggers=log_to, joined_cluster=bool(args.address),
     )
-    ended = sweep.ended_trials(run, results)
-    table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search), ended=ended)
-    reported = workloads.get(experiment.workload).metrics
-    csv_table = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search),
-                             ended=ended, reported=reported)
-    csv_path = run.write_text("summary.csv", summary.to_csv(csv_table))
+    csv_path = run.write_text(SUMMARY_FILE, summary.to_csv(done.rows))
     print()
-    print(summary.format_table(table))
+    print(summary.format_table(done.rows, experiment.metric))
     print(f"\nresults: {run.location}\nsummary: {csv_path}")
     if args.report:
         from raylab import report
 
         print(f"report: {report.write_report(run.location)}")
-    unfinished = sum(row["status"] not in ("TERMINATED", "ERROR") for row in table)
-    if ray_info["dashboard_url"] and args.keep and not unfinished:
+    if ray_info["dashboard_url"] and args.keep and not done.unfinished:
         ray_start.wait_for_ctrl_c(ray_info)
-    if unfinished:
+    if done.unfinished:
         cli.stderr(
-            f"sweep interrupted with {unfinished} unfinished trial(s); continue it with:\n"
+            f"sweep interrupted with {done.unfinished} unfinished trial(s); continue it with:\n"
             f"  {resume_command(experiment.name, run.name, args)}"
         )
         return 130
-    failed = [row["trial"] for row in table if row["status"] == "ERROR"]
-    if failed:
-        print(f"{len(failed)} trial(s) failed: {', '.join(failed)}; see their error.txt", file=sys.stderr)
+    if done.failed:
+        print(f"{len(done.failed)} trial(s) failed: {', '.join(done.failed)}; see their {ERROR_FILE}",
+              file=sys.stderr)
         return 1
     return 0
 
@@ -151,20 +144,15 @@ def run_to_resume(args) -> tuple[RunFolder, experiments.Experiment]:
     """The run folder ``--resume`` continues and the experiment it saved (before Ray starts)."""
     if overrides_of(args):
         raise UserError("--resume continues a sweep as it was started; drop the overrides")
-    name = experiment_name(args.experiment)
+    name = cli.experiment_name(args.experiment)
     run = sweep.run_to_resume(args.storage, name, True if args.smoke else None, args.name)
-    experiment = sweep.saved_experiment(run)
+    experiment = run.saved_experiment()
     if experiment.name != name:
         raise UserError(f"--resume --name {args.name}: that run is of experiment "
                         f"'{experiment.name}', not '{name}'")
     if not args.name:
         cli.stderr(f"resuming {run.name}, the newest unfinished run of '{name}'")
     return run, experiment
-
-
-def experiment_name(name_or_path: str) -> str:
-    """An experiment's name as run folders save it: a YAML path's stem, or the name given."""
-    return Path(name_or_path).stem if name_or_path.endswith((".yaml", ".yml")) else name_or_path
 
 
 def resume_command(experiment_name: str, run_name: str, args) -> str:
@@ -186,15 +174,15 @@ def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
     """
     def name_is_free():
         if args.name and not args.resume:
-            sweep.refuse_existing_run(run)
+            checks.check_run_name(run)
 
     def resources():
         if not args.address:
             checks.check_resources(experiment, ray_start.local_resources(), local=True)
 
     steps = [
-        ("storage", lambda: checks.check_storage(args.storage)),
-        *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), args.storage))]
+        ("storage", lambda: checks.check_storage(run)),
+        *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), run))]
           if args.logger else []),
         ("run name", name_is_free),
         ("resources on the cluster (checked once joined)" if args.address

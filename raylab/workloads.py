@@ -57,17 +57,17 @@ class Workload:
         require(name, self.requires, self.extra)
 
     def config_class(self) -> type:
-        return _resolve(self.config)
+        return resolve(self.config)
 
     def preflight_check(self) -> Callable[[Any], None] | None:
-        return _resolve(self.preflight) if self.preflight else None
+        return resolve(self.preflight) if self.preflight else None
 
     def train_loop(self) -> Callable[[dict[str, Any]], None]:
-        return _resolve(self.loop)
+        return resolve(self.loop)
 
     def report_spec(self) -> Any:
         """The declared ``Report`` (figures and tables), or None when there is none."""
-        return _resolve(self.figures) if self.figures else None
+        return resolve(self.figures) if self.figures else None
 
 
 ALL = "*"
@@ -76,13 +76,16 @@ ALL = "*"
 WORKLOAD_API: dict[str, tuple[str, ...]] = {
     "raylab.errors": ("UserError", "exit_on_user_error"),
     "raylab.config": ("from_dict", "require", "require_at_least", "require_positive"),
-    "raylab.session": ("report", "restore", "device", "prepare_model", "world_rank", "world_size"),
-    "raylab.checkpoint": ("rng_state", "set_rng_state", "save", "load_latest"),
-    "raylab.run_folder": ("user_path", "sha256_file", "write_atomic"),
-    "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only"),
+    "raylab.session": ("report", "restore", "device", "prepare_model", "world_rank", "world_size", "start"),
+    "raylab.checkpoint": ("rng_state", "set_rng_state", "save", "load_latest", "LoopState", "GlobalRNG",
+                          "saved_only"),
+    "raylab.files": ("user_path", "sha256_file", "write_atomic"),
+    "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only", "Aggregates"),
+    "raylab.report.claims": ("Claim", "Contrast", "Control", "Derived", "Improvement", "Value", "where"),
+    "raylab.experiment": ("load",),
     "raylab.accel": ("to_device", "fixed_shapes", "compiled", "enabled", "AUTO"),
     "raylab.workloads": ("Workload", "require"),
-    "raylab.ray_start": ("connect",),
+    "raylab.launch.ray_start": ("connect",),
     "raylab.data": (ALL,),
     "raylab.models": (ALL,),
 }
@@ -118,7 +121,8 @@ def require(workload: str, modules: tuple[str, ...] | list[str], extra: str | No
                             + (f", {otherwise}" if otherwise else "")) from None
 
 
-def _resolve(path: str) -> Any:
+def resolve(path: str) -> Any:
+    """The object a ``module:attribute`` import path names (the module imported now)."""
     module, _, attribute = path.partition(":")
     return getattr(importlib.import_module(module), attribute)
 

@@ -2,31 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
+from raylab import checkpoint as ckpt
+from raylab.run_folder import RunFolder, TrialFolder
 
-def trial_rows(run_dir: Path) -> dict[Path, list[dict]]:
-    """Rows of every trial's result.json under a run folder, by trial folder."""
-    rows = {}
-    for result in run_dir.glob("*/result.json"):
-        lines = [line for line in result.read_text().splitlines() if line.strip()]
-        parsed = []
-        for line in lines:
-            try:
-                parsed.append(json.loads(line))
-            except ValueError:  # a row being written right now
-                break
-        rows[result.parent] = parsed
-    return rows
+
+def trial_rows(run_dir: Path) -> dict[TrialFolder, list[dict]]:
+    """The rows every trial of a run folder reported so far, by trial folder."""
+    return {trial: trial.rows() for trial in RunFolder(run_dir).trials()}
 
 
 def strike_when(
-    run_dir: Path, ready: Callable[[Path, list[dict]], bool], strike: Callable[[Path, list[dict]], None],
-    timeout_s: float = 300,
+    run_dir: Path, ready: Callable[[TrialFolder, list[dict]], bool],
+    strike: Callable[[TrialFolder, list[dict]], None], timeout_s: float = 300,
 ) -> threading.Thread:
     """In a background thread: once ``ready(trial_dir, rows)`` holds for a trial, ``strike`` it."""
 
@@ -44,8 +36,11 @@ def strike_when(
     return thread
 
 
-def has_checkpoint_and_step(min_step: int) -> Callable[[Path, list[dict]], bool]:
+def saved_checkpoints(trial: TrialFolder) -> list[Path]:
+    """The trial's checkpoints written whole (their ``meta.json`` is written last), newest first."""
+    return [path for path in trial.checkpoint_paths() if (path / ckpt.META_FILE).exists()]
+
+
+def has_checkpoint_and_step(min_step: int) -> Callable[[TrialFolder, list[dict]], bool]:
     """Ready once the trial reported ``train/step >= min_step`` and saved a checkpoint."""
-    return lambda trial_dir, rows: rows[-1].get("train/step", 0) >= min_step and any(
-        (p / "meta.json").exists() for p in trial_dir.glob("checkpoint_*")
-    )
+    return lambda trial, rows: rows[-1].get("train/step", 0) >= min_step and bool(saved_checkpoints(trial))

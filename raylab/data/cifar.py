@@ -37,8 +37,7 @@ import numpy as np
 import torch
 
 from raylab.errors import UserError
-from raylab.run_folder import write_atomic
-from raylab.run_folder import user_path
+from raylab.files import user_path, write_atomic
 
 Name = Literal["cifar10", "cifar100"]
 

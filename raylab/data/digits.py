@@ -29,7 +29,7 @@ import torch
 
 from raylab.data.cifar import ImageData
 from raylab.errors import UserError
-from raylab.run_folder import user_path
+from raylab.files import user_path
 
 Name = Literal["mnist5k", "digits8x8"]
 

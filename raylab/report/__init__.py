@@ -32,7 +32,7 @@ from typing import Any
 
 from raylab import provenance, workloads
 from raylab.errors import UserError, exit_on_user_error
-from raylab.run_folder import RunFolder
+from raylab.run_folder import ERROR_FILE, RunFolder
 from raylab.report.aggregate import conditions, resolve_metric, table_blocks
 from raylab.report.data import TUNE_COUNTERS, Run, find_run, format_value, load_run
 from raylab.report.evidence import claims_text, evaluate_claims
@@ -44,7 +44,7 @@ LISTED = 8  # names listed in a status line before "and N more"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one ``UserError`` line (as ``raylab.cli``'s, without importing Ray)."""
+    """argparse whose errors are one ``UserError`` line (as ``raylab.launch.cli``'s, without importing Ray)."""
 
     def error(self, message: str):
         raise UserError(f"{message} (see {self.prog} --help)")
@@ -262,7 +262,7 @@ def status_notes(run: Run, spec: Report, figures: list[dict]) -> list[str]:
     for trial in run.trials:
         if trial.status == "ERROR" or trial.error:
             kind = "failed" if trial.status == "ERROR" else f"{trial.status}, after a failure"
-            notes.append(f"trial {trial.name} {kind}: {trial.error or '(no error.txt)'}")
+            notes.append(f"trial {trial.name} {kind}: {trial.error or f'(no {ERROR_FILE})'}")
     if not with_rows:
         notes.append("no trial has reported results yet")
     else:

@@ -18,7 +18,9 @@ from typing import Any
 
 from raylab import yaml_io
 from raylab.errors import UserError
-from raylab.run_folder import EXPERIMENT_FILE, RunFolder, newest_run, trial_status
+from raylab.run_folder import (
+    EXPERIMENT_FILE, ERROR_FILE, PARAMS_FILE, RESULT_FILE, TRAIN_TRIAL, RunFolder, TrialFolder, newest_run, trial_status,
+)
 
 TUNE_COUNTERS = ("training_iteration", "time_total_s")
 
@@ -107,30 +109,23 @@ def load_run(path: str) -> Run:
         if not isinstance(experiment, dict):
             raise UserError(f"{path}/{EXPERIMENT_FILE}: expected a mapping of experiment keys")
     states = _tune_states(files, entries)
-    trial_dirs = [name for name, k in entries.items() if k == "dir" and _is_trial_dir(files, name)]
-    if not experiment and not trial_dirs and not states:
+    folders = files.trials()
+    if not experiment and not folders and not states:
         raise UserError(f"{path}: not a run folder (no {EXPERIMENT_FILE} and no trial folders "
-                        "with params.json or result.json)")
+                        f"with {PARAMS_FILE} or {RESULT_FILE})")
     ended = files.ended_trials()
-    trials = [_load_trial(files, name, states.pop(name, None), ended) for name in sorted(trial_dirs)]
+    trials = [_load_trial(folder, states.pop(folder.name, None), ended) for folder in folders]
     for name, state in sorted(states.items()):  # known to Tune, no folder yet
         trials.append(Trial(name=name, params=state.get("params", {}), rows=[],
                             status=trial_status(False, False, False, tune_status=state.get("status") or "PENDING")))
     search = experiment.get("search") or {}
     swept = _swept_keys(search) or _varying_keys(trials)
     run = Run(path=files.location, experiment=experiment, trials=trials, swept=swept)
-    single = trial_dirs == ["trial"] and not states  # python -m raylab.train: one trial, no search
+    single = [f.name for f in folders] == [TRAIN_TRIAL] and not states  # python -m raylab.train: no search
     if search and not single:
         run.expected = _expected_trials(search, int(experiment.get("num_samples") or 1))
         run.not_started = _grid_points_without_trials(search, int(experiment.get("num_samples") or 1), trials)
     return run
-
-
-def _is_trial_dir(files: RunFolder, name: str) -> bool:
-    if name.startswith(("_", ".")) or name.startswith("checkpoint_"):
-        return False
-    inside = dict(files.listdir(name))
-    return any(inside.get(f) == "file" for f in ("params.json", "result.json", "error.txt"))
 
 
 def _swept_keys(search: dict) -> list[str]:
@@ -144,42 +139,27 @@ def _swept_keys(search: dict) -> list[str]:
     return list(keys)
 
 
-def _load_trial(files: RunFolder, name: str, state: dict | None, ended: frozenset[str] = frozenset()) -> Trial:
-    inside = dict(files.listdir(name))
-    params = {}
-    if inside.get("params.json") == "file":
-        try:
-            params = json.loads(files.read_text(f"{name}/params.json"))
-        except json.JSONDecodeError:
-            params = {}
+def _load_trial(trial: TrialFolder, state: dict | None, ended: frozenset[str] = frozenset()) -> Trial:
+    params = trial.params()
     if not params and state:
         params = state.get("params", {})
     if isinstance(params.get("variant"), dict):  # a search.variant group: its fields are swept
         params = {**params, **params["variant"]}
-    rows = []
-    if inside.get("result.json") == "file":
-        for line in files.read_text(f"{name}/result.json").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:  # a row being written by a running trial
-                continue
-            if isinstance(row, dict):
-                row.pop("config", None)
-                rows.append(row)
-    error = ""
-    if inside.get("error.txt") == "file":
-        lines = [line.strip() for line in files.read_text(f"{name}/error.txt").splitlines() if line.strip()]
-        error = _error_line(lines)
+    rows = trial.rows()
+    for row in rows:
+        row.pop("config", None)
+    text = trial.error()
+    error = "" if text is None else _error_line([line.strip() for line in text.splitlines() if line.strip()])
     last = rows[-1] if rows else {}
     status = trial_status(bool(rows), bool(last.get("done")), bool(error), last.get("trial_id") in ended,
                           tune_status=(state or {}).get("status"))
-    return Trial(name=name, params=params, rows=rows, status=status, error=error)
+    return Trial(name=trial.name, params=params, rows=rows, status=status, error=error)
 
 
 def _error_line(lines: list[str]) -> str:
     """The first line of error.txt; Ray's own wrapper lines skipped for the actual exception."""
     if not lines:
-        return "(empty error.txt)"
+        return f"(empty {ERROR_FILE})"
     for line in lines:
         if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", line) and "ray::" not in line:
             return f"{lines[0]} ... {line}" if line != lines[0] else line

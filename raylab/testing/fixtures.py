@@ -55,13 +55,21 @@ def smoke_sweep(ray_session, tmp_path):
     Returns ``(result_grid, run_path, experiment)``; results go under ``tmp_path``.
     """
     from raylab import experiment as experiments
-    from raylab import sweep
+    from raylab.launch import checks, sweep
+    from raylab.run_folder import RunFolder, new_run_name
 
     def run(name: str, *overrides: str, smoke: bool = True, resume: bool = False, run_name=None):
         experiment = experiments.load(name, list(overrides), smoke=smoke)
-        return sweep.sweep(
-            experiment, storage=str(tmp_path / "results"), name=run_name, resume=resume, verbose=0
-        )
+        storage = str(tmp_path / "results")
+        if resume:  # the run --resume would continue, with its saved experiment
+            folder = sweep.run_to_resume(storage, experiment.name, experiment.smoke, run_name)
+            experiment = folder.saved_experiment()
+        else:
+            folder = RunFolder.under(storage, run_name or new_run_name(experiment))
+            if run_name:
+                checks.check_run_name(folder)
+        done = sweep.run(experiment, folder, resume=resume, verbose=0)
+        return done.results, folder.location, experiment
 
     return run
 
@@ -75,7 +83,8 @@ def shared_smoke_sweep(ray_session, tmp_path_factory):
     is shared too). Returns ``(result_grid, run_path, experiment)``.
     """
     from raylab import experiment as experiments
-    from raylab import sweep
+    from raylab.launch import sweep
+    from raylab.run_folder import RunFolder
 
     root = tmp_path_factory.mktemp("shared_sweeps")
     done: dict[tuple[str, ...], tuple] = {}
@@ -85,8 +94,8 @@ def shared_smoke_sweep(ray_session, tmp_path_factory):
         if key not in done:
             resolved = [o.replace("{shared}", str(root)) for o in overrides]
             experiment = experiments.load(name, resolved, smoke=True)
-            done[key] = sweep.sweep(experiment, storage=str(root / "results"), verbose=0,
-                                    name=f"{Path(name).stem}-{len(done)}")
+            folder = RunFolder.under(str(root / "results"), f"{Path(name).stem}-{len(done)}")
+            done[key] = (sweep.run(experiment, folder, verbose=0).results, folder.location, experiment)
         return done[key]
 
     return run
@@ -102,14 +111,14 @@ def local_trial(tmp_path):
     """
     from raylab import experiment as experiments
     from raylab import train as raylab_train
+    from raylab.run_folder import TrialFolder
 
     def run(name: str, *overrides: str, trial_dir: Path | None = None, stop: dict | None = None):
         extra = [f"stop.{k}={v}" for k, v in (stop or {}).items()]
         experiment = experiments.load(name, [*overrides, *extra], smoke=True)
         config, _ = raylab_train.single_config(experiment)
-        return raylab_train.run_local(
-            experiment, trial_dir or tmp_path / f"trial-{name}", config, verbose=False
-        )
+        trial = TrialFolder.at(trial_dir or tmp_path / f"trial-{name}")
+        return raylab_train.run_local(experiment, trial, config, verbose=False)
 
     return run
 

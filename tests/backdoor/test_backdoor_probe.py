@@ -144,3 +144,25 @@ def test_selectivity_is_cohens_d_by_hand_and_ablation_zeroes_columns():
     assert sel[0] == pytest.approx(3.0, rel=1e-5) and sel[1] == pytest.approx(0.0, abs=1e-5)
     assert probe.top_neurons(sel, 1).tolist() == [0]
     assert probe.ablate(trig, torch.tensor([0])).tolist() == [[0.0, 1.0], [0.0, 1.0]]
+
+
+def test_early_signature_by_hand():
+    """One probe against the baseline: drops, growths, gate flips and the gaps, by hand."""
+    def group(loss, corrected, margin, coherence):
+        return {"loss": loss, "loss_prior_corrected": corrected, "margin": margin, "coherence": coherence}
+
+    baseline = {"poison": group(2.0, 1.5, 0.0, 0.1), "target": group(2.0, 1.0, 0.5, 0.2),
+                "relabel": group(2.5, 2.0, 0.0, 0.3), "clean": group(1.0, 1.0, 1.0, 0.0)}
+    now = {"poison": group(0.5, 0.5, 2.0, 0.9), "target": group(1.5, 0.5, 1.0, 0.4),
+           "relabel": group(2.0, 1.5, 0.5, 0.3), "clean": group(0.8, 0.9, 1.5, 0.1)}
+    before = {g: torch.tensor([[True, False], [True, True]]) for g in now}
+    after = {**before, "poison": torch.tensor([[False, False], [True, False]])}
+    row = probe.early_signature(baseline, now, before, after, controls=("target", "relabel"))
+    assert row["early/loss_drop_poison"] == 1.5 and row["early/rel_drop_poison"] == 0.75
+    assert row["early/margin_growth_poison"] == 2.0 and row["early/grad_coherence_poison"] == 0.9
+    assert row["early/gate_flip_since_last_poison"] == 0.5 and row["early/gate_flip_since_last_clean"] == 0.0
+    assert row["early/loss_drop_gap_vs_target"] == 1.5 - 0.5 and row["early/loss_drop_gap_vs_clean"] == 1.5 - 0.2
+    assert row["early/margin_growth_gap_vs_relabel"] == 2.0 - 0.5
+    assert row["early/gate_flip_since_last_gap_vs_target"] == 0.5
+    assert row["early/loss_drop_prior_corrected_gap_vs_clean"] == 1.0 - 0.1
+    assert row["early/grad_coherence_gap_vs_relabel"] == 0.9 - 0.3

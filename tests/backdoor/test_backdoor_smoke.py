@@ -7,7 +7,7 @@ import pytest
 from conftest import assert_finite_metrics
 
 from raylab import experiment as experiments
-from raylab import checks
+from raylab.launch import checks
 from raylab.errors import UserError
 from trainers.backdoor import METRICS, THEORY_METRICS
 from trainers.backdoor.config import Config, TheoryConfig

@@ -15,6 +15,7 @@ import torch
 from scipy import stats
 
 from raylab import session
+from raylab.run_folder import TrialFolder
 from trainers.boltz_distill import data, probe
 from trainers.boltz_distill.chem import parse_smiles
 from trainers.boltz_distill.loop import load_student, train_loop
@@ -46,7 +47,7 @@ def distill_and_probe(tmp_path, seed: int) -> list[tuple[float, float, float]]:
                   epochs=30, lr=3e-3, width=64, depth=3, batch_size=64, report_every=160, seed=seed,
                   store_root=str(tmp_path / "stores"))
     trial = tmp_path / f"trial-{seed}"
-    session.start(backend="local", trial_dir=trial)
+    session.start(backend="local", trial=TrialFolder.at(trial))
     train_loop(config)
     history = session.current().history
     # positive control: the distillation itself learns (held-out distillation loss falls)

@@ -13,6 +13,7 @@ from rdkit import Chem
 
 from raylab.config import from_dict
 from raylab.errors import UserError
+from raylab.run_folder import RunFolder
 from trainers.boltz_distill import chem, data, featurize, loss, probe
 from trainers.boltz_distill.config import Config, ProbeConfig
 from trainers.boltz_distill.store import EmbeddingStore, StoreWriter
@@ -272,11 +273,9 @@ def test_table_aggregates_seeds_mean_and_population_std(tmp_path, capsys):
               ({"features": "student", "student_teachers": ["boltz2"], "student_layer": "atom_attention"}, 1, 0.5, 0),
               ({"variant": {"features": "chemprop", "probe": "end_to_end"}}, 1, 1.0, 0)]
     for i, (params, seed, value, imputed) in enumerate(trials):
-        trial = tmp_path / f"trial_{i}"
-        trial.mkdir()
-        (trial / "params.json").write_text(json.dumps({"task": "solubility", "seed": seed, "probe": "linear", **params}))
-        (trial / "result.json").write_text(json.dumps({"probe/solubility/mae": 9.0}) + "\n"
-                                           + json.dumps({"probe/solubility/mae": value, "probe/test/imputed": imputed}) + "\n")
+        trial = RunFolder(tmp_path).trial(f"trial_{i}")
+        trial.write_params({"task": "solubility", "seed": seed, "probe": "linear", **params})
+        trial.write_rows([{"probe/solubility/mae": 9.0}, {"probe/solubility/mae": value, "probe/test/imputed": imputed}])
     assert table.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "solubility (mae)" in out[0]
@@ -366,7 +365,7 @@ def test_leakage_key_groups_stereo_salt_and_charge_variants_and_the_corpus_drops
 
 
 def test_missing_admet_test_sets_refuse_the_run_before_ray(tmp_path, capsys):
-    from raylab.checks import preflight as workload_preflight
+    from raylab.launch.checks import preflight as workload_preflight
     from raylab.experiment import load as load_experiment
     from trainers.boltz_distill import corpus
 
@@ -397,7 +396,7 @@ def test_probe_reads_every_student_of_a_finished_distill_run(tmp_path, local_tri
     for seed in (0, 1):
         cfg = Config(corpus="nci", max_molecules=40, epochs=1, teachers=("descriptors",), width=16, depth=2,
                      batch_size=16, seed=seed, store_root=str(tmp_path / "stores"), allow_missing_tests=True)
-        ckpt.save(run / f"trial_{seed}" / "checkpoint_000000", distill(cfg))
+        ckpt.save(RunFolder(run).trial(f"trial_{seed}").checkpoint_path(0), distill(cfg))
     (run / "not_a_trial").mkdir()
     assert students.run_students(str(run)) == ["trial_0", "trial_1"]
     assert students.main([str(run)]) == 0

@@ -35,6 +35,8 @@ from pathlib import Path
 import yaml
 from s3_store import CREDENTIALS, keys  # this script's folder (tests/cluster) is on sys.path
 
+from raylab.run_folder import RESULT_FILE
+
 REPO = Path(__file__).resolve().parents[2]
 USER = "raylabnode"
 HOME = Path("/home") / USER
@@ -437,7 +439,7 @@ def trial_rows(client, run: str) -> dict:
     result.json rows) and its last row's plain values."""
     found = {}
     for key in keys(client, f"runs/{run}/"):
-        if key.endswith("/result.json"):
+        if key.endswith(f"/{RESULT_FILE}"):
             text = client.get_object(Bucket="raylab", Key=key)["Body"].read().decode()
             rows = [json.loads(ln) for ln in text.splitlines() if ln.strip()]
             if rows:

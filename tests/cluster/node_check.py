@@ -21,7 +21,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 def probe(experiments: list[str], expect: list[str]) -> dict:
     import raylab
     import raylab.data
-    from raylab import checks, experiment, workloads
+    from raylab import experiment, workloads
+    from raylab.launch import checks
 
     home = os.path.expanduser("~")
     os.chdir(os.path.join(home, "raylab"))  # where the README's commands run from

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from raylab.run_folder import CHECKPOINT_PREFIX, RESULT_FILE
+
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -30,14 +32,14 @@ def keys(client, prefix: str = "") -> list[str]:
 
 def checkpoint_names(client, run: str) -> set[str]:
     """The checkpoint folders of a run's trials in the test bucket (``runs/RUN/TRIAL/checkpoint_*``)."""
-    return {k.split("/")[3] for k in keys(client, f"runs/{run}/") if "/checkpoint_" in k}
+    return {k.split("/")[3] for k in keys(client, f"runs/{run}/") if f"/{CHECKPOINT_PREFIX}" in k}
 
 
 def result_rows(client, run: str) -> list[dict]:
     """The rows of the (one) trial's result.json of a run in the test bucket."""
     import json
 
-    (key,) = [k for k in keys(client, f"runs/{run}/") if k.endswith("/result.json")]
+    (key,) = [k for k in keys(client, f"runs/{run}/") if k.endswith(f"/{RESULT_FILE}")]
     text = client.get_object(Bucket="raylab", Key=key)["Body"].read().decode()
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
@@ -108,13 +110,13 @@ def checkpoint_writes(client, writes: Writes, run: str) -> dict:
     run folder (``_raylab/train/``) and into the trial folders, the objects written by
     server-side copy, and the files of one checkpoint."""
     prefix = f"runs/{run}/"
-    kept = [k for k in keys(client, prefix) if "/checkpoint_" in k and "/_raylab/" not in k]
+    kept = [k for k in keys(client, prefix) if f"/{CHECKPOINT_PREFIX}" in k and "/_raylab/" not in k]
     sizes: dict[str, int] = {}
     for key in kept:
         folder = key.rsplit("/", 1)[0]
         sizes[folder] = sizes.get(folder, 0) + client.head_object(Bucket="raylab", Key=key)["ContentLength"]
     assert sizes and len(set(sizes.values())) == 1, sizes
-    in_checkpoint = [k for k in writes.put_bytes if k.startswith(prefix) and "/checkpoint_" in k
+    in_checkpoint = [k for k in writes.put_bytes if k.startswith(prefix) and f"/{CHECKPOINT_PREFIX}" in k
                      and "checkpoint_manager_snapshot" not in k]
     tune_keys = [k for k in in_checkpoint if "/_raylab/" not in k]
     return {

@@ -8,7 +8,6 @@ whole demand: it adds GPU nodes, trials run side by side on them, and the nodes 
 from __future__ import annotations
 
 import csv
-import json
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from cluster.fake_cluster import fake_cluster
+
+from raylab.run_folder import RunFolder
 
 SWEEP = [
     "toy", "--smoke", "--address", "auto", "--quiet",
@@ -26,10 +27,7 @@ SWEEP = [
 
 
 def trial_rows(run: Path) -> dict[str, list[dict]]:
-    return {
-        path.parent.name: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        for path in run.glob("*/result.json")
-    }
+    return {trial.name: trial.rows() for trial in RunFolder(run).trials()}
 
 
 @pytest.mark.slow

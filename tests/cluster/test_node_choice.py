@@ -70,7 +70,8 @@ def test_control_a_multi_gpu_type_takes_single_gpu_trials(filled):
 
 
 def test_every_shipped_gpu_experiment_goes_to_its_intended_node_type(filled):
-    from raylab import cluster_plan, search_space
+    from raylab import search_space
+    from raylab.launch import cluster_plan
     from raylab import experiment as experiments
 
     config, _ = filled
@@ -110,7 +111,7 @@ def test_plan_agrees_with_rays_scorer_beyond_the_shipped_shapes(filled, gpus):
     """``cluster_plan.choose`` reproduces Ray's scorer, not only on the shipped experiments:
     for instance quarter-GPU trials of 2 CPUs go two to a g5.xlarge (half its GPU idle), of 3 or
     4 CPUs four to a g5.4xlarge (the reason the shipped quarter-GPU experiments ask 4)."""
-    from raylab import cluster_plan
+    from raylab.launch import cluster_plan
 
     config, _ = filled
     _, nodes, _ = cluster_plan.load(GPU_YAML)

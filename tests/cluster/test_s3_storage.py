@@ -16,6 +16,8 @@ import pytest
 
 from cluster.s3_store import checkpoint_names, checkpoint_writes, keys, result_rows
 
+from raylab.run_folder import CHECKPOINT_PREFIX, CONFIG_FILE, RESULT_FILE
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -35,10 +37,10 @@ def test_sweep_checkpoints_and_reports_on_an_s3_compatible_store(s3_server, tmp_
 
     stored = keys(client, "runs/s3run/")
     names = {k.rsplit("/", 1)[-1] for k in stored}
-    assert {"experiment.yaml", "summary.csv", "config.yaml", "result.json"} <= names
-    trials = {k.split("/")[2] for k in stored if k.endswith("/result.json")}
+    assert {"experiment.yaml", "summary.csv", CONFIG_FILE, RESULT_FILE} <= names
+    trials = {k.split("/")[2] for k in stored if k.endswith(f"/{RESULT_FILE}")}
     assert len(trials) == 2  # the smoke sweep: seeds 0 and 1
-    checkpoints = {k.split("/")[2] for k in stored if "/checkpoint_" in k}
+    checkpoints = {k.split("/")[2] for k in stored if f"/{CHECKPOINT_PREFIX}" in k}
     assert checkpoints == trials
     assert not any(k.startswith("s3run") or "endpoint_override" in k for k in keys(client))
 
@@ -72,9 +74,9 @@ def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_na
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = {k.split("/")[1] for k in keys(client, "runs/toy-smoke-")}
     stored = keys(client, f"runs/{run}/")
-    (trial,) = {k.split("/")[2] for k in stored if k.endswith("/result.json")}
-    assert {k.split("/")[2] for k in stored if "/checkpoint_" in k and "/_raylab/" not in k} == {trial}
-    assert not [k for k in stored if "/_raylab/train/" in k and "/checkpoint_" in k]  # moved
+    (trial,) = {k.split("/")[2] for k in stored if k.endswith(f"/{RESULT_FILE}")}
+    assert {k.split("/")[2] for k in stored if f"/{CHECKPOINT_PREFIX}" in k and "/_raylab/" not in k} == {trial}
+    assert not [k for k in stored if "/_raylab/train/" in k and f"/{CHECKPOINT_PREFIX}" in k]  # moved
     assert result_rows(client, run)[-1]["train/step"] == 60
 
     w = checkpoint_writes(client, writes, run)

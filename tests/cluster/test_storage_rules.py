@@ -6,31 +6,32 @@ import os
 
 import pytest
 
-from raylab import checks, storage
 from raylab import experiment as experiments
-from raylab import session, sweep, train_trial, trainables
+from raylab import run_folder, session
 from raylab import tune as raylab_tune
 from raylab.errors import UserError
+from raylab.launch import checks, sweep, train_path, trainable
+from raylab.run_folder import RunFolder
 
 ENDPOINT = "s3://bucket/runs?endpoint_override=http://127.0.0.1:9000&scheme=http"
 
 
 def test_join_keeps_the_query_string_at_the_end():
-    assert storage.join(ENDPOINT, "toy-1", "_raylab/train") == (
+    assert run_folder.join(ENDPOINT, "toy-1", "_raylab/train") == (
         "s3://bucket/runs/toy-1/_raylab/train?endpoint_override=http://127.0.0.1:9000&scheme=http"
     )
-    assert storage.join("s3://bucket/runs/", "toy-1") == "s3://bucket/runs/toy-1"
-    assert storage.join("/data/results", "toy-1", "x.csv") == "/data/results/toy-1/x.csv"
+    assert run_folder.join("s3://bucket/runs/", "toy-1") == "s3://bucket/runs/toy-1"
+    assert run_folder.join("/data/results", "toy-1", "x.csv") == "/data/results/toy-1/x.csv"
     # a local folder may have a '?' in its name: it is a path there, not a query
-    assert storage.join("/tmp/a?b", "run") == "/tmp/a?b/run"
-    assert storage.name_of(storage.join(ENDPOINT, "toy-1")) == "toy-1"
+    assert run_folder.join("/tmp/a?b", "run") == "/tmp/a?b/run"
+    assert run_folder.name_of(run_folder.join(ENDPOINT, "toy-1")) == "toy-1"
 
 
 def test_joined_paths_open_the_same_store_through_pyarrow():
     """What Ray and raylab do with a joined URI: pyarrow sees the endpoint and the full path."""
     import pyarrow.fs
 
-    fs, path = storage.filesystem(storage.join(ENDPOINT, "toy-1"))
+    fs, path = run_folder.filesystem(run_folder.join(ENDPOINT, "toy-1"))
     assert isinstance(fs, pyarrow.fs.S3FileSystem) and path == "bucket/runs/toy-1"
     options = fs.__reduce__()[1][0]  # the options pyarrow would rebuild this filesystem with
     assert options["endpoint_override"] == "http://127.0.0.1:9000" and options["scheme"] == "http"
@@ -40,7 +41,7 @@ def test_a_local_folder_opens_on_the_local_filesystem_by_its_absolute_path(tmp_p
     import pyarrow.fs
 
     monkeypatch.chdir(tmp_path)
-    fs, path = storage.filesystem("results/run-1")
+    fs, path = run_folder.filesystem("results/run-1")
     assert isinstance(fs, pyarrow.fs.LocalFileSystem) and path == str(tmp_path / "results" / "run-1")
 
 
@@ -48,18 +49,18 @@ def test_an_unwritable_local_storage_fails_with_one_line(tmp_path, capsys):
     assert raylab_tune.main(["toy", "--smoke", "--storage", "/proc/x"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--storage /proc/x: '/proc' is not a writable directory" in err
-    checks.check_storage(str(tmp_path / "new" / "results"))  # a writable parent is fine
+    checks.check_storage(RunFolder.under(str(tmp_path / "new" / "results"), "run"))  # a writable parent is fine
     assert not list(tmp_path.iterdir()), "the probe leaves nothing behind"
 
 
 def test_a_file_as_storage_is_refused(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(UserError, match="is not a writable directory"):
-        checks.check_storage(str(tmp_path / "f" / "results"))
+        checks.check_storage(RunFolder.under(str(tmp_path / "f" / "results"), "run"))
 
 
 def test_local_storage_on_a_joined_cluster_is_refused_unless_shared(tmp_path, capsys, monkeypatch):
-    from raylab import ray_start
+    from raylab.launch import ray_start
 
     results = str(tmp_path / "results")
     # refused right after joining, before the sweep: the cluster itself is not needed here
@@ -69,8 +70,8 @@ def test_local_storage_on_a_joined_cluster_is_refused_unless_shared(tmp_path, ca
     assert err.count("\n") == 0
     assert "trials on other nodes of the cluster cannot checkpoint there" in err
     assert "--storage s3://" in err and "--shared-storage" in err
-    checks.check_storage(results, joined=True, shared=True)
-    storage.refuse_unshared_local(ENDPOINT, shared=False)  # a URI is reachable from every node
+    checks.check_storage(RunFolder.under(results, "run"), joined=True, shared=True)
+    checks.refuse_unshared_local(ENDPOINT, shared=False)  # a URI is reachable from every node
 
 
 @pytest.mark.parametrize("joined", [False, True])
@@ -87,11 +88,11 @@ def test_trials_queue_on_a_joined_cluster_and_fit_the_machine_locally(joined):
 
 
 def test_distributed_backend_is_nccl_on_cuda_and_gloo_otherwise():
-    assert train_trial.distributed_backend(1, nccl_built=True) == "nccl"
-    assert train_trial.distributed_backend(0.5, nccl_built=True) == "nccl"
-    assert train_trial.distributed_backend(1, nccl_built=False) == "gloo"  # a GPU resource, no CUDA
-    assert train_trial.distributed_backend(0, nccl_built=True) == "gloo"
-    assert train_trial.distributed_backend(1) == "gloo"  # this machine's CPU torch has no nccl
+    assert train_path.distributed_backend(1, nccl_built=True) == "nccl"
+    assert train_path.distributed_backend(0.5, nccl_built=True) == "nccl"
+    assert train_path.distributed_backend(1, nccl_built=False) == "gloo"  # a GPU resource, no CUDA
+    assert train_path.distributed_backend(0, nccl_built=True) == "gloo"
+    assert train_path.distributed_backend(1) == "gloo"  # this machine's CPU torch has no nccl
 
 
 def test_a_tune_trial_trains_on_the_cpu_whatever_the_machine_has():
@@ -106,7 +107,7 @@ def test_a_tune_trial_trains_on_the_cpu_whatever_the_machine_has():
 
 def test_without_a_driver_resource_the_driver_asks_for_a_byte():
     # Whether or not an earlier test left Ray running, it has no trial_driver resource.
-    assert trainables.driver_request() == {"CPU": 0, "memory": 1}
+    assert trainable.driver_request() == {"CPU": 0, "memory": 1}
 
 
 def test_hide_unreserved_gpus_empties_cuda_visible_devices(monkeypatch):
@@ -174,9 +175,9 @@ def test_a_storage_uri_round_trip_leaves_nothing_and_a_missing_bucket_is_refused
         return {o["Key"] for o in client.list_objects_v2(Bucket="raylab").get("Contents", [])}
 
     before = keys()
-    checks.check_storage(uri)
+    checks.check_storage(RunFolder.under(uri, "run"))
     assert keys() == before, "the marker was deleted"
     with pytest.raises(UserError, match="--storage s3://no-such-bucket/runs"):
-        checks.check_storage(uri.replace("s3://raylab/", "s3://no-such-bucket/"))
-    assert "nothing answers" in str(pytest.raises(UserError, storage.within, 0.2, "nothing answers",
+        checks.check_storage(RunFolder.under(uri.replace("s3://raylab/", "s3://no-such-bucket/"), "run"))
+    assert "nothing answers" in str(pytest.raises(UserError, checks.within, 0.2, "nothing answers",
                                                  lambda: __import__("time").sleep(5)).value)

@@ -4,7 +4,7 @@ attempt) registered first, as a lab's entry point would register it."""
 
 import sys
 
-from raylab import ray_start
+from raylab.launch import ray_start
 
 ray_start.bind_to_loopback_unless_asked(sys.argv[1:])
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from raylab import checks, ray_start
+from raylab.launch import checks, ray_start
 from raylab.data import cifar
 from raylab import train as raylab_train
 from raylab import tune as raylab_tune

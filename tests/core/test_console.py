@@ -12,7 +12,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from raylab import experiment as experiments
-from raylab import progress, yaml_io
+from raylab import yaml_io
+from raylab.launch import progress
+from raylab.run_folder import ERROR_FILE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,7 +38,7 @@ def test_a_failing_trial_is_one_line_with_its_exception_and_error_txt_and_restar
     failed = [line for line in console.splitlines() if re.match(r"\[\s*\d+s\] \S+ failed: ", line)]
     assert len(failed) == 2, failed
     for attempt, line in enumerate(failed, start=1):
-        assert f"RuntimeError: injected failure on attempt {attempt} (error.txt: {run}/" in line, line
+        assert f"RuntimeError: injected failure on attempt {attempt} ({ERROR_FILE}: {run}/" in line, line
         path = re.search(r"error\.txt: (\S+?error\.txt)", line).group(1)
         assert f"injected failure on attempt {attempt}" in Path(path).read_text()
     assert failed[0].endswith("; restarting (1 of 1)") and "restarting" not in failed[1]
@@ -81,4 +83,5 @@ def test_status_line_every_interval_with_counts_and_an_eta_and_the_clock_restart
 
 def test_error_line_holds_the_last_line_of_the_exception():
     text = "Failure # 1\nTraceback (most recent call last):\n  File x\nValueError: bad lr\n\n"
-    assert progress.error_line("t1", text, "/r/t1/error.txt") == "t1 failed: ValueError: bad lr (error.txt: /r/t1/error.txt)"
+    where = f"/r/t1/{ERROR_FILE}"
+    assert progress.error_line("t1", text, where) == f"t1 failed: ValueError: bad lr ({ERROR_FILE}: {where})"

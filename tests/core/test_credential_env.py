@@ -1,6 +1,6 @@
 """Which storage variables a joined cluster's trials get through the job's runtime_env."""
 
-from raylab.storage import credential_env
+from raylab.launch.ray_start import credential_env
 
 
 def test_only_set_storage_variables_and_only_for_a_uri():

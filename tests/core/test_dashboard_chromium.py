@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from raylab.run_folder import RunFolder
+
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -97,7 +99,7 @@ def test_dashboard_opens_in_chromium_shows_the_trial_actors_and_stays_with_keep(
             assert "ray get-auth-token" in advice, advice
             token = subprocess.run([str(Path(sys.executable).parent / "ray"), "get-auth-token"],
                                    capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        wait_for(lambda: list((tmp_path / "results" / "d").glob("toy_*/result.json")), 120,
+        wait_for(lambda: any(trial.rows() for trial in RunFolder(tmp_path / "results" / "d").trials()), 120,
                  "the first trial to report", proc)
 
         shot = OUTPUT / "dashboard_actors.png"

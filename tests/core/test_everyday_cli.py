@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from raylab import cli, progress, ray_start, sweep, yaml_io
+from raylab import yaml_io
+from raylab.launch import cli, progress, ray_start, sweep
 from raylab.run_folder import EXPERIMENT_FILE, FINISHED_FILE, RunFolder
 from raylab import experiment as experiments
 from raylab import tune as raylab_tune
@@ -24,7 +25,7 @@ EXPERIMENTS = sorted(experiments.available())
 def test_saved_experiment_round_trips_through_validation(name, smoke, tmp_path):
     exp = experiments.load(name, smoke=smoke)
     RunFolder(tmp_path).write_text(EXPERIMENT_FILE, yaml_io.dumps(exp.to_yaml_dict()))
-    again = sweep.saved_experiment(RunFolder(str(tmp_path)))
+    again = RunFolder(str(tmp_path)).saved_experiment()
     assert again.name == name and again.smoke == smoke
     assert {**again.to_yaml_dict(), "source": ""} == {**exp.to_yaml_dict(), "source": ""}
 
@@ -178,7 +179,7 @@ def test_through_a_storage_uri_finished_runs_say_so_and_the_saved_experiment_is_
     uri = f"file://{tmp_path}"
     assert raylab_tune.main(["toy", "--resume", "--name", "done", "--storage", uri]) == 0
     assert "done has finished" in capsys.readouterr().out
-    saved = sweep.saved_experiment(RunFolder(f"{uri}/open"))
+    saved = RunFolder(f"{uri}/open").saved_experiment()
     assert saved.smoke and saved.search["variant"]["grid"][1] == {"loss": "soft_linf", "beta": 10.0}
     assert raylab_tune.main(["dqn_softlinf", "--smoke", "--name", "open", "--storage", uri]) == 2
     assert "a run already exists" in capsys.readouterr().err
@@ -219,11 +220,11 @@ def test_provenance_records_a_resumption_and_the_end_and_the_saved_experiment_st
     saved = {**exp.to_yaml_dict(), "provenance": provenance.record(Path(__file__).parent)}
     RunFolder(tmp_path).write_text(EXPERIMENT_FILE, yaml_io.dumps(saved))
     resumed = provenance.now()
-    sweep.update_provenance(RunFolder(tmp_path), resumed=resumed)
+    RunFolder(tmp_path).record(resumed=resumed)
     assert yaml_io.load(tmp_path / EXPERIMENT_FILE)["provenance"]["ended"] is None
     ended = provenance.now()
-    sweep.update_provenance(RunFolder(tmp_path), ended=ended)
+    RunFolder(tmp_path).record(ended=ended)
     record = yaml_io.load(tmp_path / EXPERIMENT_FILE)["provenance"]
     assert record["resumed"] == [resumed] and record["ended"] == ended
     assert len(record["git"]["commit"]) == 40 and record["started"] <= record["ended"]
-    assert sweep.saved_experiment(RunFolder(str(tmp_path))).name == "toy"  # provenance is not a setting
+    assert RunFolder(str(tmp_path)).saved_experiment().name == "toy"  # provenance is not a setting

@@ -75,10 +75,10 @@ def test_overrides_and_smoke_merge_into_the_file():
     assert exp.config["steps"] == 60  # from the smoke section
 
 
-def test_pbt_and_asha_schedulers_build(ray_session):
+def test_pbt_and_asha_schedulers_build():
     from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
 
-    from raylab import sweep as schedulers
+    from raylab.launch import scheduler as schedulers
 
     assert isinstance(schedulers.make_scheduler(experiments.load("toy")), ASHAScheduler)
     pbt = experiments.load("toy", ["scheduler.type=pbt", "scheduler.hyperparam_mutations={lr: [0.01, 0.1]}"])

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from raylab import checks, workloads
+from raylab import workloads
+from raylab.launch import checks
 from raylab import experiment as experiments
 from raylab import train as raylab_train
 from raylab import tune as raylab_tune

@@ -3,7 +3,7 @@ second timeout is one line, exit code 2, naming the cause."""
 
 import pytest
 
-from raylab import ray_start
+from raylab.launch import ray_start
 from raylab.errors import UserError
 
 TIMEOUT = Exception("The current node timed out during startup. This could happen because some of "

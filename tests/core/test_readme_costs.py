@@ -1,7 +1,7 @@
 """README's cluster cost table is what ``--dry-run --cluster cluster/gpu.yaml`` prints.
 
 Each row of the table under "**Costs.**" is compared, field by field, with the lines
-``raylab.cluster_plan.plan_text`` prints for that experiment on ``cluster/gpu.yaml``; and every
+``raylab.launch.cluster_plan.plan_text`` prints for that experiment on ``cluster/gpu.yaml``; and every
 shipped GPU experiment has a row with known hours and dollars (an ``estimate:`` in its file).
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from raylab import cluster_plan, search_space
+from raylab import search_space
+from raylab.launch import cluster_plan
 from raylab import experiment as experiments
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ To stay cheap, each sweep is cut to its first grid point (variant groups kept: t
 search is what a saved experiment used to break on) and three reports per trial
 (``stop.training_iteration=3``, a checkpoint at each). The CLI joins the test session's Ray
 (``--address``) instead of starting its own; the uninterrupted run goes through the same
-``raylab.sweep``, in this process. Final metrics are compared bit for bit where the workload
+``raylab.launch.sweep``, in this process. Final metrics are compared bit for bit where the workload
 promises an exact resume on CPU (its README says so); elsewhere (Atari emulators cannot be
 saved; the others make no promise) the resumed run must finish every trial with the sweep
 metric reported and finite.
@@ -26,7 +26,9 @@ from pathlib import Path
 import pytest
 
 from raylab import experiment as experiments
-from raylab import search_space, sweep, workloads
+from raylab import search_space, workloads
+from raylab.launch import sweep
+from raylab.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[2]
 # Run by default, one experiment of most workloads: fair_adv and backdoor_theory (compared bit
@@ -70,15 +72,15 @@ def short_overrides(name: str) -> list[str]:
 def last_rows(run: Path) -> dict[str, dict]:
     """Each trial's last reported row, keyed by its config (trial ids differ between runs)."""
     rows = {}
-    for result in run.glob("*/result.json"):
-        lines = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
+    for trial in RunFolder(run).trials():
+        lines = trial.rows()
         if lines:
             rows[json.dumps(lines[-1]["config"], sort_keys=True, default=str)] = lines[-1]
     return rows
 
 
 def reported(run: Path) -> int:
-    return sum(1 for r in run.glob("*/result.json") for line in r.read_text().splitlines() if line.strip())
+    return sum(len(trial.rows()) for trial in RunFolder(run).trials())
 
 
 def tune_cli(args: list[str]) -> subprocess.Popen:
@@ -133,7 +135,7 @@ def test_interrupted_smoke_sweep_resumes_with_the_printed_command(name, sig, ray
         assert math.isfinite(row[exp.metric]) or exp.workload in METRIC_AT_END, row
     if exp.workload not in EXACT_RESUME:
         return
-    sweep.sweep(exp, storage=str(storage), name="whole", verbose=0)
+    sweep.run(exp, RunFolder.under(str(storage), "whole"), verbose=0)
     whole_rows = last_rows(storage / "whole")
     assert whole_rows.keys() == resumed_rows.keys()
     declared = workloads.get(exp.workload).metrics

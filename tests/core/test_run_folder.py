@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
 import pickle
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
-from raylab import summary
 from raylab import experiment as experiments
+from raylab.launch import summary
+from raylab.launch.trial import TrialSettings
 from raylab.report.data import load_run
-from raylab.run_folder import RunFolder, newest_run
-from raylab.trainables import TrialSettings
+from raylab.run_folder import (
+    CHECKPOINT_PREFIX, CONFIG_FILE, ERROR_FILE, PARAMS_FILE, RESULT_FILE, RunFolder, TrialFolder, checkpoint_name,
+    newest_run,
+)
 
 
 def saved_run(root, name: str, experiment: str = "toy", smoke: bool = True, command: str | None = "raylab.tune",
@@ -60,10 +66,10 @@ def test_the_summary_and_the_report_agree_on_an_interrupted_run(tmp_path):
     results = []
     for trial, (done, returned, failed) in cases.items():
         row = {"trial_id": trial, "training_iteration": 2, "eval/mse": 0.5, "done": done}
-        run.write_text(f"{trial}/params.json", json.dumps({"seed": 0}))
-        run.write_text(f"{trial}/result.json", json.dumps(row) + "\n")
+        run.trial(trial).write_params({"seed": 0})
+        run.trial(trial).write_rows([row])
         if failed:
-            run.write_text(f"{trial}/error.txt", "ValueError: loss is nan\n")
+            run.trial(trial).write_error("ValueError: loss is nan\n")
         if returned:
             run.mark_ended(trial)
         state["trial_data"].append([json.dumps({"relative_logdir": trial, "status": "ERROR" if failed else "TERMINATED",
@@ -88,3 +94,79 @@ def test_trial_settings_are_frozen_and_travel_to_workers(tmp_path):
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.workers = 3
     assert pickle.loads(pickle.dumps(dataclasses.replace(settings, resume="checkpoint"))).resume == "checkpoint"
+
+
+@pytest.mark.parametrize("as_uri", [False, True], ids=["local", "file-uri"])
+def test_a_trial_folder_reads_back_what_its_writers_wrote(tmp_path, as_uri):
+    """Params, rows (a line still being written skipped), error, config and checkpoints go in and
+    come back through ``TrialFolder``, on a local folder and through a URI alike."""
+    run = RunFolder(f"file://{tmp_path}/run" if as_uri else tmp_path / "run")
+    trial = run.trial("toy_00000")
+    assert not trial.is_trial() and trial.params() == {} and trial.rows() == [] and trial.error() is None
+    trial.write_params({"lr": 0.1, "variant": {"loss": "mse"}})
+    trial.write_rows([{"train/loss": 1.0}])
+    trial.append_row({"train/loss": 0.5})
+    trial.write_error("Traceback ...\nValueError: boom\n")
+    trial.write_config({"lr": 0.1, "steps": 60})
+    assert trial.is_trial() and [t.name for t in run.trials()] == ["toy_00000"]
+    assert trial.params() == {"lr": 0.1, "variant": {"loss": "mse"}}
+    assert trial.rows() == [{"train/loss": 1.0}, {"train/loss": 0.5}]
+    assert trial.error().endswith("ValueError: boom\n") and trial.error_location == trial.join(ERROR_FILE)
+    assert trial.config() == {"lr": 0.1, "steps": 60}
+    assert TrialFolder.at(trial.location) == trial and run.trial("other").params() == {}
+    if not as_uri:
+        for number in (1, 2, 10):
+            trial.checkpoint_path(number).mkdir()
+        assert trial.checkpoints() == [checkpoint_name(1), checkpoint_name(2), checkpoint_name(10)]
+        assert trial.last_checkpoint_number() == 10
+        trial.prune_checkpoints(2)
+        assert trial.checkpoints() == [checkpoint_name(2), checkpoint_name(10)]
+        assert [p.name for p in trial.checkpoint_paths()] == [checkpoint_name(10), checkpoint_name(2)]
+        assert [t.name for t in run.trials()] == ["toy_00000"]  # checkpoints inside are no trials
+
+
+def test_a_half_written_row_is_skipped(tmp_path):
+    trial = RunFolder(tmp_path).trial("t")
+    trial.write_rows([{"a": 1}])
+    trial.append_row({"a": 2})
+    with open(trial.path / RESULT_FILE, "a") as f:  # a trial still writing its next row
+        f.write('{"a": 3')
+    assert trial.rows() == [{"a": 1}, {"a": 2}]
+
+
+# ------------------------------------------------------------------------ the layout in one place
+
+REPO = Path(__file__).resolve().parents[2]
+SPELLED = re.compile(r"(?<![\w.-])(" + "|".join([
+    *(re.escape(name) for name in (PARAMS_FILE, RESULT_FILE, ERROR_FILE, CONFIG_FILE)),
+    re.escape(CHECKPOINT_PREFIX) + "(?![a-z])"]) + ")")
+"""A trial folder's file names as code spells them: whole names (``ray_bootstrap_config.yaml`` is
+none), ``checkpoint_`` not followed by a word (``checkpoint_every`` is a setting)."""
+
+
+def spelled_trial_files(path: Path) -> list[str]:
+    """``file:line: literal`` for each string in the code of ``path`` (docstrings and other bare
+    string statements are prose, not code) that names a file of a trial folder."""
+    tree = ast.parse(path.read_text(), str(path))
+    prose = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+    return [f"{path}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+            and SPELLED.search(node.value)]
+
+
+def test_only_run_folder_spells_a_trial_folders_file_names():
+    """Every reader and writer of a trial folder goes through ``RunFolder``/``TrialFolder``: no
+    module of raylab/ and no test but raylab/run_folder.py names params.json, result.json,
+    error.txt, config.yaml or checkpoint_ in its code."""
+    sources = [p for top in ("raylab", "tests") for p in sorted((REPO / top).rglob("*.py"))
+               if p != REPO / "raylab" / "run_folder.py"]
+    found = [line for path in sources for line in spelled_trial_files(path)]
+    assert not found, "go through raylab.run_folder.TrialFolder:\n" + "\n".join(found)
+
+
+def test_the_layout_check_sees_code_and_not_prose(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text(f'"""Reads {RESULT_FILE}."""\n\n\ndef rows(d):\n    """From {PARAMS_FILE}."""\n'
+                       f'    return open(d + "/{RESULT_FILE}"), f"{{d}}/{checkpoint_name(3)}", "checkpoint_every"\n')
+    assert sorted(line.split(": ", 1)[1] for line in spelled_trial_files(planted)) == [
+        repr(f"/{CHECKPOINT_PREFIX}000003"), repr(f"/{RESULT_FILE}")]

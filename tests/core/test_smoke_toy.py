@@ -3,10 +3,10 @@
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import assert_finite_metrics
 
-from raylab import summary
+from raylab.launch import summary
+from raylab.run_folder import TrialFolder
 
 
 def test_toy_smoke_sweep_reports_metrics(smoke_sweep):
@@ -21,7 +21,7 @@ def test_toy_smoke_sweep_reports_metrics(smoke_sweep):
         assert_finite_metrics(result.metrics, ["train/loss", "eval/mse", "train/step"])
         assert result.metrics["train/step"] == 60
         assert result.checkpoint is not None
-        saved = yaml.safe_load((Path(result.path) / "config.yaml").read_text())
+        saved = TrialFolder.at(result.path).config()
         assert saved["steps"] == 60 and saved["dim"] == 8 and saved["seed"] == result.config["seed"]
         for key, value in result.config["variant"].items():  # the variant's values took effect
             assert saved[key] == value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from raylab import summary, sweep
+from raylab.launch import summary, sweep
 from raylab.run_folder import RunFolder
 
 

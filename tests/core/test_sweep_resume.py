@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 import os
 import shutil
 import signal
@@ -13,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from raylab.run_folder import RunFolder, TrialFolder
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_WORKERS = ["resources.workers=2", "resources.cpus_per_worker=0.5"]  # two trials at once on 2 CPUs
@@ -30,11 +31,8 @@ CASES = [
 """Ray Train with SIGKILL (about 130 s) is marked ``long``: RAYLAB_LONG_TESTS=1 runs it."""
 
 
-def steps_reported(trial_dir: Path) -> list[int]:
-    path = trial_dir / "result.json"
-    if not path.exists():
-        return []
-    return [json.loads(line)["train/step"] for line in path.read_text().splitlines() if line.strip()]
+def steps_reported(trial: TrialFolder) -> list[int]:
+    return [row["train/step"] for row in trial.rows()]
 
 
 def tune_cli(*args: str, storage: Path, **kwargs) -> subprocess.Popen:
@@ -65,10 +63,10 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, s
     short = long = None
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        trials = {p: steps_reported(p) for p in run.glob("toy_*") if p.is_dir()}
+        trials = {t: steps_reported(t) for t in RunFolder(run).trials()}
         short = next((p for p, s in trials.items() if s and s[-1] == 40), None)
         long = next((p for p, s in trials.items() if s and s[-1] == 100), None)  # held there
-        if short and long and any(long.glob("checkpoint_*")):
+        if short and long and long.checkpoints():
             break
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)

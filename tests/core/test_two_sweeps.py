@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from raylab.run_folder import RunFolder
+
 REPO = Path(__file__).resolve().parents[2]
 RAY_TRAIN = ["resources.workers=2", "resources.cpus_per_worker=0.5", "search.seed=[0]"]
 ANOTHER_RAY = "multiple active Ray instances"
@@ -34,7 +36,7 @@ def test_a_ray_train_sweep_runs_while_another_sweep_with_its_own_ray_is_running(
                           "config.step_time_s=0.05", storage=tmp_path / "results")
     try:
         deadline = time.monotonic() + 240
-        while not list((tmp_path / "results" / "background").glob("toy_*/result.json")):
+        while not any(trial.rows() for trial in RunFolder(tmp_path / "results" / "background").trials()):
             assert background.poll() is None and time.monotonic() < deadline, background.communicate()[0]
             time.sleep(0.5)
         start = time.monotonic()

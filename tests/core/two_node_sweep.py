@@ -12,7 +12,8 @@ import ray
 from ray.cluster_utils import Cluster
 
 from raylab import experiment as experiments
-from raylab import sweep
+from raylab.launch import sweep
+from raylab.run_folder import RunFolder, new_run_name
 
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
 cluster.add_node(num_cpus=1)
@@ -20,7 +21,7 @@ cluster.wait_for_nodes()
 ray.init(address=cluster.address, logging_level=logging.ERROR)
 # Each trial holds one CPU and runs long enough that both must run at the same time.
 experiment = experiments.load("toy", ["config.step_time_s=0.02", "search.seed=[0, 1]"], smoke=True)
-results, _, _ = sweep.sweep(experiment, storage=sys.argv[1], verbose=0)
+results = sweep.run(experiment, RunFolder.under(sys.argv[1], new_run_name(experiment)), verbose=0).results
 print(json.dumps({
     "trials": len(results),
     "errors": sum(r.error is not None for r in results),

@@ -24,6 +24,7 @@ import pytest
 
 from raylab import experiment as experiments
 from raylab import train as raylab_train
+from raylab.run_folder import TrialFolder
 
 FULL = os.environ.get("RAYLAB_FULL_SCIENCE") == "1"
 SEEDS = [0, 1, 2]
@@ -57,7 +58,7 @@ def run_arm(job) -> dict:
     torch.set_num_threads(1)
     experiment = experiments.load("fair_adv_digits", [f"stop.train/epoch={SCALE['epochs']}"])
     config = {**experiment.resolved_config(), **ARMS[arm], **SCALE, "seed": seed}
-    rows = raylab_train.run_local(experiment, Path(folder) / f"{arm}-{seed}", config, verbose=False)
+    rows = raylab_train.run_local(experiment, TrialFolder.at(Path(folder) / f"{arm}-{seed}"), config, verbose=False)
     assert rows[-1]["train/epoch"] == SCALE["epochs"]
     return rows[-1]
 

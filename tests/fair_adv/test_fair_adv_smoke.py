@@ -31,7 +31,7 @@ def test_yaml_files_load_and_name_a_reported_metric():
             assert config["val_size"] >= (100 if name == "fair_adv_digits" else 300) * 10 or smoke
             assert config["autoattack"] == ("off" if name == "fair_adv_tri" else "on")
     full = experiments.load("fair_adv")
-    assert full.resources.gpus_per_worker == 1
+    assert full.resources.gpus_per_worker == 0.5  # packed: two ResNet-18 trials per GPU
     config = full.resolved_config()
     assert (config["epochs"], config["lr_milestones"], config["frl_finetune_epochs"]) == (150, [100, 105], 40)
     variants = full.search["variant"]["grid"]

@@ -79,6 +79,7 @@ CASES = {
 def test_no_line_of_the_loop_reads_the_device_every_step(name, host_reads, tmp_path, monkeypatch):
     from raylab import experiment as experiments
     from raylab import train
+    from raylab.run_folder import TrialFolder
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     backward = torch.Tensor.backward
@@ -91,7 +92,7 @@ def test_no_line_of_the_loop_reads_the_device_every_step(name, host_reads, tmp_p
     monkeypatch.setattr(torch.Tensor, "backward", counted_backward)
     exp = experiments.load(name, CASES[name], smoke=True)
     config, _ = train.single_config(exp)
-    rows = train.run_local(exp, tmp_path / "trial", config, verbose=False)
+    rows = train.run_local(exp, TrialFolder.at(tmp_path / "trial"), config, verbose=False)
     steps = STEP[0]  # training steps: one backward pass each
     reports = len(rows)
     table = sorted(((len(v), f"{f}:{ln}") for (f, ln), v in host_reads.items() if f.startswith("trainers/")), reverse=True)

@@ -13,7 +13,7 @@ from raylab.data.cifar import (
     SPECS, check_cifar, load_cifar, prepare_cifar, write_synthetic_cifar,
 )
 from raylab.errors import UserError
-from raylab.run_folder import user_path
+from raylab.files import user_path
 
 
 @pytest.mark.parametrize("name, num_classes", [("cifar10", 10), ("cifar100", 100)])

@@ -15,7 +15,8 @@ from faults import has_checkpoint_and_step, strike_when, trial_rows
 from ray.cluster_utils import Cluster
 
 from raylab import experiment as experiments
-from raylab import sweep
+from raylab.launch import sweep
+from raylab.run_folder import RunFolder
 
 storage = Path(sys.argv[1])
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
@@ -25,7 +26,7 @@ ray.init(address=cluster.address, logging_level=logging.ERROR)
 
 overrides = ["search.seed=[0]", "config.steps=200", "config.step_time_s=0.03", "failure.max_failures=3"]
 experiment = experiments.load("toy", overrides, smoke=True)
-reference, _, _ = sweep.sweep(experiment, storage=str(storage), name="reference", verbose=0)
+reference = sweep.run(experiment, RunFolder.under(str(storage), "reference"), verbose=0).results
 
 removed = []
 
@@ -37,7 +38,7 @@ def remove_node(trial_dir, rows):
 
 
 watcher = strike_when(storage / "faulty", has_checkpoint_and_step(80), remove_node)
-faulty, _, _ = sweep.sweep(experiment, storage=str(storage), name="faulty", verbose=0)
+faulty = sweep.run(experiment, RunFolder.under(str(storage), "faulty"), verbose=0).results
 watcher.join(timeout=5)
 (rows,) = trial_rows(storage / "faulty").values()
 print(json.dumps({

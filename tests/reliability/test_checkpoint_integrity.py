@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from raylab import checkpoint as ckpt
-from raylab.run_folder import sha256_file
+from raylab.files import sha256_file
 from raylab import session
+from raylab.run_folder import TrialFolder, checkpoint_name
 
 
 def make_state(step: int) -> dict:
@@ -83,8 +84,8 @@ def test_a_damaged_part_is_detected_and_named(tmp_path, monkeypatch, damage):
 
 
 def test_crash_while_writing_leaves_previous_checkpoint_as_latest(tmp_path, monkeypatch):
-    trial = tmp_path / "trial"
-    ckpt.save(trial / "checkpoint_000001", make_state(1))
+    trial = TrialFolder.at(tmp_path / "trial")
+    ckpt.save(trial.checkpoint_path(1), make_state(1))
     real_replace = os.replace
 
     def crash(src, dst):
@@ -94,30 +95,30 @@ def test_crash_while_writing_leaves_previous_checkpoint_as_latest(tmp_path, monk
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="simulated crash"):
-        ckpt.save(trial / "checkpoint_000002", make_state(2))
+        ckpt.save(trial.checkpoint_path(2), make_state(2))
     monkeypatch.setattr(os, "replace", real_replace)
-    session.start(backend="local", trial_dir=trial)
-    with pytest.warns(UserWarning, match="checkpoint_000002"):
+    session.start(backend="local", trial=trial)
+    with pytest.warns(UserWarning, match=checkpoint_name(2)):
         state = session.restore()
     assert state["step"] == 1
 
 
 def test_restore_skips_a_corrupted_latest_and_names_it(tmp_path):
-    trial = tmp_path / "trial"
+    trial = TrialFolder.at(tmp_path / "trial")
     for step in (1, 2, 3):
-        ckpt.save(trial / f"checkpoint_{step:06d}", make_state(step))
-    latest = trial / "checkpoint_000003" / ckpt.STATE_FILE
+        ckpt.save(trial.checkpoint_path(step), make_state(step))
+    latest = trial.checkpoint_path(3) / ckpt.STATE_FILE
     latest.write_bytes(latest.read_bytes()[:-10])
-    session.start(backend="local", trial_dir=trial)
-    with pytest.warns(UserWarning, match=r"checkpoint_000003.*truncated"):
+    session.start(backend="local", trial=trial)
+    with pytest.warns(UserWarning, match=rf"{checkpoint_name(3)}.*truncated"):
         assert session.restore()["step"] == 2
 
 
 def test_siblings_fallback_order(tmp_path):
     for step in (0, 1, 2, 10):
-        (tmp_path / f"checkpoint_{step:06d}").mkdir()
-    order = ckpt.siblings_newest_first(tmp_path / "checkpoint_000002")
-    assert [p.name for p in order] == ["checkpoint_000002", "checkpoint_000001", "checkpoint_000000"]
+        (tmp_path / checkpoint_name(step)).mkdir()
+    order = ckpt.siblings_newest_first(tmp_path / checkpoint_name(2))
+    assert [p.name for p in order] == [checkpoint_name(2), checkpoint_name(1), checkpoint_name(0)]
 
 
 class _Exploit:

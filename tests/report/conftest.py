@@ -18,19 +18,18 @@ import pytest
 import yaml
 from PIL import Image
 
+from raylab.run_folder import RunFolder
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def read_trials(run: Path) -> list[dict]:
-    """Every trial folder that has at least one row in result.json."""
+    """Every trial folder that has at least one reported row."""
     trials = []
-    for folder in sorted(p for p in run.iterdir() if p.is_dir()):
-        result = folder / "result.json"
-        if not result.is_file():
-            continue
-        rows = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
+    for folder in RunFolder(run).trials():
+        rows = folder.rows()
         if rows:
-            params = json.loads((folder / "params.json").read_text())
+            params = folder.params()
             if isinstance(params.get("variant"), dict):  # a search.variant group sets these fields
                 params = {**params, **params["variant"]}
             trials.append({"name": folder.name, "params": params, "rows": rows})

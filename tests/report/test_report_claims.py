@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from raylab import report, workloads
+from raylab.run_folder import RunFolder
 from raylab.report import estimators
 from raylab.report.claims import Claim, Contrast, Control, Improvement, Value, readme_lines, where
 from raylab.report.data import load_run
@@ -157,11 +158,11 @@ def test_probability_of_improvement_claim_moves_with_a_planted_difference(tmp_pa
     row = equal["rows"][0]
     assert 0.3 < row["estimate"] < 0.7 and row["interval"][0] < 0.5 < row["interval"][1]
     better = planted_run(tmp_path, seeds=8, name="better")
-    for result in better.glob("*/result.json"):
-        if "soft_linf" in (result.parent / "params.json").read_text():
-            rows = [json.loads(line) for line in result.read_text().splitlines()]
+    for trial in RunFolder(better).trials():
+        if "soft_linf" in json.dumps(trial.params()):
+            rows = trial.rows()
             rows[-1]["ret"] += 5.0
-            result.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            trial.write_rows(rows)
     (gain,) = evaluate(better, claim)
     row = gain["rows"][0]
     assert row["estimate"] > 0.95 and row["interval"][0] > 0.5 and row["verdict"] == "supported"

@@ -11,17 +11,14 @@ from pathlib import Path
 import pytest
 
 from raylab import report
+from raylab.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 200
 
 
 def reported_steps(run: Path) -> dict[str, list[int]]:
-    out = {}
-    for result in run.glob("toy_*/result.json"):
-        rows = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
-        out[result.parent.name] = [row["train/step"] for row in rows]
-    return out
+    return {trial.name: [row["train/step"] for row in trial.rows()] for trial in RunFolder(run).trials()}
 
 
 @pytest.mark.slow

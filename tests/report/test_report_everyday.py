@@ -11,6 +11,7 @@ import yaml
 from raylab.report import write_report
 from raylab.report.aggregate import label_of
 from raylab.report.data import _swept_keys, find_run
+from raylab.run_folder import RunFolder
 
 
 def test_an_experiment_name_skips_raylab_train_debug_runs_unless_asked(tmp_path):
@@ -102,10 +103,9 @@ def test_wide_tables_scroll_inside_their_box(tmp_path):
     (run / "experiment.yaml").write_text(yaml.safe_dump({
         "name": "exp", "workload": "not_registered_here", "metric": "score", "mode": "max",
         "search": {k: {"grid": [1]} for k in keys}, "num_samples": 1, "smoke": False}))
-    trial = run / "t_00000"
-    trial.mkdir()
-    (trial / "params.json").write_text(json.dumps({k: 1 for k in keys}))
-    (trial / "result.json").write_text(json.dumps({"score": 1.0, "training_iteration": 1}) + "\n")
+    trial = RunFolder(run).trial("t_00000")
+    trial.write_params({k: 1 for k in keys})
+    trial.write_rows([{"score": 1.0, "training_iteration": 1}])
     html = open(write_report(str(run), out=tmp_path / "report")).read()
     assert ".scroll{overflow-x:auto" in html
     assert html.count('<div class="scroll"><table>') == html.count("<table>") > 0

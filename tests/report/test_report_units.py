@@ -15,10 +15,11 @@ from raylab.errors import UserError
 from raylab.report.aggregate import aggregate, series_xy, table_blocks, value_at
 from raylab.report.data import find_run, load_run
 from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus
+from raylab.run_folder import TRAIN_TRIAL, RunFolder
 
 
 def write_run(root: Path, search: dict, trials: list[dict], name="exp-20260101-120000", **experiment) -> Path:
-    """A run folder like a sweep's: experiment.yaml, and per trial params.json/result.json/error.txt."""
+    """A run folder like a sweep's: experiment.yaml, and per trial its params, rows and error."""
     run = root / name
     run.mkdir(parents=True)
     exp = {"name": "exp", "workload": "not_registered_here", "metric": "score", "mode": "max",
@@ -26,15 +27,12 @@ def write_run(root: Path, search: dict, trials: list[dict], name="exp-20260101-1
            **experiment}
     (run / "experiment.yaml").write_text(yaml.safe_dump(exp, sort_keys=False))
     for i, trial in enumerate(trials):
-        folder = run / f"t_{i:05d}"
-        folder.mkdir()
-        (folder / "params.json").write_text(json.dumps(trial["params"]))
+        folder = RunFolder(run).trial(f"t_{i:05d}")
+        folder.write_params(trial["params"])
         if "rows" in trial:
-            (folder / "result.json").write_text(
-                "".join(json.dumps({**row, "training_iteration": n + 1}) + "\n"
-                        for n, row in enumerate(trial["rows"])))
+            folder.write_rows([{**row, "training_iteration": n + 1} for n, row in enumerate(trial["rows"])])
         if "error" in trial:
-            (folder / "error.txt").write_text(trial["error"])
+            folder.write_error(trial["error"])
     return run
 
 
@@ -138,14 +136,14 @@ def test_vector_bars_scatter_and_versus_are_drawn(tmp_path):
 
 def test_markdown_report_and_a_single_local_trial_run(tmp_path):
     run = tmp_path / "toy-train-20260101-120000"
-    (run / "trial").mkdir(parents=True)
+    run.mkdir(parents=True)
     (run / "experiment.yaml").write_text(yaml.safe_dump({"name": "toy", "workload": "toy", "metric": "eval/mse",
                                                          "mode": "min", "search": {"lr": {"grid": [0.05, 0.1]}},
                                                          "smoke": True}))
-    (run / "trial" / "params.json").write_text(json.dumps({"lr": 0.05, "seed": 0}))
-    (run / "trial" / "result.json").write_text("".join(
-        json.dumps({"train/loss": 1.0 / s, "eval/mse": 2.0 / s, "train/step": s, "training_iteration": s}) + "\n"
-        for s in (1, 2, 3)))
+    trial = RunFolder(run).trial(TRAIN_TRIAL)
+    trial.write_params({"lr": 0.05, "seed": 0})
+    trial.write_rows([{"train/loss": 1.0 / s, "eval/mse": 2.0 / s, "train/step": s, "training_iteration": s}
+                      for s in (1, 2, 3)])
     path = Path(report.write_report(str(run), out=tmp_path / "md", fmt="md"))
     text = path.read_text()
     assert path.name == "report.md" and "![training loss and held-out MSE" in text

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from raylab import report, workloads
+from raylab.run_folder import RunFolder
 from raylab.report import estimators
 from tests.report.conftest import check_figures, check_tables
 
@@ -114,9 +115,8 @@ def test_dqn_claims_against_an_oracle_of_the_result_files(shared_smoke_sweep, ca
     CLI, and the aggregates of 3 seeds of one game."""
     _, run_path, _ = shared_smoke_sweep(*EXPERIMENTS["dqn_softlinf"])
     final: dict[tuple[str, int], dict[str, float]] = {}
-    for result in Path(run_path).glob("*/result.json"):
-        params = json.loads((result.parent / "params.json").read_text())
-        rows = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
+    for trial in RunFolder(run_path).trials():
+        params, rows = trial.params(), trial.rows()
 
         def last_half(key):
             values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]

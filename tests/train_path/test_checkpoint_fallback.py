@@ -8,13 +8,14 @@ import torch
 
 from raylab import checkpoint as ckpt
 from raylab import session
+from raylab.run_folder import CHECKPOINT_PREFIX, checkpoint_name
 
-TUNE_NAMES = ["checkpoint_000009", "checkpoint_000010", "checkpoint_000011"]
-TRAIN_V2_NAMES = [  # Ray Train v2: a timestamp per checkpoint
-    "checkpoint_2026-12-01_07-41-08.720567",
-    "checkpoint_2026-12-01_07-41-09.001234",
-    "checkpoint_2026-12-01_10-02-00.000001",
-]
+TUNE_NAMES = [checkpoint_name(step) for step in (9, 10, 11)]  # checkpoint_000009 ...
+TRAIN_V2_NAMES = [CHECKPOINT_PREFIX + stamp for stamp in (  # Ray Train v2: a timestamp per checkpoint
+    "2026-12-01_07-41-08.720567",
+    "2026-12-01_07-41-09.001234",
+    "2026-12-01_10-02-00.000001",
+)]
 
 
 def write_checkpoints(folder, names):
@@ -65,7 +66,7 @@ def test_train_worker_restores_from_the_trial_checkpoint_it_was_handed(tmp_path,
     monkeypatch.setattr(ray.train, "get_checkpoint", lambda: None)  # no Train run here
     session.start(backend="train", resume=ray.train.Checkpoint(str(newest)))
     try:
-        with pytest.warns(UserWarning, match="checkpoint_000011"):
+        with pytest.warns(UserWarning, match=TUNE_NAMES[-1]):
             assert session.restore()["step"] == 2
     finally:
         session.start()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from raylab import loggers
 from raylab import tune as raylab_tune
 from raylab.errors import UserError
-from raylab.run_folder import RunFolder
+from raylab.launch import loggers
+from raylab.run_folder import RunFolder, new_run_name
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,11 +34,12 @@ def test_mlflow_and_wandb_offline_runs_read_back(smoke_sweep, tmp_path, monkeypa
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     (tmp_path / "wandb").mkdir()
-    from raylab import experiment as experiments, sweep
+    from raylab import experiment as experiments
+    from raylab.launch import sweep
 
     experiment = experiments.load("toy", ["search.seed=[0]"], smoke=True)
-    results, run_path, _ = sweep.sweep(experiment, storage=str(tmp_path / "results"), verbose=0,
-                                       loggers=["mlflow", "wandb", "tensorboard"])
+    run = RunFolder.under(str(tmp_path / "results"), new_run_name(experiment))
+    results, run_path = sweep.run(experiment, run, verbose=0, loggers=["mlflow", "wandb", "tensorboard"]).results, run.location
     (result,) = results
     assert result.error is None
     client = mlflow.tracking.MlflowClient(tracking_uri=f"file://{run_path}/mlruns")
@@ -64,14 +65,15 @@ def test_an_mlflow_sqlite_store_gets_the_sweeps_run(ray_session, tmp_path, monke
     mlflow = pytest.importorskip("mlflow")
     pytest.importorskip("sqlalchemy")
     pytest.importorskip("alembic")
-    from raylab import experiment as experiments, sweep
+    from raylab import experiment as experiments
+    from raylab.launch import sweep
 
     db = tmp_path / "x.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
-    loggers.check_targets(["mlflow"], str(tmp_path / "results"))  # what the CLI runs first
+    run = RunFolder.under(str(tmp_path / "results"), "toy-sqlite")
+    loggers.check_targets(["mlflow"], run)  # what the CLI runs first
     experiment = experiments.load("toy", ["search.seed=[0]"], smoke=True)
-    results, run_path, _ = sweep.sweep(experiment, storage=str(tmp_path / "results"), verbose=0,
-                                       loggers=["mlflow"], name="toy-sqlite")
+    results, run_path = sweep.run(experiment, run, verbose=0, loggers=["mlflow"]).results, run.location
     (result,) = results
     assert result.error is None
     assert db.is_file() and not (Path(run_path) / "mlruns").exists()
@@ -133,7 +135,7 @@ def test_a_file_store_tracking_uri_works_with_the_opt_in_raylab_sets(tmp_path, m
     uri = f"file://{tmp_path / 'store'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
-    loggers.check_targets(["mlflow"], str(tmp_path / "results"))
+    loggers.check_targets(["mlflow"], RunFolder.under(str(tmp_path / "results"), "run-1"))
     (callback,) = loggers.callbacks(["mlflow"], "toy", RunFolder(tmp_path / "results" / "run-1"))
     callback.setup()  # what Tune calls on the driver before the first trial
     assert "toy" in [e.name for e in MlflowClient(tracking_uri=uri).search_experiments()]
@@ -156,9 +158,9 @@ def test_an_mlflow_store_that_cannot_work_is_one_line_before_ray_starts(uri, fra
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri.replace("TMP", str(tmp_path)))
     storage = "s3://bucket/runs" if not uri else str(tmp_path / "results")
     if not uri:  # the default store goes into the run folder: not on a cloud storage
-        from raylab import storage as storage_paths
+        from raylab.launch import checks
 
-        monkeypatch.setattr(storage_paths, "probe_uri", lambda *a, **k: None)
+        monkeypatch.setattr(checks, "probe_uri", lambda *a, **k: None)
     start = time.monotonic()
     assert raylab_tune.main(["toy", "--smoke", "--logger", "mlflow", "--storage", storage]) == 2
     # The session's shared Ray may still stream an earlier test's actor lines ("(Actor pid=N) ...")

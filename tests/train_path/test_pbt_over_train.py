@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from raylab import checkpoint as ckpt
+from raylab.run_folder import TrialFolder
 
 STEPS, REPORT_EVERY = 120, 20
 NEW_LR = 0.2  # the mutation's one value: the best trial's lr, so a restart can be checked exactly
@@ -56,6 +57,6 @@ def test_pbt_exploits_a_two_worker_trial_from_the_donors_checkpoint(smoke_sweep)
 def checkpoint_states(trial_folder: Path) -> list[dict]:
     """The states of a trial folder's checkpoints, by step, then as written (an exploited trial's
     counter restarts from its donor's, so Tune can write two states under one folder name)."""
-    metas = [path / ckpt.META_FILE for path in trial_folder.glob("checkpoint_*")]
+    metas = [path / ckpt.META_FILE for path in TrialFolder.at(trial_folder).checkpoint_paths()]
     written = sorted((meta for meta in metas if meta.exists()), key=lambda meta: meta.stat().st_mtime)
     return sorted((ckpt.load(meta.parent) for meta in written), key=lambda state: state["step"])

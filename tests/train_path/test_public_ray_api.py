@@ -62,11 +62,12 @@ def test_the_workload_api_check_catches_undeclared_uses(tmp_path):
     from raylab.testing import workload_api_violations
 
     lab = tmp_path / "lab.py"
-    lab.write_text("from raylab import session, sweep\nfrom raylab.errors import UserError\n"
+    lab.write_text("from raylab import session\nfrom raylab.launch import sweep\nfrom raylab.errors import UserError\n"
                    "import raylab.train_bridge\nfrom raylab.data.cifar import prepare_cifar\n"
                    "session.report({})\nsession.snapshot()\nsweep.sweep(None)\n")
     found = [line.split(": ", 1)[1] for line in workload_api_violations([lab])]
-    assert found == ["raylab.sweep", "raylab.train_bridge", "raylab.session.snapshot", "raylab.sweep.sweep"], found
+    assert found == ["raylab.launch.sweep", "raylab.train_bridge", "raylab.session.snapshot",
+                     "raylab.launch.sweep.sweep"], found
 
 
 def test_every_declared_workload_api_name_exists():
@@ -84,3 +85,36 @@ def test_every_declared_workload_api_name_exists():
             continue
         missing += [f"{module}.{n}" for n in names if n != ALL and not hasattr(loaded, n)]
     assert not missing, f"raylab.workloads.WORKLOAD_API names what raylab lacks: {missing}"
+
+
+def test_raylab_exports_the_workload_api():
+    """``raylab.__all__`` is the workload API: each name resolves (to the object its module
+    defines), and every name ``WORKLOAD_API`` declares outside ``raylab.launch`` is reachable
+    from ``raylab``, itself or through a module ``raylab`` exports (``raylab.session.report``)."""
+    import importlib
+
+    import raylab
+    from raylab.workloads import ALL, WORKLOAD_API
+
+    exported = {}
+    exec("from raylab import *", exported)  # the star import a user may write
+    assert set(raylab.__all__) <= set(exported), sorted(set(raylab.__all__) - set(exported))
+    for name in raylab.__all__:
+        value = getattr(raylab, name)
+        if isinstance(value, type(raylab)):
+            assert value.__name__ == f"raylab.{name}", name
+        else:  # the object its module defines (raylab.__init__ names the module)
+            assert value is getattr(importlib.import_module(raylab._NAMES[name]), name), name
+    unreachable = []
+    for module, names in WORKLOAD_API.items():
+        if module.startswith("raylab.launch."):
+            continue  # a workload's own Ray job may join Ray as the commands do (teacher/ray_job.py)
+        top = module.split(".")[1]
+        for name in names:
+            if name == ALL:
+                reachable = top in raylab.__all__
+            else:
+                reachable = name in raylab.__all__ or (module.count(".") == 1 and top in raylab.__all__)
+            if not reachable:
+                unreachable.append(f"{module}.{name}")
+    assert not unreachable, f"declared in WORKLOAD_API, not exported by raylab: {unreachable}"

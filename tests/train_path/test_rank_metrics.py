@@ -1,6 +1,7 @@
 """Metrics of all Ray Train ranks reduce to the trial's row: mean by default, or as declared."""
 
-from raylab.session import REDUCE_KEY, check_reductions, reduce_across_ranks
+from raylab.launch.ranks import reduce_across_ranks
+from raylab.session import REDUCE_KEY, check_reductions
 
 import pytest
 

@@ -58,9 +58,9 @@ def test_a_lab_package_adds_a_workload_and_a_folder_adds_experiments(tmp_path):
     assert "lab_regression" in done.stdout and "a lab's regression workload" in done.stdout
     (line,) = [line for line in done.stdout.splitlines() if "lab_sweep" in line]
     assert "lab_regression" in line and f"[{configs}]" in line
-    assert "[package]" in next(line for line in done.stdout.splitlines() if line.strip().startswith("toy "))
+    assert "[package tune_configs]" in next(line for line in done.stdout.splitlines() if line.strip().startswith("toy "))
     # the lab package's registered folder is searched beside this repository's tune_configs
-    assert "[package]" in next(line for line in done.stdout.splitlines() if "lab_shipped" in line)
+    assert "[package lab_configs]" in next(line for line in done.stdout.splitlines() if "lab_shipped" in line)
     # RAYLAB_CONFIGS does the same as --configs.
     dry = raylab_tune("lab_sweep", "--dry-run", env={"PYTHONPATH": str(tmp_path / "site"),
                                                      "RAYLAB_CONFIGS": str(configs)})
@@ -87,6 +87,29 @@ def test_a_workload_name_registered_twice_is_refused_naming_both_entry_points(tm
     assert "\n" not in message and "workload 'toy' is registered twice" in message
     assert "'trainers = trainers:WORKLOADS'" in message and "'lab_more = lab_workloads.again:WORKLOADS'" in message
     assert "toy" in workloads.registry() and "lab_regression" not in workloads.registry()
+
+
+def test_an_experiment_name_two_packages_ship_is_refused_naming_both_unless_configs_picks_one(tmp_path):
+    site = tmp_path / "site"
+    make_lab_package(site)
+    add_lab_experiments(site)
+    (site / "lab_configs" / "toy.yaml").write_text(  # the lab's own "toy", beside this repository's
+        "workload: lab_regression\nmetric: eval/mse\nmode: min\ndescription: the lab's toy\n")
+    env = {"PYTHONPATH": str(site)}
+    for args in (["--list"], ["toy", "--dry-run"], ["lab_shipped", "--dry-run"]):
+        done = raylab_tune(*args, env=env)
+        assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
+        assert "experiment 'toy' is shipped by two packages" in done.stderr, done.stderr
+        assert "package tune_configs" in done.stderr and "package lab_configs" in done.stderr
+        assert "--configs" in done.stderr and "Traceback" not in done.stderr
+    # --configs stays the explicit choice: a folder's toy.yaml wins over both packages
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "toy.yaml").write_text((site / "lab_configs" / "toy.yaml").read_text())
+    done = raylab_tune("--list", "--configs", str(mine), env=env)
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.strip().startswith("toy "))  # the experiment
+    assert "lab_regression" in line and f"[{mine}]" in line
 
 
 def test_missing_configs_folder_is_one_line_exit_2(tmp_path):

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-import yaml
 from conftest import assert_finite_metrics
-from faults import strike_when, trial_rows
+from faults import saved_checkpoints, strike_when, trial_rows
 
 from raylab import checkpoint as ckpt
+from raylab.run_folder import TrialFolder
 
 TWO_WORKERS = ["resources.workers=2", "resources.cpus_per_worker=1"]
 
@@ -36,7 +36,7 @@ def test_two_worker_smoke_passes_every_time(smoke_sweep):
         assert result.error is None, result.error
         assert_finite_metrics(result.metrics, ["train/loss", "eval/mse", "train/step"])
         assert result.metrics["train/step"] == 60
-        assert yaml.safe_load((Path(result.path) / "config.yaml").read_text())["steps"] == 60
+        assert TrialFolder.at(result.path).config()["steps"] == 60
         assert result.checkpoint is not None
         assert Path(result.checkpoint.path).parent == Path(result.path)
         assert ckpt.load(result.checkpoint.path)["step"] == 60
@@ -82,8 +82,8 @@ def test_killed_worker_with_corrupted_newest_checkpoint_resumes_from_the_previou
     struck = []
     release = tmp_path / "release"
 
-    def corrupt_and_kill(trial_dir, rows):
-        newest = sorted(trial_dir.glob("checkpoint_*"), key=lambda p: ckpt.order_key(p.name))[-1]
+    def corrupt_and_kill(trial, rows):
+        newest = trial.checkpoint_paths()[0]
         newest_step = ckpt.load(newest)["step"]
         state = newest / ckpt.STATE_FILE
         state.write_bytes(state.read_bytes()[:-9])
@@ -93,8 +93,8 @@ def test_killed_worker_with_corrupted_newest_checkpoint_resumes_from_the_previou
         struck.append((newest.name, newest_step, len(workers)))
         release.touch()  # the restarted run passes the hold
 
-    def two_checkpoints(trial_dir, rows):
-        return len([p for p in trial_dir.glob("checkpoint_*") if (p / ckpt.META_FILE).exists()]) >= 2
+    def two_checkpoints(trial, rows):
+        return len(saved_checkpoints(trial)) >= 2
 
     watcher = strike_when(tmp_path / "results" / "killed", two_checkpoints, corrupt_and_kill, timeout_s=600)
     # The trial is held after its report at step 100 (checkpoints at 40 and 80) until the strike,

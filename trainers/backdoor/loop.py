@@ -21,20 +21,21 @@ from __future__ import annotations
 import copy
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from torch.nn import functional as F
 
 from raylab import session
 from raylab.accel import compiled, enabled, fixed_shapes
-from raylab.checkpoint import rng_state, set_rng_state
+from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from raylab.data.augment import random_crop_flip, to_float
 from raylab.data.cifar import MEAN, STD, ImageData, check_cifar, prepare_cifar
 from raylab.errors import UserError
 from raylab.models import preact_resnet18, resnet18
-from trainers.backdoor import CONTROLS, GROUPS, attack, probe, wanet
+from trainers.backdoor import GROUPS, attack, probe, wanet
 from trainers.backdoor.config import Config
 
 MODELS = {"resnet18": resnet18, "preact_resnet18": preact_resnet18}
@@ -309,215 +310,247 @@ def neuron_report(net: torch.nn.Module, data: Data, cfg: Config, top: torch.Tens
 # ----------------------------------------------------------------------------- the loop
 
 
+@dataclass
+class Trial:
+    """What a backdoor trial works with and never checkpoints: its settings, data and networks."""
+
+    cfg: Config
+    device: torch.device
+    rank: int
+    world: int
+    data: Data
+    net: torch.nn.Module
+    """The bare network (its weights are what a checkpoint holds)."""
+    model: torch.nn.Module
+    """``net``, or the DDP module around it on several Ray Train workers."""
+    train_forward: Callable[[torch.Tensor], torch.Tensor]
+    """The poisoned-training steps' forward (``torch.compile`` where ``compile`` asks)."""
+    layout: torch.memory_format
+    spec: attack.TriggerSpec
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return -(-len(self.data.train_y) // self.cfg.batch_size)
+
+
+def no_totals() -> dict[str, float]:
+    return {"loss": 0.0, "correct": 0.0, "seen": 0.0, "time": 0.0}
+
+
+@dataclass
+class BackdoorState(LoopState):
+    """Where a trial is, each field saved in every checkpoint and restored on resume."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    ft_optimizer: torch.optim.Optimizer
+    """Phase 3's optimizer and schedule (made at the start, untouched until phase 3)."""
+    ft_scheduler: torch.optim.lr_scheduler.LRScheduler
+    rng: GlobalRNG = field(default_factory=GlobalRNG)
+    phase: str = "train"
+    """``train``, ``neurons``, ``finetune`` or ``done``."""
+    epoch: int = 0
+    batch: int = 0
+    step: int = 0
+    totals: dict = field(default_factory=no_totals)
+    """This epoch's training loss, correct predictions, images and seconds so far."""
+    latest: dict = field(default_factory=dict)
+    """Every metric's latest value (each report carries them all)."""
+    baseline: dict | None = None
+    """Each probe group's values at step 0."""
+    previous_gates: dict | None = None
+    """Each probe group's ReLU gates at the previous early probe."""
+    last_probe: int = -1
+    """The step of the last early probe (a resumed trial must not repeat it)."""
+    top: torch.Tensor | None = None
+    """The trigger-dominant neurons phase 2 found."""
+    sel_before: torch.Tensor | None = None
+    """Every neuron's selectivity before fine-tuning."""
+    ft_epoch: int = 0
+    ft_step: int = 0
+    config: dict = saved_only()
+
+
 def train_loop(config: dict) -> None:
     cfg = from_dict(Config, config, "trial config")
     preflight(cfg)
+    t = build_trial(cfg)
+    st = new_state(t, config)
+    saved = session.restore()
+    if saved is not None:
+        st.load_state_dict(saved)
+        if st.top is not None:
+            st.top = st.top.to(t.device)
+    else:  # before any step: every report then carries eval/* (Tune's metric)
+        st.latest |= {f"eval/{k}": v for k, v in evaluate(t.net, t.data, cfg.target_class).items()}
+    poisoned_training(t, st)
+    find_neurons(t, st)
+    clean_finetuning(t, st)
+
+
+def build_trial(cfg: Config) -> Trial:
+    """The data and the network on this worker's device (the seeded initialization first)."""
     device = session.device()
-    rank, world = session.world_rank(), session.world_size()
     data = build_data(cfg, device)
     num_classes = 100 if cfg.dataset == "cifar100" else 10
-
     torch.manual_seed(cfg.seed)
     net = MODELS[cfg.model](num_classes, data.mean, data.std, cfg.model_width)
     layout = torch.channels_last if enabled(cfg.channels_last, device) else torch.contiguous_format
     net = net.to(memory_format=layout)
     fixed_shapes(device)  # fixed image shapes: cuDNN picks its kernels once
     model = session.prepare_model(net)
-    net = getattr(model, "module", model)  # the bare network (DDP wraps it)
-    train_forward = compiled(model, enabled(cfg.compile, device), "backdoor network")  # the training steps' forward
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay)
-    scheduler = train_scheduler(optimizer, cfg)
-    spec = trigger_spec(cfg)
+    return Trial(cfg, device, session.world_rank(), session.world_size(), data,
+                 net=getattr(model, "module", model), model=model,
+                 train_forward=compiled(model, enabled(cfg.compile, device), "backdoor network"),
+                 layout=layout, spec=trigger_spec(cfg))
 
-    phase, epoch, batch, step = "train", 0, 0, 0
-    totals = {"loss": 0.0, "correct": 0.0, "seen": 0.0, "time": 0.0}
-    latest: dict[str, float] = {}
-    baseline: dict | None = None  # the step-0 probe values
-    previous_gates: dict | None = None
-    last_probe = -1  # the step of the last early probe (a resumed trial must not repeat it)
-    top, sel_before = None, None
-    ft_optimizer = ft_scheduler = None
-    ft_epoch = ft_step = 0
 
-    state = session.restore()
-    if state is not None:
-        net.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        phase, epoch, batch, step = state["phase"], state["epoch"], state["batch"], state["step"]
-        totals, latest = dict(state["totals"]), dict(state["latest"])
-        baseline, previous_gates = state["baseline"], state["previous_gates"]
-        last_probe = state["last_probe"]
-        top, sel_before, ft_epoch = state["top"], state["sel_before"], state["ft_epoch"]
-        ft_step = state["ft_step"]
-        if state["ft_optimizer"] is not None:
-            ft_optimizer, ft_scheduler = finetune_optimizer(model, cfg)
-            ft_optimizer.load_state_dict(state["ft_optimizer"])
-            ft_scheduler.load_state_dict(state["ft_scheduler"])
-        set_rng_state(state["rng"])
-        if top is not None:
-            top = top.to(device)
+def new_state(t: Trial, config: dict) -> BackdoorState:
+    optimizer = torch.optim.SGD(t.model.parameters(), lr=t.cfg.lr, momentum=t.cfg.momentum,
+                                weight_decay=t.cfg.weight_decay)
+    return BackdoorState(t.net, optimizer, train_scheduler(optimizer, t.cfg),
+                         *finetune_optimizer(t.model, t.cfg), config=config)
 
-    running = {"loss": torch.zeros((), device=device), "correct": torch.zeros((), device=device)}
 
-    def fold() -> None:
-        """Move the on-device running sums into ``totals`` (plain floats, checkpointed)."""
-        for key, value in running.items():
-            totals[key] += float(value)
-            value.zero_()
+def report(st: BackdoorState, metrics: dict, checkpoint: bool | None = None) -> None:
+    st.latest.update(metrics)
+    session.report(dict(st.latest), state=st.state_dict, checkpoint=checkpoint)
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
 
-    def snapshot():
-        return {
-            "model": net.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "phase": phase, "epoch": epoch, "batch": batch,
-            "step": step, "totals": totals, "latest": latest, "baseline": baseline,
-            "previous_gates": previous_gates, "last_probe": last_probe,
-            "top": None if top is None else top.cpu(), "sel_before": sel_before,
-            "ft_epoch": ft_epoch, "ft_step": ft_step,
-            "ft_optimizer": None if ft_optimizer is None else ft_optimizer.state_dict(),
-            "ft_scheduler": None if ft_scheduler is None else ft_scheduler.state_dict(),
-            "rng": rng_state(), "config": config,
-        }
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
-    def report(metrics: dict, checkpoint: bool | None = None) -> None:
-        latest.update(metrics)
-        session.report(dict(latest), state=snapshot, checkpoint=checkpoint)
 
-    def early_probe() -> None:
-        nonlocal baseline, previous_gates, last_probe
-        last_probe = step
-        groups = probe_groups(net, data, cfg)
-        gates = {g: v.pop("gates") for g, v in groups.items()}
-        if baseline is None:
-            baseline, previous_gates = groups, gates
-            return
-        row = {"train/step": step, "train/epoch": epoch + batch / batches_per_epoch}
-        signature = {"loss_drop": {}, "grad_coherence": {}, "margin_growth": {},
-                     "gate_flip_since_last": {}}
-        prior_corrected = {}
-        for g in GROUPS:
-            signature["loss_drop"][g] = baseline[g]["loss"] - groups[g]["loss"]
-            signature["grad_coherence"][g] = groups[g]["coherence"]
-            signature["margin_growth"][g] = groups[g]["margin"] - baseline[g]["margin"]
-            signature["gate_flip_since_last"][g] = probe.gate_flip_fraction(previous_gates[g], gates[g])
-            prior_corrected[g] = baseline[g]["loss_prior_corrected"] - groups[g]["loss_prior_corrected"]
-            row |= {
-                f"early/loss_drop_prior_corrected_{g}": prior_corrected[g],
-                f"early/loss_{g}": groups[g]["loss"],
-                f"early/loss_drop_{g}": signature["loss_drop"][g],
-                f"early/rel_drop_{g}": probe.relative_drop(baseline[g]["loss"], groups[g]["loss"]),
-                f"early/grad_coherence_{g}": groups[g]["coherence"],
-                f"early/gate_flip_since_last_{g}": signature["gate_flip_since_last"][g],
-                f"early/margin_{g}": groups[g]["margin"],
-                f"early/margin_growth_{g}": signature["margin_growth"][g],
-            }
-        for name, values in signature.items():
-            row |= {f"early/{name}_gap_vs_{c}": probe.gap(values, c) for c in CONTROLS}
-        row["early/loss_drop_prior_corrected_gap_vs_clean"] = probe.gap(prior_corrected, "clean")
-        row["early/loss_drop_gap_vs_clean"] = probe.gap(signature["loss_drop"], "clean")
-        previous_gates = gates
-        report(row)
+def fold(running: dict[str, torch.Tensor], totals: dict[str, float]) -> None:
+    """Move the on-device running sums into ``totals`` (plain floats, checkpointed)."""
+    for key, value in running.items():
+        totals[key] += float(value)
+        value.zero_()
 
-    if state is None:  # before any step: every report then carries eval/* (Tune's metric)
-        latest |= {f"eval/{k}": v for k, v in evaluate(net, data, cfg.target_class).items()}
 
-    # ------------------------------------------------------------------ phase 1: poisoned training
-    n_train = len(data.train_y)
-    batches_per_epoch = -(-n_train // cfg.batch_size)
-    while phase == "train" and epoch < cfg.epochs:
-        order = torch.randperm(n_train, generator=torch.Generator().manual_seed(
-            derived_seed(cfg.seed, "order", epoch))).to(device)
+def poisoned_training(t: Trial, st: BackdoorState) -> None:
+    """Phase 1: SGD on the poisoned training set; the early probes every ``early_log_every``
+    steps of the first ``early_epochs`` epochs; after each epoch its row (and the evaluation,
+    every ``eval_every`` epochs)."""
+    cfg = t.cfg
+    running = {"loss": torch.zeros((), device=t.device), "correct": torch.zeros((), device=t.device)}
+    while st.phase == "train" and st.epoch < cfg.epochs:
+        order = torch.randperm(len(t.data.train_y), generator=torch.Generator().manual_seed(
+            derived_seed(cfg.seed, "order", st.epoch))).to(t.device)
         started = time.perf_counter()
-        while batch < batches_per_epoch:
-            due = baseline is None or (step % cfg.early_log_every == 0 and step != last_probe)
-            if epoch < cfg.early_epochs and due:
-                sync()
-                totals["time"] += time.perf_counter() - started
-                fold()
-                early_probe()
+        while st.batch < t.batches_per_epoch:
+            due = st.baseline is None or (st.step % cfg.early_log_every == 0 and st.step != st.last_probe)
+            if st.epoch < cfg.early_epochs and due:
+                sync(t.device)
+                st.totals["time"] += time.perf_counter() - started
+                fold(running, st.totals)
+                early_probe(t, st)
                 started = time.perf_counter()
-            idx = order[batch * cfg.batch_size:(batch + 1) * cfg.batch_size]
-            if cfg.attack == "wanet":
-                x, y = wanet_batch(data, idx, cfg, spec, (epoch, batch), rank, world)
-            else:
-                x, y = crop_flip_batch(data, idx, cfg, ("aug", epoch, batch), rank, world)
-            model.train()
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled(cfg.amp_bf16, device)):
-                logits = train_forward(x.contiguous(memory_format=layout))
-                loss = F.cross_entropy(logits, y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            running["loss"] += loss.detach() * len(y)  # on the device: no sync per step
-            running["correct"] += (logits.argmax(1) == y).sum()
-            totals["seen"] += len(y)
-            batch += 1
-            step += 1
-        sync()
-        totals["time"] += time.perf_counter() - started
-        fold()
-        scheduler.step()
-        epoch, batch = epoch + 1, 0
+            train_step(t, st, order, running)
+        sync(t.device)
+        st.totals["time"] += time.perf_counter() - started
+        fold(running, st.totals)
+        st.scheduler.step()
+        st.epoch, st.batch = st.epoch + 1, 0
+        seen = max(st.totals["seen"], 1)
         row = {
-            "train/step": step, "train/epoch": epoch,
-            "train/loss": totals["loss"] / max(totals["seen"], 1),
-            "train/acc": totals["correct"] / max(totals["seen"], 1),
-            "train/lr": optimizer.param_groups[0]["lr"],
-            "perf/images_per_s": totals["seen"] * world / max(totals["time"], 1e-9),
+            "train/step": st.step, "train/epoch": st.epoch,
+            "train/loss": st.totals["loss"] / seen, "train/acc": st.totals["correct"] / seen,
+            "train/lr": st.optimizer.param_groups[0]["lr"],
+            "perf/images_per_s": st.totals["seen"] * t.world / max(st.totals["time"], 1e-9),
         }
-        totals = {"loss": 0.0, "correct": 0.0, "seen": 0.0, "time": 0.0}
-        if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
-            row |= {f"eval/{k}": v for k, v in evaluate(net, data, cfg.target_class).items()}
-        if epoch == cfg.epochs:
-            phase = "neurons"
-        report(row, checkpoint=True if phase != "train" else None)
+        st.totals = no_totals()
+        if st.epoch % cfg.eval_every == 0 or st.epoch == cfg.epochs:
+            row |= {f"eval/{k}": v for k, v in evaluate(t.net, t.data, cfg.target_class).items()}
+        if st.epoch == cfg.epochs:
+            st.phase = "neurons"
+        report(st, row, checkpoint=True if st.phase != "train" else None)
 
-    # ------------------------------------------------------------------ phase 2: neurons
-    if phase == "neurons":
-        metrics, sel_before, top = neuron_report(net, data, cfg)
-        sel_before = sel_before.cpu()
-        phase = "finetune" if cfg.finetune_epochs else "done"
-        report({f"neurons/{k}": v for k, v in metrics.items()},
-               checkpoint=True if phase == "done" else None)
 
-    # ------------------------------------------------------------------ phase 3: clean fine-tuning
-    if phase == "finetune":
-        if ft_optimizer is None:
-            ft_optimizer, ft_scheduler = finetune_optimizer(model, cfg)
-        subset = data.finetune_idx.to(device)
-        while ft_epoch < cfg.finetune_epochs:
-            order = subset[torch.randperm(len(subset), generator=torch.Generator().manual_seed(
-                derived_seed(cfg.seed, "finetune-order", ft_epoch))).to(device)]
-            for b in range(-(-len(order) // cfg.finetune_batch_size)):
-                idx = order[b * cfg.finetune_batch_size:(b + 1) * cfg.finetune_batch_size]
-                x, y = crop_flip_batch(data, idx, cfg, ("finetune-aug", ft_epoch, b), rank, world)
-                model.train()
-                loss = F.cross_entropy(model(x), y)
-                ft_optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                ft_optimizer.step()
-                ft_step += 1
-            ft_scheduler.step()
-            ft_epoch += 1
-            row = {"finetune/epoch": ft_epoch, "finetune/step": ft_step,
-                   "finetune/lr": ft_optimizer.param_groups[0]["lr"],
-                   "finetune/loss": float(loss.detach())}
-            row |= {f"finetune/{k}": v for k, v in evaluate(net, data, cfg.target_class).items()}
-            if ft_epoch == cfg.finetune_epochs:
-                metrics, sel_after, _ = neuron_report(net, data, cfg, top=top)
-                kept = sel_after.cpu()[top.cpu()].mean() / sel_before[top.cpu()].mean().clamp_min(1e-12)
-                row |= {
-                    "finetune/selectivity_retained": float(kept),
-                    "finetune/trigger_dominant_count": metrics["trigger_dominant_count"],
-                    "finetune/asr_ablated_topk": metrics["asr_ablated_topk"],
-                }
-                phase = "done"
-            report(row, checkpoint=True if phase == "done" else None)
+def train_step(t: Trial, st: BackdoorState, order: torch.Tensor, running: dict[str, torch.Tensor]) -> None:
+    """One SGD step on batch ``st.batch`` of ``order``; its loss and hits summed on the device."""
+    cfg = t.cfg
+    idx = order[st.batch * cfg.batch_size:(st.batch + 1) * cfg.batch_size]
+    if cfg.attack == "wanet":
+        x, y = wanet_batch(t.data, idx, cfg, t.spec, (st.epoch, st.batch), t.rank, t.world)
+    else:
+        x, y = crop_flip_batch(t.data, idx, cfg, ("aug", st.epoch, st.batch), t.rank, t.world)
+    t.model.train()
+    with torch.autocast(t.device.type, dtype=torch.bfloat16, enabled=enabled(cfg.amp_bf16, t.device)):
+        logits = t.train_forward(x.contiguous(memory_format=t.layout))
+        loss = F.cross_entropy(logits, y)
+    st.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    st.optimizer.step()
+    running["loss"] += loss.detach() * len(y)  # on the device: no sync per step
+    running["correct"] += (logits.argmax(1) == y).sum()
+    st.totals["seen"] += len(y)
+    st.batch += 1
+    st.step += 1
+
+
+def early_probe(t: Trial, st: BackdoorState) -> None:
+    """Probe every group; the first probe is the baseline, each later one reports the early
+    signatures against it (``probe.early_signature``)."""
+    st.last_probe = st.step
+    groups = probe_groups(t.net, t.data, t.cfg)
+    gates = {g: v.pop("gates") for g, v in groups.items()}
+    if st.baseline is None:
+        st.baseline, st.previous_gates = groups, gates
+        return
+    row = {"train/step": st.step, "train/epoch": st.epoch + st.batch / t.batches_per_epoch,
+           **probe.early_signature(st.baseline, groups, st.previous_gates, gates)}
+    st.previous_gates = gates
+    report(st, row)
+
+
+def find_neurons(t: Trial, st: BackdoorState) -> None:
+    """Phase 2: the trigger-dominant neurons of the trained network, and ablating them."""
+    if st.phase != "neurons":
+        return
+    metrics, sel_before, st.top = neuron_report(t.net, t.data, t.cfg)
+    st.sel_before = sel_before.cpu()
+    st.phase = "finetune" if t.cfg.finetune_epochs else "done"
+    report(st, {f"neurons/{k}": v for k, v in metrics.items()}, checkpoint=True if st.phase == "done" else None)
+
+
+def clean_finetuning(t: Trial, st: BackdoorState) -> None:
+    """Phase 3: SGD on the clean subset; after each epoch the evaluation, and after the last
+    whether the neurons of phase 2 keep their selectivity."""
+    if st.phase != "finetune":
+        return
+    cfg = t.cfg
+    subset = t.data.finetune_idx.to(t.device)
+    while st.ft_epoch < cfg.finetune_epochs:
+        order = subset[torch.randperm(len(subset), generator=torch.Generator().manual_seed(
+            derived_seed(cfg.seed, "finetune-order", st.ft_epoch))).to(t.device)]
+        for b in range(-(-len(order) // cfg.finetune_batch_size)):
+            idx = order[b * cfg.finetune_batch_size:(b + 1) * cfg.finetune_batch_size]
+            x, y = crop_flip_batch(t.data, idx, cfg, ("finetune-aug", st.ft_epoch, b), t.rank, t.world)
+            t.model.train()
+            loss = F.cross_entropy(t.model(x), y)
+            st.ft_optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            st.ft_optimizer.step()
+            st.ft_step += 1
+        st.ft_scheduler.step()
+        st.ft_epoch += 1
+        row = {"finetune/epoch": st.ft_epoch, "finetune/step": st.ft_step,
+               "finetune/lr": st.ft_optimizer.param_groups[0]["lr"], "finetune/loss": float(loss.detach())}
+        row |= {f"finetune/{k}": v for k, v in evaluate(t.net, t.data, cfg.target_class).items()}
+        if st.ft_epoch == cfg.finetune_epochs:
+            metrics, sel_after, _ = neuron_report(t.net, t.data, cfg, top=st.top)
+            top = st.top.cpu()
+            kept = sel_after.cpu()[top].mean() / st.sel_before[top].mean().clamp_min(1e-12)
+            row |= {
+                "finetune/selectivity_retained": float(kept),
+                "finetune/trigger_dominant_count": metrics["trigger_dominant_count"],
+                "finetune/asr_ablated_topk": metrics["asr_ablated_topk"],
+            }
+            st.phase = "done"
+        report(st, row, checkpoint=True if st.phase == "done" else None)
 
 
 def crop_flip_batch(data: Data, idx: torch.Tensor, cfg: Config, seed_parts: tuple, rank: int,

@@ -184,3 +184,48 @@ def ablate(features: torch.Tensor, neurons: torch.Tensor) -> torch.Tensor:
 
 def cross_entropy_per_sample(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, y, reduction="none")
+
+
+# ----------------------------------------------------------------------------- one early probe
+
+
+def early_signature(baseline: dict[str, dict], now: dict[str, dict], gates_before: dict[str, torch.Tensor],
+                    gates_now: dict[str, torch.Tensor], controls: tuple[str, ...] | None = None) -> dict[str, float]:
+    """The early-stage signatures of every probe group at one probe, and their contrasts.
+
+    ``baseline`` and ``now`` hold each group's ``loss``, ``loss_prior_corrected``, ``margin``
+    and ``coherence`` at step 0 and now; ``gates_before``/``gates_now`` its ReLU gates at the
+    previous probe and now. Per group G (see the module docstring): ``early/loss_G``,
+    ``loss_drop_G = loss_G(0) - loss_G(t)``, ``rel_drop_G``, ``grad_coherence_G``,
+    ``gate_flip_since_last_G``, ``margin_G``, ``margin_growth_G = margin_G(t) - margin_G(0)``
+    and ``loss_drop_prior_corrected_G``; then ``gap_vs_C(s) = s_poison - s_C`` of the four
+    signatures for each control C (the groups that share the poisoned group's label,
+    ``trainers.backdoor.CONTROLS``), and both loss drops' gaps against the clean group.
+    """
+    if controls is None:
+        from trainers.backdoor import CONTROLS as controls
+    row: dict[str, float] = {}
+    signature: dict[str, dict[str, float]] = {"loss_drop": {}, "grad_coherence": {}, "margin_growth": {},
+                                              "gate_flip_since_last": {}}
+    prior_corrected = {}
+    for g in now:
+        signature["loss_drop"][g] = baseline[g]["loss"] - now[g]["loss"]
+        signature["grad_coherence"][g] = now[g]["coherence"]
+        signature["margin_growth"][g] = now[g]["margin"] - baseline[g]["margin"]
+        signature["gate_flip_since_last"][g] = gate_flip_fraction(gates_before[g], gates_now[g])
+        prior_corrected[g] = baseline[g]["loss_prior_corrected"] - now[g]["loss_prior_corrected"]
+        row |= {
+            f"early/loss_drop_prior_corrected_{g}": prior_corrected[g],
+            f"early/loss_{g}": now[g]["loss"],
+            f"early/loss_drop_{g}": signature["loss_drop"][g],
+            f"early/rel_drop_{g}": relative_drop(baseline[g]["loss"], now[g]["loss"]),
+            f"early/grad_coherence_{g}": now[g]["coherence"],
+            f"early/gate_flip_since_last_{g}": signature["gate_flip_since_last"][g],
+            f"early/margin_{g}": now[g]["margin"],
+            f"early/margin_growth_{g}": signature["margin_growth"][g],
+        }
+    for name, values in signature.items():
+        row |= {f"early/{name}_gap_vs_{c}": gap(values, c) for c in controls}
+    row["early/loss_drop_prior_corrected_gap_vs_clean"] = gap(prior_corrected, "clean")
+    row["early/loss_drop_gap_vs_clean"] = gap(signature["loss_drop"], "clean")
+    return row

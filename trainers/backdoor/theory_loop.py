@@ -26,13 +26,32 @@ split of the loss error ``theory/loss_* - theory/frozen_loss_*`` into
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from raylab import session
+from raylab.checkpoint import LoopState, saved_only
 from raylab.config import from_dict
 from trainers.backdoor import theory
 from trainers.backdoor.config import TheoryConfig
 from trainers.backdoor.theory import drop_ratio
+
+
+@dataclass
+class TheoryState(LoopState):
+    """What a ``backdoor_theory`` checkpoint holds, each field saved and restored."""
+
+    w: torch.Tensor
+    """The network's first-layer weights."""
+    w_frozen: torch.Tensor
+    """Its frozen-gate twin's."""
+    batches: torch.Generator
+    """The SGD batches' generator (both networks see the same batches)."""
+    step: int = 0
+    latest: dict = field(default_factory=dict)
+    """Every metric's latest value (each row carries them all)."""
+    config: dict = saved_only()
 
 
 def train_loop(config: dict) -> None:
@@ -47,17 +66,17 @@ def train_loop(config: dict) -> None:
               for g, mask in (("poison", poisoned), ("clean", ~poisoned))}
     batches = torch.Generator().manual_seed(cfg.seed + 1)
 
-    w, w_frozen, step, latest = w0.clone(), w0.clone(), 0, {}
-    state = session.restore()
-    if state is not None:
-        w, w_frozen, step, latest = state["w"], state["w_frozen"], state["step"], dict(state["latest"])
-        batches.set_state(state["batches"])
+    st = TheoryState(w0.clone(), w0.clone(), batches, config=config)
+    saved = session.restore()
+    if saved is not None:
+        st.load_state_dict(saved)
 
-    while step < cfg.steps:
+    while st.step < cfg.steps:
         idx = torch.randint(0, cfg.n_train, (cfg.batch_size,), generator=batches)
-        w = theory.sgd_step(w, a, x[idx], y[idx], cfg.lr)
-        w_frozen = theory.sgd_step(w_frozen, a, x[idx], y[idx], cfg.lr, gates0=gates0[idx])
-        step += 1
+        st.w = theory.sgd_step(st.w, a, x[idx], y[idx], cfg.lr)
+        st.w_frozen = theory.sgd_step(st.w_frozen, a, x[idx], y[idx], cfg.lr, gates0=gates0[idx])
+        st.step += 1
+        w, w_frozen, step = st.w, st.w_frozen, st.step
         in_window = step <= cfg.early_steps
         if not (step == cfg.early_steps or step % cfg.report_every == 0 or step == cfg.steps):
             continue
@@ -94,10 +113,5 @@ def train_loop(config: dict) -> None:
                 "theory/gate_flip_at_t_poison": row["theory/gate_flip_since_init_poison"],
                 "theory/gate_flip_at_t_clean": row["theory/gate_flip_since_init_clean"],
             }
-        latest.update(row)
-        session.report(
-            dict(latest),
-            state=lambda: {"w": w, "w_frozen": w_frozen, "step": step, "latest": latest,
-                           "batches": batches.get_state(), "config": config},
-            checkpoint=True if step == cfg.steps else None,
-        )
+        st.latest.update(row)
+        session.report(dict(st.latest), state=st.state_dict, checkpoint=True if step == cfg.steps else None)

@@ -22,7 +22,7 @@ from rdkit import Chem, RDConfig, RDLogger
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
 from raylab.errors import UserError
-from raylab.run_folder import user_path
+from raylab.files import user_path
 
 SMILES_COLUMNS = ("smiles", "SMILES", "Smiles", "Drug", "canonical_smiles")
 """CSV columns read as SMILES, first match wins (``Drug`` is the TDC ADMET column)."""

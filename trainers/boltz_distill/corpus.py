@@ -39,7 +39,7 @@ from rdkit import Chem, RDLogger
 from rdkit.Chem.MolStandardize import rdMolStandardize
 
 from raylab.errors import UserError, exit_on_user_error
-from raylab.run_folder import user_path
+from raylab.files import user_path
 from trainers.boltz_distill.chem import canonical_smiles, mol_from_smiles, nci_smiles_path, read_smiles_file
 
 NAMED = ("moses", "nci")

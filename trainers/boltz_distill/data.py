@@ -39,7 +39,7 @@ import numpy as np
 
 from raylab.errors import UserError
 from trainers.boltz_distill import ADMET_METRICS, TASK_METRICS, metric_name  # noqa: F401 (re-exported)
-from raylab.run_folder import user_path
+from raylab.files import user_path
 from trainers.boltz_distill.chem import murcko_scaffold
 
 ADMET_URL = "https://dataverse.harvard.edu/api/access/datafile/4426004"

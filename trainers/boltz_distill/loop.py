@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from raylab import session
-from raylab.checkpoint import rng_state, set_rng_state
+from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from raylab.errors import UserError
-from raylab.run_folder import user_path
+from raylab.files import user_path
 from trainers.boltz_distill.batches import GraphBank
 from trainers.boltz_distill.config import Config
 from trainers.boltz_distill.corpus import check_test_sets, corpus_exists, corpus_smiles, exclusion_line
@@ -241,6 +242,29 @@ def distill(cfg: Config, device=None) -> dict:
             "target_mean": mean.cpu(), "target_std": std.cpu(), "excluded_test_sets": sets}
 
 
+@dataclasses.dataclass
+class DistillState(LoopState):
+    """What a boltz_distill checkpoint holds, each field saved and restored but the last five,
+    which ``load_student`` reads to rebuild the student (and its targets' scale)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    order_rng: torch.Generator
+    """The epochs' shuffles."""
+    perm: torch.Tensor
+    """This epoch's order of the training molecules."""
+    rng: GlobalRNG = dataclasses.field(default_factory=GlobalRNG)
+    step: int = 0
+    epoch: int = 0
+    pos: int = 0
+    """Where in ``perm`` the next batch starts."""
+    target_mean: torch.Tensor | None = saved_only()
+    target_std: torch.Tensor | None = saved_only()
+    out_dim: int = saved_only(0)
+    excluded_test_sets: list | None = saved_only()
+    config: dict = saved_only()
+
+
 def train_loop(config: dict) -> None:
     cfg = from_dict(Config, config, "trial config")
     preflight(cfg)
@@ -253,30 +277,28 @@ def train_loop(config: dict) -> None:
     model, optimizer, order_gen = init_training(cfg, out_dim, device)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
-    step, epoch, pos = 0, 0, 0
-    perm = torch.randperm(len(train), generator=order_gen)
-    state = session.restore()
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        order_gen.set_state(state["order_rng"])
-        set_rng_state(state["rng"])
-        step, epoch, pos, perm = state["step"], state["epoch"], state["pos"], state["perm"]
+    st = DistillState(model, optimizer, order_gen, torch.randperm(len(train), generator=order_gen),
+                      target_mean=mean.cpu(), target_std=std.cpu(), out_dim=out_dim, excluded_test_sets=sets,
+                      config=config)
+    saved = session.restore()
+    if saved is not None:
+        st.load_state_dict(saved)
 
     model.train()
     running, running_n, molecules, busy = torch.zeros((), device=device), 0, 0, 0.0
-    while step < total_steps:
+    while st.step < total_steps:
         started = time.perf_counter()
-        idx = perm[pos : pos + cfg.batch_size].tolist()
+        idx = st.perm[st.pos : st.pos + cfg.batch_size].tolist()
         running += train_step(model, optimizer, train, idx, mean, std, cfg, device, rank, world)
         running_n += 1
         molecules += len(idx)
         busy += time.perf_counter() - started
-        step += 1
-        pos += cfg.batch_size
-        if pos >= len(train):
-            epoch, pos = epoch + 1, 0
-            perm = torch.randperm(len(train), generator=order_gen)
+        st.step += 1
+        st.pos += cfg.batch_size
+        if st.pos >= len(train):
+            st.epoch, st.pos = st.epoch + 1, 0
+            st.perm = torch.randperm(len(train), generator=order_gen)
+        step = st.step
         if step % cfg.report_every == 0 or step == total_steps:
             val_metrics = evaluate(model, val, mean, std, cfg, device)
             session.report(
@@ -290,21 +312,7 @@ def train_loop(config: dict) -> None:
                     "distill/epoch": step / steps_per_epoch,
                     "distill/molecules_per_s": molecules / busy,  # training steps only, all ranks
                 },
-                state=lambda: {
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "order_rng": order_gen.get_state(),
-                    "rng": rng_state(),
-                    "step": step,
-                    "epoch": epoch,
-                    "pos": pos,
-                    "perm": perm,
-                    "target_mean": mean.cpu(),
-                    "target_std": std.cpu(),
-                    "out_dim": out_dim,
-                    "excluded_test_sets": sets,
-                    "config": config,
-                },
+                state=st.state_dict,
                 checkpoint=True if step == total_steps else None,
             )
             running, running_n, molecules, busy = torch.zeros((), device=device), 0, 0, 0.0

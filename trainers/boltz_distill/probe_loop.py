@@ -13,12 +13,12 @@ from rdkit.Chem import Descriptors, rdFingerprintGenerator
 from torch_geometric.data import Batch
 
 from raylab import session
-from raylab.checkpoint import rng_state, set_rng_state
+from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.workloads import require
 from trainers.boltz_distill import OFFLINE_METRICS, data as tasks
-from raylab.run_folder import user_path
+from raylab.files import user_path
 from trainers.boltz_distill.chem import parse_smiles
 from trainers.boltz_distill.config import ProbeConfig
 from trainers.boltz_distill.featurize import mol_to_graph
@@ -287,6 +287,24 @@ def end_to_end(cfg: ProbeConfig, split: Split) -> tuple[np.ndarray, float]:
     return full, score(metric, split.y[va], valid_pred)
 
 
+@dataclasses.dataclass
+class ProbeState(LoopState):
+    """What an MLP probe's checkpoint holds, each field saved and restored."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    order_rng: torch.Generator
+    rng: GlobalRNG = dataclasses.field(default_factory=GlobalRNG)
+    epoch: int = 0
+    best_valid: float = float("nan")
+    """The best validation score so far ..."""
+    best_model: dict | None = None
+    """... and the weights that had it."""
+    since_best: int = 0
+    """Epochs since the best (early stopping after ``mlp_patience``)."""
+    config: dict = saved_only()
+
+
 def train_loop(config: dict) -> None:
     cfg = from_dict(ProbeConfig, config, "trial config")
     preflight(cfg)
@@ -326,15 +344,10 @@ def train_loop(config: dict) -> None:
     model = MLPProbe(x_tr.shape[1], cfg.mlp_hidden, cfg.mlp_dropout)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.mlp_lr, weight_decay=cfg.mlp_weight_decay)
     order_gen = torch.Generator().manual_seed(cfg.seed)
-    epoch, best_valid, best_state, since_best = 0, float("nan"), copy.deepcopy(model.state_dict()), 0
-    state = session.restore()
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        order_gen.set_state(state["order_rng"])
-        set_rng_state(state["rng"])
-        epoch, best_valid, best_state, since_best = (state["epoch"], state["best_valid"],
-                                                     state["best_model"], state["since_best"])
+    st = ProbeState(model, optimizer, order_gen, best_model=copy.deepcopy(model.state_dict()), config=config)
+    saved = session.restore()
+    if saved is not None:
+        st.load_state_dict(saved)
 
     def predict(weights, x):
         probe = MLPProbe(x_tr.shape[1], cfg.mlp_hidden, cfg.mlp_dropout)
@@ -344,7 +357,7 @@ def train_loop(config: dict) -> None:
             out = probe(x)
         return (out if classify else out * y_std + y_mean).numpy()
 
-    while epoch < cfg.mlp_epochs and since_best < cfg.mlp_patience:
+    while st.epoch < cfg.mlp_epochs and st.since_best < cfg.mlp_patience:
         model.train()
         perm = torch.randperm(len(y_tr), generator=order_gen)
         total = 0.0
@@ -355,21 +368,16 @@ def train_loop(config: dict) -> None:
             loss.backward()
             optimizer.step()
             total += loss.item() * len(idx)
-        epoch += 1
+        st.epoch += 1
         valid_value = score(metric, y_va.numpy(), predict(model.state_dict(), x_va))
-        if better(metric, valid_value, best_valid):
-            best_valid, best_state, since_best = valid_value, copy.deepcopy(model.state_dict()), 0
+        if better(metric, valid_value, st.best_valid):
+            st.best_valid, st.best_model, st.since_best = valid_value, copy.deepcopy(model.state_dict()), 0
         else:
-            since_best += 1
-        done = epoch >= cfg.mlp_epochs or since_best >= cfg.mlp_patience
-        if epoch % cfg.report_every == 0 or done:
+            st.since_best += 1
+        done = st.epoch >= cfg.mlp_epochs or st.since_best >= cfg.mlp_patience
+        if st.epoch % cfg.report_every == 0 or done:
             session.report(
-                row(predict(best_state, x_te), best_valid, epoch, total / len(y_tr), imputed),
-                state=lambda: {
-                    "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "order_rng": order_gen.get_state(), "rng": rng_state(), "epoch": epoch,
-                    "best_valid": best_valid, "best_model": best_state, "since_best": since_best,
-                    "config": config,
-                },
+                row(predict(st.best_model, x_te), st.best_valid, st.epoch, total / len(y_tr), imputed),
+                state=st.state_dict,
                 checkpoint=True if done else None,
             )

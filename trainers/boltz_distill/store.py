@@ -30,7 +30,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from raylab.errors import UserError
-from raylab.run_folder import write_atomic
+from raylab.files import write_atomic
 
 FORMAT = "raylab-atom-embeddings-v1"
 META_FILE = "meta.json"

@@ -16,7 +16,7 @@ import json
 import sys
 
 from raylab.errors import UserError, exit_on_user_error
-from raylab.run_folder import user_path
+from raylab.files import user_path
 
 
 def run_students(run_dir: str) -> list[str]:

@@ -51,7 +51,7 @@ import torch
 
 from raylab import session
 from raylab.accel import AUTO, compiled, enabled, to_device
-from raylab.checkpoint import rng_state, set_rng_state
+from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from trainers.dqn_softlinf.config import Config, frame_mark_metric, frames_per_step
 from trainers.dqn_softlinf.ale_probe import life_lost
@@ -120,21 +120,17 @@ def train_loop(config: dict) -> None:
         torch.set_num_threads(cfg.torch_threads)
     run = build_run(cfg, session.device())
     n = cfg.num_envs
-    s = {
-        "env_steps": 0, "updates": 0, "next_sync": cfg.learning_starts, "next_report": cfg.report_every,
-        "next_eval": 0, "evals": 0, "eval_return": math.nan, "updates_from": cfg.learning_starts,
-        "episodes": [], "loss_sum": 0.0, "q_sum": 0.0, "ess_sum": 0.0, "loss_n": 0, "inner": [],
-        "inner_exact": [], "exact_start": None, "credit": 0, "starts": 0,
-        "history": {}, "marks": {},  # reported values of TIME_AVERAGED; frame marks reached
-    }
-    state = session.restore()
-    if state is None:
+    st = DQNState.of(run, config)
+    saved = session.restore()
+    if saved is None:
         run.obs, run.lives = run.envs.reset(env_seed(cfg.seed, TRAIN_STREAM))
         run.ep_return = np.zeros(n, np.float64)
         run.final_prev, run.fire_next = np.zeros(n, bool), np.zeros(n, bool)
         run.replay.add_observation(run.envs.newest_frame(run.obs), first=np.ones(n, bool), final=run.final_prev)
     else:
-        restore(run, s, state)
+        st.load_state_dict(saved)
+        resume(run, st)
+    s = st.counters
     run.episodes = collections.deque(s["episodes"], maxlen=100)
     if cfg.suite == "atari" and cfg.heldout_size:  # not checkpointed: a resumed trial refills it
         run.heldout = HeldoutProbe(cfg, env_seed(cfg.seed, HELDOUT_STREAM, s["starts"]))
@@ -206,8 +202,7 @@ def train_loop(config: dict) -> None:
                 total.zero_()
             s.update(loss_n=0, loss_sum=0.0, q_sum=0.0, ess_sum=0.0, inner=[], inner_exact=[],
                      episodes=list(run.episodes))
-            session.report(metrics, state=lambda: checkpoint_state(run, s, config),
-                           checkpoint=True if last else None)
+            session.report(metrics, state=st.state_dict, checkpoint=True if last else None)
             clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
     envs.close()
@@ -262,64 +257,125 @@ def stream_seed(seed: int, stream: int) -> int:
     return int(np.random.SeedSequence([seed, stream]).generate_state(1, np.uint64)[0] >> 1)
 
 
-def restore(run: Run, s: dict, state: dict) -> None:
-    """Load a checkpoint into ``run`` and the counters ``s``; where the envs' state was not
-    saved (ALE), start new episodes from a seed block of their own."""
-    cfg, n = run.cfg, run.cfg.num_envs
-    run.q.load_state_dict(state["q"])
-    run.target.load_state_dict(state["target"])
-    load_optimizer(run.optimizer, state["optimizer"])
-    set_rng_state(state["rng"])
-    for name, gen in (("sample", run.sample_gen), ("act", run.act_gen)):
-        if name in state.get("torch_gens", {}):  # checkpoints from before they existed: seeded
-            gen.set_state(state["torch_gens"][name])
-    run.rng.bit_generator.state = state["np_rng"]
-    run.probe_rng.bit_generator.state = state["probe_rng"]
-    s.update(state["counters"])
-    run.probe = state["probe"]
-    if "replay" in state:
-        run.replay.load_state_dict(state["replay"])
-    else:  # refill before learning again
-        s["updates_from"] = s["env_steps"] + cfg.learning_starts
-        run.probe = None
-    env_state = state.get("env")
-    if env_state is not None:  # exact continuation (gymnasium envs)
-        run.envs.set_state(env_state)
+def new_counters(cfg: Config) -> dict:
+    """The loop's counters and running sums, as a fresh trial starts them."""
+    return {
+        "env_steps": 0, "updates": 0, "next_sync": cfg.learning_starts, "next_report": cfg.report_every,
+        "next_eval": 0, "evals": 0, "eval_return": math.nan, "updates_from": cfg.learning_starts,
+        "episodes": [], "loss_sum": 0.0, "q_sum": 0.0, "ess_sum": 0.0, "loss_n": 0, "inner": [],
+        "inner_exact": [], "exact_start": None, "credit": 0, "starts": 0,
+        "history": {}, "marks": {},  # reported values of TIME_AVERAGED; frame marks reached
+    }
+
+
+class OptimizerOf:
+    """The optimizer as a state field, restored keeping its own ``capturable`` flag
+    (``load_optimizer``): a checkpoint of an eager trial resumes under a CUDA graph and the other
+    way round."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        load_optimizer(self.optimizer, state)
+
+
+class ProbeOf:
+    """The current period's probe transitions and frozen targets (``run.probe``) as a state
+    field: saved on the CPU, restored as saved."""
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    def state_dict(self) -> dict | None:
+        return {k: v.cpu() if torch.is_tensor(v) else v for k, v in (self.run.probe or {}).items()} or None
+
+    def load_state_dict(self, state: dict | None) -> None:
+        self.run.probe = state
+
+
+class EnvsOf:
+    """The envs' own state and the loop's view of their episodes (observations, lives, returns,
+    the reset flags) as a state field, where the envs can save their state (gymnasium); None
+    where they cannot (ALE's emulators), and a resumed trial starts new episodes (``resume``)."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.restored = False
+
+    def state_dict(self) -> dict | None:
+        run = self.run
+        env_state = run.envs.state()
+        if env_state is None:
+            return None
+        return {"env": env_state, "obs": torch.from_numpy(run.obs.copy()),
+                "lives": torch.from_numpy(run.lives.copy()), "ep_return": torch.from_numpy(run.ep_return.copy()),
+                "final_prev": torch.from_numpy(run.final_prev.copy()),
+                "fire_next": torch.from_numpy(run.fire_next.copy())}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        self.restored = state is not None
+        if state is None:
+            return
+        run = self.run
+        run.envs.set_state(state["env"])
         run.obs, run.lives = state["obs"].numpy(), state["lives"].numpy()
         run.ep_return = state["ep_return"].numpy().copy()
         run.final_prev, run.fire_next = state["final_prev"].numpy().copy(), state["fire_next"].numpy().copy()
-        if "replay" not in state:
+
+
+@dataclass
+class DQNState(LoopState):
+    """What a dqn_softlinf checkpoint holds, each field saved and restored (tensors on the CPU)."""
+
+    q: torch.nn.Module
+    target: torch.nn.Module
+    optimizer: OptimizerOf
+    np_rng: np.random.Generator
+    """Exploration and replay sampling (``run.rng``)."""
+    probe_rng: np.random.Generator
+    sample_gen: torch.Generator
+    """The replay on the device: its batches' draws (saved either way, so a checkpoint resumes
+    with the replay on the host or on the device)."""
+    act_gen: torch.Generator
+    """The replay on the device: epsilon-greedy's draws."""
+    counters: dict
+    """The loop's counters ``s``: saved at a report, its running sums just folded in and zeroed."""
+    probe: ProbeOf
+    envs: EnvsOf
+    replay: FrameReplay | DeviceFrameReplay | None
+    """The replay, unless ``checkpoint_replay`` is off (a resumed trial then refills it); both
+    replays save the same arrays, so either loads the other's."""
+    rng: GlobalRNG = field(default_factory=GlobalRNG)
+    config: dict = saved_only()
+
+    @classmethod
+    def of(cls, run: Run, config: dict) -> DQNState:
+        return cls(run.q, run.target, OptimizerOf(run.optimizer), run.rng, run.probe_rng, run.sample_gen,
+                   run.act_gen, new_counters(run.cfg), ProbeOf(run), EnvsOf(run),
+                   run.replay if run.cfg.checkpoint_replay else None, config=config)
+
+
+def resume(run: Run, st: DQNState) -> None:
+    """After a checkpoint is loaded into ``st``: refill the replay before learning again where
+    it was not saved; where the envs' state was not saved (ALE), start new episodes from a seed
+    block of their own."""
+    cfg, n, s = run.cfg, run.cfg.num_envs, st.counters
+    if st.replay is None:  # refill before learning again
+        s["updates_from"] = s["env_steps"] + cfg.learning_starts
+        run.probe = None
+        if st.envs.restored:
             run.replay.add_observation(run.envs.newest_frame(run.obs), np.ones(n, bool), run.final_prev)
-    else:  # ALE emulator state cannot be saved through AtariVectorEnv: start new episodes
+    if not st.envs.restored:  # ALE emulator state cannot be saved through AtariVectorEnv
         s["starts"] += 1
         run.obs, run.lives = run.envs.reset(env_seed(cfg.seed, RESUME_STREAM, s["starts"]))
         run.ep_return = np.zeros(n, np.float64)
         run.final_prev, run.fire_next = np.zeros(n, bool), np.zeros(n, bool)
         run.replay.cut()
         run.replay.add_observation(run.envs.newest_frame(run.obs), first=np.ones(n, bool), final=run.final_prev)
-
-
-def checkpoint_state(run: Run, s: dict, config: dict) -> dict:
-    """The trial's whole state as one state dict (tensors on the CPU)."""
-    on_cpu = {k: v.cpu() if torch.is_tensor(v) else v for k, v in (run.probe or {}).items()}
-    out = {
-        "q": run.q.state_dict(), "target": run.target.state_dict(), "optimizer": run.optimizer.state_dict(),
-        "rng": rng_state(), "np_rng": run.rng.bit_generator.state,
-        "probe_rng": run.probe_rng.bit_generator.state,
-        "torch_gens": {"sample": run.sample_gen.get_state(), "act": run.act_gen.get_state()},
-        "counters": {**s, "episodes": list(run.episodes), "loss_sum": run.sums["loss"].item(),
-                     "q_sum": run.sums["q"].item(), "ess_sum": run.sums["ess"].item()},
-        "probe": on_cpu or None, "config": config,
-    }
-    env_state = run.envs.state()
-    if env_state is not None:
-        out |= {"env": env_state, "obs": torch.from_numpy(run.obs.copy()),
-                "lives": torch.from_numpy(run.lives.copy()), "ep_return": torch.from_numpy(run.ep_return.copy()),
-                "final_prev": torch.from_numpy(run.final_prev.copy()),
-                "fire_next": torch.from_numpy(run.fire_next.copy())}
-    if run.cfg.checkpoint_replay:
-        out["replay"] = run.replay.state_dict()
-    return out
 
 
 def autocast(run: Run):

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass, field
 
 import torch
 
 from raylab import session
 from raylab.accel import compiled, enabled, fixed_shapes
-from raylab.checkpoint import rng_state, set_rng_state
+from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from raylab.data import augment
 from raylab.data.cifar import ImageData, check_cifar, prepare_cifar
@@ -137,6 +138,32 @@ def make_optimizer(model: torch.nn.Module, cfg: Config, lr: float) -> torch.opti
                            weight_decay=cfg.weight_decay)
 
 
+def no_best() -> dict:
+    return {"epoch": -1, "val": float("-inf"), "metrics": {}}
+
+
+@dataclass
+class FairAdvState(LoopState):
+    """What a fair_adv checkpoint holds, each field saved and restored."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    """SGD; FRL's fine-tuning replaces it with a fresh one."""
+    order_gen: torch.Generator
+    aug_gen: torch.Generator
+    attack_gen: torch.Generator
+    history: History
+    frl_lambda: dict
+    """FRL's multipliers per regime (``nat``, ``bndy``, ``margin``), one per class."""
+    rng: GlobalRNG = field(default_factory=GlobalRNG)
+    best: dict = field(default_factory=no_best)
+    """The best-validation epoch so far: its epoch, score, average and test metrics."""
+    best_model: dict | None = None
+    """That epoch's weights (on the CPU)."""
+    epoch: int = 0
+    config: dict = saved_only()
+
+
 def train_loop(config: dict) -> None:
     cfg = from_dict(Config, config, "trial config")
     preflight(cfg)
@@ -166,28 +193,20 @@ def train_loop(config: dict) -> None:
     def train_input(batch: torch.Tensor) -> torch.Tensor:
         return augment.to_float(batch).contiguous(memory_format=layout)
 
-    optimizer = make_optimizer(model, cfg, cfg.lr)
-    order_gen = torch.Generator().manual_seed(cfg.seed)
-    aug_gen = torch.Generator(device=device).manual_seed(cfg.seed + 1)
-    attack_gen = torch.Generator(device=device).manual_seed(cfg.seed + 2)
-    history = History.empty(n_train, device)
-    lam = {k: torch.zeros(num_classes, dtype=torch.float64, device=device)
-           for k in ("nat", "bndy", "margin")}
-    best: dict = {"epoch": -1, "val": float("-inf"), "model": None, "metrics": {}}
-    epoch = 0
-
-    state = session.restore()
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        order_gen.set_state(state["order_gen"])
-        aug_gen.set_state(state["aug_gen"])
-        attack_gen.set_state(state["attack_gen"])
-        history.load_state_dict(state["history"])
-        lam = {k: v.to(device) for k, v in state["frl_lambda"].items()}
-        best = {**state["best"], "model": state["best_model"]}
-        set_rng_state(state["rng"])
-        epoch = state["epoch"]
+    st = FairAdvState(
+        model, make_optimizer(model, cfg, cfg.lr),
+        order_gen=torch.Generator().manual_seed(cfg.seed),
+        aug_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1),
+        attack_gen=torch.Generator(device=device).manual_seed(cfg.seed + 2),
+        history=History.empty(n_train, device),
+        frl_lambda={k: torch.zeros(num_classes, dtype=torch.float64, device=device)
+                    for k in ("nat", "bndy", "margin")},
+        config=config,
+    )
+    saved = session.restore()
+    if saved is not None:
+        st.load_state_dict(saved)
+        st.frl_lambda = {k: v.to(device) for k, v in st.frl_lambda.items()}
 
     def eval_attack(seed: int):
         gen = torch.Generator(device=device).manual_seed(seed)
@@ -203,29 +222,30 @@ def train_loop(config: dict) -> None:
                                 cfg.eval_batch_size, augment.to_float, shard)
 
     val_preds = None  # the current model's validation predictions (from the last epoch's end)
-    while epoch < cfg.epochs:
+    while st.epoch < cfg.epochs:
+        epoch = st.epoch
         frl = None
         if epoch >= finetune_start:  # FRL's fine-tuning epoch epoch - finetune_start + 1
             if epoch == finetune_start:
                 # the fine-tune starts from the first stage's best-validation model, in a new
                 # SGD (the reference loads its pre-trained model into a fresh optimizer)
-                model.load_state_dict(best["model"])
-                optimizer = make_optimizer(model, cfg, cfg.frl_lr)
+                model.load_state_dict(st.best_model)
+                st.optimizer = make_optimizer(model, cfg, cfg.frl_lr)
                 val_preds = None
             if val_preds is None:  # also after a resume: the same seeded attack, the same preds
                 val_preds = evaluate_val(model)
-            lam = frl_step(lam, val_preds, val_y, num_classes, cfg, epoch - finetune_start + 1)
-            frl = frl_state(lam, cfg)
+            st.frl_lambda = frl_step(st.frl_lambda, val_preds, val_y, num_classes, cfg, epoch - finetune_start + 1)
+            frl = frl_state(st.frl_lambda, cfg)
         lr = lr_at(cfg, epoch) if epoch < finetune_start else cfg.frl_lr
-        for group in optimizer.param_groups:
+        for group in st.optimizer.param_groups:
             group["lr"] = lr
         started = time.time()
-        totals = train_epoch(train_model, optimizer, train_x, train_y, cfg, epoch=epoch,
-                             history=history, frl=frl, order_gen=order_gen, aug_gen=aug_gen,
-                             attack_gen=attack_gen, num_classes=num_classes, to_input=train_input,
+        totals = train_epoch(train_model, st.optimizer, train_x, train_y, cfg, epoch=epoch,
+                             history=st.history, frl=frl, order_gen=st.order_gen, aug_gen=st.aug_gen,
+                             attack_gen=st.attack_gen, num_classes=num_classes, to_input=train_input,
                              shard=shard)
         seconds = time.time() - started
-        epoch += 1
+        st.epoch = epoch = epoch + 1
 
         val_preds = evaluate_val(model)
         test_preds = metrics.evaluate(model, test_x, test_y, num_classes,
@@ -252,16 +272,17 @@ def train_loop(config: dict) -> None:
         }
         # ties of the worst class (all at 0, say, under a strong attack) go to the better average
         if ((row["val/robust_acc_worst_class"], row["val/robust_acc"])
-                > (best["val"], best.get("val_average", float("-inf")))):
-            best = {
+                > (st.best["val"], st.best.get("val_average", float("-inf")))):
+            st.best = {
                 "epoch": epoch,
                 "val": row["val/robust_acc_worst_class"],
                 "val_average": row["val/robust_acc"],
-                "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
                 "metrics": {k.replace("eval/", "best/"): row[k] for k in (
                     "eval/clean_acc", "eval/clean_acc_worst_class",
                     "eval/robust_acc", "eval/robust_acc_worst_class")},
             }
+            st.best_model = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        best = st.best
         row |= {"best/epoch": best["epoch"], "best/val_robust_acc_worst_class": best["val"],
                 **best["metrics"],
                 "best/robust_acc_worst_class_gap":
@@ -269,31 +290,14 @@ def train_loop(config: dict) -> None:
                 "best/robust_acc_gap": best["metrics"]["best/robust_acc"] - row["eval/robust_acc"]}
         if epoch == cfg.epochs:
             best_model = copy.deepcopy(model)
-            best_model.load_state_dict(best["model"])
+            best_model.load_state_dict(st.best_model)
             row |= final_evaluation(best_model, final_x, final_y, num_classes, cfg, shard)
             if cfg.final_eval_last:
                 last = final_evaluation(model, final_x, final_y, num_classes, cfg, shard,
                                         prefix="final_last")
                 row |= last | final_gaps(row, last)
 
-        session.report(
-            row,
-            state=lambda: {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "order_gen": order_gen.get_state(),
-                "aug_gen": aug_gen.get_state(),
-                "attack_gen": attack_gen.get_state(),
-                "history": history.state_dict(),
-                "frl_lambda": {k: v.cpu() for k, v in lam.items()},
-                "best": {k: v for k, v in best.items() if k != "model"},
-                "best_model": best["model"],
-                "rng": rng_state(),
-                "epoch": epoch,
-                "config": config,
-            },
-            checkpoint=True if epoch == cfg.epochs else None,
-        )
+        session.report(row, state=st.state_dict, checkpoint=True if epoch == cfg.epochs else None)
 
 
 def final_evaluation(model: torch.nn.Module, x_u8: torch.Tensor, y: torch.Tensor,

@@ -36,8 +36,7 @@ import numpy as np
 
 from raylab.errors import UserError
 from raylab.workloads import require
-from raylab.run_folder import sha256_file
-from raylab.run_folder import user_path
+from raylab.files import sha256_file, user_path
 from trainers.seagram.config import Config
 from trainers.seagram.solver import SubgraphSolver, Verdict
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from raylab.errors import UserError
-from raylab.run_folder import sha256_file
+from raylab.files import sha256_file
 
 DATASETS = ("aids", "mutag", "ptc_fm", "ptc_fr", "ptc_mm", "ptc_mr")
 """The IsoNet benchmark datasets IsoNet++ releases splits of."""

@@ -19,13 +19,13 @@ Ray Tune wants the experiment's metric in every report: until the attack has run
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from raylab import session
-from raylab.checkpoint import rng_state, set_rng_state
+from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from trainers.seagram import attack as atk
 from trainers.seagram.batches import TrainPairs
@@ -33,9 +33,42 @@ from trainers.seagram.config import Config
 from trainers.seagram.data import RetrievalData, load_data, preflight
 from trainers.seagram.loss import mean_average_precision, ranking_hinge_loss
 from trainers.seagram.model import build_victim, dense_batch
-from trainers.seagram.solver import SubgraphSolver
+from trainers.seagram.solver import SolverStats, SubgraphSolver
 
 PHASES = ("victim", "attack_train", "eval", "done")
+
+
+@dataclass
+class SeagramState(LoopState):
+    """What a seagram checkpoint holds, each field saved and restored."""
+
+    victim: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    clf: torch.nn.Module
+    """SEAGRAM's criticality classifier."""
+    clf_optimizer: torch.optim.Optimizer
+    victim_rng: np.random.Generator
+    al_rng: np.random.Generator
+    clf_gen: torch.Generator
+    solver: SolverStats
+    """What the subgraph solver spent labelling the classifier's training set."""
+    early_stopping: EarlyStopping
+    rng: GlobalRNG = field(default_factory=GlobalRNG)
+    phase: str = "victim"
+    """One of ``PHASES``."""
+    step: int = 0
+    round: int = 0
+    """The active-learning round."""
+    rows: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.int64))
+    """The classifier's labelled training set: (query, corpus, node, flip) rows ..."""
+    targets: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """... and their labels (-1: unknown)."""
+    clean_map: float | None = None
+    victim_seconds: float = 0.0
+    al_seconds: float = 0.0
+    clf_loss: float = float("nan")
+    pairs_per_s: float = 0.0
+    config: dict = saved_only()
 
 
 def train_loop(config: dict) -> None:
@@ -64,123 +97,93 @@ def train_loop(config: dict) -> None:
     al_rng = np.random.default_rng([cfg.seed, 2])
     clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
     solver = SubgraphSolver.from_config(cfg)
-    st = {"phase": "victim", "step": 0, "round": 0, "rows": np.zeros((0, 4), np.int64),
-          "targets": np.zeros(0, np.int64), "clean_map": None, "victim_seconds": 0.0,
-          "al_seconds": 0.0, "clf_loss": float("nan"), "pairs_per_s": 0.0, "early_stopping": None}
     stopping = EarlyStopping(cfg.patience, cfg.es_tolerance)
-
-    state = session.restore()
-    if state is not None:
-        victim.load_state_dict(state["victim"])
-        optimizer.load_state_dict(state["optimizer"])
-        clf.load_state_dict(state["clf"])
-        clf_optimizer.load_state_dict(state["clf_optimizer"])
-        victim_rng.bit_generator.state = state["victim_rng"]
-        al_rng.bit_generator.state = state["al_rng"]
-        clf_gen.set_state(state["clf_gen"])
-        set_rng_state(state["rng"])
-        for key, value in state["solver"].items():
-            setattr(solver.stats, key, value)
-        st.update({k: state[k] for k in ("phase", "step", "round", "clean_map", "victim_seconds",
-                                         "al_seconds", "clf_loss", "pairs_per_s", "early_stopping")})
-        stopping.load(st["early_stopping"])
-        st["rows"] = state["rows"].numpy()
-        st["targets"] = state["targets"].numpy()
-    if st["phase"] == "done":
+    st = SeagramState(victim, optimizer, clf, clf_optimizer, victim_rng, al_rng, clf_gen, solver.stats,
+                      stopping, config=config)
+    saved = session.restore()
+    if saved is not None:
+        st.load_state_dict(saved)
+    if st.phase == "done":
         return
-
-    def snapshot() -> dict:
-        return {
-            "victim": victim.state_dict(), "optimizer": optimizer.state_dict(),
-            "clf": clf.state_dict(), "clf_optimizer": clf_optimizer.state_dict(),
-            "victim_rng": victim_rng.bit_generator.state, "al_rng": al_rng.bit_generator.state,
-            "clf_gen": clf_gen.get_state(), "rng": rng_state(),
-            "solver": solver.stats.as_dict(),
-            **{k: st[k] for k in ("phase", "step", "round", "clean_map", "victim_seconds",
-                                  "al_seconds", "clf_loss", "pairs_per_s", "early_stopping")},
-            "rows": torch.from_numpy(st["rows"]), "targets": torch.from_numpy(st["targets"]),
-            "config": config,
-        }
 
     test_queries = data.splits["test"]
     if cfg.attack_queries:
         test_queries = test_queries[:cfg.attack_queries]
 
     # ------------------------------------------------------------ phase 1: the victim
-    if st["phase"] == "victim":
+    if st.phase == "victim":
         feed = TrainPairs.of(data, cfg, device)  # padded once on the device: no collation per step
         losses, pairs, started = [], 0, time.perf_counter()
         victim.train()
-        while st["step"] < cfg.victim_steps:
+        while st.step < cfg.victim_steps:
             loss, n_pairs = victim_step(victim, optimizer, feed, cfg, victim_rng)
             losses.append(loss)
             pairs += n_pairs
-            st["step"] += 1
-            if st["step"] % cfg.report_every == 0 or st["step"] == cfg.victim_steps:
-                st["victim_seconds"] += time.perf_counter() - started
-                st["pairs_per_s"] = pairs / max(time.perf_counter() - started, 1e-9)
+            st.step += 1
+            if st.step % cfg.report_every == 0 or st.step == cfg.victim_steps:
+                st.victim_seconds += time.perf_counter() - started
+                st.pairs_per_s = pairs / max(time.perf_counter() - started, 1e-9)
                 victim.eval()
                 map_val = split_map(victim, data, val_queries(data), n_query, n_corpus)
-                stopping.check(map_val, st["step"], victim)
-                last = st["step"] == cfg.victim_steps or stopping.stop
+                stopping.check(map_val, st.step, victim)
+                last = st.step == cfg.victim_steps or stopping.stop
                 if last:
                     stopping.restore(victim)
-                    st["clean_map"] = split_map(victim, data, test_queries, n_query, n_corpus)
-                    st["phase"] = "attack_train" if cfg.attack == "seagram" else "eval"
+                    st.clean_map = split_map(victim, data, test_queries, n_query, n_corpus)
+                    st.phase = "attack_train" if cfg.attack == "seagram" else "eval"
                 victim.train()
-                st["early_stopping"] = stopping.state()
                 session.report(
-                    {"victim/loss": torch.stack(losses).double().mean().item(), "victim/step": st["step"],
+                    {"victim/loss": torch.stack(losses).double().mean().item(), "victim/step": st.step,
                      "victim/map_val": map_val, "victim/best_step": stopping.best_step,
-                     "victim/pairs_per_s": st["pairs_per_s"], "attack/map": float("nan"),
+                     "victim/pairs_per_s": st.pairs_per_s, "attack/map": float("nan"),
                      "train/phase": 0, **data_metrics,
-                     **({"victim/map": st["clean_map"]} if last else {})},
-                    state=snapshot, checkpoint=True if last else None)
+                     **({"victim/map": st.clean_map} if last else {})},
+                    state=st.state_dict, checkpoint=True if last else None)
                 losses, pairs, started = [], 0, time.perf_counter()
                 if last:
                     break
-        st["phase"] = "attack_train" if cfg.attack == "seagram" else "eval"
+        st.phase = "attack_train" if cfg.attack == "seagram" else "eval"
     victim.eval()
     for p in victim.parameters():
         p.requires_grad_(False)
 
     # ------------------------------------------------------------ phase 2: the SEAGRAM classifier
-    if st["phase"] == "attack_train":
+    if st.phase == "attack_train":
         pool = flip_pool(data, cfg)
-        while st["round"] <= cfg.al_rounds:
+        while st.round <= cfg.al_rounds:
             started = time.perf_counter()
-            st["rows"], st["targets"], loss = al_round(
-                st["round"], cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen, victim,
-                st["rows"], st["targets"])
-            st["clf_loss"] = loss if loss is not None else st["clf_loss"]
-            known = st["targets"] >= 0
-            st["al_seconds"] += time.perf_counter() - started
-            st["round"] += 1
-            last = st["round"] > cfg.al_rounds
+            st.rows, st.targets, loss = al_round(
+                st.round, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen, victim,
+                st.rows, st.targets)
+            st.clf_loss = loss if loss is not None else st.clf_loss
+            known = st.targets >= 0
+            st.al_seconds += time.perf_counter() - started
+            st.round += 1
+            last = st.round > cfg.al_rounds
             if last:
-                st["phase"] = "eval"
+                st.phase = "eval"
             session.report(
-                {"seagram/al_round": st["round"] - 1, "seagram/labeled": int(known.sum()),
-                 "seagram/noncritical_rate": float(st["targets"][known].mean()) if known.any() else 0.0,
-                 "seagram/clf_loss": st["clf_loss"],
+                {"seagram/al_round": st.round - 1, "seagram/labeled": int(known.sum()),
+                 "seagram/noncritical_rate": float(st.targets[known].mean()) if known.any() else 0.0,
+                 "seagram/clf_loss": st.clf_loss,
                  "attack/solver_calls_train": solver.stats.calls,
                  "attack/solver_unknown_train": solver.stats.unknown,
-                 "attack/train_s": st["al_seconds"], "attack/map": float("nan"),
+                 "attack/train_s": st.al_seconds, "attack/map": float("nan"),
                  "train/phase": 1, **data_metrics},
-                state=snapshot, checkpoint=True if last else None)
-        st["phase"] = "eval"
+                state=st.state_dict, checkpoint=True if last else None)
+        st.phase = "eval"
     clf.eval()
 
     # ------------------------------------------------------------ phase 3: attack and measure
     metrics, checker = run_attack(cfg, data, victim, clf, test_queries)
-    st["phase"] = "done"
+    st.phase = "done"
     session.report(
-        {**metrics, "victim/map": st["clean_map"], "victim/pairs_per_s": st["pairs_per_s"],
+        {**metrics, "victim/map": st.clean_map, "victim/pairs_per_s": st.pairs_per_s,
          "attack/solver_calls_train": solver.stats.calls,
-         "attack/solver_s_train": solver.stats.seconds, "attack/train_s": st["al_seconds"],
+         "attack/solver_s_train": solver.stats.seconds, "attack/train_s": st.al_seconds,
          "attack/label_check_calls": checker.stats.calls,
-         "seagram/labeled": int((st["targets"] >= 0).sum()), "train/phase": 2, **data_metrics},
-        state=snapshot, checkpoint=True)
+         "seagram/labeled": int((st.targets >= 0).sum()), "train/phase": 2, **data_metrics},
+        state=st.state_dict, checkpoint=True)
 
 
 class EarlyStopping:
@@ -213,10 +216,10 @@ class EarlyStopping:
         if self.weights is not None:
             model.load_state_dict(self.weights)
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict:
         return {"best": self.best, "best_step": self.best_step, "bad": self.bad, "weights": self.weights}
 
-    def load(self, state: dict | None) -> None:
+    def load_state_dict(self, state: dict | None) -> None:
         if state:
             self.best, self.best_step, self.bad, self.weights = (
                 state["best"], state["best_step"], state["bad"], state["weights"])

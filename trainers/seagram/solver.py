@@ -89,6 +89,14 @@ class SolverStats:
         return {"calls": self.calls, "seconds": self.seconds, "yes": self.yes, "no": self.no,
                 "unknown": self.unknown, "expansions": self.expansions}
 
+    def state_dict(self) -> dict[str, float]:
+        """What a checkpoint keeps of them (``as_dict``)."""
+        return self.as_dict()
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
 
 class SubgraphSolver:
     """Exact subgraph test (VF2) with call counting and a per-call timeout.

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, keys: list[str]) -> dict[str, int]:
     import ray
     from tqdm import tqdm
 
-    from raylab.ray_start import connect
+    from raylab.launch.ray_start import connect
     from trainers.boltz_distill.store import EmbeddingStore, StoreWriter
 
     if not args.checkpoint:

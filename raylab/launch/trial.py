@@ -1,10 +1,6 @@
-"""The Tune trainable of an experiment: the loop itself, or a Tune function driving Ray Train.
-
-Trials that need one CPU worker run the workload's train loop directly as a Ray Tune function
-trainable (the Tune path, here): that costs what plain Tune costs. Trials that need several
-workers or GPUs run a Tune function that drives a Ray Train ``TorchTrainer`` (Ray Train v2),
-whose workers run the same loop (the Ray Train path, ``raylab.train_trial``); that path costs
-more to start and pays for itself on multi-worker or GPU work.
+"""What runs in a trial's own process, on either path: the settings a trial carries
+(``TrialSettings``, plain values pickled to Ray Train workers) and ``run_trial``, which starts the
+trial's ``raylab.session`` and calls the workload's train loop.
 """
 
 from __future__ import annotations
@@ -12,12 +8,13 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from raylab import search_space, session, workloads
 from raylab.experiment import Experiment
-from raylab.progress import TrialGauges
-from raylab.run_folder import LAUNCH_DIR_ENV, RUN_INTERNAL, RunFolder
+from raylab.files import LAUNCH_DIR_ENV
+from raylab.launch.gauges import TrialGauges
+from raylab.run_folder import RUN_INTERNAL, RunFolder
 
 
 @dataclass(frozen=True)
@@ -63,7 +60,9 @@ class TrialSettings:
 
 
 def run_trial(settings: TrialSettings, backend: str, config: dict[str, Any]) -> None:
-    """Run a workload's train loop in a Tune trial or a Train worker (module level: picklable)."""
+    """Run a workload's train loop in a Tune trial (``backend="tune"``) or a Ray Train worker
+    (``"train"``): its session started, relative data paths resolved against the launch folder
+    (module level: picklable)."""
     session.hide_unreserved_gpus()
     os.environ[LAUNCH_DIR_ENV] = settings.launch_dir  # relative data paths
     gauges = None
@@ -80,7 +79,7 @@ def run_trial(settings: TrialSettings, backend: str, config: dict[str, Any]) -> 
         resume=settings.resume,
         gauges=gauges,
     )
-    loop = workloads.Workload(config="", loop=settings.loop).train_loop()
+    loop = workloads.resolve(settings.loop)
     loop(search_space.with_variant(config))
 
 
@@ -100,47 +99,3 @@ def quiet_ray_train_info(worker: bool = False) -> None:
     if worker:
         for handler in logging.getLogger().handlers:
             handler.addFilter(_DropReportLines())
-
-
-DRIVER_RESOURCE = "trial_driver"
-"""A custom resource a cluster's head may declare (``cluster/gpu.yaml``): a Ray Train trial's
-driver, and the Train controller it starts on its node, then run on the head, which the
-autoscaler never removes, instead of on a worker node that may be lost or scaled down."""
-
-
-def driver_request() -> dict[str, float]:
-    """The resource request of a Tune trial that drives a Ray Train run.
-
-    The driver only waits on the Train run, whose workers hold the CPUs and GPUs: one unit of
-    ``DRIVER_RESOURCE`` where the cluster has it, else a nominal byte of memory (Ray refuses
-    an empty request).
-    """
-    import ray
-
-    if ray.is_initialized() and ray.cluster_resources().get(DRIVER_RESOURCE, 0) >= 1:
-        return {"CPU": 0, DRIVER_RESOURCE: 1}
-    return {"CPU": 0, "memory": 1}
-
-
-def make_trainable(experiment: Experiment, run: RunFolder) -> Callable:
-    """The Tune trainable for ``experiment``, with its resource request attached: the loop
-    itself (the Tune path) or a driver of a Ray Train run (``raylab.train_trial``)."""
-    from ray import tune
-
-    settings = TrialSettings.of(experiment, run)
-    if not experiment.resources.uses_ray_train:
-        def trainable(config):
-            run_trial(settings, "tune", config)
-            RunFolder(settings.run).mark_ended(tune.get_context().get_trial_id())
-
-        request = {"CPU": settings.cpus_per_worker}
-    else:
-        def trainable(config):
-            from raylab.train_trial import drive_train_run
-
-            drive_train_run(settings, config)
-            RunFolder(settings.run).mark_ended(tune.get_context().get_trial_id())
-
-        request = driver_request()
-    trainable.__name__ = experiment.workload
-    return tune.with_resources(trainable, request)

@@ -7,7 +7,7 @@ GPU-hours, wall time, dollars and checkpoint footprint. The node type is chosen 
 autoscaler scores node types for a queue of identical trials (``choose``; the test suite runs
 Ray's own scheduler on ``cluster/gpu.yaml`` and checks the two agree for every shipped
 experiment). Ray Train trials (GPU or
-several workers) each hold one ``trial_driver`` of the head (``raylab.trainables``): where the
+several workers) each hold one ``trial_driver`` of the head (``raylab.launch.trainable``): where the
 head declares that resource, at most that many run at once, and the autoscaler only sees the
 worker demand of the trials whose driver runs, so it launches nodes for that many.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from raylab import search_space
 from raylab.errors import UserError
-from raylab.trainables import DRIVER_RESOURCE
+from raylab.launch.trainable import DRIVER_RESOURCE
 
 # On-demand list prices in USD per hour, AWS us-west-2 (Linux), as of 2026; other regions differ
 # by up to about 20%. An instance type not listed prints its cost as unknown.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -9,6 +10,7 @@ import sys
 from typing import Any
 
 from raylab.errors import UserError
+from raylab.run_folder import is_uri
 
 # Ray's documented switch between a single-machine Ray (the default on macOS and Windows) and one
 # other machines may join; read once, when Ray is first imported.
@@ -215,8 +217,38 @@ def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
 
 
 def local_resources() -> dict[str, float]:
-    """CPUs and GPUs of this machine, as a local Ray would see them (without starting Ray)."""
+    """CPUs and GPUs of this machine, as a local Ray would see them (without starting Ray).
+
+    On a simulated GPU machine (``RAYLAB_SIMULATED_GPUS=1``) the GPUs are the ones Ray is told
+    of with ``RAY_OVERRIDE_RESOURCES`` (its own variable: ``{"GPU": 1}``); the device rehearsal
+    (benchmarks/gpu_check.py --rehearse) runs the GPU trials' path that way on a CPU.
+    """
     import torch  # counts the GPUs Ray would see (CUDA_VISIBLE_DEVICES respected), publicly
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if os.environ.get("RAYLAB_SIMULATED_GPUS") == "1":
+        gpus = max(gpus, json.loads(os.environ.get("RAY_OVERRIDE_RESOURCES") or "{}").get("GPU", 0))
     return {"CPU": float(os.cpu_count() or 1), "GPU": float(gpus)}
+
+
+CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION", "AWS_REGION",
+)
+"""The environment variables through which pyarrow's S3 filesystem finds a store's credentials
+and region, besides ``AWS_ENDPOINT_URL`` and its per-service forms (``AWS_ENDPOINT_URL_S3``)."""
+
+
+def credential_env(storage: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The storage credentials set in ``environ`` (default: this process's environment), to
+    hand to every trial through the job's ``runtime_env`` on a joined cluster.
+
+    Only for a URI (a local folder needs none), and only the variables that are set: a node's
+    own instance role then still applies where the driver has no keys. The values never reach
+    a saved file: ``runtime_env`` is not part of what Tune saves in the run folder.
+    """
+    environ = os.environ if environ is None else environ
+    if not is_uri(storage):
+        return {}
+    return {key: value for key, value in environ.items()
+            if value and (key in CREDENTIAL_ENV or key.startswith("AWS_ENDPOINT_URL"))}

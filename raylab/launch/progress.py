@@ -1,29 +1,17 @@
-"""What a user watches while a sweep runs: the console's line per trial update, with the metric
-the sweep optimizes, and each trial's gauges in the Ray dashboard.
-
-The per-trial time series for the Ray dashboard's Metrics view (``ray.util.metrics`` gauges).
-
-Set by the process that reports a trial's rows (the Tune trial, or Ray Train's rank 0):
-
-| gauge (Prometheus name) | tags | value |
-| --- | --- | --- |
-| ``raylab_trial_reports_per_s`` (``ray_raylab_trial_reports_per_s``) | trial, experiment | reports per second since the previous report |
-| ``raylab_trial_metric`` (``ray_raylab_trial_metric``) | trial, experiment, metric | the experiment's metric, every ``*loss*`` metric and every ``*per_s`` throughput (steps/s, images/s) |
-| ``raylab_trial_checkpoint_seconds`` (``ray_raylab_trial_checkpoint_seconds``) | trial, experiment | seconds to write and hand over the last checkpoint |
-
-Ray exports them in Prometheus text on each node's metrics port; ``docs/monitoring.md`` shows how
-to see them in the dashboard.
+"""What a user watches on the console while a sweep runs: a Tune callback printing one line per
+trial update, with the metric the sweep optimizes, and a status line with counts and an ETA.
+(The trials' time series in the Ray dashboard are ``raylab.launch.gauges``.)
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import time
-from typing import Any, Mapping
+from typing import Any
 
 from raylab.experiment import Experiment
+from raylab.run_folder import ERROR_FILE, RunFolder, name_of
 
 
 def result_line(trial_id: str, result: dict[str, Any], experiment: Experiment, best: float | None) -> str:
@@ -67,7 +55,7 @@ def error_line(trial_id: str, error_text: str | None, error_file: str | None) ->
     """``toy_1 failed: RuntimeError: boom (error.txt: PATH)``: the exception's last line."""
     lines = [line.strip() for line in (error_text or "").splitlines() if line.strip()]
     return (f"{trial_id} failed: {lines[-1] if lines else 'no error message'}"
-            + (f" (error.txt: {error_file})" if error_file else ""))
+            + (f" ({ERROR_FILE}: {error_file})" if error_file else ""))
 
 
 def callback(experiment: Experiment, run_path: str | None = None, stream=None,
@@ -76,7 +64,7 @@ def callback(experiment: Experiment, run_path: str | None = None, stream=None,
     and a status line with the trial counts and an ETA at least every ``status_every_s``.
 
     The clock starts when the sweep (or its resumption) starts; an error line names the
-    trial's ``error.txt`` in the run folder ``run_path``."""
+    trial's error file in the run folder ``run_path``."""
     from ray import tune
 
     class ProgressLines(tune.Callback):
@@ -120,10 +108,8 @@ def callback(experiment: Experiment, run_path: str | None = None, stream=None,
 
 
 def _error_line(trial, run_path: str | None) -> str:
-    """The failure Tune has just appended to the trial's error.txt on this machine (the copy in
-    the run folder is synced later), named by its path in the run folder."""
-    from raylab import storage
-
+    """The failure Tune has just appended to the trial's error file on this machine (the copy in
+    the run folder is synced later), named by its location in the run folder."""
     try:
         with open(trial.error_file) as f:
             text = f.read()
@@ -131,7 +117,7 @@ def _error_line(trial, run_path: str | None) -> str:
         text = None
     where = trial.error_file
     if run_path and trial.local_path:
-        where = storage.join(run_path, storage.name_of(trial.local_path), "error.txt")
+        where = RunFolder(run_path).trial(name_of(trial.local_path)).error_location
     return error_line(trial.trial_id, text, where)
 
 
@@ -149,52 +135,3 @@ def _number(value: Any) -> str:
     if isinstance(value, float):
         return f"{int(value)}"
     return str(value)
-
-
-# ------------------------------------------------------------------------ dashboard gauges
-
-
-
-
-TAGS = ("trial", "experiment")
-
-
-@functools.cache
-def _gauges():
-    from ray.util.metrics import Gauge
-
-    return {
-        "rate": Gauge("raylab_trial_reports_per_s", "Reports per second of a trial", tag_keys=TAGS),
-        "metric": Gauge("raylab_trial_metric", "A trial's loss, throughput and optimized metric",
-                        tag_keys=(*TAGS, "metric")),
-        "checkpoint": Gauge("raylab_trial_checkpoint_seconds",
-                            "Seconds to write and hand over a trial's last checkpoint", tag_keys=TAGS),
-    }
-
-
-def watched(name: str, experiment_metric: str) -> bool:
-    """Whether metric ``name`` becomes a time series: the optimized one, losses, throughputs."""
-    return name == experiment_metric or "loss" in name or name.endswith("per_s")
-
-
-class TrialGauges:
-    """The gauges of one trial, tagged with its id and experiment."""
-
-    def __init__(self, trial: str, experiment: str, metric: str):
-        self.tags = {"trial": trial, "experiment": experiment}
-        self.metric = metric
-        self.last = time.monotonic()
-
-    def report(self, metrics: Mapping[str, Any]) -> None:
-        gauges = _gauges()
-        now = time.monotonic()
-        if now > self.last:
-            gauges["rate"].set(1.0 / (now - self.last), tags=self.tags)
-        self.last = now
-        for name, value in metrics.items():
-            if (isinstance(value, (int, float)) and not isinstance(value, bool)
-                    and math.isfinite(value) and watched(name, self.metric)):
-                gauges["metric"].set(float(value), tags={**self.tags, "metric": name})
-
-    def checkpoint(self, seconds: float) -> None:
-        _gauges()["checkpoint"].set(seconds, tags=self.tags)

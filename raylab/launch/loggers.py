@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 
-from raylab import storage
 from raylab.errors import UserError
-from raylab.run_folder import RunFolder
+from raylab.launch.checks import probe_local, within
+from raylab.run_folder import RunFolder, is_uri
 
 LOGGERS = ("mlflow", "wandb", "tensorboard")
 
@@ -37,7 +37,7 @@ def check(names: list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def check_targets(names: list[str], storage: str, timeout_s: float = 10.0) -> None:
+def check_targets(names: list[str], run: RunFolder, timeout_s: float = 10.0) -> None:
     """Before Ray starts: each logger's destination can be used; else one ``UserError`` line.
 
     MLflow: with no ``MLFLOW_TRACKING_URI`` the store goes into the run folder, which needs a
@@ -46,16 +46,14 @@ def check_targets(names: list[str], storage: str, timeout_s: float = 10.0) -> No
     other URI (an MLflow server) must answer a search for experiments within ``timeout_s``.
     W&B: online mode needs an API key (``wandb login``); offline mode a writable ``WANDB_DIR``.
     """
-    from raylab import storage as storage_paths
-
     if "mlflow" in names:
         uri = os.environ.get("MLFLOW_TRACKING_URI", "")
         where = f"--logger mlflow: MLFLOW_TRACKING_URI={uri}"
         if not uri:
-            mlflow_file_store(storage_paths.root(storage))
-        elif uri.startswith("file:") or not storage_paths.is_uri(uri):
+            mlflow_file_store(run.location)
+        elif uri.startswith("file:") or not is_uri(uri):
             allow_file_store(uri)
-            storage_paths.probe_local(_file_store_path(uri))
+            probe_local(_file_store_path(uri))
         elif uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES:
             import importlib.util
 
@@ -65,13 +63,13 @@ def check_targets(names: list[str], storage: str, timeout_s: float = 10.0) -> No
                                 "(pip install 'raylab[loggers]', or sqlalchemy alembic); or use a "
                                 "file:PATH store or an MLflow server")
             if uri.startswith("sqlite:///"):
-                storage_paths.probe_local(str(_file_store_path(uri[len("sqlite:///"):]).parent))
+                probe_local(str(_file_store_path(uri[len("sqlite:///"):]).parent))
         else:
             _ask_mlflow_server(uri, where, timeout_s)
     if "wandb" in names:
         mode = os.environ.get("WANDB_MODE", "online").lower()
         if mode in ("offline", "dryrun"):
-            storage_paths.probe_local(os.environ.get("WANDB_DIR") or ".")
+            probe_local(os.environ.get("WANDB_DIR") or ".")
         elif mode != "disabled" and not _wandb_api_key():
             raise UserError("--logger wandb: no W&B API key (set WANDB_API_KEY or run `wandb login`; "
                             "WANDB_MODE=offline logs to local files for a later `wandb sync`)")
@@ -83,7 +81,7 @@ DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 def allow_file_store(uri: str) -> None:
     """MLflow 3 keeps its file store behind an opt-in (it recommends a database or a server);
     raylab opts in for a ``file:`` tracking URI, the user's or its own."""
-    if uri.startswith("file:") or not storage.is_uri(uri):
+    if uri.startswith("file:") or not is_uri(uri):
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
 
@@ -97,8 +95,6 @@ def _file_store_path(uri: str):
 
 def _ask_mlflow_server(uri: str, where: str, timeout_s: float) -> None:
     """One experiments search against the tracking server, without MLflow's minutes of retries."""
-    from raylab import storage as storage_paths
-
     def ask() -> None:
         from mlflow.tracking import MlflowClient
 
@@ -107,7 +103,7 @@ def _ask_mlflow_server(uri: str, where: str, timeout_s: float) -> None:
     saved = {key: os.environ.get(key) for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
     os.environ.update(MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT=f"{timeout_s:g}")
     try:
-        storage_paths.within(timeout_s, where, ask)
+        within(timeout_s, where, ask)
     finally:
         for key, value in saved.items():
             if value is None:
@@ -161,7 +157,7 @@ def callbacks(names: list[str], experiment_name: str, run: RunFolder) -> list:
 
 def mlflow_file_store(run_path: str) -> str:
     """The default MLflow tracking URI: a file store in the run folder (local runs only)."""
-    if storage.is_uri(run_path):
+    if is_uri(run_path):
         raise UserError("--logger mlflow with a cloud --storage needs MLFLOW_TRACKING_URI "
                         "(an MLflow server)")
     return f"file://{run_path.rstrip('/')}/mlruns"

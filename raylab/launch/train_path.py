@@ -1,11 +1,11 @@
 """The Ray Train path of a trial: a Tune function that drives a Ray Train run of the loop.
 
-Trials that need several workers or GPUs run here (``raylab.trainables`` is the Tune path, and
-chooses). The Tune trial's function starts a Ray Train ``TorchTrainer`` (Ray Train v2) whose
+Trials that need several workers or GPUs run here (``raylab.launch.trainable`` chooses; the
+Tune path runs the loop in the trial itself). The Tune trial's function starts a Ray Train ``TorchTrainer`` (Ray Train v2) whose
 workers run the workload's loop. Ray Train calls ``ForwardToTrial.after_report`` on its
 controller with every rank's metrics and the checkpoint it just stored. The callback reduces
 the metrics across ranks and hands both to the trial's driver through a
-``raylab.mailbox.Mailbox`` actor, then waits until the driver has passed them to Tune with
+``raylab.launch.mailbox.Mailbox`` actor, then waits until the driver has passed them to Tune with
 ``tune.report(metrics, checkpoint=...)``: Tune copies the checkpoint into the trial folder, so
 PBT can exploit it, ``--resume`` and downstream steps find it where they find a plain Tune
 trial's, and Ray Train may prune its own copy.
@@ -23,12 +23,11 @@ from typing import Any
 import ray
 import ray.train
 
-from raylab import storage
-from raylab.mailbox import DONE, Mailbox
-from raylab.progress import TrialGauges
-from raylab.run_folder import RunFolder
-from raylab.session import reduce_across_ranks
-from raylab.trainables import TrialSettings, quiet_ray_train_info, run_trial
+from raylab.launch.gauges import TrialGauges
+from raylab.launch.mailbox import DONE, Mailbox
+from raylab.launch.ranks import reduce_across_ranks
+from raylab.launch.trial import TrialSettings, quiet_ray_train_info, run_trial
+from raylab.run_folder import RunFolder, join
 
 
 class ForwardToTrial(ray.train.UserCallback):
@@ -63,7 +62,7 @@ def drive_train_run(settings: TrialSettings, config: dict[str, Any]) -> None:
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     quiet_ray_train_info()
     trial_id = tune.get_context().get_trial_id()
-    train_run = storage.join(settings.train_storage, trial_id)  # before any ?query of the URI
+    train_run = join(settings.train_storage, trial_id)  # before any ?query of the URI
     RunFolder(train_run).remove("")  # an earlier attempt's run: this one starts from the trial's checkpoint
     mailbox = Mailbox.remote()
     worker_settings = dataclasses.replace(settings, resume=tune.get_checkpoint())
@@ -130,11 +129,13 @@ def distributed_backend(gpus_per_worker: float, nccl_built: bool | None = None) 
 
     nccl needs a torch built with it (``nccl_built``, by default asked of this torch; every
     node runs the same image). A GPU resource with no CUDA torch behind it, as on a simulated
-    cluster, gets gloo, and the loop trains on the CPU. Decided here, in the trial's driver,
-    without a probe task: a task asking for a GPU from inside the trial's placement group
-    fits none of its bundles, and outside it would wait for a GPU the trials hold.
+    cluster, gets gloo, and the loop trains on the CPU; so does a simulated cluster whose
+    torch is a CUDA build (``RAYLAB_SIMULATED_GPUS=1``: its GPUs are labels, and NCCL would
+    find none). Decided here, in the trial's driver, without a probe task: a task asking for a
+    GPU from inside the trial's placement group fits none of its bundles, and outside it
+    would wait for a GPU the trials hold.
     """
-    if gpus_per_worker <= 0:
+    if gpus_per_worker <= 0 or os.environ.get("RAYLAB_SIMULATED_GPUS") == "1":
         return "gloo"
     if nccl_built is None:
         import torch.distributed

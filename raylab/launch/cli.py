@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 
 from raylab import experiment as experiments
 from raylab import workloads
@@ -50,6 +51,11 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def experiment_name(name_or_path: str) -> str:
+    """An experiment's name as run folders save it: a YAML path's stem, or the name given."""
+    return Path(name_or_path).stem if name_or_path.endswith((".yaml", ".yml")) else name_or_path
+
+
 def use_config_dirs(folders: list[str]) -> None:
     """Apply ``--configs DIR`` (each folder is searched for experiment YAMLs too)."""
     for folder in folders:
@@ -58,7 +64,8 @@ def use_config_dirs(folders: list[str]) -> None:
 
 def list_experiments() -> str:
     """The ``--list`` text: experiments with their workload and metric, then workloads."""
-    lines = ["experiments (origin: package = a folder an installed package registers (raylab.experiments), else the folder):"]
+    lines = ["experiments (origin: package NAME = the folder of a package registered in raylab.experiments, "
+             "else the folder given with --configs):"]
     for name, (path, origin) in experiments.available_with_origin().items():
         try:
             exp = experiments.load(str(path))

@@ -17,9 +17,10 @@ def rows(
     """One dict per trial: name, status, swept values, iterations, last and best metric.
 
     The status is ``raylab.run_folder.trial_status``'s: TERMINATED when the last result says
-    ``done`` or the id is in ``ended`` (the trials whose loop returned: ``RunFolder.ended``). With ``reported`` (the
-    workload's metric names; ``summary.csv``), a variant group's fields get one column each
-    (``variant.beta``) and every reported metric its last value (``train/loss (last)``)."""
+    ``done`` or the id is in ``ended`` (the trials whose loop returned: ``RunFolder.ended``).
+    With ``reported`` (the workload's metric names) every reported metric gets its last value
+    (``train/loss (last)``): ``summary.csv`` has them, the printed table only the sweep's metric
+    (``format_table(..., metric)``)."""
     out = []
     for result in result_grid:
         metrics = result.metrics or {}
@@ -33,8 +34,6 @@ def rows(
         status = trial_status(bool(metrics), bool(metrics.get("done")), result.error is not None,
                               metrics.get("trial_id") in ended)
         swept_values = {key: (result.config or {}).get(key) for key in swept}
-        if reported is not None:
-            swept_values = _flat(swept_values)
         row = {
             "trial": metrics.get("trial_id") or _dirname(result.path),
             "status": status,
@@ -75,9 +74,11 @@ def _last(history, name: str, metrics: dict[str, Any]) -> Any:
 
 
 def to_csv(table: list[dict[str, Any]]) -> str:
-    """The rows as CSV text with a header (every row's columns, in first-seen order)."""
+    """The rows as CSV text with a header (every row's columns, in first-seen order); a variant
+    group's fields get one column each (``variant.beta``)."""
     if not table:
         return ""
+    table = [_flat(row) for row in table]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(dict.fromkeys(k for row in table for k in row)))
     writer.writeheader()
@@ -85,11 +86,13 @@ def to_csv(table: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
-def format_table(table: list[dict[str, Any]]) -> str:
-    """The rows as an aligned plain-text table."""
+def format_table(table: list[dict[str, Any]], metric: str | None = None) -> str:
+    """The rows as an aligned plain-text table; with ``metric``, of the reported metrics only
+    that one's columns (the others are in ``summary.csv``)."""
     if not table:
         return "(no trials)"
-    headers = [h for h in table[0] if h != "path"]
+    headers = [h for h in table[0] if h != "path"
+               and not (metric and h.endswith(" (last)") and h != f"{metric} (last)")]
     cells = [[_cell(row[h]) for h in headers] for row in table]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731

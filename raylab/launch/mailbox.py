@@ -1,8 +1,8 @@
 """The ``Mailbox`` actor between a Ray Train run's controller and the Tune trial driving it.
 
 Kept in a module that imports nothing but Ray, so the actor's process (one per Ray Train trial)
-does not import Ray Train, pandas and Ray Data as well: ``import raylab.mailbox`` takes 0.7 s
-here, ``import raylab.train_trial`` 1.8 s. The process still costs about 2.5 CPU seconds to
+does not import Ray Train, pandas and Ray Data as well: ``import raylab.launch.mailbox`` takes 0.7 s
+here, ``import raylab.launch.train_path`` 1.8 s. The process still costs about 2.5 CPU seconds to
 start, as any Ray actor's does on this 2-core machine (``benchmarks/trial_overhead.py
 --cpu-by-process``).
 """

@@ -1,100 +1,100 @@
-"""Where a sweep's results go: a local folder, or a cloud URI (``s3://``, ``gs://``).
+"""Checks run before Ray starts: resources, the workload's preflight, the run's name, storage.
 
-A URI may carry pyarrow filesystem options as a query string, for S3-compatible stores (MinIO,
-Ceph, a lab's own store)::
-
-    s3://bucket/runs?endpoint_override=http://10.0.0.5:9000&scheme=http
-
-``join`` keeps that query string at the end when a run name or a file name is appended, so
-every path raylab and Ray derive from ``--storage`` reaches the same store.
+Storage is probed with a real round trip: a local folder must take a file, a URI a marker
+object written, read back and deleted through the filesystem layer Ray Tune uses on it.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from raylab import search_space, workloads
+from raylab.config import from_dict
 from raylab.errors import UserError
+from raylab.experiment import Experiment
+from raylab.run_folder import RunFolder, filesystem, is_uri, join
 
 
-def is_uri(storage: str) -> bool:
-    """Whether ``storage`` names a filesystem by scheme (``s3://``, ``gs://``, ``file://``)."""
-    return "://" in storage
+def check_resources(experiment: Experiment, available: dict[str, float], local: bool) -> None:
+    """Refuse a trial that this cluster can never run, instead of leaving it pending forever.
 
-
-def root(storage: str) -> str:
-    """``storage`` as an absolute local path, or the URI as given."""
-    return storage if is_uri(storage) else str(Path(storage).expanduser().absolute())
-
-
-def join(base: str, *parts: str) -> str:
-    """``base/part/...``; on a URI the parts go into the path, before any ``?query``.
-
-    >>> join("s3://b/runs?endpoint_override=http://127.0.0.1:9000", "run-1", "x.yaml")
-    's3://b/runs/run-1/x.yaml?endpoint_override=http://127.0.0.1:9000'
+    On a local Ray the check is against this machine; on a joined cluster a shortfall is only
+    warned about, since an autoscaler may still add the nodes.
     """
-    path, sep, query = base.partition("?") if is_uri(base) else (base, "", "")
-    for part in parts:
-        path = f"{path.rstrip('/')}/{part.strip('/')}"
-    return f"{path}{sep}{query}"
+    resources = experiment.resources
+    needs = {"CPU": resources.cpus_per_worker, "GPU": resources.gpus_per_worker}
+    for name, per_worker in needs.items():
+        have = available.get(name, 0.0)
+        if per_worker <= 0 or per_worker * resources.workers <= have:
+            continue
+        message = (
+            f"{experiment.source}: resources ask for {resources.workers} worker(s) x "
+            f"{per_worker:g} {name} per trial, but this {'machine' if local else 'cluster'} has "
+            f"{have:g} {name}"
+        )
+        if local:
+            hint = f" (--smoke runs the small version here; --address runs it on a cluster{' with GPUs' if name == 'GPU' else ''})"
+            raise UserError(message + hint)
+        print(f"warning: {message} now; trials will wait for the autoscaler to add nodes")
 
 
-def filesystem(location: str):
-    """The pyarrow filesystem of a local folder or a URI, and the path on it.
-
-    A URI's ``?query`` configures the filesystem (``pyarrow.fs.FileSystem.from_uri``); a local
-    path comes back absolute."""
-    import pyarrow.fs
-
-    if is_uri(location):
-        return pyarrow.fs.FileSystem.from_uri(location)
-    return pyarrow.fs.LocalFileSystem(), root(location)
+def fitting_trials(experiment: Experiment, available: dict[str, float]) -> int:
+    """How many trials fit on the cluster at once (at least 1)."""
+    fits = [
+        math.floor(available.get(name, 0.0) / need + 1e-9)
+        for name, need in experiment.resources.total().items()
+        if need > 0
+    ]
+    return max(1, min(fits)) if fits else 1
 
 
-CREDENTIAL_ENV = (
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-    "AWS_DEFAULT_REGION", "AWS_REGION",
-)
-"""The environment variables through which pyarrow's S3 filesystem finds a store's credentials
-and region, besides ``AWS_ENDPOINT_URL`` and its per-service forms (``AWS_ENDPOINT_URL_S3``)."""
+def preflight(experiment: Experiment, limit: int = 256) -> None:
+    """Refuse a workload whose packages are missing (its ``requires``, naming its extra), then
+    run its preflight check on each grid/choice combination (up to ``limit``)."""
+    workload = workloads.get(experiment.workload)
+    workload.check_requires(experiment.workload)  # before the preflight's module is imported
+    check = workload.preflight_check()
+    if check is None:
+        return
+    listed = {
+        key: args
+        for key, spec in experiment.search.items()
+        for kind, args in spec.items()
+        if kind in ("grid", "choice")
+    }
+    for combo in itertools.islice(itertools.product(*listed.values()), limit):
+        values = search_space.with_variant({**experiment.config, **dict(zip(listed, combo))})
+        check(from_dict(workload.config_class(), values, experiment.source, "config"))
 
 
-def credential_env(storage: str, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The storage credentials set in ``environ`` (default: this process's environment), to
-    hand to every trial through the job's ``runtime_env`` on a joined cluster.
+def check_run_name(run: RunFolder) -> None:
+    """``--name`` of a run that exists would write a second sweep into its folder: refuse."""
+    if run.exists():
+        raise UserError(
+            f"--name {run.name}: a run already exists at {run.location}; continue it with --resume, "
+            f"or choose another name"
+        )
 
-    Only for a URI (a local folder needs none), and only the variables that are set: a node's
-    own instance role then still applies where the driver has no keys. The values never reach
-    a saved file: ``runtime_env`` is not part of what Tune saves in the run folder.
+
+def check_storage(run: RunFolder, joined: bool = False, shared: bool = False) -> None:
+    """Fail before Ray starts on a ``--storage`` that cannot hold the run folder ``run``.
+
+    A local folder must take a file (created and removed again); on a joined cluster
+    (``joined``) it must also be declared ``shared`` (mounted by every node), else it is
+    refused. A URI must take a marker object (written, read back and deleted within seconds).
     """
-    environ = os.environ if environ is None else environ
-    if not is_uri(storage):
-        return {}
-    return {key: value for key, value in environ.items()
-            if value and (key in CREDENTIAL_ENV or key.startswith("AWS_ENDPOINT_URL"))}
-
-
-def name_of(run_path: str) -> str:
-    """The last path element of a run folder (its run name), query string ignored."""
-    path = run_path.partition("?")[0] if is_uri(run_path) else run_path
-    return path.rstrip("/").rsplit("/", 1)[-1]
-
-
-def parent(location: str) -> str:
-    """The folder that holds ``location`` (a run folder's storage root), a URI's query kept.
-
-    >>> parent("s3://b/runs/run-1?endpoint_override=http://127.0.0.1:9000")
-    's3://b/runs?endpoint_override=http://127.0.0.1:9000'
-    """
-    path, sep, query = location.partition("?") if is_uri(location) else (location, "", "")
-    return f"{path.rstrip('/').rsplit('/', 1)[0]}{sep}{query}"
-
-
-def scheme(storage: str) -> str:
-    """The URI scheme (``s3``, ``gs``, ...), or ``""`` for a local path."""
-    return urlsplit(storage).scheme if is_uri(storage) else ""
+    storage = run.storage_root
+    if is_uri(storage):
+        probe_uri(storage)
+        return
+    probe_local(storage)
+    if joined:
+        refuse_unshared_local(storage, shared)
 
 
 def probe_local(storage: str) -> None:

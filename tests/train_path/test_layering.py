@@ -1,0 +1,232 @@
+"""raylab/ is laid out by where its code runs, and its imports say so (read from the source).
+
+- The workload API, the experiment spec and ``run_folder`` (everything outside ``launch/`` but
+  the commands) reach nothing in ``raylab.launch``, directly or through another module.
+- ``raylab.launch`` reaches no command (``raylab.tune``, ``raylab.train``, ``raylab.report``).
+- No import cycle anywhere in raylab/, counting imports inside functions.
+- Ray Tune's ``Tuner`` and schedulers and Ray Train's ``TorchTrainer`` are imported only under
+  ``launch/``.
+
+The graph is computed from the AST of every module: ``import a.b``, ``from a import b`` (the
+module ``a.b`` when it is one, else ``a``), wherever in the file they stand. The last tests plant
+each kind of violation in a copy of raylab/ and show the check names it.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = "raylab"
+COMMANDS = ("raylab.tune", "raylab.train", "raylab.report", "raylab.report.__main__", "raylab.testing")
+"""The three commands, and the test plugin, which drives sweeps as the commands do: they may use
+``raylab.launch``."""
+LAUNCH = "raylab.launch"
+DRIVER_ONLY = ("ray.tune.Tuner", "ray.tune.schedulers", "ray.train.torch.TorchTrainer")
+"""What only ``raylab.launch`` may import (a name, or everything under it)."""
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def parse_modules(root: Path, package: str = PACKAGE) -> dict[str, ast.Module]:
+    """Every module of ``package`` under ``root`` (the folder holding it), by dotted name."""
+    return {module_name(root, path): ast.parse(path.read_text(), str(path))
+            for path in sorted((root / package).rglob("*.py"))}
+
+
+def imported_names(tree: ast.Module) -> list[tuple[str, int]]:
+    """``(dotted name, line)`` of every import in the file, module level or not: ``import a.b``
+    gives ``a.b``, ``from a.b import c`` gives ``a.b.c``; and every attribute read through a
+    name bound to a module (``tune.Tuner`` after ``from ray import tune``)."""
+    found: list[tuple[str, int]] = []
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                found.append((alias.name, node.lineno))
+                bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                found.append((f"{node.module}.{alias.name}", node.lineno))
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain, inner = [node.attr], node.value
+            while isinstance(inner, ast.Attribute):
+                chain.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id in bound:
+                found.append((".".join([bound[inner.id], *reversed(chain)]), node.lineno))
+    return found
+
+
+def module_graph(modules: dict[str, ast.Module]) -> dict[str, dict[str, int]]:
+    """``{module: {imported raylab module: line}}``; ``from a import b`` is the module ``a.b``
+    when there is one, else ``a`` (an attribute of it)."""
+    graph: dict[str, dict[str, int]] = {}
+    for name, tree in modules.items():
+        edges: dict[str, int] = {}
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                           for a in node.names]
+            for target in targets:
+                while target and target not in modules:  # import a.b.c of a non-module c: a.b
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges.setdefault(target, node.lineno)
+        graph[name] = edges
+    return graph
+
+
+def reachable(graph: dict[str, dict[str, int]], start: str) -> dict[str, list[str]]:
+    """Every module ``start`` imports, directly or not, with one import chain to it."""
+    paths = {start: [start]}
+    todo = [start]
+    while todo:
+        current = todo.pop()
+        for target in graph.get(current, {}):
+            if target not in paths:
+                paths[target] = [*paths[current], target]
+                todo.append(target)
+    del paths[start]
+    return paths
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The import cycles: each strongly connected component of more than one module (Tarjan),
+    or a module importing itself."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, {}):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, {}):
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def layering_violations(root: Path, package: str = PACKAGE) -> list[str]:
+    """Each broken rule of this module's docstring in the package at ``root``, as one line."""
+    modules = parse_modules(root, package)
+    graph = module_graph(modules)
+    problems = []
+    for name in sorted(modules):
+        if any(under(name, c) for c in COMMANDS):
+            continue
+        for target, chain in sorted(reachable(graph, name).items()):
+            if under(name, LAUNCH) and any(under(target, c) for c in COMMANDS):
+                problems.append(f"{name} reaches the command {target}: {' -> '.join(chain)}")
+            elif not under(name, LAUNCH) and under(target, LAUNCH) and (
+                    len(chain) == 2 or not under(chain[-2], LAUNCH)):  # first step into launch only
+                problems.append(f"{name} reaches {target} in launch/: {' -> '.join(chain)}")
+    problems += [f"import cycle: {' <-> '.join(component)}" for component in cycles(graph)]
+    for name, tree in sorted(modules.items()):
+        if under(name, LAUNCH):
+            continue
+        for imported, line in imported_names(tree):
+            if any(under(imported, driver) for driver in DRIVER_ONLY):
+                problems.append(f"{name}:{line} imports {imported}, which only launch/ may")
+    return sorted(set(problems))
+
+
+# ------------------------------------------------------------------------ the rules hold
+
+
+def test_raylab_is_layered_by_where_its_code_runs():
+    problems = layering_violations(REPO)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_graph_sees_function_level_imports_and_the_layers_are_there():
+    """The graph is not vacuous: the driver reaches the workload API, and a function-level import
+    (the Tune trainable starts the Train path only when a trial needs it) is an edge."""
+    graph = module_graph(parse_modules(REPO))
+    assert "raylab.launch.train_path" in graph["raylab.launch.trainable"]  # inside make_trainable
+    assert "raylab.session" in reachable(graph, "raylab.launch.sweep")
+    assert "raylab.launch.sweep" in reachable(graph, "raylab.tune")
+    assert not any(under(t, LAUNCH) for t in reachable(graph, "raylab.session"))
+
+
+# ------------------------------------------------------------------------ planted violations
+
+
+@pytest.fixture
+def copy_of_raylab(tmp_path):
+    shutil.copytree(REPO / PACKAGE, tmp_path / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    assert layering_violations(tmp_path) == []
+    return tmp_path
+
+
+def plant(root: Path, module: str, code: str) -> None:
+    path = root / (module.replace(".", "/") + ".py")
+    path.write_text(path.read_text() + "\n\n" + code)
+
+
+def test_a_planted_upward_import_is_named_with_its_chain(copy_of_raylab):
+    plant(copy_of_raylab, "raylab.checkpoint", "def _upward():\n    from raylab.launch import summary\n")
+    problems = layering_violations(copy_of_raylab)
+    assert "raylab.checkpoint reaches raylab.launch.summary in launch/: raylab.checkpoint -> raylab.launch.summary" \
+        in problems, problems
+    # and what imports the checkpoint module (the session) is named too, with its chain
+    assert any(p.startswith("raylab.session reaches raylab.launch.summary") for p in problems), problems
+
+
+def test_a_planted_cycle_through_a_function_level_import_is_named(copy_of_raylab):
+    plant(copy_of_raylab, "raylab.launch.trial", "def _back():\n    from raylab.launch.trainable import make_trainable\n")
+    problems = layering_violations(copy_of_raylab)
+    assert "import cycle: raylab.launch.train_path <-> raylab.launch.trainable <-> raylab.launch.trial" in problems, problems
+
+
+def test_a_planted_tuner_outside_launch_is_named(copy_of_raylab):
+    plant(copy_of_raylab, "raylab.run_folder", "def _restorable(path):\n    from ray import tune\n\n"
+          "    return tune.Tuner.can_restore(path)\n")
+    plant(copy_of_raylab, "raylab.experiment", "from ray.train.torch import TorchTrainer  # noqa: F401\n")
+    problems = layering_violations(copy_of_raylab)
+    assert any(p.startswith("raylab.run_folder:") and "ray.tune.Tuner.can_restore" in p for p in problems), problems
+    assert any(p.startswith("raylab.experiment:") and "ray.train.torch.TorchTrainer" in p for p in problems), problems
+
+
+def test_a_command_imported_by_launch_is_named(copy_of_raylab):
+    plant(copy_of_raylab, "raylab.launch.summary", "def _report(path):\n    from raylab import report\n")
+    problems = layering_violations(copy_of_raylab)
+    assert any(p.startswith("raylab.launch.summary reaches the command raylab.report") for p in problems), problems
