@@ -332,18 +332,23 @@ class Check:
         return run(self.tune_argv(name, *overrides, run_name=run_name or name), log, timeout,
                    env={**self.env, **(env or {})})
 
+    def trials(self, run_name: str):
+        """The trial folders of run ``run_name`` (``raylab.run_folder``), by name."""
+        from raylab.run_folder import RunFolder
+
+        return RunFolder(self.storage / run_name).trials()
+
     def rows(self, run_name: str) -> list[list[dict]]:
-        """Each trial's rows (``result.json``) of run ``run_name``."""
-        trials = []
-        for result in sorted((self.storage / run_name).glob("*/result.json")):
-            trials.append([json.loads(line) for line in result.read_text().splitlines() if line.strip()])
-        return trials
+        """Each trial's reported rows of run ``run_name``."""
+        return [trial.rows() for trial in self.trials(run_name)]
 
     def trial_errors(self, run_name: str) -> list[str]:
-        """The last lines of each trial's ``error.txt`` (Ray writes one for a failed trial)."""
+        """The last lines of each failed trial's error file (Ray writes one for a failed trial)."""
         lines = []
-        for error in sorted((self.storage / run_name).glob("*/error.txt")):
-            lines += [f"{error.parent.name}/error.txt:"] + error.read_text().strip().splitlines()[-8:]
+        for trial in self.trials(run_name):
+            error = trial.error()
+            if error is not None:
+                lines += [f"{trial.error_location}:"] + error.strip().splitlines()[-8:]
         return lines
 
     def exit_failed(self, what: str, done: subprocess.CompletedProcess, run_name: str) -> StepFailed:
@@ -372,11 +377,11 @@ class Check:
     def trial_windows(self, run_name: str) -> list[tuple[str, float, float]]:
         """Each trial's (name, start, end) in epoch seconds, from its own rows."""
         windows = []
-        for result in sorted((self.storage / run_name).glob("*/result.json")):
-            rows = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
+        for trial in self.trials(run_name):
+            rows = trial.rows()
             if rows and "timestamp" in rows[-1]:
                 end = float(rows[-1]["timestamp"])
-                windows.append((result.parent.name, end - float(rows[-1].get("time_total_s", 0.0)), end))
+                windows.append((trial.name, end - float(rows[-1].get("time_total_s", 0.0)), end))
         return windows
 
     def utilisation(self, run_name: str, label: str) -> str:
@@ -736,6 +741,8 @@ LOG_FILE_CAP, LOGS_CAP = 256 * 1024, 12 * 2**20
 def write_tarball(path: Path, folders: list[tuple[Path, str]]) -> int:
     """``logs.tar.gz`` of the logs, trial rows/errors and Ray's session logs (no checkpoints),
     each file cut to its last ``LOG_FILE_CAP`` bytes. Returns the files added."""
+    from raylab.run_folder import CHECKPOINT_PREFIX  # checkpoints, finished or still being written
+
     added, total = 0, 0
     with tarfile.open(path, "w:gz") as tar:
         for folder, arc in folders:
@@ -743,7 +750,7 @@ def write_tarball(path: Path, folders: list[tuple[Path, str]]) -> int:
                 continue
             for file in sorted(folder.rglob("*")):
                 rel = file.relative_to(folder)
-                if not file.is_file() or file.is_symlink() or any(p.startswith("checkpoint_") for p in rel.parts) \
+                if not file.is_file() or file.is_symlink() or any(p.startswith(CHECKPOINT_PREFIX) for p in rel.parts) \
                         or file.suffix in (".pt", ".pkl", ".npz", ".so") or (arc == "ray" and "logs" not in rel.parts):
                     continue
                 data = file.read_bytes()[-LOG_FILE_CAP:]

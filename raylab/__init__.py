@@ -39,6 +39,8 @@ _NAMES = {
     "user_path": "raylab.files",
     "sha256_file": "raylab.files",
     "write_atomic": "raylab.files",
+    "RunFolder": "raylab.run_folder",
+    "TrialFolder": "raylab.run_folder",
     "Workload": "raylab.workloads",
     "to_device": "raylab.accel",
     "fixed_shapes": "raylab.accel",

@@ -65,11 +65,16 @@ def draw(item, run: Run, seeds, path: Path, skip: tuple[str, ...] = ()) -> tuple
                                          f"{', '.join(dict.fromkeys(borrowing))} show the trials of "
                                          f"{where} (one training for both)") if n)
     fig.suptitle(textwrap.fill(item.heading(), int(chars * 0.85)), fontsize=10)
+    save_figure(fig, path, dpi=90)
+    return True, note
+
+
+def save_figure(fig, path: Path, dpi: int = 80) -> None:
+    """Lay out ``fig``, write it to ``path`` (PNG, white background) and close it."""
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90, facecolor="white")
+    fig.savefig(path, dpi=dpi, facecolor="white")
     plt.close(fig)
-    return True, note
 
 
 def _bars_widening(item, run: Run, trials: list[Trial]) -> float:

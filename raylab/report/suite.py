@@ -136,6 +136,8 @@ def draw_aggregates(out: dict[str, Any], arms: dict[str, tuple[list[str], np.nda
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from raylab.report.plots import save_figure
+
     labels = [a["arm"] for a in out["arms"]]
     colors = dict(zip(labels, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 4))
     fig, axes = plt.subplots(2, 3, figsize=(15, 3.2 + 2 * 0.35 * len(labels)))
@@ -182,10 +184,7 @@ def draw_aggregates(out: dict[str, Any], arms: dict[str, tuple[list[str], np.nda
     fig.suptitle(f"{out['title']}: n = {out['seeds']} seed{'s' * (out['seeds'] != 1)} x {tasks} "
                  f"{agg.task}{'s' * (tasks != 1)}, {out['kind']}; bars: 95% stratified bootstrap intervals"
                  + (f" ({out['note']})" if out["note"] else ""), fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80, facecolor="white")
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def interval_words(entry: dict[str, Any] | None) -> str:

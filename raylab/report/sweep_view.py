@@ -109,6 +109,8 @@ def parallel_coordinates(run: Run, keys: list[str], trials, configs, metric: str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from raylab.report.plots import save_figure
+
     groups = []
     for values, members in group(run, trials, keys).items():
         scores = np.array([value_at(t, metric) for t in members], dtype=float)
@@ -161,10 +163,7 @@ def parallel_coordinates(run: Run, keys: list[str], trials, configs, metric: str
                  fontsize=9)
     fig.colorbar(plt.cm.ScalarMappable(norm=plt.Normalize(low, high), cmap=cmap), ax=ax, pad=0.01,
                  label=metric).ax.tick_params(labelsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80, facecolor="white")
-    plt.close(fig)
+    save_figure(fig, path)
     out["file"] = f"figures/{path.name}"
     return out
 
@@ -243,6 +242,8 @@ def learning_curves(run: Run, keys: list[str], trials, metric: str, mode: str, s
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from raylab.report.plots import save_figure
+
     groups = list(group(run, trials, keys).items())
     groups.sort(key=lambda kv: _mode_sign(mode) * -np.mean([value_at(t, metric) for t in kv[1]]))
     shown = groups[:CURVES_SHOWN]
@@ -275,10 +276,7 @@ def learning_curves(run: Run, keys: list[str], trials, metric: str, mode: str, s
     more = f"the best {len(shown)} of {len(groups)} configurations; " if len(groups) > len(shown) else ""
     fig.suptitle(f"{metric} against {step} and against wall-clock time: {more}mean over seeds at each {step} "
                  "(wall-clock: the seeds' mean time there), band ± one std", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80, facecolor="white")
-    plt.close(fig)
+    save_figure(fig, path)
     out["file"] = f"figures/{path.name}"
     return out
 

@@ -134,11 +134,12 @@ def test_dqn_replay_batches_go_pinned_and_non_blocking_when_the_device_is_cuda(c
     from trainers.dqn_softlinf import loop
 
     run = types.SimpleNamespace(device=torch.device("cuda"), envs=types.SimpleNamespace(obs_shape=(4,)))
-    sample = {"obs": np.zeros((8, 4), np.float32), "next_obs": np.ones((8, 4), np.float32),
+    window = np.stack([np.zeros((8, 4), np.float32), np.ones((8, 4), np.float32)], 1)  # (s, s') rows
+    sample = {"window": window, "obs": window[:, :1], "next_obs": window[:, 1:],
               "action": np.zeros(8, np.int64), "reward": np.zeros(8, np.float32),
               "done": np.zeros(8, bool)}
     batch = loop.to_batch(run, sample)
-    assert copies == {"pinned": 5, "to": [True] * 5}
+    assert copies == {"pinned": 2, "to": [True] * 2}  # the window and one (action, reward, done) array
     assert batch["action"].dtype == torch.long and batch["done"].dtype == torch.float32
 
 

@@ -156,9 +156,9 @@ def spelled_trial_files(path: Path) -> list[str]:
 
 def test_only_run_folder_spells_a_trial_folders_file_names():
     """Every reader and writer of a trial folder goes through ``RunFolder``/``TrialFolder``: no
-    module of raylab/ and no test but raylab/run_folder.py names params.json, result.json,
-    error.txt, config.yaml or checkpoint_ in its code."""
-    sources = [p for top in ("raylab", "tests") for p in sorted((REPO / top).rglob("*.py"))
+    module of raylab/, trainers/ or benchmarks/ and no test but raylab/run_folder.py names
+    params.json, result.json, error.txt, config.yaml or checkpoint_ in its code."""
+    sources = [p for top in ("raylab", "trainers", "benchmarks", "tests") for p in sorted((REPO / top).rglob("*.py"))
                if p != REPO / "raylab" / "run_folder.py"]
     found = [line for path in sources for line in spelled_trial_files(path)]
     assert not found, "go through raylab.run_folder.TrialFolder:\n" + "\n".join(found)

@@ -19,6 +19,7 @@ from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.files import user_path
+from raylab.run_folder import TrialFolder
 from trainers.boltz_distill.batches import GraphBank
 from trainers.boltz_distill.config import Config
 from trainers.boltz_distill.corpus import check_test_sets, corpus_exists, corpus_smiles, exclusion_line
@@ -323,14 +324,11 @@ def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:
     from raylab import checkpoint as ckpt
 
     path = user_path(path)
-    if (path / "state.pt").is_file():
-        candidates = [path]
-    else:
-        candidates = sorted(path.glob("checkpoint_*"), reverse=True)
+    candidates = [path] if (path / "state.pt").is_file() else TrialFolder.at(path).checkpoint_paths()
     found = ckpt.load_latest(candidates) if candidates else None
     if found is None:
         raise UserError(f"student_checkpoint: no boltz_distill checkpoint at {path} (expected a "
-                        f"folder with state.pt, or a trial folder with checkpoint_* folders)")
+                        f"folder with state.pt, or a trial folder with checkpoint folders)")
     state = found[0]
     cfg = from_dict(Config, state["config"], f"{found[1]}/state.pt")
     model = GINEStudent(cfg.width, cfg.depth, state["out_dim"], cfg.dropout, cfg.head_layers, cfg.global_context)

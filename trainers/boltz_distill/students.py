@@ -17,6 +17,7 @@ import sys
 
 from raylab.errors import UserError, exit_on_user_error
 from raylab.files import user_path
+from raylab.run_folder import RunFolder
 
 
 def run_students(run_dir: str) -> list[str]:
@@ -24,8 +25,9 @@ def run_students(run_dir: str) -> list[str]:
     root = user_path(run_dir)
     if not root.is_dir():
         raise UserError(f"config.students_from: {root} is not a folder (a boltz_distill run folder)")
-    return sorted(t.name for t in root.iterdir()
-                  if t.is_dir() and any(c.joinpath("state.pt").is_file() for c in t.glob("checkpoint_*")))
+    run = RunFolder(root)
+    return [name for name, kind in run.listdir() if kind == "dir"
+            and any(c.joinpath("state.pt").is_file() for c in run.trial(name).checkpoint_paths())]
 
 
 @exit_on_user_error
@@ -37,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
     names = run_students(args.run_dir)
     if not names:
-        raise UserError(f"{args.run_dir}: no trial folder with a boltz_distill checkpoint (checkpoint_*/state.pt)")
+        raise UserError(f"{args.run_dir}: no trial folder with a boltz_distill checkpoint (a checkpoint folder with state.pt)")
     for name in names:
         cfg = load_student(user_path(args.run_dir) / name)[1]["config"]
         print(f"{name}: teachers {'+'.join(cfg.get('teachers', []))}, layer {cfg.get('boltz2_layer')}, "

@@ -1,7 +1,7 @@
 """``python -m trainers.boltz_distill.table RUN_DIR``: the ADMET table of an admet_probe sweep.
 
-Reads every trial folder of a Ray Tune run of ``admet_probe`` (its ``params.json`` and the last
-row of ``result.json``) and prints one row per representation and probe, one column per task,
+Reads every trial folder of a Ray Tune run of ``admet_probe`` (its config and its last reported
+row, through ``raylab.run_folder``) and prints one row per representation and probe, one column per task,
 each cell ``mean ± std`` of the task's official metric over the split seeds (TDC's protocol:
 seeds 1-5, population std as TDC's ``evaluate_many``), with the number of seeds and, where any
 test molecule had no features, the imputed count. A representation is named by what made it
@@ -18,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from raylab.errors import UserError, exit_on_user_error
+from raylab.run_folder import RunFolder
 from trainers.boltz_distill import TASK_METRICS, metric_name
 
 ROW_ORDER = ("chemprop", "supervised_gine", "morgan", "descriptors", "morgan_descriptors", "random_student",
@@ -66,15 +67,11 @@ def collect(run_dir: Path) -> dict[tuple[str, str], dict[str, list[tuple[float, 
     """``{(representation, probe): {task: [(metric, imputed test molecules) per seed]}}``."""
     cells: dict[tuple[str, str], dict[str, list[tuple[float, int]]]] = defaultdict(lambda: defaultdict(list))
     order: dict[str, int] = {}
-    for params_path in sorted(run_dir.glob("*/params.json")):
-        result_path = params_path.with_name("result.json")
-        if not result_path.is_file():
+    for trial in RunFolder(run_dir).trials():
+        params, rows = trial.params(), trial.rows()
+        if not params or not rows:
             continue
-        params = json.loads(params_path.read_text())
-        lines = [line for line in result_path.read_text().splitlines() if line.strip()]
-        if not lines:
-            continue
-        last = json.loads(lines[-1])
+        last = rows[-1]
         task = params.get("task", "solubility")
         value = last.get(metric_name(task))
         if isinstance(value, (int, float)):
@@ -122,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args.run_dir)
     cells = collect(run_dir)
     if not cells:
-        raise UserError(f"{run_dir}: no admet_probe trial results (trial folders with params.json and result.json)")
+        raise UserError(f"{run_dir}: no admet_probe trial results (trial folders with a config and reported rows)")
     print(format_table(cells, args.markdown))
     return 0
 

@@ -31,7 +31,8 @@ RLLIB_OFF = {k: v for k, v in RLLIB_USES.items() if k in (
     "checkpoint_replay", "probe_size", "heldout_size", "expected_states", "shared_states", "frame_marks")}
 """What an experiment with backend rllib sets, the raylab loop's defaults being on."""
 
-RAYLAB_ONLY = ("expected_samples", "shared_seed", "shared_stride", "channels_last", "overlap_env", "env_threads")
+RAYLAB_ONLY = ("expected_samples", "shared_seed", "shared_stride", "channels_last", "overlap_env", "env_threads",
+               "replay_on_device", "cuda_graph")
 """Fields only the raylab loop reads (probe sizes that matter only with a probe on, and the
 loop's own speed settings): with backend rllib they must stay at their defaults."""
 
@@ -145,6 +146,17 @@ class Config:
     compilation fails (no C compiler, an unsupported op) one warning line and eager mode."""
     torch_threads: int = 0
     """torch intra-op threads; 0 leaves torch's default (one per core)."""
+    replay_on_device: bool | Literal["auto"] = "auto"
+    """Keep the replay on the trial's device and draw, gather and act there (device_replay.py):
+    per update nothing is copied and nothing read back; per vector step one read, the actions.
+    auto: on a CUDA device only. false: a numpy ring on the host, each batch sent in two copies.
+    true on a CPU device runs the device code on host tensors (numpy's draws are replaced by
+    torch's: other batches, the same distribution)."""
+    cuda_graph: bool | Literal["auto"] = "auto"
+    """Capture the update (batch draw and gather, forward, backward, optimizer step) as one CUDA
+    graph after 3 eager updates, and replay it (cuda_graph.py); needs the replay on the device.
+    auto: on a CUDA device with the replay there. On a CPU device there is nothing to capture:
+    true warns once and the update runs eagerly."""
 
     # ------------------------------------------------------------------ Atari preprocessing
     frame_skip: int = 4
@@ -267,6 +279,8 @@ class Config:
                 f"steps of each of the {self.num_envs} envs")
         require(self.batch_size <= self.buffer_size, "batch_size",
                 f"({self.batch_size}) must be <= buffer_size ({self.buffer_size})")
+        require(not (self.cuda_graph is True and self.replay_on_device is False), "cuda_graph",
+                "true needs the replay on the device (replay_on_device: false draws each batch on the host)")
         per_mark = frames_per_step(self) * self.report_every
         for mark in self.frame_marks:
             require(mark > 0 and mark % per_mark == 0, "frame_marks",

@@ -27,6 +27,15 @@ end of a period and ``inner/progress_ratio_exact``, that over the target's own e
 
 On Atari the emulators step in C++ threads while the update runs (``overlap_env``): the
 updates of a vector step sample the replay as it was before that step's transitions arrive.
+
+Where the replay lives (``replay_on_device``, auto: on a CUDA device only): on the host,
+each update draws its batch with numpy and sends the batch's contiguous frame window and one
+array of (action, reward, done) to the device, two copies; on the device (device_replay.py),
+the batch is drawn and gathered there, and the whole update (draw, gather, forward, backward,
+optimizer step) can be captured as one CUDA graph (``cuda_graph``, cuda_graph.py). Acting then
+reads each env's observation from the ring and draws epsilon-greedy on the device: one read of
+the device per vector step, the actions the emulators need, with the held-out game's greedy
+action in the same forward pass and the same read.
 """
 
 from __future__ import annotations
@@ -41,11 +50,13 @@ import numpy as np
 import torch
 
 from raylab import session
-from raylab.accel import compiled, to_device
+from raylab.accel import AUTO, compiled, enabled, to_device
 from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from trainers.dqn_softlinf.config import Config, frame_mark_metric, frames_per_step
 from trainers.dqn_softlinf.ale_probe import life_lost
+from trainers.dqn_softlinf.cuda_graph import GraphedStep, warn
+from trainers.dqn_softlinf.device_replay import DeviceFrameReplay
 from trainers.dqn_softlinf.envs import env_seed, make_envs
 from trainers.dqn_softlinf.exact import bellman_operator, exact_metrics, optimal_q
 from trainers.dqn_softlinf.heldout import HeldoutProbe
@@ -59,6 +70,7 @@ from trainers.dqn_softlinf.stats import TIME_AVERAGED, time_average, time_averag
 
 # seed streams (env_seed): every (trial seed, stream, index) gets its own block of env seeds
 TRAIN_STREAM, RESUME_STREAM, EVAL_STREAM, HELDOUT_STREAM, PROBE_STREAM = range(5)
+SAMPLE_STREAM, ACT_STREAM = 5, 6  # the device-side draws: replay batches, epsilon-greedy
 
 
 @dataclass
@@ -75,7 +87,7 @@ class Run:
     q_fwd: torch.nn.Module  # q, or q through torch.compile (raylab.accel.compiled)
     target_fwd: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    replay: FrameReplay
+    replay: FrameReplay | DeviceFrameReplay
     rng: np.random.Generator  # exploration and replay sampling
     probe_rng: np.random.Generator  # the in-sample probe's draws
     exact_model: tuple | None  # (P, R, continue prob) where the env's model is known
@@ -91,6 +103,10 @@ class Run:
     ep_return: np.ndarray | None = None
     final_prev: np.ndarray | None = None  # the previous step ended an episode: this one resets
     fire_next: np.ndarray | None = None
+    sample_gen: torch.Generator | None = None  # replay on the device: the batches' draws
+    act_gen: torch.Generator | None = None  # replay on the device: epsilon-greedy's draws
+    capture: bool = False  # cuda_graph, resolved for this device and replay
+    graph: GraphedStep | None = None  # the update as a CUDA graph, made by train_loop
 
 
 def train_loop(config: dict) -> None:
@@ -123,18 +139,20 @@ def train_loop(config: dict) -> None:
     if run.probe is not None:
         run.probe = {k: v.to(run.device) if torch.is_tensor(v) else v for k, v in run.probe.items()}
     run.sums = {k: torch.zeros((), device=run.device) + s[f"{k}_sum"] for k in ("loss", "q", "ess")}
+    if run.capture:
+        run.graph = update_graph(run)  # after the restore: it holds the tensors it is captured with
     clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
     # ---------------------------------------------------------------- the loop
     envs, replay = run.envs, run.replay
     while s["env_steps"] < cfg.total_steps:
         epsilon = epsilon_at(cfg, s["env_steps"])
-        actions = act(run, run.obs, epsilon, run.rng)
+        actions, heldout_greedy = choose_actions(run, epsilon)
         if envs.fire_action is not None:
             actions = np.where(run.fire_next, envs.fire_action, actions)
         envs.send(actions)
         if run.heldout is not None:  # one step of the held-out game while the emulators run
-            run.heldout.step(lambda o: greedy(run, o), epsilon)
+            run.heldout.step(heldout_greedy, epsilon)
         if not cfg.overlap_env or cfg.suite != "atari":
             step_result = envs.recv()
         # one update per train_every agent steps; on Atari they run while the emulators step
@@ -200,16 +218,43 @@ def build_run(cfg: Config, device: torch.device) -> Run:
     torch.manual_seed(cfg.seed)
     q = q_network(cfg.suite, envs.obs_shape, envs.num_actions, cfg.mlp_hidden, cfg.channels_last).to(device)
     target = copy.deepcopy(q).requires_grad_(False)
-    optimizer = make_optimizer(cfg, q.parameters())
+    on_device = replay_on_device(cfg, device)
+    capture = use_graph(cfg, device, on_device)
+    optimizer = make_optimizer(cfg, q.parameters(), capturable=capture)
     q_fwd = compiled(q, cfg.compile, "Q-network")  # eager, with one warning line, if it fails
     target_fwd = compiled(target, cfg.compile, "target network")
-    replay = FrameReplay(cfg.buffer_size, cfg.num_envs, envs.frame_shape, envs.frame_dtype, envs.stack)
+    shape = (cfg.buffer_size, cfg.num_envs, envs.frame_shape, envs.frame_dtype, envs.stack)
+    replay = DeviceFrameReplay(*shape, device=device) if on_device else FrameReplay(*shape)
     rng = np.random.default_rng(cfg.seed)
     probe_rng = np.random.default_rng([cfg.seed, PROBE_STREAM])
     exact_model = envs.exact_model()
     q_star = optimal_q(*exact_model[:2], cfg.gamma, exact_model[2]) if exact_model else None
+    sample_gen, act_gen = (torch.Generator(device).manual_seed(stream_seed(cfg.seed, stream))
+                           for stream in (SAMPLE_STREAM, ACT_STREAM))
     return Run(cfg, device, envs, q, target, q_fwd, target_fwd, optimizer, replay, rng, probe_rng,
-               exact_model, q_star)
+               exact_model, q_star, sample_gen=sample_gen, act_gen=act_gen, capture=capture)
+
+
+def replay_on_device(cfg: Config, device: torch.device) -> bool:
+    """``replay_on_device``, with auto resolved: on a CUDA device only."""
+    return enabled(cfg.replay_on_device, device)
+
+
+def use_graph(cfg: Config, device: torch.device, on_device: bool) -> bool:
+    """``cuda_graph``, with auto resolved: on a CUDA device with the replay there. Asked for on
+    another device: one warning line, and the update runs eagerly."""
+    if cfg.cuda_graph == AUTO:
+        return device.type == "cuda" and on_device
+    if cfg.cuda_graph and device.type != "cuda":
+        warn(f"cuda_graph: true on a {device.type} device: there is nothing to capture; "
+             "the update runs eagerly")
+        return False
+    return cfg.cuda_graph
+
+
+def stream_seed(seed: int, stream: int) -> int:
+    """A torch generator's seed for ``(trial seed, stream)``."""
+    return int(np.random.SeedSequence([seed, stream]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def new_counters(cfg: Config) -> dict:
@@ -221,6 +266,21 @@ def new_counters(cfg: Config) -> dict:
         "inner_exact": [], "exact_start": None, "credit": 0, "starts": 0,
         "history": {}, "marks": {},  # reported values of TIME_AVERAGED; frame marks reached
     }
+
+
+class OptimizerOf:
+    """The optimizer as a state field, restored keeping its own ``capturable`` flag
+    (``load_optimizer``): a checkpoint of an eager trial resumes under a CUDA graph and the other
+    way round."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer):
+        self.optimizer = optimizer
+
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        load_optimizer(self.optimizer, state)
 
 
 class ProbeOf:
@@ -273,23 +333,30 @@ class DQNState(LoopState):
 
     q: torch.nn.Module
     target: torch.nn.Module
-    optimizer: torch.optim.Optimizer
+    optimizer: OptimizerOf
     np_rng: np.random.Generator
     """Exploration and replay sampling (``run.rng``)."""
     probe_rng: np.random.Generator
+    sample_gen: torch.Generator
+    """The replay on the device: its batches' draws (saved either way, so a checkpoint resumes
+    with the replay on the host or on the device)."""
+    act_gen: torch.Generator
+    """The replay on the device: epsilon-greedy's draws."""
     counters: dict
     """The loop's counters ``s``: saved at a report, its running sums just folded in and zeroed."""
     probe: ProbeOf
     envs: EnvsOf
-    replay: FrameReplay | None
-    """The replay, unless ``checkpoint_replay`` is off (a resumed trial then refills it)."""
+    replay: FrameReplay | DeviceFrameReplay | None
+    """The replay, unless ``checkpoint_replay`` is off (a resumed trial then refills it); both
+    replays save the same arrays, so either loads the other's."""
     rng: GlobalRNG = field(default_factory=GlobalRNG)
     config: dict = saved_only()
 
     @classmethod
     def of(cls, run: Run, config: dict) -> DQNState:
-        return cls(run.q, run.target, run.optimizer, run.rng, run.probe_rng, new_counters(run.cfg),
-                   ProbeOf(run), EnvsOf(run), run.replay if run.cfg.checkpoint_replay else None, config=config)
+        return cls(run.q, run.target, OptimizerOf(run.optimizer), run.rng, run.probe_rng, run.sample_gen,
+                   run.act_gen, new_counters(run.cfg), ProbeOf(run), EnvsOf(run),
+                   run.replay if run.cfg.checkpoint_replay else None, config=config)
 
 
 def resume(run: Run, st: DQNState) -> None:
@@ -312,23 +379,57 @@ def resume(run: Run, st: DQNState) -> None:
 
 
 def autocast(run: Run):
-    """bf16 for acting and updates only; the probes measure in float32."""
-    return torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cfg.amp_bf16)
-
-
-def to_obs(run: Run, frames: np.ndarray) -> torch.Tensor:
-    """Replay stacks -> network input (pinned, non-blocking on CUDA)."""
-    return to_device(torch.from_numpy(frames.reshape(len(frames), *run.envs.obs_shape)), run.device)
+    """bf16 for acting and updates only; the probes measure in float32. Autocast's cache of
+    cast weights is off with a CUDA graph (torch: caching must be disabled in graphed regions)."""
+    return torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cfg.amp_bf16,
+                          cache_enabled=run.graph is None)
 
 
 def to_batch(run: Run, b: dict) -> dict:
-    device = run.device
-    return {
-        "obs": to_obs(run, b["obs"]), "next_obs": to_obs(run, b["next_obs"]),
-        "action": to_device(torch.from_numpy(b["action"]), device, torch.long),
-        "reward": to_device(torch.from_numpy(b["reward"]), device),
-        "done": to_device(torch.from_numpy(b["done"]), device, torch.float32),
-    }
+    """A host batch (``FrameReplay.gather``) on the device, in two copies: the contiguous frame
+    window of each transition (``obs`` and ``next_obs`` are its slices there) and one float32
+    array of (action, reward, done). Pinned and non-blocking on CUDA: a source with gaps (the
+    slices themselves) would be pinned with its gaps and copied through a pageable buffer."""
+    window, scalars = host_batch(b)
+    return device_batch(run, to_device(window, run.device), to_device(scalars, run.device))
+
+
+def host_batch(b: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two host tensors ``to_batch`` sends: ``window`` ``(n, k + 1, *frame)`` and
+    ``scalars`` ``(3, n)`` float32 (actions are exact in float32 up to 2^24)."""
+    scalars = np.stack([b["action"], b["reward"], b["done"]]).astype(np.float32)
+    return torch.from_numpy(b["window"]), torch.from_numpy(scalars)
+
+
+def device_batch(run: Run, window: torch.Tensor, scalars: torch.Tensor) -> dict:
+    n, k = len(window), window.shape[1] - 1
+    shape = (n, *run.envs.obs_shape)
+    return {"obs": window[:, :k].reshape(shape), "next_obs": window[:, 1:].reshape(shape),
+            "action": scalars[0].long(), "reward": scalars[1], "done": scalars[2]}
+
+
+def device_gather(run: Run, row: torch.Tensor, env: torch.Tensor) -> dict:
+    """The transitions at ``(row, env)`` of the replay on the device, shaped as the network
+    reads them (``DeviceFrameReplay.gather`` without its window)."""
+    b = run.replay.gather(row, env)
+    shape = (len(row), *run.envs.obs_shape)
+    return {"obs": b["obs"].reshape(shape), "next_obs": b["next_obs"].reshape(shape),
+            "action": b["action"], "reward": b["reward"], "done": b["done"]}
+
+
+def sample_batch(run: Run) -> dict:
+    """The update's batch on the device: drawn and gathered there (replay on the device), or
+    drawn with numpy and sent (``to_batch``)."""
+    cfg, replay = run.cfg, run.replay
+    if isinstance(replay, DeviceFrameReplay):
+        return device_gather(run, *replay.sample_index_device(cfg.batch_size, run.sample_gen))
+    return to_batch(run, replay.sample(cfg.batch_size, run.rng))
+
+
+def to_obs(run: Run, obs: np.ndarray) -> torch.Tensor:
+    """Observations made on the host (the held-out game's) -> network input (pinned,
+    non-blocking on CUDA)."""
+    return to_device(torch.from_numpy(obs), run.device)
 
 
 @torch.inference_mode()
@@ -339,11 +440,57 @@ def greedy(run: Run, obs: np.ndarray) -> np.ndarray:
 
 
 def act(run: Run, obs: np.ndarray, epsilon: float, gen: np.random.Generator) -> np.ndarray:
+    return epsilon_greedy(run, obs, epsilon, gen)[0]
+
+
+def epsilon_greedy(run: Run, obs: np.ndarray, epsilon: float, gen: np.random.Generator,
+                   extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Epsilon-greedy actions for ``obs`` drawn with numpy, and the greedy actions for the
+    observations ``extra`` from the same forward pass (None when no forward pass was needed:
+    every env explores)."""
     explore = gen.random(len(obs)) < epsilon
     actions = gen.integers(0, run.envs.num_actions, size=len(obs))
-    if not explore.all():
-        actions = np.where(explore, actions, greedy(run, obs))
-    return actions
+    if explore.all():
+        return actions, None
+    if extra is None:
+        return np.where(explore, actions, greedy(run, obs)), None
+    best = greedy(run, np.concatenate([obs, extra]))
+    return np.where(explore, actions, best[:len(obs)]), best[len(obs):]
+
+
+@torch.inference_mode()
+def epsilon_greedy_on_device(run: Run, epsilon: float, extra: np.ndarray | None = None
+                             ) -> tuple[np.ndarray, np.ndarray | None]:
+    """``epsilon_greedy`` with the observations read from the replay on the device and the
+    draws made there (``run.act_gen``): one read of the device, the actions."""
+    n, device, gen = run.cfg.num_envs, run.device, run.act_gen
+    explore = torch.rand(n, generator=gen, device=device) < epsilon
+    actions = torch.randint(0, run.envs.num_actions, (n,), generator=gen, device=device)
+    if epsilon >= 1.0:  # every env explores (and the held-out game too)
+        return actions.cpu().numpy(), None
+    x = run.replay.newest_obs().reshape(n, *run.envs.obs_shape)
+    if extra is not None:
+        x = torch.cat([x, to_obs(run, extra)])
+    with autocast(run):
+        best = run.q_fwd(x).argmax(1)
+    chosen = torch.cat([torch.where(explore, actions, best[:n]), best[n:]]).cpu().numpy()  # the read
+    return chosen[:n], (chosen[n:] if extra is not None else None)
+
+
+def choose_actions(run: Run, epsilon: float):
+    """The training envs' actions at ``epsilon`` and the held-out game's greedy policy (a
+    function of its observation, as ``HeldoutProbe.step`` takes it), computed in the same
+    forward pass where one runs."""
+    extra = run.heldout.obs[None] if run.heldout is not None else None
+    if isinstance(run.replay, DeviceFrameReplay):
+        actions, extra_greedy = epsilon_greedy_on_device(run, epsilon, extra)
+    else:
+        actions, extra_greedy = epsilon_greedy(run, run.obs, epsilon, run.rng, extra)
+
+    def heldout_greedy(obs: np.ndarray) -> np.ndarray:
+        return extra_greedy if extra_greedy is not None else greedy(run, obs)
+
+    return actions, heldout_greedy
 
 
 def targets(cfg: Config, net_next: torch.Tensor, target_next: torch.Tensor, b: dict) -> torch.Tensor:
@@ -354,10 +501,25 @@ def targets(cfg: Config, net_next: torch.Tensor, target_next: torch.Tensor, b: d
     return b["reward"] + cfg.gamma * (1.0 - b["done"]) * next_q
 
 
+def update_graph(run: Run) -> GraphedStep:
+    """The update (``sample_batch`` and ``learn``) as a CUDA graph, captured at its 4th call
+    after 3 eager ones, drawing its batches with ``run.sample_gen``."""
+    return GraphedStep(lambda: learn(run, sample_batch(run)), (run.sample_gen,), name="DQN update")
+
+
 def update(run: Run, s: dict) -> None:
     """One gradient step on a uniformly sampled replay batch; the running sums stay on the device."""
+    if run.graph is not None:
+        run.graph()  # sample_batch and learn, captured as one CUDA graph
+    else:
+        learn(run, sample_batch(run))
+    s["loss_n"] += 1
+
+
+def learn(run: Run, b: dict) -> None:
+    """The gradient step on the batch ``b``, written so that it can be captured as a CUDA graph
+    (cuda_graph.py): no read of the device, tensors updated in place."""
     cfg, sums = run.cfg, run.sums
-    b = to_batch(run, run.replay.sample(cfg.batch_size, run.rng))
     with torch.no_grad(), autocast(run):
         target_next = run.target_fwd(b["next_obs"]).float()
         net_next = run.q_fwd(b["next_obs"]).float() if cfg.double_dqn else None
@@ -370,14 +532,13 @@ def update(run: Run, s: dict) -> None:
         with torch.no_grad():
             sums["ess"] += effective_sample_size(
                 soft_linf_weights(td, effective_beta(td, cfg.beta, cfg.beta_scale)))
-    run.optimizer.zero_grad(set_to_none=True)
+    run.optimizer.zero_grad(set_to_none=True)  # in a CUDA graph: backward makes them in its memory
     loss.backward()
     if cfg.max_grad_norm:
         torch.nn.utils.clip_grad_norm_(run.q.parameters(), cfg.max_grad_norm)
     run.optimizer.step()
     sums["loss"] += loss.detach() / (len(td) if cfg.loss_reduction == "sum" else 1)
     sums["q"] += q_sa.detach().mean()
-    s["loss_n"] += 1
 
 
 @torch.no_grad()
@@ -386,9 +547,13 @@ def forward_chunks(net, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
 
 
 def draw_probe(run: Run) -> dict | None:
-    if not run.cfg.probe_size or not run.replay.can_sample():
+    replay = run.replay
+    if not run.cfg.probe_size or not replay.can_sample():
         return None
-    b = to_batch(run, run.replay.sample(run.cfg.probe_size, run.probe_rng))
+    if isinstance(replay, DeviceFrameReplay):  # the same draw as on the host, gathered there
+        b = device_gather(run, *replay.sample_index(run.cfg.probe_size, run.probe_rng))
+    else:
+        b = to_batch(run, replay.sample(run.cfg.probe_size, run.probe_rng))
     b["y"] = targets(run.cfg, forward_chunks(run.q_fwd, b["next_obs"]) if run.cfg.double_dqn else None,
                      forward_chunks(run.target_fwd, b["next_obs"]), b)
     return b
@@ -492,13 +657,26 @@ def report_metrics(run: Run, s: dict, last: bool) -> dict:
     return metrics | s["marks"]
 
 
-def make_optimizer(cfg: Config, params) -> torch.optim.Optimizer:
-    """Adam (CleanRL) or RMSProp with epsilon inside the root (Nature; optim.py), as the config says."""
+def make_optimizer(cfg: Config, params, capturable: bool = False) -> torch.optim.Optimizer:
+    """Adam (CleanRL) or RMSProp with epsilon inside the root (Nature; optim.py), as the config
+    says. ``capturable``: Adam's step count on the device, as a CUDA graph needs (CenteredRMSprop
+    only updates its state in place: capturable as it is)."""
     if cfg.optimizer == "rmsprop":
         return CenteredRMSprop(params, lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps,
                                centered=cfg.rmsprop_centered)
     # fused: one kernel for the whole step, on CPU too (1 ms against 5 ms for foreach here)
-    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+    return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True, capturable=capturable)
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """``optimizer.load_state_dict(state)``, keeping this optimizer's ``capturable``: a
+    checkpoint of an eager trial resumes under a CUDA graph and the other way round (fused
+    Adam keeps its step count on the parameters' device either way)."""
+    flags = [group.get("capturable") for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, flag in zip(optimizer.param_groups, flags):
+        if flag is not None:
+            group["capturable"] = flag
 
 
 def batch_loss(cfg: Config, td: torch.Tensor) -> torch.Tensor:

@@ -70,9 +70,11 @@ def huber(td: torch.Tensor, delta: float = 1.0, weights: torch.Tensor | None = N
 
 
 def soft_linf(td: torch.Tensor, beta: float | torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Soft sup-norm ``(1/beta) log mean_w exp(beta |td|)``: between mean and max of ``|td|``."""
-    beta = torch.as_tensor(beta, dtype=td.dtype, device=td.device)
-    if bool((beta <= 0).any()):
+    """Soft sup-norm ``(1/beta) log mean_w exp(beta |td|)``: between mean and max of ``|td|``.
+
+    A number ``beta`` is checked (> 0); a tensor (``effective_beta``'s ``td_mean``, > 0 by
+    construction) is not: checking it would read the device, which a CUDA graph cannot."""
+    if not torch.is_tensor(beta) and beta <= 0:
         raise ValueError(f"soft_linf: beta must be > 0, got {beta}")
     a = td.abs()
     counted = a if weights is None else a.masked_fill(weights <= 0, float("-inf"))

@@ -91,15 +91,10 @@ class FrameReplay:
     # ------------------------------------------------------------------ sampling
 
     def _start_range(self) -> tuple[int, int]:
-        """Absolute rows ``t`` whose whole window ``t-k+1 .. t+1`` is still stored."""
-        lo = max(0, self.count - self.rows + self.stack - 1)
-        return lo, self.count - 2
+        return start_range(self.count, self.rows, self.stack)
 
     def can_sample(self) -> bool:
-        lo, hi = self._start_range()
-        # a final row is always followed by a reset row, which is not final: of two or more
-        # candidate rows at least one is a transition
-        return hi > lo or (hi == lo and not self.final[lo % self.rows].all())
+        return can_sample(self.count, self.rows, self.stack, self.final)
 
     def transition_index(self) -> tuple[np.ndarray, np.ndarray]:
         """Every stored transition's ``(row, env)``: each row that can be sampled, final rows left out."""
@@ -111,24 +106,14 @@ class FrameReplay:
 
     def sample_index(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` (row, env) pairs drawn uniformly among stored transitions (final rows redrawn)."""
-        lo, hi = self._start_range()
-        if hi < lo:
-            raise ValueError("replay: not enough rows to sample a transition yet")
-        t = rng.integers(lo, hi + 1, size=n)
-        env = rng.integers(0, self.num_envs, size=n)
-        bad = self.final[t % self.rows, env]
-        while bad.any():  # rare: one final row per episode
-            k = int(bad.sum())
-            t[bad] = rng.integers(lo, hi + 1, size=k)
-            env[bad] = rng.integers(0, self.num_envs, size=k)
-            bad = self.final[t % self.rows, env]
-        return t % self.rows, env
+        return sample_index(self.final, self.count, self.stack, n, rng)
 
     def gather(self, row: np.ndarray, env: np.ndarray) -> dict[str, np.ndarray]:
         """The transitions at ``(row, env)``: obs, action, reward, done, next_obs.
 
         obs and next_obs have shape ``(n, stack, *frame_shape)``; frames before an episode's
-        first observation are zero.
+        first observation are zero. They are views of ``window`` (``(n, stack + 1,
+        *frame_shape)``, contiguous): ``obs = window[:, :stack]``, ``next_obs = window[:, 1:]``.
         """
         k = self.stack
         window = (row[:, None] + np.arange(-k + 1, 2)) % self.rows  # (n, k + 1)
@@ -143,6 +128,7 @@ class FrameReplay:
             # position k - 1 is o_t; a start at o_t+1 cannot happen since o_t is not final.
             frames[zero] = 0
         return {
+            "window": frames,  # contiguous: what a batch sends to the device, once
             "obs": frames[:, :k],
             "next_obs": frames[:, 1:],
             "action": self.action[row, env],
@@ -172,3 +158,38 @@ class FrameReplay:
         for name in ("frame", "action", "reward", "done", "first", "final"):
             getattr(self, name)[:n] = state[name].numpy()
         self.count = state["count"]
+
+
+# ---------------------------------------------------------------------- the ring's index arithmetic
+# (shared with device_replay.DeviceFrameReplay, which keeps ``final`` on the host too)
+
+def start_range(count: int, rows: int, stack: int) -> tuple[int, int]:
+    """Absolute rows ``t`` whose whole window ``t-k+1 .. t+1`` is still stored, after ``count``
+    rows were written to a ring of ``rows``: ``lo = max(0, count - rows + k - 1)``, ``hi = count - 2``."""
+    return max(0, count - rows + stack - 1), count - 2
+
+
+def can_sample(count: int, rows: int, stack: int, final: np.ndarray) -> bool:
+    lo, hi = start_range(count, rows, stack)
+    # a final row is always followed by a reset row, which is not final: of two or more
+    # candidate rows at least one is a transition
+    return hi > lo or (hi == lo and not final[lo % rows].all())
+
+
+def sample_index(final: np.ndarray, count: int, stack: int, n: int,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` (row, env) pairs drawn uniformly among stored transitions: absolute rows uniform in
+    ``start_range``, envs uniform, pairs on a final row redrawn (``final`` has shape ``(rows, envs)``)."""
+    rows, num_envs = final.shape
+    lo, hi = start_range(count, rows, stack)
+    if hi < lo:
+        raise ValueError("replay: not enough rows to sample a transition yet")
+    t = rng.integers(lo, hi + 1, size=n)
+    env = rng.integers(0, num_envs, size=n)
+    bad = final[t % rows, env]
+    while bad.any():  # rare: one final row per episode
+        k = int(bad.sum())
+        t[bad] = rng.integers(lo, hi + 1, size=k)
+        env[bad] = rng.integers(0, num_envs, size=k)
+        bad = final[t % rows, env]
+    return t % rows, env

@@ -1,0 +1,54 @@
+"""benchmarks/gpu_throughput.py --smoke, the device check, runs end to end on a CPU: every section,
+its table, the JSON and the targets, as it will run on a GPU machine the first time."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "benchmarks" / "gpu_throughput.py"
+
+
+def test_smoke_runs_every_section_and_writes_its_tables(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path / "out")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    data = json.loads((tmp_path / "out" / "gpu_throughput.json").read_text())
+    assert data["smoke"] and data["device"] == "cpu"
+
+    dqn = {r["variant"]: r for r in data["dqn"]}
+    assert list(dqn) == ["today", "window", "device", "device+graph"]
+    for name in ("today", "window", "device"):
+        assert dqn[name]["steps_per_s"] > 0 and dqn[name]["updates"] == (128 - 32) // 4, dqn[name]
+    assert "not measurable on CPU" in dqn["device+graph"]["note"]
+
+    ops = {r["variant"]: r for r in data["ops"]}  # per update, counted where they happen
+    assert [ops[n]["h2d_copies_per_update"] for n in ("today", "window", "device")] == [5, 2, 0]
+    assert [ops[n]["reads_per_update"] for n in ("today", "window", "device")] == [1, 0, 0]  # today: soft-linf's beta
+    assert all(ops[n]["launches_per_update"] > 50 for n in ("today", "window", "device"))
+
+    assert [r["processes"] for r in data["pack"]] == [1, 2]  # the device run: 1, 2 and 4
+    assert all(r["images_per_s"] > 0 and len(r["per_process"]) == r["processes"] for r in data["pack"])
+    image = {(r["variant"], r["step"]): r for r in data["image"]}
+    assert len(image) == 6 and all(r["images_per_s"] > 0 for r in image.values())
+
+    targets = {t["target"]: t["status"] for t in data["targets"]}
+    assert targets.pop("cpu_no_regression") in ("met", "not met")
+    assert set(targets.values()) == {"not measurable on CPU"} and len(targets) == 3
+    for heading in ("DQN loop, Pong, 8 envs", "DQN update, per update", "processes at once", "targets (predictions):"):
+        assert heading in proc.stdout, heading
+
+
+def test_an_unknown_section_is_one_line_and_exit_2(capsys):
+    spec = importlib.util.spec_from_file_location("gpu_throughput", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--sections", "dqn,gpus", "--out", "unused"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["gpu_throughput: unknown section(s) gpus; valid: dqn, ops, pack, image"]
