@@ -17,7 +17,7 @@ from trainers.dqn_softlinf.device_replay import CANDIDATES, DeviceFrameReplay
 from trainers.dqn_softlinf.envs import AtariEnvs
 from trainers.dqn_softlinf.replay import FrameReplay, start_range
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def record(replays, envs, steps: int, check=None) -> None:
@@ -176,7 +176,7 @@ READS = ("item", "cpu", "tolist", "__float__")
 def test_the_loop_reads_the_device_once_per_vector_step(monkeypatch, tmp_path, one_thread):
     """With the replay on the device, a vector step of the Pong loop (an update, the held-out
     game stepped alongside) reads the device once: the actions. Counted by line, as
-    tests/gpu/test_host_sync.py counts them; the positive control is today's host path,
+    tests/trainers/test_host_sync.py counts them; the positive control is today's host path,
     whose held-out game reads in a forward pass of its own."""
     from raylab import session
     from trainers.dqn_softlinf import loop
