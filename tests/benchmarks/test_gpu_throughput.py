@@ -10,10 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_throughput.py"
 
 
+@pytest.mark.slow  # the benchmark script end to end, its packing workers as processes: 24 s
 def test_smoke_runs_every_section_and_writes_its_tables(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path / "out")], cwd=tmp_path,
