@@ -41,3 +41,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("long"):
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _torch_switches_restored():
+    """Each test starts with torch's process-wide determinism switches as the session had them.
+
+    A library run in the pytest process may flip them and leave them flipped (RLlib's seeding
+    turns deterministic algorithms on, on a CPU build of torch), which would make a later test's
+    outcome depend on the order tests run in."""
+    import sys
+
+    def switches(torch):
+        return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+                torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+
+    torch = sys.modules.get("torch")
+    before = switches(torch) if torch is not None else (False, False, False, False)  # torch's defaults
+    yield
+    torch = sys.modules.get("torch")
+    if torch is not None and switches(torch) != before:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = before[2], before[3]

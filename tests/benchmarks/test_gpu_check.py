@@ -274,7 +274,12 @@ def test_deterministic_mode_is_what_fixed_shapes_turns_on_when_asked(monkeypatch
     before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark,
               torch.backends.cudnn.deterministic)
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.delenv("RAYLAB_DETERMINISTIC", raising=False)
     try:
+        # from a known state: RLlib's seeding (``set_torch_seed``, on a CPU build of torch) turns
+        # deterministic algorithms on in the process it runs in, so an earlier test may have left it on
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.deterministic = False
         accel.fixed_shapes(torch.device("cpu"))  # control: nothing changes without the variable
         assert not torch.are_deterministic_algorithms_enabled()
         monkeypatch.setenv("RAYLAB_DETERMINISTIC", "1")
