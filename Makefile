@@ -55,6 +55,7 @@ sshd:
 # Every run records its test durations: the 30 slowest in the log, all of them in the junit file.
 test: $(STAMP) $(BOLTZ_STAMP) chromium sshd
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q --durations=30 --junitxml=test-output/junit.xml
 
 # The tests marked `long` (multi-seed science, repeated fault scenarios), which `make test` skips.

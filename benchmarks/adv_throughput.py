@@ -29,8 +29,7 @@ TARGET = 11.5
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="preact_resnet18",
-                        choices=["preact_resnet18", "resnet18", "small_cnn"])
+    parser.add_argument("--model", default="preact_resnet18", choices=["preact_resnet18", "resnet18", "small_cnn"])
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=5, help="timed steps of each method")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps of each method first")
@@ -40,8 +39,7 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
-                          if args.device == "auto" else args.device)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(0)
@@ -59,8 +57,18 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        train_step(model, optimizer, x, y, index, configs[method], epoch=1, history=history,
-                   loss_threshold=float("inf"), generator=gen)
+        train_step(
+            model,
+            optimizer,
+            x,
+            y,
+            index,
+            configs[method],
+            epoch=1,
+            history=history,
+            loss_threshold=float("inf"),
+            generator=gen,
+        )
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - start
@@ -73,8 +81,10 @@ def main() -> None:
         for method in METHODS:
             times[method].append(step(method))
 
-    print(f"model {args.model}, batch {n}, device {device}, {torch.get_num_threads()} CPU threads, "
-          f"{args.rounds} timed steps per method (median), PGD/TRADES 10 steps, eps 8/255")
+    print(
+        f"model {args.model}, batch {n}, device {device}, {torch.get_num_threads()} CPU threads, "
+        f"{args.rounds} timed steps per method (median), PGD/TRADES 10 steps, eps 8/255"
+    )
     clean = statistics.median(times["standard"])
     print(f"{'method':<12} {'s/step':>8} {'images/s':>10} {'cost vs clean':>14}")
     for method in METHODS:

@@ -46,9 +46,12 @@ def main() -> None:
     net, target = NatureCNN(4, 6), NatureCNN(4, 6).requires_grad_(False)
     opt = torch.optim.Adam(net.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(0)
-    batch = (torch.randint(0, 255, (32, 4, 84, 84), dtype=torch.uint8, generator=g),
-             torch.randint(0, 255, (32, 4, 84, 84), dtype=torch.uint8, generator=g),
-             torch.randint(0, 6, (32,), generator=g), torch.rand(32, generator=g))
+    batch = (
+        torch.randint(0, 255, (32, 4, 84, 84), dtype=torch.uint8, generator=g),
+        torch.randint(0, 255, (32, 4, 84, 84), dtype=torch.uint8, generator=g),
+        torch.randint(0, 6, (32,), generator=g),
+        torch.rand(32, generator=g),
+    )
     updates_per_s(False, 3, net, target, opt, batch)  # warm up both paths
     updates_per_s(True, 3, net, target, opt, batch)
     rates = {False: [], True: []}
@@ -56,8 +59,10 @@ def main() -> None:
         for bf16 in (False, True):
             rates[bf16].append(updates_per_s(bf16, args.updates, net, target, opt, batch))
     fp32, bf16 = sum(rates[False]) / args.rounds, sum(rates[True]) / args.rounds
-    print(f"CPU capability {torch.backends.cpu.get_cpu_capability()}: float32 {fp32:.1f} updates/s, "
-          f"amp_bf16 {bf16:.1f} updates/s, ratio {bf16 / fp32:.2f}x")
+    print(
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}: float32 {fp32:.1f} updates/s, "
+        f"amp_bf16 {bf16:.1f} updates/s, ratio {bf16 / fp32:.2f}x"
+    )
 
 
 if __name__ == "__main__":

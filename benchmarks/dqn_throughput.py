@@ -40,11 +40,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from raylab import session  # noqa: E402
-from trainers.dqn_softlinf.model import NatureCNN  # noqa: E402
-from trainers.dqn_softlinf.replay import bytes_per_transition  # noqa: E402
+from raylab import session
+from trainers.dqn_softlinf.model import NatureCNN
+from trainers.dqn_softlinf.replay import bytes_per_transition
 
 GAME = "Pong"
 
@@ -52,10 +52,20 @@ GAME = "Pong"
 def settings(args) -> dict:
     """The shared DQN settings, as this workload's config fields."""
     return {
-        "game": GAME, "loss": "mse", "total_steps": args.steps, "learning_starts": args.learning_starts,
-        "buffer_size": max(args.steps, 10_000), "train_every": 4, "batch_size": 32, "lr": 1e-4,
-        "target_period": 1000, "epsilon_fraction": 0.1, "epsilon_end": 0.01, "gamma": 0.99,
-        "seed": 0, "torch_threads": args.torch_threads,
+        "game": GAME,
+        "loss": "mse",
+        "total_steps": args.steps,
+        "learning_starts": args.learning_starts,
+        "buffer_size": max(args.steps, 10_000),
+        "train_every": 4,
+        "batch_size": 32,
+        "lr": 1e-4,
+        "target_period": 1000,
+        "epsilon_fraction": 0.1,
+        "epsilon_end": 0.01,
+        "gamma": 0.99,
+        "seed": 0,
+        "torch_threads": args.torch_threads,
     }
 
 
@@ -69,12 +79,19 @@ def run_raylab(args, **overrides) -> tuple[float, float, float | None]:
     from trainers.dqn_softlinf.loop import train_loop
 
     warmup = args.warmup_steps if 0 < args.warmup_steps < args.steps else 0
-    config = settings(args) | overrides | {
-        "num_envs": args.num_envs, "report_every": warmup or args.steps,
-        # one evaluation episode step at the end: the benchmark measures training
-        "eval_episodes": 1, "eval_max_steps": 1, "eval_every": 10 * args.steps,
-        "checkpoint_replay": False,
-    }
+    config = (
+        settings(args)
+        | overrides
+        | {
+            "num_envs": args.num_envs,
+            "report_every": warmup or args.steps,
+            # one evaluation episode step at the end: the benchmark measures training
+            "eval_episodes": 1,
+            "eval_max_steps": 1,
+            "eval_every": 10 * args.steps,
+            "checkpoint_replay": False,
+        }
+    )
     history = session.start(backend="local").history
     train_loop(config)
     # the loop's own clock: from its first step to its last (setup and the evaluation excluded,
@@ -104,7 +121,7 @@ def time_full_heldout_probe(args) -> float:
         probe.step(None, epsilon=1.0)
     start = time.perf_counter()
     with torch.no_grad():
-        probe.metrics(lambda x: torch.cat([net(x[i:i + 256]) for i in range(0, len(x), 256)]), 0.99, device)
+        probe.metrics(lambda x: torch.cat([net(x[i : i + 256]) for i in range(0, len(x), 256)]), 0.99, device)
     return time.perf_counter() - start
 
 
@@ -122,8 +139,9 @@ def run_reference(args) -> float:
     s = settings(args)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     env = gym.make(f"ALE/{GAME}-v5", frameskip=1, repeat_action_probability=0.0)
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84,
-                                          terminal_on_life_loss=False, grayscale_obs=True)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=30, frame_skip=4, screen_size=84, terminal_on_life_loss=False, grayscale_obs=True
+    )
     env = gym.wrappers.FrameStackObservation(env, 4)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -157,8 +175,9 @@ def run_reference(args) -> float:
             b_obs = torch.as_tensor(obs_buf[idx], device=device)
             b_next = torch.as_tensor(next_buf[idx], device=device)
             with torch.no_grad():
-                y = (torch.as_tensor(rew_buf[idx], device=device) + s["gamma"]
-                     * target(b_next).max(1).values * (1 - torch.as_tensor(done_buf[idx], device=device)))
+                y = torch.as_tensor(rew_buf[idx], device=device) + s["gamma"] * target(b_next).max(1).values * (
+                    1 - torch.as_tensor(done_buf[idx], device=device)
+                )
             q_sa = q(b_obs).gather(1, torch.as_tensor(act_buf[idx], device=device)[:, None]).squeeze(1)
             loss = torch.nn.functional.mse_loss(q_sa, y)
             optimizer.zero_grad()
@@ -200,7 +219,7 @@ def start_ray(attempts: int = 3) -> None:
             return
         try:
             ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.ERROR)
-        except Exception as err:  # noqa: BLE001 - a loaded machine can time out Ray's start
+        except Exception as err:
             print(f"ray.init failed ({err}); retrying", flush=True)
             if attempt == attempts - 1:
                 raise
@@ -209,8 +228,13 @@ def start_ray(attempts: int = 3) -> None:
 def run_env_only(args) -> float:
     from ale_py.vector_env import AtariVectorEnv
 
-    env = AtariVectorEnv("pong", args.num_envs, num_threads=min(args.num_envs, os.cpu_count() or 1),
-                         reward_clipping=False, autoreset_mode="NextStep")
+    env = AtariVectorEnv(
+        "pong",
+        args.num_envs,
+        num_threads=min(args.num_envs, os.cpu_count() or 1),
+        reward_clipping=False,
+        autoreset_mode="NextStep",
+    )
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     n = env.single_action_space.n
@@ -227,24 +251,34 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=3000, help="agent steps per loop")
     p.add_argument("--learning-starts", type=int, default=600)
     p.add_argument("--num-envs", type=int, default=8, help="vector envs for raylab, RLlib and env-only")
-    p.add_argument("--torch-threads", type=int, default=1,
-                   help="torch intra-op threads for every loop (0: torch's default)")
+    p.add_argument(
+        "--torch-threads", type=int, default=1, help="torch intra-op threads for every loop (0: torch's default)"
+    )
     p.add_argument("--skip-rllib", action="store_true")
-    p.add_argument("--warmup-steps", type=int, default=0,
-                   help="also report raylab's rate after this many agent steps (0: the whole run only)")
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=0,
+        help="also report raylab's rate after this many agent steps (0: the whole run only)",
+    )
     args = p.parse_args()
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     # import everything every loop uses before any clock starts (torch.optim's first use
     # imports torch._dynamo: seconds)
     import trainers.dqn_softlinf.loop  # noqa: F401
+
     torch.optim.Adam(torch.nn.Linear(1, 1).parameters())
     device = "cuda:" + torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    print(f"device {device}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, "
-          f"{args.steps} agent steps of {GAME} per loop, learning from step {args.learning_starts}, "
-          f"one update of batch 32 per 4 steps")
-    print(f"replay: {bytes_per_transition((84, 84), np.uint8):,} bytes per transition "
-          f"(stacked obs + next_obs, as the reference stores them: {2 * 4 * 84 * 84:,})")
+    print(
+        f"device {device}, {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}, "
+        f"{args.steps} agent steps of {GAME} per loop, learning from step {args.learning_starts}, "
+        f"one update of batch 32 per 4 steps"
+    )
+    print(
+        f"replay: {bytes_per_transition((84, 84), np.uint8):,} bytes per transition "
+        f"(stacked obs + next_obs, as the reference stores them: {2 * 4 * 84 * 84:,})"
+    )
     if not args.skip_rllib:
         start_ray()  # before any clock: Ray's own processes settle first
 
@@ -262,13 +296,17 @@ def main() -> int:
     print(f"{'  its one report measured the probes in':48s} {probe_s:10.2f} s")
     print(f"{'  a full-size held-out measurement takes':48s} {full_s:10.2f} s")
     probe_s += full_s  # per report at scale: counted on top of what this short run measured
-    raylab = show(f"raylab, probe time per {REPORT_EVERY:,} steps counted", with_probes(
-        loop_rate, probe_s, args.steps, REPORT_EVERY))
-    raylab_every_run = show(f"raylab, probe time per {args.steps:,} steps counted", with_probes(
-        loop_rate, probe_s, args.steps, args.steps))
+    raylab = show(
+        f"raylab, probe time per {REPORT_EVERY:,} steps counted",
+        with_probes(loop_rate, probe_s, args.steps, REPORT_EVERY),
+    )
+    raylab_every_run = show(
+        f"raylab, probe time per {args.steps:,} steps counted", with_probes(loop_rate, probe_s, args.steps, args.steps)
+    )
     bf16_rate, bf16_probe_s, bf16_after = run_raylab(args, amp_bf16=True)
-    raylab_bf16 = show("raylab with amp_bf16: true (per 50k counted)",
-                       with_probes(bf16_rate, bf16_probe_s, args.steps, REPORT_EVERY))
+    raylab_bf16 = show(
+        "raylab with amp_bf16: true (per 50k counted)", with_probes(bf16_rate, bf16_probe_s, args.steps, REPORT_EVERY)
+    )
     if bf16_after:
         show(f"raylab amp_bf16 after warm-up (steps {args.warmup_steps:,}+)", bf16_after)
     reference = show("reference (1 env, gymnasium wrappers)", run_reference(args))
@@ -277,18 +315,23 @@ def main() -> int:
         rllib, build = run_rllib(args)
         show(f"RLlib DQN (build {build:.0f} s not counted)", rllib)
     print()
-    print(f"raylab / reference: {raylab / reference:.2f}x (target >= 1.2x on CPU); "
-          f"with amp_bf16 {raylab_bf16 / reference:.2f}x; "
-          f"with this run's one report counted in full {raylab_every_run / reference:.2f}x")
+    print(
+        f"raylab / reference: {raylab / reference:.2f}x (target >= 1.2x on CPU); "
+        f"with amp_bf16 {raylab_bf16 / reference:.2f}x; "
+        f"with this run's one report counted in full {raylab_every_run / reference:.2f}x"
+    )
     if rllib:
-        print(f"raylab / RLlib:     {raylab / rllib:.2f}x (target >= 2x on CPU); "
-              f"with amp_bf16 {raylab_bf16 / rllib:.2f}x")
+        print(
+            f"raylab / RLlib:     {raylab / rllib:.2f}x (target >= 2x on CPU); with amp_bf16 {raylab_bf16 / rllib:.2f}x"
+        )
     print(f"raylab / env only:  {raylab / env_only:.2f}")
     if torch.cuda.is_available():
         judged = "after warm-up, probes not counted" if after_warmup else "whole run, probes per 50k counted"
         for name, rate in (("float32", after_warmup or raylab), ("amp_bf16", bf16_after or raylab_bf16)):
-            print(f"GPU target, raylab {name} ({judged}): >= 2,000 env steps/s {'met' if rate >= 2000 else 'NOT met'} "
-                  f"({rate:.0f}); 10M steps would take {1e7 / rate / 60:.0f} min")
+            print(
+                f"GPU target, raylab {name} ({judged}): >= 2,000 env steps/s {'met' if rate >= 2000 else 'NOT met'} "
+                f"({rate:.0f}); 10M steps would take {1e7 / rate / 60:.0f} min"
+            )
     return 0
 
 

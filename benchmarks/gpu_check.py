@@ -57,6 +57,7 @@ CUDA (benchmarks/device_rehearsal.py): no GPU preflight; Ray is told of one GPU
 every step runs its own command up to where CUDA is required; each step's ``twin`` says what
 its assertion becomes there.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,6 +88,7 @@ SAMPLE_S = 0.5
 @dataclass(frozen=True)
 class Figure:
     """A benchmark script run on the GPU; its lines holding one of ``grep`` are figures."""
+
     argv: tuple[str, ...]
     grep: tuple[str, ...]
     twin_argv: tuple[str, ...] = ()
@@ -118,28 +120,91 @@ STEPS: tuple[Step, ...] = (
     Step("cuda_trial_backdoor", 35, "cuda_trial", ("backdoor",), needs=("ray",), twin=TRIAL_TWIN),
     Step("cuda_trial_fair_adv", 45, "cuda_trial", ("fair_adv",), needs=("ray",), twin=TRIAL_TWIN),
     Step("cuda_trial_seagram", 40, "cuda_trial", ("seagram",), needs=("ray",), twin=TRIAL_TWIN),
-    Step("cuda_trial_boltz_distill", 35, "cuda_trial", ("boltz_distill",), needs=("ray",), twin=TRIAL_TWIN,
-         optional="boltz_distill needs RDKit (and datamol), which the kit leaves out (benchmarks/device_kit.py LEFT_OUT)"),
-    Step("two_trials_one_gpu", 40, "two_trials_one_gpu", needs=("ray",),
-         twin="the two trials' own clocks overlap (no nvidia-smi)"),
+    Step(
+        "cuda_trial_boltz_distill",
+        35,
+        "cuda_trial",
+        ("boltz_distill",),
+        needs=("ray",),
+        twin=TRIAL_TWIN,
+        optional="boltz_distill needs RDKit (and datamol), which the kit leaves out (benchmarks/device_kit.py LEFT_OUT)",
+    ),
+    Step(
+        "two_trials_one_gpu",
+        40,
+        "two_trials_one_gpu",
+        needs=("ray",),
+        twin="the two trials' own clocks overlap (no nvidia-smi)",
+    ),
     Step("amp_trial", 60, "amp_trial", needs=("ray", "bf16"), twin="finite losses, bf16 autocast on the CPU"),
     Step("resume_gpu", 60, "resume_gpu", needs=("ray",), twin="the same comparison, on the CPU"),
     Step("nccl_world1", 15, "script", ("NCCL_WORLD1",), twin="the same script with gloo on the CPU"),
     Step("ddp_gloo_1gpu", 20, "script", ("DDP_GLOO_1GPU",), twin="the same script on CPU tensors"),
     Step("refuse_half_gpu_workers", 15, "refuse_half_gpu_workers", twin="the same refusal, Ray told of one GPU"),
-    Step("fig_dqn", 40, "figure", figure=Figure(
-        ("benchmarks/dqn_throughput.py", "--steps", "4000", "--warmup-steps", "2000", "--learning-starts", "1000",
-         "--num-envs", "8", "--skip-rllib", "--torch-threads", "0"),
-        ("steps/s", "x the", "ratio", "raylab /", "GPU target"),
-        ("benchmarks/dqn_throughput.py", "--steps", "600", "--warmup-steps", "300", "--learning-starts", "100",
-         "--num-envs", "4", "--skip-rllib"))),
-    Step("fig_resnet18", 30, "figure", figure=Figure(
-        ("benchmarks/image_throughput.py", "--steps", "60", "--variants", "all"), ("images/s", "ratio"),
-        ("benchmarks/image_throughput.py", "--steps", "2", "--variants", "bf16+channels_last"))),
-    Step("fig_pgd", 15, "figure", figure=Figure(
-        ("benchmarks/adv_throughput.py", "--device", "cuda", "--rounds", "5"), ("costs", "standard ", "pgd_at ", "trades ", "tri_regime "),
-        ("benchmarks/adv_throughput.py", "--device", "cpu", "--rounds", "1", "--model", "small_cnn",
-         "--batch-size", "16"))),
+    Step(
+        "fig_dqn",
+        40,
+        "figure",
+        figure=Figure(
+            (
+                "benchmarks/dqn_throughput.py",
+                "--steps",
+                "4000",
+                "--warmup-steps",
+                "2000",
+                "--learning-starts",
+                "1000",
+                "--num-envs",
+                "8",
+                "--skip-rllib",
+                "--torch-threads",
+                "0",
+            ),
+            ("steps/s", "x the", "ratio", "raylab /", "GPU target"),
+            (
+                "benchmarks/dqn_throughput.py",
+                "--steps",
+                "600",
+                "--warmup-steps",
+                "300",
+                "--learning-starts",
+                "100",
+                "--num-envs",
+                "4",
+                "--skip-rllib",
+            ),
+        ),
+    ),
+    Step(
+        "fig_resnet18",
+        30,
+        "figure",
+        figure=Figure(
+            ("benchmarks/image_throughput.py", "--steps", "60", "--variants", "all"),
+            ("images/s", "ratio"),
+            ("benchmarks/image_throughput.py", "--steps", "2", "--variants", "bf16+channels_last"),
+        ),
+    ),
+    Step(
+        "fig_pgd",
+        15,
+        "figure",
+        figure=Figure(
+            ("benchmarks/adv_throughput.py", "--device", "cuda", "--rounds", "5"),
+            ("costs", "standard ", "pgd_at ", "trades ", "tri_regime "),
+            (
+                "benchmarks/adv_throughput.py",
+                "--device",
+                "cpu",
+                "--rounds",
+                "1",
+                "--model",
+                "small_cnn",
+                "--batch-size",
+                "16",
+            ),
+        ),
+    ),
     # issue 38's benchmarks/gpu_throughput.py goes here, one row (its seconds taken from another
     # row: the limits' sum stays within BUDGET_S), e.g.:
     # Step("fig_gpu_throughput", 40, "figure", figure=Figure(("benchmarks/gpu_throughput.py",), ("steps/s",),
@@ -186,7 +251,9 @@ class Outcome:
 
     def line(self) -> str:
         word = {True: "ok", False: "FAIL", None: "skip"}[self.ok]
-        return f"{word:<5} {self.name} ({self.seconds:.0f} s of {self.limit_s:.0f}{'; ' + self.note if self.note else ''})"
+        return (
+            f"{word:<5} {self.name} ({self.seconds:.0f} s of {self.limit_s:.0f}{'; ' + self.note if self.note else ''})"
+        )
 
 
 class StepFailed(Exception):
@@ -202,8 +269,16 @@ def run(argv: list[str], log: Path, timeout: float, env: dict | None = None, **k
     with open(log, "a") as out:
         out.write(f"$ {shlex.join(argv)}\n")
         out.flush()
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, **(env or {})}, start_new_session=True, **kw)
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+            **kw,
+        )
         try:
             proc.wait(timeout=max(timeout, 1))
         except subprocess.TimeoutExpired:
@@ -281,8 +356,12 @@ class GpuSampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                got = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
-                                      "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5)
+                got = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                )
                 util, mem = (float(x) for x in got.stdout.strip().splitlines()[0].split(",")[:2])
                 self.samples.append((time.time(), util, mem))
             except (subprocess.SubprocessError, OSError, ValueError, IndexError):
@@ -293,22 +372,25 @@ class GpuSampler:
         inside = [(u, m) for t, u, m in self.samples if start <= t <= end]
         if not inside:
             return None
-        return {"samples": len(inside), "util_mean_pct": round(sum(u for u, _ in inside) / len(inside), 1),
-                "util_max_pct": max(u for u, _ in inside), "mem_max_mib": max(m for _, m in inside),
-                "seconds": round(end - start, 1)}
+        return {
+            "samples": len(inside),
+            "util_mean_pct": round(sum(u for u, _ in inside) / len(inside), 1),
+            "util_max_pct": max(u for u, _ in inside),
+            "mem_max_mib": max(m for _, m in inside),
+            "seconds": round(end - start, 1),
+        }
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
 
 
-
-
 class Check:
     """The steps, run in order against ``PY`` (this interpreter) with results under ``work``."""
 
-    def __init__(self, out: Path, work: Path, py: str = sys.executable, rehearse: bool = False,
-                 kit: Path | None = None):
+    def __init__(
+        self, out: Path, work: Path, py: str = sys.executable, rehearse: bool = False, kit: Path | None = None
+    ):
         self.out, self.work, self.py, self.rehearse = out, work, py, rehearse
         self.kit = kit or Path(os.environ.get("KIT", ROOT / ".kit"))
         self.storage = work / "runs"
@@ -324,13 +406,32 @@ class Check:
 
     # --- helpers -------------------------------------------------------------------------
     def tune_argv(self, name: str, *overrides: str, run_name: str) -> list[str]:
-        return [self.py, "-m", "raylab.tune", name, "--smoke", *overrides, "--storage", str(self.storage),
-                "--name", run_name, "--quiet"]
+        return [
+            self.py,
+            "-m",
+            "raylab.tune",
+            name,
+            "--smoke",
+            *overrides,
+            "--storage",
+            str(self.storage),
+            "--name",
+            run_name,
+            "--quiet",
+        ]
 
-    def tune(self, name: str, log: Path, timeout: float, *overrides: str, run_name: str | None = None,
-             env: dict | None = None):
-        return run(self.tune_argv(name, *overrides, run_name=run_name or name), log, timeout,
-                   env={**self.env, **(env or {})})
+    def tune(
+        self,
+        name: str,
+        log: Path,
+        timeout: float,
+        *overrides: str,
+        run_name: str | None = None,
+        env: dict | None = None,
+    ):
+        return run(
+            self.tune_argv(name, *overrides, run_name=run_name or name), log, timeout, env={**self.env, **(env or {})}
+        )
 
     def trials(self, run_name: str):
         """The trial folders of run ``run_name`` (``raylab.run_folder``), by name."""
@@ -354,7 +455,9 @@ class Check:
     def exit_failed(self, what: str, done: subprocess.CompletedProcess, run_name: str) -> StepFailed:
         errors = self.trial_errors(run_name)
         hint = " (refused before Ray started: a preflight or check)" if done.returncode == 2 else ""
-        return StepFailed(f"{what}exit {done.returncode}{hint}" + (f"; {errors[1].strip()[:160]}" if len(errors) > 1 else ""))
+        return StepFailed(
+            f"{what}exit {done.returncode}{hint}" + (f"; {errors[1].strip()[:160]}" if len(errors) > 1 else "")
+        )
 
     def peak(self, run_name: str) -> float:
         trials = self.rows(run_name)
@@ -368,8 +471,13 @@ class Check:
         return max(peaks)
 
     def finite_losses(self, run_name: str) -> list[float]:
-        losses = [v for rows in self.rows(run_name) for r in rows for k, v in r.items()
-                  if "loss" in k and isinstance(v, (int, float)) and not isinstance(v, bool)]
+        losses = [
+            v
+            for rows in self.rows(run_name)
+            for r in rows
+            for k, v in r.items()
+            if "loss" in k and isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
         if not losses or not all(math.isfinite(v) for v in losses):
             raise StepFailed(f"{run_name}: losses not all finite: {losses[:5]}")
         return losses
@@ -394,10 +502,12 @@ class Check:
             if stats is None:
                 continue
             self.util.append({"step": label, "trial": trial, **stats})
-            self.figures.append(f"{label} trial {i}: GPU busy {stats['util_mean_pct']:.0f}% mean, "
-                                f"{stats['util_max_pct']:.0f}% max, {stats['mem_max_mib']:.0f} MiB max used, "
-                                f"over {stats['seconds']:.0f} s ({stats['samples']} samples of nvidia-smi "
-                                f"utilization.gpu)")
+            self.figures.append(
+                f"{label} trial {i}: GPU busy {stats['util_mean_pct']:.0f}% mean, "
+                f"{stats['util_max_pct']:.0f}% max, {stats['mem_max_mib']:.0f} MiB max used, "
+                f"over {stats['seconds']:.0f} s ({stats['samples']} samples of nvidia-smi "
+                f"utilization.gpu)"
+            )
             notes.append(f"GPU busy {stats['util_mean_pct']:.0f}%")
         return ", ".join(notes)
 
@@ -412,16 +522,20 @@ class Check:
         (self.logs / "probe.json").write_text(json.dumps(self.facts, indent=1) + "\n")
         f = self.facts
         ray_res = f.get("ray_resources", {})
-        parts = [f"MemTotal {f['mem_total_gib']} GiB",
-                 f"Ray: {ray_res.get('CPU', '?')} CPU, {ray_res.get('GPU', 0)} GPU, memory {ray_res.get('memory', '?')} GiB, "
-                 f"object store {ray_res.get('object_store_memory', '?')} GiB (started in {f['ray_start_s']} s)"
-                 if f.get("ray") else f"Ray did not start: {f.get('ray_error')}",
-                 f"/dev/shm {f.get('shm_gib')} GiB ({f.get('shm_free_gib', '?')} free)",
-                 f"GPU {f['gpu']} {f['gpu_mem_gib']} GiB" if f.get("cuda") else "no CUDA",
-                 f"compute-apps lists {len(f.get('compute_apps_rows', []))} process(es)"
-                 + (" incl. the probe's own pid" if f.get("compute_apps_own_pid") else "")
-                 if f.get("nvidia_smi") else "no nvidia-smi",
-                 f"kernel {f['kernel']}"]
+        parts = [
+            f"MemTotal {f['mem_total_gib']} GiB",
+            f"Ray: {ray_res.get('CPU', '?')} CPU, {ray_res.get('GPU', 0)} GPU, memory {ray_res.get('memory', '?')} GiB, "
+            f"object store {ray_res.get('object_store_memory', '?')} GiB (started in {f['ray_start_s']} s)"
+            if f.get("ray")
+            else f"Ray did not start: {f.get('ray_error')}",
+            f"/dev/shm {f.get('shm_gib')} GiB ({f.get('shm_free_gib', '?')} free)",
+            f"GPU {f['gpu']} {f['gpu_mem_gib']} GiB" if f.get("cuda") else "no CUDA",
+            f"compute-apps lists {len(f.get('compute_apps_rows', []))} process(es)"
+            + (" incl. the probe's own pid" if f.get("compute_apps_own_pid") else "")
+            if f.get("nvidia_smi")
+            else "no nvidia-smi",
+            f"kernel {f['kernel']}",
+        ]
         if f.get("machine_packages_differ"):
             parts.append(f"{len(f['machine_packages_differ'])} machine packages differ from the kit's stand-ins")
         return "; ".join(parts)
@@ -447,8 +561,11 @@ class Check:
         pip_note = self.pip_check(log, timeout=max(limit - (time.monotonic() - start), 5))
         hard = {n: m for n, m in self.missing.items() if not next(s for s in STEPS if s.name == n).optional}
         if hard:
-            raise StepFailed("; ".join(f"{n} needs {', '.join(f'{m} ({e})' for m, e in mods.items())}"
-                                       for n, mods in hard.items())[:600])
+            raise StepFailed(
+                "; ".join(f"{n} needs {', '.join(f'{m} ({e})' for m, e in mods.items())}" for n, mods in hard.items())[
+                    :600
+                ]
+            )
         optional = f"; {', '.join(self.missing)} skipped (optional)" if self.missing else ""
         return f"{len(modules)} modules import{optional}; {pip_note}"
 
@@ -460,18 +577,29 @@ class Check:
         kit_json = self.kit / "kit.json"
         expected = set(json.loads(kit_json.read_text()).get("not_carried", {})) if kit_json.is_file() else set()
         try:
-            got = subprocess.run([self.py, "-m", "pip", "check"], capture_output=True, text=True, cwd=ROOT,
-                                 env={**os.environ, **self.env}, timeout=timeout)
+            got = subprocess.run(
+                [self.py, "-m", "pip", "check"],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                env={**os.environ, **self.env},
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return f"pip check did not answer within {timeout:.0f} s"
         ours = [line for line in got.stdout.splitlines() if canonical(line.split(" ")[0]) in kit_names]
         known = [line for line in ours if any(canonical(w.strip(",.")) in expected for w in line.split()[2:])]
         problems = [line for line in ours if line not in known]
         with open(log, "a") as f:
-            f.write("pip check, lines naming a kit distribution first (expected: kit.json not_carried):\n"
-                    + "".join(f"  {'expected: ' if line in known else ''}{line}\n" for line in ours))
-        return (f"pip check: {len(problems)} problem(s) with the kit's distributions"
-                + (f": {problems[0][:150]}" if problems else "") + (f" ({len(known)} expected)" if known else ""))
+            f.write(
+                "pip check, lines naming a kit distribution first (expected: kit.json not_carried):\n"
+                + "".join(f"  {'expected: ' if line in known else ''}{line}\n" for line in ours)
+            )
+        return (
+            f"pip check: {len(problems)} problem(s) with the kit's distributions"
+            + (f": {problems[0][:150]}" if problems else "")
+            + (f" ({len(known)} expected)" if known else "")
+        )
 
     def cuda_trial(self, step: Step, log: Path, limit: float, workload: str) -> str:
         overrides = ["resources.gpus_per_worker=1", *SINGLE_TRIAL.get(workload, ())]
@@ -500,17 +628,29 @@ class Check:
 
         def sample():
             while not stop.is_set():
-                got = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
-                                     capture_output=True, text=True)
-                samples.append({tuple(x.strip() for x in line.split(",")) for line in got.stdout.splitlines() if "," in line})
+                got = subprocess.run(
+                    ["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                )
+                samples.append(
+                    {tuple(x.strip() for x in line.split(",")) for line in got.stdout.splitlines() if "," in line}
+                )
                 stop.wait(0.5)
 
         sampler = threading.Thread(target=sample, daemon=True)
         if listed:
             sampler.start()
         try:
-            done = self.tune("backdoor", log, limit, "resources.gpus_per_worker=0.5", "max_concurrent_trials=2",
-                             "num_samples=2", run_name="two_trials")
+            done = self.tune(
+                "backdoor",
+                log,
+                limit,
+                "resources.gpus_per_worker=0.5",
+                "max_concurrent_trials=2",
+                "num_samples=2",
+                run_name="two_trials",
+            )
         finally:
             stop.set()
             if listed:
@@ -525,11 +665,14 @@ class Check:
         overlap = (min(w[2] for w in windows) - max(w[1] for w in windows)) if len(windows) >= 2 else -1.0
         util = self.utilisation("two_trials", "two_trials_one_gpu")
         if listed:
-            shared = max((max(sum(1 for _, u in s if u == uuid) for uuid in {u for _, u in s}) for s in samples if s),
-                         default=0)
+            shared = max(
+                (max(sum(1 for _, u in s if u == uuid) for uuid in {u for _, u in s}) for s in samples if s), default=0
+            )
             if shared < 2:
-                raise StepFailed(f"never two processes on one GPU at once (most seen: {shared}); "
-                                 f"the trials' clocks overlap {overlap:.0f} s")
+                raise StepFailed(
+                    f"never two processes on one GPU at once (most seen: {shared}); "
+                    f"the trials' clocks overlap {overlap:.0f} s"
+                )
             return f"{shared} processes seen on one GPU at once" + (f", {util}" if util else "")
         if overlap <= 0:
             raise StepFailed(f"the two trials did not run at the same time (overlap {overlap:.0f} s)")
@@ -538,32 +681,58 @@ class Check:
 
     def amp_trial(self, step: Step, log: Path, limit: float) -> str:
         start, notes = time.monotonic(), []
-        for name, overrides in (("dqn_softlinf", ["config.amp_bf16=true", *SINGLE_TRIAL["dqn_softlinf"]]),
-                                ("backdoor", ["config.amp_bf16=true", "config.channels_last=true"])):
-            done = self.tune(name, log, limit - (time.monotonic() - start), "resources.gpus_per_worker=1",
-                             *overrides, run_name=f"amp_{name}")
+        for name, overrides in (
+            ("dqn_softlinf", ["config.amp_bf16=true", *SINGLE_TRIAL["dqn_softlinf"]]),
+            ("backdoor", ["config.amp_bf16=true", "config.channels_last=true"]),
+        ):
+            done = self.tune(
+                name,
+                log,
+                limit - (time.monotonic() - start),
+                "resources.gpus_per_worker=1",
+                *overrides,
+                run_name=f"amp_{name}",
+            )
             if done.returncode != 0:
                 raise self.exit_failed(f"{name}: ", done, f"amp_{name}")
             self.peak(f"amp_{name}")
             util = self.utilisation(f"amp_{name}", f"amp {name}")
-            notes.append(f"{name} {len(self.finite_losses(f'amp_{name}'))} finite losses" + (f" ({util})" if util else ""))
+            notes.append(
+                f"{name} {len(self.finite_losses(f'amp_{name}'))} finite losses" + (f" ({util})" if util else "")
+            )
         return "bf16: " + ", ".join(notes)
 
     def resume_gpu(self, step: Step, log: Path, limit: float) -> str:
         """Interrupted and resumed vs uninterrupted (started beside it), deterministic kernels."""
-        overrides = ["resources.gpus_per_worker=1", "stop.training_iteration=3", "checkpoint.every=1",
-                     "config.method=tri_regime"]
+        overrides = [
+            "resources.gpus_per_worker=1",
+            "stop.training_iteration=3",
+            "checkpoint.every=1",
+            "config.method=tri_regime",
+        ]
         env = {**os.environ, **self.env, "RAYLAB_DETERMINISTIC": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
         start = time.monotonic()
         whole_log = open(log.with_suffix(".whole.log"), "w")
-        whole = subprocess.Popen(self.tune_argv("fair_adv", *overrides, run_name="whole"), cwd=ROOT, env=env,
-                                 stdout=whole_log, stderr=subprocess.STDOUT, start_new_session=True)
+        whole = subprocess.Popen(
+            self.tune_argv("fair_adv", *overrides, run_name="whole"),
+            cwd=ROOT,
+            env=env,
+            stdout=whole_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             err_log = log.with_suffix(".interrupted.log")
             with open(err_log, "w") as err:
-                proc = subprocess.Popen(self.tune_argv("fair_adv", *overrides, run_name="resume"), cwd=ROOT,
-                                        stdout=subprocess.DEVNULL, stderr=err, text=True, env=env,
-                                        start_new_session=True)
+                proc = subprocess.Popen(
+                    self.tune_argv("fair_adv", *overrides, run_name="resume"),
+                    cwd=ROOT,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    text=True,
+                    env=env,
+                    start_new_session=True,
+                )
                 while not any(rows for rows in self.rows("resume")):
                     if proc.poll() is not None or time.monotonic() - start > limit / 2:
                         kill_group(proc)
@@ -596,12 +765,19 @@ class Check:
         a, b = final_metrics(self.rows("resume")), final_metrics(self.rows("whole"))
         if not a or a != b:
             differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
-            warned = sorted({line.split("does not have a deterministic implementation")[0].strip()[-80:]
-                             for p in self.logs.glob("resume_gpu*") for line in p.read_text().splitlines()
-                             if "does not have a deterministic implementation" in line})
-            raise StepFailed(f"resumed != uninterrupted in {len(differ)} metrics: "
-                             + ", ".join(f"{k.split(':')[-1]} {a.get(k)} vs {b.get(k)}" for k in differ[:3])
-                             + (f"; ops without a deterministic kernel: {warned[:3]}" if warned else ""))
+            warned = sorted(
+                {
+                    line.split("does not have a deterministic implementation")[0].strip()[-80:]
+                    for p in self.logs.glob("resume_gpu*")
+                    for line in p.read_text().splitlines()
+                    if "does not have a deterministic implementation" in line
+                }
+            )
+            raise StepFailed(
+                f"resumed != uninterrupted in {len(differ)} metrics: "
+                + ", ".join(f"{k.split(':')[-1]} {a.get(k)} vs {b.get(k)}" for k in differ[:3])
+                + (f"; ops without a deterministic kernel: {warned[:3]}" if warned else "")
+            )
         return f"{len(a)} final metrics bit-identical (deterministic algorithms)"
 
     def script(self, step: Step, log: Path, limit: float, code_name: str) -> str:
@@ -614,8 +790,9 @@ class Check:
         return log.read_text().strip().splitlines()[-1]
 
     def refuse_half_gpu_workers(self, step: Step, log: Path, limit: float) -> str:
-        done = self.tune("backdoor", log, limit, "resources.workers=2", "resources.gpus_per_worker=0.5",
-                         run_name="refused")
+        done = self.tune(
+            "backdoor", log, limit, "resources.workers=2", "resources.gpus_per_worker=0.5", run_name="refused"
+        )
         if done.returncode != 2:
             raise StepFailed(f"exit {done.returncode}, not 2")
         return "exit 2: " + log.read_text().strip().splitlines()[-1][:120]
@@ -632,11 +809,16 @@ class Check:
     def run_step(self, step: Step, log: Path, limit: float) -> str:
         unmet = [need for need in step.needs if self.facts and not self.facts.get(need)]
         if unmet:
-            raise Skip(f"the probe found no {', '.join(unmet)}" + (
-                f" ({self.facts.get('ray_error')})" if "ray" in unmet else ""))
+            raise Skip(
+                f"the probe found no {', '.join(unmet)}"
+                + (f" ({self.facts.get('ray_error')})" if "ray" in unmet else "")
+            )
         if step.name in self.missing:
-            mods = ", ".join(dict.fromkeys(m.split(".")[0] for m in self.missing[step.name]
-                                           if not m.startswith(("trainers.", "raylab."))))
+            mods = ", ".join(
+                dict.fromkeys(
+                    m.split(".")[0] for m in self.missing[step.name] if not m.startswith(("trainers.", "raylab."))
+                )
+            )
             raise Skip(f"{step.optional or 'its modules do not import'}: {mods} missing")
         return getattr(self, step.action)(step, log, limit, *step.args)
 
@@ -647,9 +829,16 @@ def final_metrics(trials: list[list[dict]]) -> dict:
     for rows in trials:
         if rows:
             key = json.dumps(rows[-1].get("config"), sort_keys=True, default=str)
-            out.update({f"{key}:{m}": v for m, v in rows[-1].items()
-                        if isinstance(v, (int, float)) and not m.startswith(("perf/", "time", "timestamp", "gpu/"))
-                        and "per_s" not in m and m not in ("pid", "iterations_since_restore")})
+            out.update(
+                {
+                    f"{key}:{m}": v
+                    for m, v in rows[-1].items()
+                    if isinstance(v, (int, float))
+                    and not m.startswith(("perf/", "time", "timestamp", "gpu/"))
+                    and "per_s" not in m
+                    and m not in ("pid", "iterations_since_restore")
+                }
+            )
     return out
 
 
@@ -657,7 +846,7 @@ def log_tail(log: Path, lines: int = 15) -> list[str]:
     """The last lines of a step's log, then of its other logs (``<step>.<part>.log``)."""
     tail = log.read_text().strip().splitlines()[-lines:] if log.is_file() else []
     for other in sorted(log.parent.glob(f"{log.stem}.*.log")):
-        tail += [f"[{other.name}]"] + other.read_text().strip().splitlines()[-(lines // 2):]
+        tail += [f"[{other.name}]"] + other.read_text().strip().splitlines()[-(lines // 2) :]
     return tail
 
 
@@ -666,8 +855,12 @@ def canonical(name: str) -> str:
 
 
 def importable(py: str, module: str, env: dict | None = None) -> bool:
-    return subprocess.run([py, "-c", f"import {module}"], capture_output=True,
-                          env={**os.environ, **(env or {})}).returncode == 0
+    return (
+        subprocess.run(
+            [py, "-c", f"import {module}"], capture_output=True, env={**os.environ, **(env or {})}
+        ).returncode
+        == 0
+    )
 
 
 NCCL_WORLD1 = """
@@ -711,8 +904,7 @@ def preflight(py: str) -> str | None:
     """Why there is nothing to check here (one line), or None when a GPU is there."""
     if shutil.which("nvidia-smi") is None:
         return "no nvidia-smi: this check needs an NVIDIA GPU"
-    got = subprocess.run([py, "-c", "import torch; print(torch.cuda.device_count())"],
-                         capture_output=True, text=True)
+    got = subprocess.run([py, "-c", "import torch; print(torch.cuda.device_count())"], capture_output=True, text=True)
     count = got.stdout.strip().splitlines()[-1] if got.stdout.strip() else ""
     if got.returncode != 0 or not count.isdigit():
         return f"{py} cannot import torch: {(got.stderr.strip().splitlines() or ['?'])[-1]}"
@@ -750,8 +942,13 @@ def write_tarball(path: Path, folders: list[tuple[Path, str]]) -> int:
                 continue
             for file in sorted(folder.rglob("*")):
                 rel = file.relative_to(folder)
-                if not file.is_file() or file.is_symlink() or any(p.startswith(CHECKPOINT_PREFIX) for p in rel.parts) \
-                        or file.suffix in (".pt", ".pkl", ".npz", ".so") or (arc == "ray" and "logs" not in rel.parts):
+                if (
+                    not file.is_file()
+                    or file.is_symlink()
+                    or any(p.startswith(CHECKPOINT_PREFIX) for p in rel.parts)
+                    or file.suffix in (".pt", ".pkl", ".npz", ".so")
+                    or (arc == "ray" and "logs" not in rel.parts)
+                ):
                     continue
                 data = file.read_bytes()[-LOG_FILE_CAP:]
                 if total + len(data) > LOGS_CAP:
@@ -765,10 +962,18 @@ def write_tarball(path: Path, folders: list[tuple[Path, str]]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=ROOT / "results" / f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}",
-                   help="summary.txt, gpu_check.json and logs.tar.gz (what a device call brings back)")
-    p.add_argument("--work", type=Path, default=None,
-                   help="logs and runs (default: OUT/work, or a temporary folder when OUT is $OUT)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "results" / f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}",
+        help="summary.txt, gpu_check.json and logs.tar.gz (what a device call brings back)",
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="logs and runs (default: OUT/work, or a temporary folder when OUT is $OUT)",
+    )
     p.add_argument("--only", nargs="*", default=None, help="run only these steps (the probe and imports always run)")
     p.add_argument("--calibrate", action="store_true", help="generous limits; print wall times and suggested limits")
     p.add_argument("--rehearse", action="store_true", help="no CUDA here: every step's CPU twin (device rehearsal)")
@@ -798,14 +1003,24 @@ def main(argv: list[str] | None = None) -> int:
         summary.write(text + "\n")
         summary.flush()
 
-    gpu = "" if args.rehearse else subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-        capture_output=True, text=True).stdout.strip().splitlines()[0]
+    gpu = (
+        ""
+        if args.rehearse
+        else subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[0]
+    )
     steps = [s for s in STEPS if args.only is None or s.name in args.only or s.action in ("probe", "imports_check")]
     limits = {s.name: limit_of(s, mode) for s in steps}
     budget = CALIBRATE_BUDGET_S if mode == "calibrate" else sum(limits.values())
-    say(f"gpu: {gpu or 'none (rehearsal: CPU twins)'}; mode {mode}; {len(steps)} steps, limits {sum(limits.values()):.0f} s"
-        + (f", {budget} s in all" if mode == "calibrate" else ""))
+    say(
+        f"gpu: {gpu or 'none (rehearsal: CPU twins)'}; mode {mode}; {len(steps)} steps, limits {sum(limits.values()):.0f} s"
+        + (f", {budget} s in all" if mode == "calibrate" else "")
+    )
     check = Check(out, work, py, rehearse=args.rehearse)
     if not args.rehearse:
         check.sampler = GpuSampler()
@@ -815,15 +1030,29 @@ def main(argv: list[str] | None = None) -> int:
     def save(final: bool = False) -> None:
         """The table and the logs, rewritten after every step: a call cut off at its limit still
         brings back what ran."""
-        (out / "gpu_check.json").write_text(json.dumps({
-            "mode": mode, "gpu": gpu, "python": py, "seconds": round(time.monotonic() - started, 1),
-            "finished": final, "failed": sum(o.ok is False for o in outcomes),
-            "steps": [{**asdict(o), "seconds": round(o.seconds, 1)} for o in outcomes],
-            "limits": {s.name: s.limit_s for s in STEPS},
-            "suggested_limits": {o.name: suggested_limit(o.seconds) for o in outcomes if o.ok is not None},
-            "probe": check.facts, "imports": check.imports, "missing": check.missing,
-            "figures": check.figures, "trial_utilisation": check.util,
-        }, indent=1, default=str) + "\n")
+        (out / "gpu_check.json").write_text(
+            json.dumps(
+                {
+                    "mode": mode,
+                    "gpu": gpu,
+                    "python": py,
+                    "seconds": round(time.monotonic() - started, 1),
+                    "finished": final,
+                    "failed": sum(o.ok is False for o in outcomes),
+                    "steps": [{**asdict(o), "seconds": round(o.seconds, 1)} for o in outcomes],
+                    "limits": {s.name: s.limit_s for s in STEPS},
+                    "suggested_limits": {o.name: suggested_limit(o.seconds) for o in outcomes if o.ok is not None},
+                    "probe": check.facts,
+                    "imports": check.imports,
+                    "missing": check.missing,
+                    "figures": check.figures,
+                    "trial_utilisation": check.util,
+                },
+                indent=1,
+                default=str,
+            )
+            + "\n"
+        )
         write_tarball(out / "logs.tar.gz", [(check.logs, "logs"), (check.storage, "runs"), (ray_tmp / "ray", "ray")])
 
     for step in steps:
@@ -841,8 +1070,9 @@ def main(argv: list[str] | None = None) -> int:
             except Skip as why_not:
                 outcome = Outcome(step.name, None, 0, str(why_not), limit, twin)
             except (StepFailed, subprocess.SubprocessError, OSError) as err:
-                outcome = Outcome(step.name, False, 0, f"{err}; log {step.name}.log in logs.tar.gz", limit, twin,
-                                  log_tail(log))
+                outcome = Outcome(
+                    step.name, False, 0, f"{err}; log {step.name}.log in logs.tar.gz", limit, twin, log_tail(log)
+                )
         outcome.seconds = time.monotonic() - begin
         if check.sampler is not None:
             stats = check.sampler.window(t0, time.time())

@@ -28,8 +28,12 @@ GIB = 2**30
 
 
 def host() -> dict:
-    facts = {"python": sys.version.split()[0], "kernel": platform.release(), "cpus": os.cpu_count(),
-             "cpus_usable": len(os.sched_getaffinity(0))}
+    facts = {
+        "python": sys.version.split()[0],
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+    }
     with open("/proc/meminfo") as f:
         info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:2]}
     facts["mem_total_gib"] = round(info.get("MemTotal", 0) / GIB, 1)
@@ -53,10 +57,15 @@ def gpu() -> dict:
     facts: dict = {"torch": torch.__version__, "cuda": torch.cuda.is_available()}
     if facts["cuda"]:
         props = torch.cuda.get_device_properties(0)
-        facts.update(gpu=props.name, gpu_mem_gib=round(props.total_memory / GIB, 1),
-                     gpu_sms=props.multi_processor_count, cuda_runtime=torch.version.cuda,
-                     cudnn=torch.backends.cudnn.version(), nccl=".".join(map(str, torch.cuda.nccl.version())),
-                     bf16=torch.cuda.is_bf16_supported())
+        facts.update(
+            gpu=props.name,
+            gpu_mem_gib=round(props.total_memory / GIB, 1),
+            gpu_sms=props.multi_processor_count,
+            cuda_runtime=torch.version.cuda,
+            cudnn=torch.backends.cudnn.version(),
+            nccl=".".join(map(str, torch.cuda.nccl.version())),
+            bf16=torch.cuda.is_bf16_supported(),
+        )
         x = torch.ones(1 << 20, device="cuda")  # keeps this process a live CUDA process below
         torch.cuda.synchronize()
         facts["gpu_mem_used_by_probe_mib"] = round(x.numel() * 4 / 2**20, 1)
@@ -65,11 +74,19 @@ def gpu() -> dict:
     smi = shutil.which("nvidia-smi")
     facts["nvidia_smi"] = bool(smi)
     if smi:
-        q = subprocess.run([smi, "--query-gpu=name,memory.total,driver_version,utilization.gpu", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=20)
+        q = subprocess.run(
+            [smi, "--query-gpu=name,memory.total,driver_version,utilization.gpu", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         facts["nvidia_smi_gpu"] = q.stdout.strip()
-        apps = subprocess.run([smi, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20)
+        apps = subprocess.run(
+            [smi, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         rows = [line.strip() for line in apps.stdout.splitlines() if "," in line]
         facts["compute_apps_rows"] = rows[:8]
         facts["compute_apps_own_pid"] = any(r.split(",")[0].strip() == str(os.getpid()) for r in rows)
@@ -85,8 +102,11 @@ def ray_detects() -> dict:
         import ray
 
         ray.init(address="local", include_dashboard=False, logging_level=40, log_to_driver=False)
-        facts["ray_resources"] = {k: (round(v / GIB, 1) if k in ("memory", "object_store_memory") else v)
-                                  for k, v in ray.cluster_resources().items() if not k.startswith("node:")}
+        facts["ray_resources"] = {
+            k: (round(v / GIB, 1) if k in ("memory", "object_store_memory") else v)
+            for k, v in ray.cluster_resources().items()
+            if not k.startswith("node:")
+        }
         ray.shutdown()
         facts["ray"] = True
     except Exception as err:  # noqa: BLE001 - Ray failing to start is the finding
@@ -107,8 +127,10 @@ def machine_packages(kit_json: str | None) -> dict:
             here[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             here[name] = None
-    return {"machine_packages_here": here,
-            "machine_packages_differ": {n: [stand_ins[n], v] for n, v in here.items() if v != stand_ins[n]}}
+    return {
+        "machine_packages_here": here,
+        "machine_packages_differ": {n: [stand_ins[n], v] for n, v in here.items() if v != stand_ins[n]},
+    }
 
 
 def main() -> int:

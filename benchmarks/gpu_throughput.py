@@ -71,7 +71,8 @@ def todays_to_batch(run, b):
         return to_device(torch.from_numpy(frames.reshape(len(frames), *run.envs.obs_shape)), run.device)
 
     return {
-        "obs": to_obs(b["obs"]), "next_obs": to_obs(b["next_obs"]),
+        "obs": to_obs(b["obs"]),
+        "next_obs": to_obs(b["next_obs"]),
         "action": to_device(torch.from_numpy(b["action"]), run.device, torch.long),
         "reward": to_device(torch.from_numpy(b["reward"]), run.device),
         "done": to_device(torch.from_numpy(b["done"]), run.device, torch.float32),
@@ -135,9 +136,16 @@ class GpuUtilisation:
     def __enter__(self):
         self.samples: list[tuple[float, float]] = []
         exe = shutil.which("nvidia-smi")
-        self.proc = None if exe is None else subprocess.Popen(
-            [exe, "--query-gpu=timestamp,utilization.gpu", "--format=csv,noheader,nounits", "-lms", "200"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.proc = (
+            None
+            if exe is None
+            else subprocess.Popen(
+                [exe, "--query-gpu=timestamp,utilization.gpu", "--format=csv,noheader,nounits", "-lms", "200"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+        )
         return self
 
     def __exit__(self, *exc):
@@ -162,12 +170,25 @@ class GpuUtilisation:
 def dqn_config(args, name: str) -> dict:
     s = args.sizes
     return {
-        "game": "Pong", "loss": "soft_linf", "num_envs": 8, "seed": 0, "torch_threads": args.threads,
+        "game": "Pong",
+        "loss": "soft_linf",
+        "num_envs": 8,
+        "seed": 0,
+        "torch_threads": args.threads,
         "batch_size": s["dqn_batch"],
-        "total_steps": s["dqn_steps"], "learning_starts": s["dqn_report"] // 2, "report_every": s["dqn_report"],
-        "buffer_size": s["dqn_buffer"], "heldout_size": s["heldout"], "expected_states": 8, "expected_samples": 2,
-        "probe_size": 256, "eval_episodes": 1, "eval_max_steps": 1, "eval_every": 10**9,
-        "checkpoint_replay": False, **VARIANTS[name],
+        "total_steps": s["dqn_steps"],
+        "learning_starts": s["dqn_report"] // 2,
+        "report_every": s["dqn_report"],
+        "buffer_size": s["dqn_buffer"],
+        "heldout_size": s["heldout"],
+        "expected_states": 8,
+        "expected_samples": 2,
+        "probe_size": 256,
+        "eval_episodes": 1,
+        "eval_max_steps": 1,
+        "eval_every": 10**9,
+        "checkpoint_replay": False,
+        **VARIANTS[name],
     }
 
 
@@ -202,11 +223,16 @@ def run_dqn(args, name: str) -> dict:
     timed = [(b - a, (b - a) / r["perf/env_steps_per_s"]) for a, b, r in zip(steps, steps[1:], history[1:])]
     # utilisation between the first and the last report (the timed steps, and the probes at reports)
     window = (sess.started + history[0]["time_total_s"], sess.started + history[-1]["time_total_s"])
-    return {"variant": name, "steps_per_s": sum(n for n, _ in timed) / sum(t for _, t in timed),
-            # CPU time per env step between the first and the last report (a loaded machine
-            # stretches wall time, much less the CPU time the same work takes)
-            "cpu_ms_per_step": 1000 * (cpu_at_report[-1] - cpu_at_report[0]) / (steps[-1] - steps[0]),
-            "gpu_util_pct": util.mean(*window), "updates": history[-1]["train/updates"], "wall_s": wall}
+    return {
+        "variant": name,
+        "steps_per_s": sum(n for n, _ in timed) / sum(t for _, t in timed),
+        # CPU time per env step between the first and the last report (a loaded machine
+        # stretches wall time, much less the CPU time the same work takes)
+        "cpu_ms_per_step": 1000 * (cpu_at_report[-1] - cpu_at_report[0]) / (steps[-1] - steps[0]),
+        "gpu_util_pct": util.mean(*window),
+        "updates": history[-1]["train/updates"],
+        "wall_s": wall,
+    }
 
 
 def section_dqn(args, device) -> list[dict]:
@@ -228,12 +254,19 @@ def section_dqn(args, device) -> list[dict]:
         rates = [r["steps_per_s"] for r in runs[name]]
         utils = [r["gpu_util_pct"] for r in runs[name] if r["gpu_util_pct"] is not None]
         cpu = statistics.median(r["cpu_ms_per_step"] for r in runs[name])
-        rows.append({"variant": name, "steps_per_s": statistics.median(rates), "runs": rates,
-                     "vs_today": statistics.median(rates) / today, "cpu_ms_per_step": cpu,
-                     "cpu_runs": [r["cpu_ms_per_step"] for r in runs[name]],
-                     "cpu_vs_today": statistics.median(r["cpu_ms_per_step"] for r in runs["today"]) / cpu,
-                     "gpu_util_pct": statistics.fmean(utils) if utils else None,
-                     "updates": runs[name][0]["updates"]})
+        rows.append(
+            {
+                "variant": name,
+                "steps_per_s": statistics.median(rates),
+                "runs": rates,
+                "vs_today": statistics.median(rates) / today,
+                "cpu_ms_per_step": cpu,
+                "cpu_runs": [r["cpu_ms_per_step"] for r in runs[name]],
+                "cpu_vs_today": statistics.median(r["cpu_ms_per_step"] for r in runs["today"]) / cpu,
+                "gpu_util_pct": statistics.fmean(utils) if utils else None,
+                "updates": runs[name][0]["updates"],
+            }
+        )
     return rows
 
 
@@ -254,6 +287,7 @@ def counting_reads(counter: list[int]):
             if sys._getframe(1).f_code.co_filename.startswith(mine):
                 counter[0] += 1
             return original(self, *args, **kwargs)
+
         return counted
 
     for name, original in saved.items():
@@ -277,7 +311,9 @@ def count_update_ops(args, device, name: str, updates: int = 4) -> dict:
         run.replay.add_observation(rng.integers(0, 255, (n, 84, 84), np.uint8), np.ones(n, bool), np.zeros(n, bool))
         for _ in range(64):
             run.replay.set_step(rng.integers(0, 6, n), rng.normal(size=n).astype(np.float32), np.zeros(n, bool))
-            run.replay.add_observation(rng.integers(0, 255, (n, 84, 84), np.uint8), np.zeros(n, bool), np.zeros(n, bool))
+            run.replay.add_observation(
+                rng.integers(0, 255, (n, 84, 84), np.uint8), np.zeros(n, bool), np.zeros(n, bool)
+            )
         run.sums = {k: torch.zeros((), device=device) for k in ("loss", "q", "ess")}
         if run.capture:
             run.graph = loop.update_graph(run)
@@ -306,26 +342,46 @@ def count_update_ops(args, device, name: str, updates: int = 4) -> dict:
         run.envs.close()
     events = list(prof.events())
     if device.type == "cuda":
-        launch = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
-                  "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")
+        launch = (
+            "cudaLaunchKernel",
+            "cuLaunchKernel",
+            "cudaLaunchKernelExC",
+            "cuLaunchKernelEx",
+            "cudaGraphLaunch",
+            "cudaMemcpyAsync",
+            "cudaMemsetAsync",
+        )
         sync = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
         launches = sum(e.name in launch for e in events)
         syncs = sum(e.name in sync for e in events)
         graphs = sum(e.name == "cudaGraphLaunch" for e in events)
     else:
-        launches = sum(e.name.startswith("aten::") and not any(c.name.startswith("aten::") for c in e.cpu_children)
-                       for e in events)
+        launches = sum(
+            e.name.startswith("aten::") and not any(c.name.startswith("aten::") for c in e.cpu_children) for e in events
+        )
         syncs, graphs = None, 0
-    return {"variant": name, "launches_per_update": launches / updates, "h2d_copies_per_update": copies[0] / updates,
-            "reads_per_update": reads[0] / updates, "syncs_per_update": None if syncs is None else syncs / updates,
-            "graph_launches_per_update": graphs / updates,
-            "counted": ("CUDA runtime calls (kernel and graph launches, async copies and memsets)" if device.type == "cuda"
-                        else "leaf aten ops (each would be a kernel on a GPU)")}
+    return {
+        "variant": name,
+        "launches_per_update": launches / updates,
+        "h2d_copies_per_update": copies[0] / updates,
+        "reads_per_update": reads[0] / updates,
+        "syncs_per_update": None if syncs is None else syncs / updates,
+        "graph_launches_per_update": graphs / updates,
+        "counted": (
+            "CUDA runtime calls (kernel and graph launches, async copies and memsets)"
+            if device.type == "cuda"
+            else "leaf aten ops (each would be a kernel on a GPU)"
+        ),
+    }
 
 
 def section_ops(args, device) -> list[dict]:
-    return [count_update_ops(args, device, name) if name != "device+graph" or device.type == "cuda"
-            else {"variant": name, "note": "not measurable on CPU (CUDA graphs need CUDA)"} for name in VARIANTS]
+    return [
+        count_update_ops(args, device, name)
+        if name != "device+graph" or device.type == "cuda"
+        else {"variant": name, "note": "not measurable on CPU (CUDA graphs need CUDA)"}
+        for name in VARIANTS
+    ]
 
 
 # ---------------------------------------------------------------------- 3. packed fair_adv processes
@@ -344,8 +400,16 @@ class ImageStep:
     knobs: autocast bf16, channels_last, raylab.accel.compiled (``compile='eager'``: dynamo
     with its eager backend, for --smoke on a CPU, where inductor takes minutes)."""
 
-    def __init__(self, model_name: str, batch: int, device, amp: bool, channels_last: bool, compile: bool | str,
-                 pgd_steps: int = 10):
+    def __init__(
+        self,
+        model_name: str,
+        batch: int,
+        device,
+        amp: bool,
+        channels_last: bool,
+        compile: bool | str,
+        pgd_steps: int = 10,
+    ):
         from raylab.accel import compiled
         from trainers.fair_adv.config import Config
         from trainers.fair_adv.model import build_model
@@ -374,8 +438,18 @@ class ImageStep:
         sync(self.device)
         start = time.perf_counter()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-            train_step(self.forward, self.optimizer, self.x, self.y, self.index, self.configs[method], epoch=1,
-                       history=self.history, loss_threshold=float("inf"), generator=self.gen)
+            train_step(
+                self.forward,
+                self.optimizer,
+                self.x,
+                self.y,
+                self.index,
+                self.configs[method],
+                epoch=1,
+                history=self.history,
+                loss_threshold=float("inf"),
+                generator=self.gen,
+            )
         sync(self.device)
         return time.perf_counter() - start
 
@@ -400,8 +474,15 @@ def pack_worker(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     s = image_settings(device)
-    step = ImageStep(args.sizes["model"], args.sizes["batch"], device, s["amp_bf16"], s["channels_last"],
-                     "eager" if s["compile"] and args.smoke else s["compile"], args.sizes["pgd_steps"])
+    step = ImageStep(
+        args.sizes["model"],
+        args.sizes["batch"],
+        device,
+        s["amp_bf16"],
+        s["channels_last"],
+        "eager" if s["compile"] and args.smoke else s["compile"],
+        args.sizes["pgd_steps"],
+    )
     for _ in range(args.sizes["warmup"]):
         step("pgd_at")
     folder = Path(args.barrier)
@@ -421,8 +502,12 @@ def pack_worker(args) -> int:
                 step("pgd_at")
                 steps += 1
             elapsed = time.perf_counter() - start
-            print(json.dumps({"phase": phase, "images": steps * args.sizes["batch"], "seconds": elapsed,
-                              "end": time.time(), **s}), flush=True)
+            print(
+                json.dumps(
+                    {"phase": phase, "images": steps * args.sizes["batch"], "seconds": elapsed, "end": time.time(), **s}
+                ),
+                flush=True,
+            )
             (folder / f"done{phase}-{args.rank}").touch()
         wait(f"done{phase}", procs)
     return 0
@@ -431,11 +516,31 @@ def pack_worker(args) -> int:
 def section_pack(args, device) -> list[dict]:
     with tempfile.TemporaryDirectory() as barrier, GpuUtilisation() as util:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        workers = [subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", "pack", "--rank", str(rank),
-             "--barrier", barrier, "--seconds", str(args.sizes["pack_seconds"]), "--device", args.device,
-             "--threads", str(args.threads or 1)] + (["--smoke"] if args.smoke else []),
-            stdout=subprocess.PIPE, text=True, env=env) for rank in range(max(packs(args)))]
+        workers = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--worker",
+                    "pack",
+                    "--rank",
+                    str(rank),
+                    "--barrier",
+                    barrier,
+                    "--seconds",
+                    str(args.sizes["pack_seconds"]),
+                    "--device",
+                    args.device,
+                    "--threads",
+                    str(args.threads or 1),
+                ]
+                + (["--smoke"] if args.smoke else []),
+                stdout=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            for rank in range(max(packs(args)))
+        ]
         outs = [w.communicate(timeout=900)[0] for w in workers]
     if any(w.returncode for w in workers):
         raise RuntimeError(f"a packed process failed: exit codes {[w.returncode for w in workers]}")
@@ -446,9 +551,15 @@ def section_pack(args, device) -> list[dict]:
         assert len(mine) == procs, (phase, mine)
         rate = sum(r["images"] / r["seconds"] for r in mine)
         end = min(r["end"] for r in mine)
-        rows.append({"processes": procs, "images_per_s": rate, "per_process": [r["images"] / r["seconds"] for r in mine],
-                     "gpu_util_pct": util.mean(end - min(r["seconds"] for r in mine), end),
-                     "settings": {k: mine[0][k] for k in ("amp_bf16", "channels_last", "compile")}})
+        rows.append(
+            {
+                "processes": procs,
+                "images_per_s": rate,
+                "per_process": [r["images"] / r["seconds"] for r in mine],
+                "gpu_util_pct": util.mean(end - min(r["seconds"] for r in mine), end),
+                "settings": {k: mine[0][k] for k in ("amp_bf16", "channels_last", "compile")},
+            }
+        )
         print(f"  pack {procs} processes {rate:9.1f} images/s", flush=True)
     for row in rows:
         row["vs_one"] = row["images_per_s"] / rows[0]["images_per_s"]
@@ -467,8 +578,15 @@ def section_image(args, device) -> list[dict]:
     steps = {}
     compile_s = None
     for name, (amp, cl, comp) in IMAGE_VARIANTS.items():
-        step = ImageStep(args.sizes["model"], args.sizes["batch"], device, amp, cl,
-                         "eager" if comp and args.smoke else comp, args.sizes["pgd_steps"])
+        step = ImageStep(
+            args.sizes["model"],
+            args.sizes["batch"],
+            device,
+            amp,
+            cl,
+            "eager" if comp and args.smoke else comp,
+            args.sizes["pgd_steps"],
+        )
         start = time.perf_counter()
         for _ in range(args.sizes["warmup"]):
             for method in ("standard", "pgd_at"):
@@ -486,12 +604,24 @@ def section_image(args, device) -> list[dict]:
         base = args.sizes["batch"] / statistics.median(times[("fp32/NCHW/eager", method)])
         step = steps[name]
         fell_back = getattr(step.forward, "eager", False)
-        rows.append({"variant": name, "step": "clean" if method == "standard" else f"PGD-{args.sizes['pgd_steps']} AT",
-                     "images_per_s": rate, "vs_fp32": rate / base,
-                     "epoch_s_cifar10": 50_000 / rate,
-                     "note": ("torch.compile fell back to eager" if fell_back else
-                              (f"dynamo, eager backend (--smoke); warm-up {compile_s:.1f} s" if args.smoke and "compile" in name
-                               else (f"compile + warm-up {compile_s:.1f} s" if "compile" in name else "")))})
+        rows.append(
+            {
+                "variant": name,
+                "step": "clean" if method == "standard" else f"PGD-{args.sizes['pgd_steps']} AT",
+                "images_per_s": rate,
+                "vs_fp32": rate / base,
+                "epoch_s_cifar10": 50_000 / rate,
+                "note": (
+                    "torch.compile fell back to eager"
+                    if fell_back
+                    else (
+                        f"dynamo, eager backend (--smoke); warm-up {compile_s:.1f} s"
+                        if args.smoke and "compile" in name
+                        else (f"compile + warm-up {compile_s:.1f} s" if "compile" in name else "")
+                    )
+                ),
+            }
+        )
     return rows
 
 
@@ -506,28 +636,40 @@ def judge(results: dict, device, smoke: bool) -> list[dict]:
     dqn = {r["variant"]: r for r in results.get("dqn", []) if "steps_per_s" in r}
     if dqn:
         default = dqn[default_variant(device)]
-        add("cpu_no_regression", "met" if default["vs_today"] >= 1.0 else "not met",
+        add(
+            "cpu_no_regression",
+            "met" if default["vs_today"] >= 1.0 else "not met",
             f"{default['variant']} {default['vs_today']:.3f}x today's ({default['steps_per_s']:.1f} vs "
-            f"{dqn['today']['steps_per_s']:.1f} env steps/s)")
+            f"{dqn['today']['steps_per_s']:.1f} env steps/s)",
+        )
         best = max(dqn.values(), key=lambda r: r["steps_per_s"])
         minutes = 1e7 / best["steps_per_s"] / 60
-        add("dqn_10m_under_60min", ("met" if minutes < 60 else "not met") if cuda else "not measurable on CPU",
-            f"{best['variant']}: {best['steps_per_s']:.0f} env steps/s, 10M steps in {minutes:.0f} min")
+        add(
+            "dqn_10m_under_60min",
+            ("met" if minutes < 60 else "not met") if cuda else "not measurable on CPU",
+            f"{best['variant']}: {best['steps_per_s']:.0f} env steps/s, 10M steps in {minutes:.0f} min",
+        )
     pack = results.get("pack", [])
     if pack:
         most = pack[-1]
         four = most["processes"] == 4
-        add("pack_4_at_3x", ("met" if most["vs_one"] >= 3 else "not met") if cuda and four else
-            ("not measurable on CPU" if not cuda else "not measured (--smoke packs 2 at most)"),
+        add(
+            "pack_4_at_3x",
+            ("met" if most["vs_one"] >= 3 else "not met")
+            if cuda and four
+            else ("not measurable on CPU" if not cuda else "not measured (--smoke packs 2 at most)"),
             f"{most['processes']} processes {most['vs_one']:.2f}x one ({most['images_per_s']:.0f} vs "
-            f"{pack[0]['images_per_s']:.0f} images/s)")
+            f"{pack[0]['images_per_s']:.0f} images/s)",
+        )
     pgd = [r for r in results.get("image", []) if r["step"] != "clean"]
     if pgd:
         best = min(pgd, key=lambda r: r["epoch_s_cifar10"])
-        add("pgd10_epoch_under_20s", ("met" if best["epoch_s_cifar10"] < 20 else "not met") if cuda
-            else "not measurable on CPU",
+        add(
+            "pgd10_epoch_under_20s",
+            ("met" if best["epoch_s_cifar10"] < 20 else "not met") if cuda else "not measurable on CPU",
             f"{best['variant']}: {best['images_per_s']:.0f} images/s, {best['epoch_s_cifar10']:.1f} s per epoch"
-            + (" (--smoke sizes: not the target's model)" if smoke else ""))
+            + (" (--smoke sizes: not the target's model)" if smoke else ""),
+        )
     return out
 
 
@@ -546,13 +688,35 @@ def table(title: str, rows: list[dict], columns: list[tuple[str, str, str]]) -> 
 
 SIZES = {
     # the device run: about 3 minutes on an H200
-    False: {"dqn_steps": 12_000, "dqn_report": 2_000, "dqn_buffer": 100_000, "heldout": 512, "dqn_batch": 32,
-            "model": "resnet18", "batch": 128, "pgd_steps": 10, "warmup": 2, "pack_seconds": 6.0, "image_rounds": 5,
-            "packs": (1, 2, 4)},
+    False: {
+        "dqn_steps": 12_000,
+        "dqn_report": 2_000,
+        "dqn_buffer": 100_000,
+        "heldout": 512,
+        "dqn_batch": 32,
+        "model": "resnet18",
+        "batch": 128,
+        "pgd_steps": 10,
+        "warmup": 2,
+        "pack_seconds": 6.0,
+        "image_rounds": 5,
+        "packs": (1, 2, 4),
+    },
     # --smoke: every path, small, on a CPU in tens of seconds
-    True: {"dqn_steps": 128, "dqn_report": 64, "dqn_buffer": 2_000, "heldout": 32, "dqn_batch": 8,
-           "model": "small_cnn", "batch": 8, "pgd_steps": 10, "warmup": 1, "pack_seconds": 0.5, "image_rounds": 2,
-           "packs": (1, 2)},
+    True: {
+        "dqn_steps": 128,
+        "dqn_report": 64,
+        "dqn_buffer": 2_000,
+        "heldout": 32,
+        "dqn_batch": 8,
+        "model": "small_cnn",
+        "batch": 8,
+        "pgd_steps": 10,
+        "warmup": 1,
+        "pack_seconds": 0.5,
+        "image_rounds": 2,
+        "packs": (1, 2),
+    },
 }
 
 
@@ -567,8 +731,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sections", default="dqn,ops,pack,image")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds of the DQN variants (2; --smoke 1)")
     p.add_argument("--dqn-steps", type=int, default=None, help="agent steps per DQN run (12,000; --smoke 128)")
-    p.add_argument("--dqn-report", type=int, default=None,
-                   help="agent steps between the DQN loop's reports (2,000; --smoke 64); learning starts at half")
+    p.add_argument(
+        "--dqn-report",
+        type=int,
+        default=None,
+        help="agent steps between the DQN loop's reports (2,000; --smoke 64); learning starts at half",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:N]")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     p.add_argument("--worker", choices=["pack"], help=argparse.SUPPRESS)
@@ -589,14 +757,25 @@ def main(argv: list[str] | None = None) -> int:
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = set(sections) - {"dqn", "ops", "pack", "image"}
     if unknown:
-        print(f"gpu_throughput: unknown section(s) {', '.join(sorted(unknown))}; valid: dqn, ops, pack, image",
-              file=sys.stderr)
+        print(
+            f"gpu_throughput: unknown section(s) {', '.join(sorted(unknown))}; valid: dqn, ops, pack, image",
+            file=sys.stderr,
+        )
         return 2
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    results: dict = {"device": name, "torch": torch.__version__, "smoke": args.smoke, "cpus": os.cpu_count(),
-                     "sizes": args.sizes, "rounds": args.rounds}
-    print(f"device {name}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
-          f"{'--smoke sizes' if args.smoke else 'full sizes'}", flush=True)
+    results: dict = {
+        "device": name,
+        "torch": torch.__version__,
+        "smoke": args.smoke,
+        "cpus": os.cpu_count(),
+        "sizes": args.sizes,
+        "rounds": args.rounds,
+    }
+    print(
+        f"device {name}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
+        f"{'--smoke sizes' if args.smoke else 'full sizes'}",
+        flush=True,
+    )
     clock = time.perf_counter()
     for section, run in (("dqn", section_dqn), ("ops", section_ops), ("pack", section_pack), ("image", section_image)):
         if section in sections:
@@ -608,31 +787,73 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     if "dqn" in results:
-        print(table(f"DQN loop, Pong, 8 envs, env steps/s after the first report (median of {args.rounds} "
-                    f"interleaved rounds of {args.sizes['dqn_steps']:,} steps)", results["dqn"],
-                    [("variant", "variant", "s"), ("steps_per_s", "steps/s", ".1f"), ("vs_today", "vs today", ".3f"),
-                     ("cpu_ms_per_step", "CPU ms/step", ".2f"), ("cpu_vs_today", "CPU vs today", ".3f"),
-                     ("gpu_util_pct", "GPU util %", ".0f"), ("updates", "updates", "d")]))
+        print(
+            table(
+                f"DQN loop, Pong, 8 envs, env steps/s after the first report (median of {args.rounds} "
+                f"interleaved rounds of {args.sizes['dqn_steps']:,} steps)",
+                results["dqn"],
+                [
+                    ("variant", "variant", "s"),
+                    ("steps_per_s", "steps/s", ".1f"),
+                    ("vs_today", "vs today", ".3f"),
+                    ("cpu_ms_per_step", "CPU ms/step", ".2f"),
+                    ("cpu_vs_today", "CPU vs today", ".3f"),
+                    ("gpu_util_pct", "GPU util %", ".0f"),
+                    ("updates", "updates", "d"),
+                ],
+            )
+        )
         print("  (CPU vs today: today's CPU time per step over this one's; above 1 is cheaper)")
         print()
     if "ops" in results:
-        print(table("DQN update, per update (torch.profiler)", results["ops"],
-                    [("variant", "variant", "s"), ("launches_per_update", "launches", ".1f"),
-                     ("h2d_copies_per_update", "H2D copies", ".1f"), ("reads_per_update", "reads", ".1f"),
-                     ("syncs_per_update", "syncs", ".1f"), ("graph_launches_per_update", "graphs", ".1f")]))
-        print(f"  (launches: {results['ops'][0].get('counted', '-')}; reads: .item()/.cpu()/bool() of a tensor "
-              "by the DQN code; syncs: CUDA stream/device/event synchronizations and blocking copies)\n")
+        print(
+            table(
+                "DQN update, per update (torch.profiler)",
+                results["ops"],
+                [
+                    ("variant", "variant", "s"),
+                    ("launches_per_update", "launches", ".1f"),
+                    ("h2d_copies_per_update", "H2D copies", ".1f"),
+                    ("reads_per_update", "reads", ".1f"),
+                    ("syncs_per_update", "syncs", ".1f"),
+                    ("graph_launches_per_update", "graphs", ".1f"),
+                ],
+            )
+        )
+        print(
+            f"  (launches: {results['ops'][0].get('counted', '-')}; reads: .item()/.cpu()/bool() of a tensor "
+            "by the DQN code; syncs: CUDA stream/device/event synchronizations and blocking copies)\n"
+        )
     if "pack" in results:
-        print(table(f"fair_adv PGD-{args.sizes['pgd_steps']} AT train_step, {args.sizes['model']} batch "
-                    f"{args.sizes['batch']}, processes at once", results["pack"],
-                    [("processes", "processes", "d"), ("images_per_s", "images/s", ".1f"), ("vs_one", "vs one", ".2f"),
-                     ("gpu_util_pct", "GPU util %", ".0f")]))
+        print(
+            table(
+                f"fair_adv PGD-{args.sizes['pgd_steps']} AT train_step, {args.sizes['model']} batch "
+                f"{args.sizes['batch']}, processes at once",
+                results["pack"],
+                [
+                    ("processes", "processes", "d"),
+                    ("images_per_s", "images/s", ".1f"),
+                    ("vs_one", "vs one", ".2f"),
+                    ("gpu_util_pct", "GPU util %", ".0f"),
+                ],
+            )
+        )
         print(f"  (settings: {results['pack'][0]['settings']})\n")
     if "image" in results:
-        print(table(f"{args.sizes['model']} batch {args.sizes['batch']} steps, median of "
-                    f"{args.sizes['image_rounds']} interleaved rounds", results["image"],
-                    [("variant", "variant", "s"), ("step", "step", "s"), ("images_per_s", "images/s", ".1f"),
-                     ("vs_fp32", "vs fp32", ".2f"), ("epoch_s_cifar10", "epoch s", ".1f")]))
+        print(
+            table(
+                f"{args.sizes['model']} batch {args.sizes['batch']} steps, median of "
+                f"{args.sizes['image_rounds']} interleaved rounds",
+                results["image"],
+                [
+                    ("variant", "variant", "s"),
+                    ("step", "step", "s"),
+                    ("images_per_s", "images/s", ".1f"),
+                    ("vs_fp32", "vs fp32", ".2f"),
+                    ("epoch_s_cifar10", "epoch s", ".1f"),
+                ],
+            )
+        )
         print()
     print("targets (predictions):")
     for t in results["targets"]:

@@ -52,8 +52,7 @@ def interleaved(variants: dict, rounds: int, steps: int, device: torch.device) -
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def boltz_distill(device: torch.device, molecules: int, batch_size: int, width: int, depth: int,
-                  target_dim: int):
+def boltz_distill(device: torch.device, molecules: int, batch_size: int, width: int, depth: int, target_dim: int):
     from torch_geometric.data import Batch
 
     from raylab.accel import to_device
@@ -89,10 +88,17 @@ def boltz_distill(device: torch.device, molecules: int, batch_size: int, width: 
         return bank.batch(rng.permutation(len(graphs))[:batch_size])
 
     atoms = sum(g.num_nodes for g in graphs) / len(graphs)
-    label = (f"boltz_distill: GINE student {width} x {depth}, batches of {batch_size} NCI molecules "
-             f"(about {atoms * batch_size:.0f} atoms), {target_dim}-wide targets")
-    return label, {"host": lambda: step(host_batch()), "device": lambda: step(gathered_batch()),
-                   "fixed": lambda: step(next(made)), "build: host": host_batch, "build: device": gathered_batch}
+    label = (
+        f"boltz_distill: GINE student {width} x {depth}, batches of {batch_size} NCI molecules "
+        f"(about {atoms * batch_size:.0f} atoms), {target_dim}-wide targets"
+    )
+    return label, {
+        "host": lambda: step(host_batch()),
+        "device": lambda: step(gathered_batch()),
+        "fixed": lambda: step(next(made)),
+        "build: host": host_batch,
+        "build: device": gathered_batch,
+    }
 
 
 def seagram(device: torch.device, corpus: int, queries: int, victim: str, queries_per_step: int):
@@ -115,8 +121,11 @@ def seagram(device: torch.device, corpus: int, queries: int, victim: str, querie
     data = RetrievalData(
         corpus=[graph(int(n)) for n in rng.integers(cfg.corpus_nodes[0], nc + 1, size=corpus)],
         queries=[graph(int(n)) for n in rng.integers(cfg.query_nodes[0], nq + 1, size=queries)],
-        labels=(rng.random((queries, corpus)) < 0.25).astype(np.int8), stats={}, spec=None,
-        splits={"train": np.arange(queries), "val": np.arange(0), "test": np.arange(0)})
+        labels=(rng.random((queries, corpus)) < 0.25).astype(np.int8),
+        stats={},
+        spec=None,
+        splits={"train": np.arange(queries), "val": np.arange(0), "test": np.arange(0)},
+    )
     data.labels[:, :2] = [1, 0]  # every query has relevant and irrelevant graphs
     max_edges = max(int(g.sum()) // 2 for g in data.corpus + data.queries) + cfg.budget
     torch.manual_seed(0)
@@ -134,12 +143,18 @@ def seagram(device: torch.device, corpus: int, queries: int, victim: str, querie
     def host_batch():
         return [to_device(t, device) for t in victim_batch(data, cfg, rng, nq, nc)]
 
-    label = (f"seagram: {victim} victim (hidden {cfg.hidden}, {cfg.layers} layers), "
-             f"{cfg.queries_per_step} x {cfg.pos_per_query + cfg.neg_per_query} pairs a step, "
-             f"{queries} queries, {corpus} corpus graphs of up to {nc} nodes")
-    return label, {"host": lambda: step(*host_batch()), "device": lambda: step(*feed.sample(rng)),
-                   "fixed": lambda: step(*next(made)), "build: host": host_batch,
-                   "build: device": lambda: feed.sample(rng)}
+    label = (
+        f"seagram: {victim} victim (hidden {cfg.hidden}, {cfg.layers} layers), "
+        f"{cfg.queries_per_step} x {cfg.pos_per_query + cfg.neg_per_query} pairs a step, "
+        f"{queries} queries, {corpus} corpus graphs of up to {nc} nodes"
+    )
+    return label, {
+        "host": lambda: step(*host_batch()),
+        "device": lambda: step(*feed.sample(rng)),
+        "fixed": lambda: step(*next(made)),
+        "build: host": host_batch,
+        "build: device": lambda: feed.sample(rng),
+    }
 
 
 def main() -> None:
@@ -161,21 +176,26 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
-                          if args.device == "auto" else args.device)
-    print(f"device {device}, torch threads {torch.get_num_threads()}, {args.rounds} rounds x "
-          f"{args.steps} steps per variant, median ms per step")
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    print(
+        f"device {device}, torch threads {torch.get_num_threads()}, {args.rounds} rounds x "
+        f"{args.steps} steps per variant, median ms per step"
+    )
     for label, variants in (
         boltz_distill(device, args.molecules, args.batch_size, args.width, args.depth, args.target_dim),
         seagram(device, args.corpus, args.queries, args.victim, args.queries_per_step),
     ):
         ms = {name: 1000 * t for name, t in interleaved(variants, args.rounds, args.steps, device).items()}
         print(label)
-        print(f"  host collation {ms['host']:8.2f} | device gather {ms['device']:8.2f} | fixed batch "
-              f"{ms['fixed']:8.2f} | host / fixed {ms['host'] / ms['fixed']:.2f}x, device / fixed "
-              f"{ms['device'] / ms['fixed']:.2f}x, host / device {ms['host'] / ms['device']:.2f}x")
-        print(f"  building the batch alone: host {ms['build: host']:8.3f} | device "
-              f"{ms['build: device']:8.3f} | host / device {ms['build: host'] / ms['build: device']:.1f}x")
+        print(
+            f"  host collation {ms['host']:8.2f} | device gather {ms['device']:8.2f} | fixed batch "
+            f"{ms['fixed']:8.2f} | host / fixed {ms['host'] / ms['fixed']:.2f}x, device / fixed "
+            f"{ms['device'] / ms['fixed']:.2f}x, host / device {ms['host'] / ms['device']:.2f}x"
+        )
+        print(
+            f"  building the batch alone: host {ms['build: host']:8.3f} | device "
+            f"{ms['build: device']:8.3f} | host / device {ms['build: host'] / ms['build: device']:.1f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,7 @@ def main() -> None:
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
-                          if args.device == "auto" else args.device)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     build = preact_resnet18 if args.model == "preact_resnet18" else resnet18
@@ -73,8 +72,10 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    print(f"{args.model} width {args.width}, batch {n}, device {device}, {torch.get_num_threads()} CPU "
-          f"threads, torch {torch.__version__}; median of {args.rounds} interleaved steps")
+    print(
+        f"{args.model} width {args.width}, batch {n}, device {device}, {torch.get_num_threads()} CPU "
+        f"threads, torch {torch.__version__}; median of {args.rounds} interleaved steps"
+    )
     for kind in args.kinds.split(","):
         cfg = Config(method=KINDS[kind], train_steps=10, amp_bf16=False, channels_last=False)
         steps = {}
@@ -89,13 +90,22 @@ def main() -> None:
             history = History.empty(n, device)
             attack_gen = torch.Generator(device=device).manual_seed(1)
 
-            def step(net=net, optimizer=optimizer, inputs=inputs, history=history, attack_gen=attack_gen,
-                     bf16=bf16):
+            def step(net=net, optimizer=optimizer, inputs=inputs, history=history, attack_gen=attack_gen, bf16=bf16):
                 sync()
                 start = time.perf_counter()
                 with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-                    train_step(net, optimizer, inputs, y, index, cfg, epoch=1, history=history,
-                               loss_threshold=float("inf"), generator=attack_gen)
+                    train_step(
+                        net,
+                        optimizer,
+                        inputs,
+                        y,
+                        index,
+                        cfg,
+                        epoch=1,
+                        history=history,
+                        loss_threshold=float("inf"),
+                        generator=attack_gen,
+                    )
                 sync()
                 return time.perf_counter() - start
 
@@ -109,8 +119,10 @@ def main() -> None:
         median = {name: statistics.median(values) for name, values in times.items()}
         ref = median.get("fp32/NCHW/eager")
         print(f"{kind} ({KINDS[kind]}):")
-        print(f"  {'variant':<18} {'s/step':>8} {'images/s':>9} {'vs fp32 eager':>14} {'first call':>11} "
-              f"{'compile pays after':>19}")
+        print(
+            f"  {'variant':<18} {'s/step':>8} {'images/s':>9} {'vs fp32 eager':>14} {'first call':>11} "
+            f"{'compile pays after':>19}"
+        )
         for name, value in median.items():
             eager = median.get(name.replace("compile", "eager"))
             pays = ""

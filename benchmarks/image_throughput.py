@@ -42,8 +42,14 @@ VARIANTS = {
 """The training variants: backdoor's ``amp_bf16`` and ``channels_last`` options."""
 
 
-def plain_loop(x_all: torch.Tensor, y_all: torch.Tensor, steps: int, device: torch.device,
-               amp_bf16: bool = False, channels_last: bool = False) -> float:
+def plain_loop(
+    x_all: torch.Tensor,
+    y_all: torch.Tensor,
+    steps: int,
+    device: torch.device,
+    amp_bf16: bool = False,
+    channels_last: bool = False,
+) -> float:
     """The textbook loop; returns training images/s over ``steps`` steps."""
     torch.manual_seed(0)
     layout = torch.channels_last if channels_last else torch.contiguous_format
@@ -56,7 +62,7 @@ def plain_loop(x_all: torch.Tensor, y_all: torch.Tensor, steps: int, device: tor
     sync(device)
     start = time.perf_counter()
     for step in range(steps):
-        idx = order[step * BATCH:(step + 1) * BATCH]
+        idx = order[step * BATCH : (step + 1) * BATCH]
         x = to_float(random_crop_flip(x_all[idx], generator=gen)).contiguous(memory_format=layout)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp_bf16):
             loss = F.cross_entropy(model(x), y_all[idx])
@@ -70,9 +76,17 @@ def plain_loop(x_all: torch.Tensor, y_all: torch.Tensor, steps: int, device: tor
 def raylab_loop(data_dir: Path, n_train: int, **variant: bool) -> tuple[float, float]:
     """The backdoor workload's loop for one epoch; returns (its images/s, trial wall time)."""
     config = {
-        "synthetic_data": True, "data_dir": str(data_dir), "synthetic_train_size": n_train,
-        "synthetic_test_size": 128, "epochs": 1, "batch_size": BATCH, "early_epochs": 0,
-        "finetune_epochs": 0, "poison_ratio": 0.01, "attack": "badnets", **variant,
+        "synthetic_data": True,
+        "data_dir": str(data_dir),
+        "synthetic_train_size": n_train,
+        "synthetic_test_size": 128,
+        "epochs": 1,
+        "batch_size": BATCH,
+        "early_epochs": 0,
+        "finetune_epochs": 0,
+        "poison_ratio": 0.01,
+        "attack": "badnets",
+        **variant,
     }
     s = session.start(backend="local")
     start = time.perf_counter()
@@ -89,10 +103,12 @@ def sync(device: torch.device) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=0,
-                        help="training steps per loop (default: 10 on CPU, 390 on a GPU)")
-    parser.add_argument("--variants", default="fp32",
-                        help=f"comma-separated of {', '.join(VARIANTS)}, or all (default: fp32)")
+    parser.add_argument(
+        "--steps", type=int, default=0, help="training steps per loop (default: 10 on CPU, 390 on a GPU)"
+    )
+    parser.add_argument(
+        "--variants", default="fp32", help=f"comma-separated of {', '.join(VARIANTS)}, or all (default: fp32)"
+    )
     args = parser.parse_args()
     names = list(VARIANTS) if args.variants == "all" else args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]
@@ -101,7 +117,9 @@ def main() -> None:
     device = session.device()
     steps = args.steps or (390 if device.type == "cuda" else 10)
     n_train = steps * BATCH
-    print(f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} threads'})")
+    print(
+        f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else f'{torch.get_num_threads()} threads'})"
+    )
     print(f"ResNet-18, batch {BATCH}, {steps} steps ({n_train} images), crop+flip on the device")
 
     results = {}

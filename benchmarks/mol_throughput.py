@@ -42,8 +42,9 @@ def featurization(smiles: list[str]) -> tuple[float, float]:
     return ours, pyg
 
 
-def distillation(molecules: int, epochs: int, store_root: str, batch_size: int, width: int, depth: int,
-                 repeats: int = 2):
+def distillation(
+    molecules: int, epochs: int, store_root: str, batch_size: int, width: int, depth: int, repeats: int = 2
+):
     from torch_geometric.loader import DataLoader
 
     from raylab import session
@@ -52,8 +53,19 @@ def distillation(molecules: int, epochs: int, store_root: str, batch_size: int, 
     from trainers.boltz_distill.loss import distill_loss, standardize
     from trainers.boltz_distill.model import GINEStudent
 
-    config = dict(teachers=["descriptors"], corpus="nci", allow_missing_tests=True, max_molecules=molecules, epochs=epochs, width=width, depth=depth,
-                  batch_size=batch_size, report_every=10**9, store_root=store_root, seed=0)
+    config = dict(
+        teachers=["descriptors"],
+        corpus="nci",
+        allow_missing_tests=True,
+        max_molecules=molecules,
+        epochs=epochs,
+        width=width,
+        depth=depth,
+        batch_size=batch_size,
+        report_every=10**9,
+        store_root=store_root,
+        seed=0,
+    )
     cfg = Config(**{**config, "teachers": ("descriptors",)})
     train, _, mean, std, out_dim, _ = prepare(cfg)  # builds the teacher store once, untimed
 
@@ -120,13 +132,18 @@ def main() -> None:
     smiles = read_smiles_file(nci_smiles_path(), limit=args.molecules)
     print(f"{len(smiles)} NCI molecules, torch threads {torch.get_num_threads()}")
     ours, pyg = featurization(smiles)
-    print(f"featurization   raylab (133+13 Chemprop features) {ours:9.0f} mol/s | "
-          f"torch_geometric from_smiles (9+3 ints) {pyg:9.0f} mol/s | ratio {ours / pyg:.2f}x")
+    print(
+        f"featurization   raylab (133+13 Chemprop features) {ours:9.0f} mol/s | "
+        f"torch_geometric from_smiles (9+3 ints) {pyg:9.0f} mol/s | ratio {ours / pyg:.2f}x"
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        ours, plain = distillation(args.molecules, args.epochs, f"{tmp}/stores", args.batch_size,
-                                   args.width, args.depth, args.repeats)
-        print(f"distillation    raylab train_loop {ours:9.0f} mol/s | plain torch_geometric loop "
-              f"{plain:9.0f} mol/s | ratio {ours / plain:.2f}x (target >= 0.95x)")
+        ours, plain = distillation(
+            args.molecules, args.epochs, f"{tmp}/stores", args.batch_size, args.width, args.depth, args.repeats
+        )
+        print(
+            f"distillation    raylab train_loop {ours:9.0f} mol/s | plain torch_geometric loop "
+            f"{plain:9.0f} mol/s | ratio {ours / plain:.2f}x (target >= 0.95x)"
+        )
         per_s, mb_s = store_reads(5000, 384, Path(tmp) / "store")
         print(f"store reads     {per_s:9.0f} mol/s | {mb_s:7.1f} MB/s (5000 molecules x 10-40 atoms x 384 float16)")
 

@@ -32,7 +32,7 @@ def coherence_by_loop(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) ->
     params = [p for p in net.parameters() if p.requires_grad]
     unit_sum = None
     for i in range(len(x)):
-        grads = torch.autograd.grad(F.cross_entropy(net(x[i:i + 1]), y[i:i + 1]), params)
+        grads = torch.autograd.grad(F.cross_entropy(net(x[i : i + 1]), y[i : i + 1]), params)
         flat = torch.cat([g.flatten() for g in grads])
         unit = flat / flat.norm().clamp_min(probe.EPS)
         unit_sum = unit if unit_sum is None else unit_sum + unit
@@ -55,8 +55,12 @@ def sync(device: torch.device) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--width", type=int, default=0, help="ResNet-18 width (default: 16 on CPU, 64 on a GPU)")
-    parser.add_argument("--coherence-size", type=int, default=0,
-                        help="images per group (default: 8 on CPU, 32 = Config's default on a GPU)")
+    parser.add_argument(
+        "--coherence-size",
+        type=int,
+        default=0,
+        help="images per group (default: 8 on CPU, 32 = Config's default on a GPU)",
+    )
     parser.add_argument("--chunk", type=int, default=8, help="images per vmap call")
     args = parser.parse_args()
     device = session.device()
@@ -66,14 +70,18 @@ def main() -> None:
     cfg = Config()
     probes = 1 + (cfg.early_epochs * -(-50000 // cfg.batch_size)) // cfg.early_log_every
     print(f"device: {device} ({torch.cuda.get_device_name(device) if gpu else f'{torch.get_num_threads()} threads'})")
-    print(f"ResNet-18 width {width}, {len(GROUPS)} groups x {n} images, vmap chunk {args.chunk}; "
-          f"{probes} probes per default trial")
+    print(
+        f"ResNet-18 width {width}, {len(GROUPS)} groups x {n} images, vmap chunk {args.chunk}; "
+        f"{probes} probes per default trial"
+    )
 
     torch.manual_seed(0)
     net = resnet18(10, width=width).to(device).eval()
     gen = torch.Generator().manual_seed(0)
-    groups = [(torch.rand(n, 3, 32, 32, generator=gen).to(device),
-               torch.randint(0, 10, (n,), generator=gen).to(device)) for _ in GROUPS]
+    groups = [
+        (torch.rand(n, 3, 32, 32, generator=gen).to(device), torch.randint(0, 10, (n,), generator=gen).to(device))
+        for _ in GROUPS
+    ]
     warm = groups[0][0][:2], groups[0][1][:2]
     coherence_by_loop(net, *warm)
     probe.gradient_coherence(net, *warm, chunk=args.chunk)

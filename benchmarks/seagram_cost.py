@@ -50,9 +50,13 @@ GREEDY_CHECKS = (1, 2, 4, 8, 0)
 def scoring_rate(victim, cfg: Config, data, seconds: float = 3.0) -> float:
     """Graph pairs per second of victim scoring (no gradient) in chunks of 4096 pairs."""
     queries = attacked_queries(cfg, data)
-    batch = atk.PairBatch.build([data.queries[q] for q in queries for _ in data.corpus],
-                                [c for _ in queries for c in data.corpus],
-                                data.labels[queries].reshape(-1), cfg.query_nodes[1], cfg.corpus_nodes[1])
+    batch = atk.PairBatch.build(
+        [data.queries[q] for q in queries for _ in data.corpus],
+        [c for _ in queries for c in data.corpus],
+        data.labels[queries].reshape(-1),
+        cfg.query_nodes[1],
+        cfg.corpus_nodes[1],
+    )
     atk.pair_scores(victim, batch)  # warm-up
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
@@ -63,8 +67,7 @@ def scoring_rate(victim, cfg: Config, data, seconds: float = 3.0) -> float:
 
 def meets(seagram_calls: int, seagram_drop: float, greedy_calls: int, greedy_drop: float) -> bool:
     """The target: ``CALL_RATIO`` x fewer solver calls at ``DROP_RATIO`` x greedy's MAP drop."""
-    return (seagram_calls * CALL_RATIO <= greedy_calls and greedy_drop > 0
-            and seagram_drop >= DROP_RATIO * greedy_drop)
+    return seagram_calls * CALL_RATIO <= greedy_calls and greedy_drop > 0 and seagram_drop >= DROP_RATIO * greedy_drop
 
 
 def main() -> None:
@@ -87,24 +90,45 @@ def main() -> None:
     budgets = sorted(int(b) for b in args.al_budgets.split(","))
 
     seeds = [int(x) for x in args.seeds.split(",")]
-    base = from_dict(Config, {
-        "dataset": args.dataset, "source": "nci", "data_dir": args.data_dir, "n_corpus": args.corpus,
-        "n_queries": args.queries, "attack_queries": args.attack_queries, "victim": args.victim,
-        "victim_steps": args.victim_steps, "report_every": 100,
-        "queries_per_step": 8, "budget": args.budget, "top_k": args.top_k, "al_budget": budgets[0],
-        "al_init": max(1, budgets[0] // 4), "al_rounds": 4, "al_candidates": 1000, "clf_hidden": 32,
-        "clf_batch": 32, "seed": seeds[0],
-    }, "benchmarks/seagram_cost.py")
+    base = from_dict(
+        Config,
+        {
+            "dataset": args.dataset,
+            "source": "nci",
+            "data_dir": args.data_dir,
+            "n_corpus": args.corpus,
+            "n_queries": args.queries,
+            "attack_queries": args.attack_queries,
+            "victim": args.victim,
+            "victim_steps": args.victim_steps,
+            "report_every": 100,
+            "queries_per_step": 8,
+            "budget": args.budget,
+            "top_k": args.top_k,
+            "al_budget": budgets[0],
+            "al_init": max(1, budgets[0] // 4),
+            "al_rounds": 4,
+            "al_candidates": 1000,
+            "clf_hidden": 32,
+            "clf_batch": 32,
+            "seed": seeds[0],
+        },
+        "benchmarks/seagram_cost.py",
+    )
     started = time.perf_counter()
     data = load_data(base)
-    print(f"data: {len(data.corpus)} corpus graphs, {len(data.queries)} queries "
-          f"({args.dataset or 'generated from NCI'}), positive rate {data.stats['pos_rate']:.3f}; "
-          f"labels: {data.stats['solver']['calls']} solver calls at generation "
-          f"({time.perf_counter() - started:.1f} s to load here); seeds {seeds} (victim, sampling, "
-          f"classifier; the data fixed)")
-    print("MAP drop judged under the TRUE labels after the attack: victim/map - attack/map_true_labels "
-          "(a flip that breaks a pair's label earns nothing); the drop under the original labels is "
-          "shown beside it\n")
+    print(
+        f"data: {len(data.corpus)} corpus graphs, {len(data.queries)} queries "
+        f"({args.dataset or 'generated from NCI'}), positive rate {data.stats['pos_rate']:.3f}; "
+        f"labels: {data.stats['solver']['calls']} solver calls at generation "
+        f"({time.perf_counter() - started:.1f} s to load here); seeds {seeds} (victim, sampling, "
+        f"classifier; the data fixed)"
+    )
+    print(
+        "MAP drop judged under the TRUE labels after the attack: victim/map - attack/map_true_labels "
+        "(a flip that breaks a pair's label earns nothing); the drop under the original labels is "
+        "shown beside it\n"
+    )
     per_seed = [one_seed(dataclasses.replace(base, seed=seed), data, budgets) for seed in seeds]
     settings = [(name, setting) for name, setting, *_ in per_seed[0]]
     mean = {}
@@ -118,17 +142,30 @@ def main() -> None:
     found = []
     for name, setting in settings:
         calls, true_drop, drop, kept = mean[(name, setting)]
-        met = sum(meets(r[k][2], r[k][3], r[k_greedy(r)][2], r[k_greedy(r)][3])
-                  for r in per_seed for k in [settings.index((name, setting))])
-        line(name, setting, calls, true_drop, drop, kept, g_calls, g_true,
-             extra=f"{met}/{len(seeds)}" if name == "seagram" else "")
+        met = sum(
+            meets(r[k][2], r[k][3], r[k_greedy(r)][2], r[k_greedy(r)][3])
+            for r in per_seed
+            for k in [settings.index((name, setting))]
+        )
+        line(
+            name,
+            setting,
+            calls,
+            true_drop,
+            drop,
+            kept,
+            g_calls,
+            g_true,
+            extra=f"{met}/{len(seeds)}" if name == "seagram" else "",
+        )
         if name == "seagram" and "victim labels" not in setting and meets(calls, true_drop, g_calls, g_true):
             found.append(setting)
-    print(f"\nreference greedy (unbounded checks), mean: {g_calls:.0f} solver calls, true-label MAP drop "
-          f"{g_true:.3f}")
-    print(f"verdict (mean curve): SEAGRAM at >= {CALL_RATIO:.0f}x fewer solver calls (training included) and "
-          f"a true-label MAP drop >= {DROP_RATIO}x greedy's: "
-          f"{'MET at ' + ', '.join(found) if found else 'NOT met at any grid point'}")
+    print(f"\nreference greedy (unbounded checks), mean: {g_calls:.0f} solver calls, true-label MAP drop {g_true:.3f}")
+    print(
+        f"verdict (mean curve): SEAGRAM at >= {CALL_RATIO:.0f}x fewer solver calls (training included) and "
+        f"a true-label MAP drop >= {DROP_RATIO}x greedy's: "
+        f"{'MET at ' + ', '.join(found) if found else 'NOT met at any grid point'}"
+    )
 
 
 def k_greedy(rows) -> int:
@@ -137,14 +174,18 @@ def k_greedy(rows) -> int:
 
 
 def header(extra: str = "") -> None:
-    print(f"{'attack':<13}{'setting':<31}{'calls':>8}{'true drop':>10}{'x greedy':>9}{'orig drop':>10}"
-          f"{'labels kept':>12}{'calls / greedy':>15}{extra:>10}")
+    print(
+        f"{'attack':<13}{'setting':<31}{'calls':>8}{'true drop':>10}{'x greedy':>9}{'orig drop':>10}"
+        f"{'labels kept':>12}{'calls / greedy':>15}{extra:>10}"
+    )
 
 
 def line(name, setting, calls, true_drop, drop, kept, g_calls, g_true, extra: str = "") -> None:
-    print(f"{name:<13}{setting:<31}{calls:>8.0f}{true_drop:>10.3f}"
-          f"{true_drop / g_true if g_true else float('nan'):>9.2f}{drop:>10.3f}{kept:>12.3f}"
-          f"{calls / max(g_calls, 1):>15.3f}{extra:>10}")
+    print(
+        f"{name:<13}{setting:<31}{calls:>8.0f}{true_drop:>10.3f}"
+        f"{true_drop / g_true if g_true else float('nan'):>9.2f}{drop:>10.3f}{kept:>12.3f}"
+        f"{calls / max(g_calls, 1):>15.3f}{extra:>10}"
+    )
 
 
 def one_seed(base: Config, data, budgets: list[int]) -> list[tuple]:
@@ -152,34 +193,72 @@ def one_seed(base: Config, data, budgets: list[int]) -> list[tuple]:
     solver calls counting training and attack time; printed as it goes."""
     victim, clean = trained_victim(base, data)
     test_queries = attacked_queries(base, data)
-    print(f"seed {base.seed}: victim {base.victim} clean test MAP {clean['map']:.3f} (best validation step "
-          f"{clean['best_step']} of {clean['steps']}); budget {base.budget} flips per pair")
+    print(
+        f"seed {base.seed}: victim {base.victim} clean test MAP {clean['map']:.3f} (best validation step "
+        f"{clean['best_step']} of {clean['steps']}); budget {base.budget} flips per pair"
+    )
     raw = []
     for checks in GREEDY_CHECKS:
         cfg = dataclasses.replace(base, greedy_max_checks=checks)
-        raw.append(("greedy", f"max_checks={checks or 'inf'}", 0,
-                    run_attack(cfg, data, victim, None, test_queries, attack="greedy")[0]))
-    raw.append(("greedy_free", "no label check", 0,
-                run_attack(base, data, victim, None, test_queries, attack="greedy_free")[0]))
+        raw.append(
+            (
+                "greedy",
+                f"max_checks={checks or 'inf'}",
+                0,
+                run_attack(cfg, data, victim, None, test_queries, attack="greedy")[0],
+            )
+        )
+    raw.append(
+        (
+            "greedy_free",
+            "no label check",
+            0,
+            run_attack(base, data, victim, None, test_queries, attack="greedy_free")[0],
+        )
+    )
     for al_budget in budgets:
         cfg = dataclasses.replace(base, al_budget=al_budget, al_init=max(1, al_budget // 4))
         clf, cost = train_seagram(cfg, data, victim)
-        raw.append(("seagram", f"al_budget={al_budget}", cost["solver_calls"],
-                    run_attack(cfg, data, victim, clf, test_queries, attack="seagram")[0]))
+        raw.append(
+            (
+                "seagram",
+                f"al_budget={al_budget}",
+                cost["solver_calls"],
+                run_attack(cfg, data, victim, clf, test_queries, attack="seagram")[0],
+            )
+        )
         if al_budget == budgets[-1]:
             nolabel = dataclasses.replace(cfg, label_source="victim")
-            raw.append(("seagram", f"al_budget={al_budget}, victim labels", cost["solver_calls"],
-                        run_attack(nolabel, data, victim, clf, test_queries, attack="seagram")[0]))
-    rows = [(name, setting, train_calls + m["attack/solver_calls_test"], clean["map"] - m["attack/map_true_labels"],
-             m["attack/map_drop"], m["attack/label_preserved"]) for name, setting, train_calls, m in raw]
+            raw.append(
+                (
+                    "seagram",
+                    f"al_budget={al_budget}, victim labels",
+                    cost["solver_calls"],
+                    run_attack(nolabel, data, victim, clf, test_queries, attack="seagram")[0],
+                )
+            )
+    rows = [
+        (
+            name,
+            setting,
+            train_calls + m["attack/solver_calls_test"],
+            clean["map"] - m["attack/map_true_labels"],
+            m["attack/map_drop"],
+            m["attack/label_preserved"],
+        )
+        for name, setting, train_calls, m in raw
+    ]
     g = rows[k_greedy(rows)]
     header()
     for r in rows:
         line(*r, g[2], g[3])
-    print(f"throughput ({torch.get_num_threads()} torch thread(s), CPU): victim training "
-          f"{clean['pairs_per_s']:.0f} graph pairs/s, scoring {scoring_rate(victim, base, data):.0f} "
-          f"graph pairs/s; {int(raw[0][3]['attack/pairs'])} attacked pairs\n")
+    print(
+        f"throughput ({torch.get_num_threads()} torch thread(s), CPU): victim training "
+        f"{clean['pairs_per_s']:.0f} graph pairs/s, scoring {scoring_rate(victim, base, data):.0f} "
+        f"graph pairs/s; {int(raw[0][3]['attack/pairs'])} attacked pairs\n"
+    )
     return rows
+
 
 if __name__ == "__main__":
     main()

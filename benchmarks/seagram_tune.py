@@ -35,10 +35,24 @@ from trainers.seagram.data import load_or_generate, spec_from_config
 from trainers.seagram.loop import run_attack, train_seagram, trained_victim
 
 SETTING = dict(
-    source="nci", n_corpus=60, n_queries=40, victim="neuromatch", hidden=32, layers=3,
-    victim_steps=400, queries_per_step=8, budget=2, top_k=16,
-    al_budget=300, al_init=75, al_rounds=4, al_candidates=1000, al_strategy="uncertainty",
-    clf_hidden=32, clf_layers=3, clf_batch=32,
+    source="nci",
+    n_corpus=60,
+    n_queries=40,
+    victim="neuromatch",
+    hidden=32,
+    layers=3,
+    victim_steps=400,
+    queries_per_step=8,
+    budget=2,
+    top_k=16,
+    al_budget=300,
+    al_init=75,
+    al_rounds=4,
+    al_candidates=1000,
+    al_strategy="uncertainty",
+    clf_hidden=32,
+    clf_layers=3,
+    clf_batch=32,
 )
 """The science test's ``SCIENCE`` without the four tuned keys (a test checks they agree)."""
 GRID_KEYS = ("al_pool", "al_random_frac", "threshold", "select")
@@ -61,10 +75,18 @@ def one_seed(job) -> tuple:
         arm_cfg = dataclasses.replace(cfg, al_pool=pool, al_random_frac=frac)
         clf, _ = train_seagram(arm_cfg, val, victim)
         for threshold, select in attacks:
-            m = run_attack(dataclasses.replace(arm_cfg, threshold=threshold, select=select), val, victim,
-                           clf, val.splits["test"], attack="seagram")[0]
-            out[pool, frac, threshold, select] = (m["attack/label_preserved"],
-                                                  clean["map"] - m["attack/map_true_labels"])
+            m = run_attack(
+                dataclasses.replace(arm_cfg, threshold=threshold, select=select),
+                val,
+                victim,
+                clf,
+                val.splits["test"],
+                attack="seagram",
+            )[0]
+            out[pool, frac, threshold, select] = (
+                m["attack/label_preserved"],
+                clean["map"] - m["attack/map_true_labels"],
+            )
     return seed, clean["map"], time.perf_counter() - started, out
 
 
@@ -78,8 +100,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
     ap.add_argument("--min-kept", type=float, default=0.85)
     ap.add_argument("--data-dir", default="", help="cache of the generated data (default: a temporary folder)")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a key of the setting (the tiny test shrinks it)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a key of the setting (the tiny test shrinks it)",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     setting = dict(SETTING)
@@ -93,9 +120,11 @@ def main(argv=None) -> dict:
     base = from_dict(Config, {**setting, "seed": seeds[0]}, "seagram_tune")
     data = load_or_generate(spec_from_config(base), data_dir, data_dir)
     val = dataclasses.replace(data, splits={**data.splits, "test": data.splits["val"]})
-    print(f"data: {len(data.corpus)} corpus graphs, queries train/val/test "
-          f"{len(data.splits['train'])}/{len(data.splits['val'])}/{len(data.splits['test'])}; "
-          f"attacked: the {len(val.splits['test'])} validation queries x the corpus")
+    print(
+        f"data: {len(data.corpus)} corpus graphs, queries train/val/test "
+        f"{len(data.splits['train'])}/{len(data.splits['val'])}/{len(data.splits['test'])}; "
+        f"attacked: the {len(val.splits['test'])} validation queries x the corpus"
+    )
     kept: dict[tuple, list[float]] = {}
     drop: dict[tuple, list[float]] = {}
     started = time.perf_counter()
@@ -110,20 +139,27 @@ def main(argv=None) -> dict:
         for key, (k, d) in per_key.items():
             kept.setdefault(key, []).append(k)
             drop.setdefault(key, []).append(d)
-    print(f"\n{'al_pool':8s} {'rand_frac':>9s} {'threshold':>9s} {'select':>7s}  "
-          f"{'kept per seed':>{7 * len(seeds)}s} {'mean':>6s}  {'true drop per seed':>{7 * len(seeds)}s} {'mean':>6s}")
+    print(
+        f"\n{'al_pool':8s} {'rand_frac':>9s} {'threshold':>9s} {'select':>7s}  "
+        f"{'kept per seed':>{7 * len(seeds)}s} {'mean':>6s}  {'true drop per seed':>{7 * len(seeds)}s} {'mean':>6s}"
+    )
     for key in sorted(kept, key=lambda k: -np.mean(drop[k])):
         pool, frac, threshold, select = key
-        print(f"{pool:8s} {frac:9.2f} {threshold:9.2f} {select:>7s}  "
-              f"{' '.join(f'{v:6.3f}' for v in kept[key])} {np.mean(kept[key]):6.3f}  "
-              f"{' '.join(f'{v:6.3f}' for v in drop[key])} {np.mean(drop[key]):6.3f}")
+        print(
+            f"{pool:8s} {frac:9.2f} {threshold:9.2f} {select:>7s}  "
+            f"{' '.join(f'{v:6.3f}' for v in kept[key])} {np.mean(kept[key]):6.3f}  "
+            f"{' '.join(f'{v:6.3f}' for v in drop[key])} {np.mean(drop[key]):6.3f}"
+        )
     eligible = [k for k in kept if np.mean(kept[k]) >= args.min_kept]
     chosen = max(eligible, key=lambda k: np.mean(drop[k])) if eligible else None
     if chosen is None:
         print(f"\nchosen: none (no setting keeps >= {args.min_kept} of labels on the mean)")
     else:
-        print("\nchosen: " + ", ".join(f"{k}={v}" for k, v in zip(GRID_KEYS, chosen))
-              + f" (mean kept {np.mean(kept[chosen]):.3f}, mean true drop {np.mean(drop[chosen]):.3f})")
+        print(
+            "\nchosen: "
+            + ", ".join(f"{k}={v}" for k, v in zip(GRID_KEYS, chosen))
+            + f" (mean kept {np.mean(kept[chosen]):.3f}, mean true drop {np.mean(drop[chosen]):.3f})"
+        )
     print(f"seconds: {time.perf_counter() - started:.0f}")
     return {"kept": kept, "drop": drop, "chosen": chosen}
 

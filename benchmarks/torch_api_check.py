@@ -6,6 +6,7 @@ The project runs on the torch it finds from 2.11 on; this lists any attribute it
 the running torch lacks (an API newer than that torch), and exits 1 if there is one. It checks
 names, not signatures: run the unit tests on that torch too.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,7 +38,7 @@ def missing(torch, names: dict[str, str]) -> list[tuple[str, str]]:
                 obj = getattr(obj, part)
                 continue
             try:
-                obj = importlib.import_module(".".join(parts[:i + 1]))
+                obj = importlib.import_module(".".join(parts[: i + 1]))
             except ImportError:
                 out.append((chain, where))
                 break

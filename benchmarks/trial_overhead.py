@@ -60,8 +60,14 @@ def run_raylab(trials: int, storage: str) -> float:
     start = time.perf_counter()
     experiment = experiments.load(
         "toy",
-        ["config.steps=3", "config.report_every=1", f"search.seed={list(range(trials))}",
-         "search.lr=[0.05]", "num_samples=1", "scheduler.type=fifo"],
+        [
+            "config.steps=3",
+            "config.report_every=1",
+            f"search.seed={list(range(trials))}",
+            "search.lr=[0.05]",
+            "num_samples=1",
+            "scheduler.type=fifo",
+        ],
     )
     sweep.run(experiment, RunFolder.under(storage, new_run_name(experiment)), verbose=0)
     return time.perf_counter() - start
@@ -143,8 +149,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--cli-repeats", type=int, default=2)
     parser.add_argument("--only-train-path", action="store_true", help="skip the plain Tune part")
-    parser.add_argument("--cpu-by-process", action="store_true",
-                        help="then the CPU seconds of each path's processes, by process title")
+    parser.add_argument(
+        "--cpu-by-process", action="store_true", help="then the CPU seconds of each path's processes, by process title"
+    )
     args = parser.parse_args()
     if args.only_train_path:
         train_path_side_by_side(args.cli_repeats)
@@ -154,8 +161,7 @@ def main() -> None:
         print("CPU seconds by process, one whole process each (sampled every 0.2 s):")
         with tempfile.TemporaryDirectory() as storage:
             print_cpu_by_process("Tune path", cpu_by_process(cli_command(storage)))
-            print_cpu_by_process("Ray Train path", cpu_by_process(
-                cli_command(storage, *TRAIN_PATH)))
+            print_cpu_by_process("Ray Train path", cpu_by_process(cli_command(storage, *TRAIN_PATH)))
 
 
 def tune_side_by_side(args: argparse.Namespace) -> None:

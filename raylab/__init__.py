@@ -19,8 +19,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_MODULES = ("session", "checkpoint", "config", "errors", "accel", "files", "workloads", "data", "models",
-            "experiment")
+_MODULES = ("session", "checkpoint", "config", "errors", "accel", "files", "workloads", "data", "models", "experiment")
 """Modules of the workload API (``from raylab import session``); ``experiment`` for a workload's
 own runner that reads a shipped experiment file (``experiment.load``)."""
 

@@ -115,8 +115,7 @@ class Compiled(torch.nn.Module):
 
     def _fall_back(self, error: BaseException) -> None:
         first = (str(error).strip().splitlines() or [""])[0][:200]
-        warn(f"torch.compile of the {self.name} failed ({type(error).__name__}: {first}); "
-             "running it eagerly")
+        warn(f"torch.compile of the {self.name} failed ({type(error).__name__}: {first}); running it eagerly")
         object.__setattr__(self, "_fn", self.module)
         self.eager = True
 

@@ -226,8 +226,10 @@ def sibling_paths_newest_first(path: str, filesystem: Any = None) -> list[str]:
     except (OSError, FileNotFoundError):
         return [path]
     older = [
-        info.base_name for info in listing
-        if info.type == pyarrow.fs.FileType.Directory and is_checkpoint_name(info.base_name)
+        info.base_name
+        for info in listing
+        if info.type == pyarrow.fs.FileType.Directory
+        and is_checkpoint_name(info.base_name)
         and checkpoint_order(info.base_name) < checkpoint_order(own)
     ]
     return [path] + [f"{parent}/{name}" for name in sorted(older, key=checkpoint_order, reverse=True)]
@@ -254,8 +256,12 @@ def load_newest_good(path: str, filesystem: Any = None) -> tuple[dict[str, Any],
                 directory = Path(candidate)
             else:
                 tmp = Path(tempfile.mkdtemp(prefix="raylab-restore-"))
-                pyarrow.fs.copy_files(candidate, str(tmp), source_filesystem=filesystem,
-                                      destination_filesystem=pyarrow.fs.LocalFileSystem())
+                pyarrow.fs.copy_files(
+                    candidate,
+                    str(tmp),
+                    source_filesystem=filesystem,
+                    destination_filesystem=pyarrow.fs.LocalFileSystem(),
+                )
                 directory = tmp
             state = load(directory)
             return state, candidate
@@ -263,8 +269,7 @@ def load_newest_good(path: str, filesystem: Any = None) -> tuple[dict[str, Any],
             reason = str(err).replace(str(tmp), candidate) if tmp else str(err)
             if candidate not in reason:
                 reason = f"{candidate}: {reason}"
-            warnings.warn(f"skipping corrupted checkpoint {reason}; trying the previous one",
-                          stacklevel=2)
+            warnings.warn(f"skipping corrupted checkpoint {reason}; trying the previous one", stacklevel=2)
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -353,8 +358,10 @@ class LoopState:
         names = [f.name for f in dataclasses.fields(self) if f.metadata.get("restore", True)]
         missing = [name for name in names if name not in state]
         if missing:
-            raise KeyError(f"{type(self).__name__}: the checkpoint has no {', '.join(map(repr, missing))} "
-                           f"(it holds {', '.join(map(repr, sorted(state)))})")
+            raise KeyError(
+                f"{type(self).__name__}: the checkpoint has no {', '.join(map(repr, missing))} "
+                f"(it holds {', '.join(map(repr, sorted(state)))})"
+            )
         for name in names:
             setattr(self, name, _restored(getattr(self, name), state[name]))
 

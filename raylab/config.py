@@ -70,9 +70,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, source: str, prefix:
     kwargs = {}
     for key, value in data.items():
         if key not in fields:
-            raise UserError(
-                f"{source}: unknown key '{where}{key}'; valid keys: {', '.join(sorted(fields))}"
-            )
+            raise UserError(f"{source}: unknown key '{where}{key}'; valid keys: {', '.join(sorted(fields))}")
         kwargs[key] = coerce(value, hints[key], source, f"{where}{key}")
     try:
         return cls(**kwargs)
@@ -93,10 +91,7 @@ def coerce(value: Any, annotation: Any, source: str, key: str) -> Any:
     args = typing.get_args(annotation)
 
     def fail() -> typing.NoReturn:
-        raise UserError(
-            f"{source}: {key}: expected {type_name(annotation)}, got {value!r} "
-            f"({type(value).__name__})"
-        )
+        raise UserError(f"{source}: {key}: expected {type_name(annotation)}, got {value!r} ({type(value).__name__})")
 
     if annotation is Any:
         return value
@@ -114,9 +109,7 @@ def coerce(value: Any, annotation: Any, source: str, key: str) -> Any:
     if origin is Literal:
         if value in args and type(value) in {type(a) for a in args}:
             return value
-        raise UserError(
-            f"{source}: {key}: {value!r} is not one of {', '.join(map(repr, args))}"
-        )
+        raise UserError(f"{source}: {key}: {value!r} is not one of {', '.join(map(repr, args))}")
     if dataclasses.is_dataclass(annotation):
         return from_dict(annotation, value, source, key)
     if origin in (tuple, list):
@@ -137,8 +130,7 @@ def coerce(value: Any, annotation: Any, source: str, key: str) -> Any:
             fail()
         key_type, value_type = args if args else (Any, Any)
         return {
-            coerce(k, key_type, source, f"{key}"): coerce(v, value_type, source, f"{key}.{k}")
-            for k, v in value.items()
+            coerce(k, key_type, source, f"{key}"): coerce(v, value_type, source, f"{key}.{k}") for k, v in value.items()
         }
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

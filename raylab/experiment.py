@@ -64,8 +64,9 @@ def packaged_config_dirs() -> list[tuple[Path, str]]:
             dirs.setdefault(Path(str(files(package))), package)
         except ModuleNotFoundError:
             if name:
-                raise UserError(f"entry point '{name} = {package}' ({EXPERIMENTS_GROUP}): "
-                                f"package '{package}' is not importable") from None
+                raise UserError(
+                    f"entry point '{name} = {package}' ({EXPERIMENTS_GROUP}): package '{package}' is not importable"
+                ) from None
     return list(dirs.items())
 
 
@@ -312,7 +313,8 @@ def available_with_origin() -> dict[str, tuple[Path, str]]:
                 clashes[path.stem] = (
                     f"experiment '{path.stem}' is shipped by two packages ({EXPERIMENTS_GROUP}): "
                     f"{earlier[1]} ({earlier[0]}) and {origin} ({path}); rename one of them, or give "
-                    f"the one to run in a folder of your own with --configs DIR")
+                    f"the one to run in a folder of your own with --configs DIR"
+                )
             elif not packaged:
                 clashes.pop(path.stem, None)
             found[path.stem] = (path, origin)
@@ -396,8 +398,12 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
             "would train the same model on the same data); use resources.workers: 1"
         )
     for key, spec in experiment.scheduler.hyperparam_mutations.items():
-        search_space.validate(config_cls, config, {key: search_space.normalize(
-            spec, source, f"scheduler.hyperparam_mutations.{key}")}, source)
+        search_space.validate(
+            config_cls,
+            config,
+            {key: search_space.normalize(spec, source, f"scheduler.hyperparam_mutations.{key}")},
+            source,
+        )
     return experiment
 
 
@@ -488,16 +494,17 @@ def parse_override(text: str) -> dict[str, Any]:
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
-        raise UserError(f"command line: cannot parse override '{text}'; expected key=value, "
-                        f"for example config.lr=3e-4 or search.loss=[mse,huber]")
+        raise UserError(
+            f"command line: cannot parse override '{text}'; expected key=value, "
+            f"for example config.lr=3e-4 or search.loss=[mse,huber]"
+        )
     parsed = yaml_io.loads(value, f"command line: override '{text}'") if value.strip() else None
     parts = key.split(".")
     if parts[0] == "stop" and len(parts) > 2:  # metric names may contain dots
         parts = ["stop", ".".join(parts[1:])]
     if parts[0] not in SECTIONS:
         raise UserError(
-            f"command line: override '{text}': unknown key '{parts[0]}'; valid keys: "
-            f"{', '.join(sorted(SECTIONS))}"
+            f"command line: override '{text}': unknown key '{parts[0]}'; valid keys: {', '.join(sorted(SECTIONS))}"
         )
     nested: Any = parsed
     for part in reversed(parts):

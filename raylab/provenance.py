@@ -26,9 +26,11 @@ def git_state(folder: Path) -> dict[str, Any]:
     """``{commit, dirty}`` of the git checkout holding ``folder``; ``{}`` outside one.
 
     ``dirty`` counts tracked files changed since the commit (untracked files do not count)."""
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
 
     try:
         commit = git("rev-parse", "HEAD")
@@ -76,8 +78,11 @@ def facts(saved: dict[str, Any] | None) -> list[tuple[str, Any]]:
     if not saved:
         return [("provenance", "not recorded (run started by an older raylab)")]
     git = saved.get("git") or {}
-    commit = (f"{git['commit'][:12]}{' (uncommitted changes)' if git.get('dirty') else ''}"
-              if git.get("commit") else "not a git checkout")
+    commit = (
+        f"{git['commit'][:12]}{' (uncommitted changes)' if git.get('dirty') else ''}"
+        if git.get("commit")
+        else "not a git checkout"
+    )
     return [
         ("code", commit),
         ("versions", ", ".join(f"{k} {v}" for k, v in (saved.get("versions") or {}).items())),

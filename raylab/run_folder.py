@@ -63,8 +63,7 @@ LIVE_STATUSES = ("RUNNING", "PENDING", "PAUSED")
 """Tune's words for a trial that has not reached its end yet, in a sweep still running."""
 
 
-def trial_status(reported: bool, done: bool, error: bool, ended: bool = False,
-                 tune_status: str | None = None) -> str:
+def trial_status(reported: bool, done: bool, error: bool, ended: bool = False, tune_status: str | None = None) -> str:
     """A trial's status, the one definition the end-of-sweep table and the report share.
 
     ``ERROR`` when it failed (an error, or Tune's state says so); ``TERMINATED`` when its last
@@ -162,8 +161,7 @@ class RunFolder:
             entries = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
         except OSError as err:
             raise UserError(f"cannot read {self.join(relative)}: {err}") from None
-        return sorted((e.base_name, "dir" if e.type == pyarrow.fs.FileType.Directory else "file")
-                      for e in entries)
+        return sorted((e.base_name, "dir" if e.type == pyarrow.fs.FileType.Directory else "file") for e in entries)
 
     def exists(self) -> bool:
         """Whether the folder already holds anything (a file there counts too)."""
@@ -302,8 +300,9 @@ def new_run_name(experiment: Experiment, command: str = TUNE_RUN) -> str:
     return f"{experiment.name}{train}{'-smoke' if experiment.smoke else ''}-{stamp}"
 
 
-def newest_run(storage_root: str, experiment: str, *, smoke: bool | None = None,
-               train: bool | None = False, keep=None) -> RunFolder | None:
+def newest_run(
+    storage_root: str, experiment: str, *, smoke: bool | None = None, train: bool | None = False, keep=None
+) -> RunFolder | None:
     """The newest run of ``experiment`` under ``storage_root`` (a path or a URI), or None.
 
     The runs are the folders whose saved ``experiment.yaml`` names ``experiment``; ``smoke``
@@ -475,8 +474,11 @@ class TrialFolder:
 
     def last_checkpoint_number(self) -> int:
         """The highest ``checkpoint_NNNNNN`` in the folder, 0 when there is none."""
-        numbers = [int(name[len(CHECKPOINT_PREFIX):]) for name in self.checkpoints()
-                   if name[len(CHECKPOINT_PREFIX):].isdigit()]
+        numbers = [
+            int(name[len(CHECKPOINT_PREFIX) :])
+            for name in self.checkpoints()
+            if name[len(CHECKPOINT_PREFIX) :].isdigit()
+        ]
         return max(numbers, default=0)
 
     def prune_checkpoints(self, keep: int | None) -> None:

@@ -34,8 +34,7 @@ from raylab.errors import UserError
 
 # Each range kind: its number of arguments (the Ray Tune sampler of the same name takes them);
 # ray.tune is imported only by to_tune, so that loading and validating an experiment does not.
-RANGES = {"uniform": (2,), "loguniform": (2,), "randint": (2,), "quniform": (3,),
-          "qloguniform": (3,), "qrandint": (3,)}
+RANGES = {"uniform": (2,), "loguniform": (2,), "randint": (2,), "quniform": (3,), "qloguniform": (3,), "qrandint": (3,)}
 KINDS = ("grid", "choice", *RANGES)
 VARIANT = "variant"
 
@@ -55,24 +54,23 @@ def normalize(spec: Any, source: str, key: str) -> dict[str, list]:
         spec = {"grid": spec}
     if not isinstance(spec, dict) or len(spec) != 1:
         raise UserError(
-            f"{source}: {key}: a search entry is a list (grid) or one of "
-            f"{{{', '.join(KINDS)}: ...}}, got {spec!r}"
+            f"{source}: {key}: a search entry is a list (grid) or one of {{{', '.join(KINDS)}: ...}}, got {spec!r}"
         )
-    (kind, args), = spec.items()
-    if key.endswith(VARIANT) and (kind != "grid" or not all(
-        isinstance(group, dict) and group for group in args or [None]
-    )):
-        raise UserError(f"{source}: {key}: a list of groups of field values, e.g. "
-                        f"[{{loss: mse}}, {{loss: soft_linf, beta: 3.0}}], got {spec!r}")
+    ((kind, args),) = spec.items()
+    if key.endswith(VARIANT) and (
+        kind != "grid" or not all(isinstance(group, dict) and group for group in args or [None])
+    ):
+        raise UserError(
+            f"{source}: {key}: a list of groups of field values, e.g. "
+            f"[{{loss: mse}}, {{loss: soft_linf, beta: 3.0}}], got {spec!r}"
+        )
     if kind not in KINDS:
         raise UserError(f"{source}: {key}: unknown search kind '{kind}'; valid: {', '.join(KINDS)}")
     if not isinstance(args, list) or not args:
         raise UserError(f"{source}: {key}: '{kind}' takes a non-empty list, got {args!r}")
     if kind in RANGES:
         arity = RANGES[kind][0]
-        if len(args) != arity or not all(
-            isinstance(a, (int, float)) and not isinstance(a, bool) for a in args
-        ):
+        if len(args) != arity or not all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args):
             raise UserError(f"{source}: {key}: '{kind}' takes {arity} numbers, got {args!r}")
         if not args[0] < args[1]:
             raise UserError(f"{source}: {key}: '{kind}' needs low < high, got {args!r}")
@@ -93,10 +91,8 @@ def validate(config_cls: type, fixed: dict, search: dict, source: str) -> None:
             _validate_variants(config_cls, fixed, search, spec["grid"], source, fields)
             continue
         if key not in fields:
-            raise UserError(
-                f"{source}: unknown key 'search.{key}'; valid keys: {', '.join(sorted(fields))}"
-            )
-        (kind, args), = spec.items()
+            raise UserError(f"{source}: unknown key 'search.{key}'; valid keys: {', '.join(sorted(fields))}")
+        ((kind, args),) = spec.items()
         values = args if kind in ("grid", "choice") else args[:2]
         if kind == "randint":
             values = [args[0], args[1] - 1]
@@ -110,12 +106,12 @@ def _validate_variants(config_cls, fixed, search, groups, source, fields) -> Non
     for group in groups:
         for key in group:
             if key not in fields:
-                raise UserError(f"{source}: unknown key 'search.variant.{key}'; valid keys: "
-                                f"{', '.join(sorted(fields))}")
+                raise UserError(
+                    f"{source}: unknown key 'search.variant.{key}'; valid keys: {', '.join(sorted(fields))}"
+                )
             if key in search or key in fixed:
                 where = "search" if key in search else "config"
-                raise UserError(f"{source}: search.variant sets '{key}', which {where} sets too; "
-                                f"keep it in one place")
+                raise UserError(f"{source}: search.variant sets '{key}', which {where} sets too; keep it in one place")
         from_dict(config_cls, {**fixed, **group}, f"{source} (search.variant={group!r})", "config")
 
 
@@ -125,7 +121,7 @@ def to_tune(search: dict) -> dict[str, Any]:
 
     space = {}
     for key, spec in search.items():
-        (kind, args), = spec.items()
+        ((kind, args),) = spec.items()
         if kind == "grid":
             space[key] = tune.grid_search(list(args))
         elif kind == "choice":

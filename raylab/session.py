@@ -130,8 +130,10 @@ def gpu_memory() -> dict[str, float]:
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return {}
-    return {"gpu/mem_allocated_mib": torch.cuda.memory_allocated() / 2**20,
-            "gpu/mem_peak_mib": torch.cuda.max_memory_allocated() / 2**20}
+    return {
+        "gpu/mem_allocated_mib": torch.cuda.memory_allocated() / 2**20,
+        "gpu/mem_peak_mib": torch.cuda.max_memory_allocated() / 2**20,
+    }
 
 
 def restore() -> dict[str, Any] | None:
@@ -229,7 +231,8 @@ def checked_device(assigned, cuda_available: bool, node: str | None = None):
     raise GPUUnavailableError(
         f"this worker reserved a GPU on node {node}, but torch there sees no CUDA device "
         f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
-        "refusing to train on the CPU (set RAYLAB_SIMULATED_GPUS=1 on a simulated cluster)")
+        "refusing to train on the CPU (set RAYLAB_SIMULATED_GPUS=1 on a simulated cluster)"
+    )
 
 
 def hide_unreserved_gpus() -> None:
@@ -257,9 +260,11 @@ def prepare_model(model):
 
 def _report_ray(s: Session, metrics: dict, state_dict: Mapping[str, Any] | None) -> None:
     if s.backend == "tune":
-        from ray.tune import Checkpoint, report as ray_report
+        from ray.tune import Checkpoint
+        from ray.tune import report as ray_report
     else:
-        from ray.train import Checkpoint, report as ray_report
+        from ray.train import Checkpoint
+        from ray.train import report as ray_report
     metrics["node_id"] = _node_id()
     if s.gauges is not None:
         s.gauges.report(metrics)

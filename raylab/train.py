@@ -20,7 +20,13 @@ from raylab import provenance, search_space, session, workloads
 from raylab.errors import UserError, exit_on_user_error
 from raylab.launch import checks, cli, ray_start, summary
 from raylab.run_folder import (
-    EXPERIMENT_FILE, TRAIN_RUN, TRAIN_TRIAL, RunFolder, TrialFolder, new_run_name, newest_run,
+    EXPERIMENT_FILE,
+    TRAIN_RUN,
+    TRAIN_TRIAL,
+    RunFolder,
+    TrialFolder,
+    new_run_name,
+    newest_run,
 )
 
 
@@ -36,7 +42,7 @@ def single_config(experiment: experiments.Experiment) -> tuple[dict[str, Any], d
     """The experiment's fixed config plus one value per search field; and those picked values."""
     picked = {}
     for key, spec in experiment.search.items():
-        (kind, args), = spec.items()
+        ((kind, args),) = spec.items()
         if kind in ("grid", "choice"):
             picked[key] = args[0]
         elif "log" in kind:
@@ -88,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.name:
             checks.check_run_name(run)
     if run.is_uri:
-        raise UserError(f"--storage {args.storage}: python -m raylab.train runs in this process and "
-                        "writes a local folder; use python -m raylab.tune for a cloud --storage")
+        raise UserError(
+            f"--storage {args.storage}: python -m raylab.train runs in this process and "
+            "writes a local folder; use python -m raylab.tune for a cloud --storage"
+        )
     checks.check_storage(run)
     checks.check_resources(experiment, ray_start.local_resources(), local=True)
     checks.preflight(experiment)
@@ -108,14 +116,24 @@ def main(argv: list[str] | None = None) -> int:
     history = run_local(experiment, run.trial(TRAIN_TRIAL), config, verbose=not args.quiet)
     run.record(ended=provenance.now())
     last = history[-1] if history else {}
-    best_values = [r[experiment.metric] for r in history
-                   if isinstance(r.get(experiment.metric), (int, float)) and math.isfinite(r[experiment.metric])]
+    best_values = [
+        r[experiment.metric]
+        for r in history
+        if isinstance(r.get(experiment.metric), (int, float)) and math.isfinite(r[experiment.metric])
+    ]
     best = (max if experiment.mode == "max" else min)(best_values) if best_values else None
-    print(summary.format_table([{
-        "trial": run.name, "iterations": last.get("training_iteration"),
-        f"{experiment.metric} (last)": last.get(experiment.metric),
-        f"{experiment.metric} ({experiment.mode})": best,
-    }]))
+    print(
+        summary.format_table(
+            [
+                {
+                    "trial": run.name,
+                    "iterations": last.get("training_iteration"),
+                    f"{experiment.metric} (last)": last.get(experiment.metric),
+                    f"{experiment.metric} ({experiment.mode})": best,
+                }
+            ]
+        )
+    )
     print(f"\nresults: {run.location}")
     return 0
 

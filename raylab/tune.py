@@ -31,13 +31,15 @@ def parser() -> cli.ArgumentParser:
     cli.add_common_arguments(p)
     p.add_argument("--list", action="store_true", help="list experiments and workloads")
     p.add_argument("--dry-run", action="store_true", help="print the resolved experiment; start nothing")
-    p.add_argument("--cluster", metavar="YAML",
-                   help="with --dry-run: the node types this cluster file launches, and the cost")
+    p.add_argument(
+        "--cluster", metavar="YAML", help="with --dry-run: the node types this cluster file launches, and the cost"
+    )
     p.add_argument("--resume", action="store_true", help="continue the newest (or --name) run")
     p.add_argument("--num-samples", type=int, help="override num_samples")
     p.add_argument("--address", help="join a running Ray cluster: auto or HOST:PORT")
     p.add_argument(
-        "--shared-storage", action="store_true",
+        "--shared-storage",
+        action="store_true",
         help="a local --storage that every cluster node mounts at the same path (NFS)",
     )
     p.add_argument("--dashboard", action="store_true", help="local Ray with its dashboard on 127.0.0.1")
@@ -45,9 +47,18 @@ def parser() -> cli.ArgumentParser:
     p.add_argument("--listen", action="store_true", help="local Ray listens on all interfaces, not only 127.0.0.1")
     p.add_argument("--report", action="store_true", help="write the figures report when the sweep ends")
     p.add_argument("--quiet", action="store_true", help="no progress lines while the sweep runs")
-    p.add_argument("--logger", action="append", default=[], metavar="NAME",
-                   help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/launch/loggers.py")
-    p.add_argument("--verbose", action="store_true", help="Ray Tune's own progress tables and logs, tracebacks and the trials' own output too")
+    p.add_argument(
+        "--logger",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/launch/loggers.py",
+    )
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="Ray Tune's own progress tables and logs, tracebacks and the trials' own output too",
+    )
     return p
 
 
@@ -70,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:  # the run folder is resolved here, once, and handed to the sweep
         run, experiment = run_to_resume(args)
         if run.finished:
-            print(f"{run.name} has finished: every trial terminated; nothing to "
-                  f"resume.\nresults: {run.location}")
+            print(f"{run.name} has finished: every trial terminated; nothing to resume.\nresults: {run.location}")
             return 0
     else:
         experiment = experiments.load(args.experiment, overrides_of(args), smoke=args.smoke)
@@ -92,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             raise UserError(problem)
     ray_info = ray_start.connect(
-        args.address, dashboard=args.dashboard, state_api=experiment.resources.uses_ray_train,
-        listen=args.listen, quiet=not args.verbose,
+        args.address,
+        dashboard=args.dashboard,
+        state_api=experiment.resources.uses_ray_train,
+        listen=args.listen,
+        quiet=not args.verbose,
         env_vars=ray_start.credential_env(run.location) if args.address else None,
     )
     if args.address:  # before any trial starts: a local folder must be one every node mounts
@@ -106,9 +119,13 @@ def main(argv: list[str] | None = None) -> int:
 
     cli.stderr(f"run folder: {run.location}\nTensorBoard: tensorboard --logdir {run.location}")
     done = sweep.run(
-        experiment, run, resume=args.resume,
-        verbose=2 if args.verbose else 0, progress=not args.quiet,
-        loggers=log_to, joined_cluster=bool(args.address),
+        experiment,
+        run,
+        resume=args.resume,
+        verbose=2 if args.verbose else 0,
+        progress=not args.quiet,
+        loggers=log_to,
+        joined_cluster=bool(args.address),
     )
     csv_path = run.write_text(SUMMARY_FILE, summary.to_csv(done.rows))
     print()
@@ -127,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 130
     if done.failed:
-        print(f"{len(done.failed)} trial(s) failed: {', '.join(done.failed)}; see their {ERROR_FILE}",
-              file=sys.stderr)
+        print(f"{len(done.failed)} trial(s) failed: {', '.join(done.failed)}; see their {ERROR_FILE}", file=sys.stderr)
         return 1
     return 0
 
@@ -148,8 +164,7 @@ def run_to_resume(args) -> tuple[RunFolder, experiments.Experiment]:
     run = sweep.run_to_resume(args.storage, name, True if args.smoke else None, args.name)
     experiment = run.saved_experiment()
     if experiment.name != name:
-        raise UserError(f"--resume --name {args.name}: that run is of experiment "
-                        f"'{experiment.name}', not '{name}'")
+        raise UserError(f"--resume --name {args.name}: that run is of experiment '{experiment.name}', not '{name}'")
     if not args.name:
         cli.stderr(f"resuming {run.name}, the newest unfinished run of '{name}'")
     return run, experiment
@@ -172,6 +187,7 @@ def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
 
     ``--dry-run`` runs them all and prints each; a real run stops at the first problem.
     """
+
     def name_is_free():
         if args.name and not args.resume:
             checks.check_run_name(run)
@@ -182,11 +198,9 @@ def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
 
     steps = [
         ("storage", lambda: checks.check_storage(run)),
-        *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), run))]
-          if args.logger else []),
+        *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), run))] if args.logger else []),
         ("run name", name_is_free),
-        ("resources on the cluster (checked once joined)" if args.address
-         else "resources on this machine", resources),
+        ("resources on the cluster (checked once joined)" if args.address else "resources on this machine", resources),
         ("workload preflight", lambda: checks.preflight(experiment)),
     ]
     for check, step in steps:
@@ -230,28 +244,43 @@ def cost_text(experiment: experiments.Experiment) -> str:
     lines = []
     if length := experiment.trial_length():
         key, steps = length
-        lines.append(f"# cost: {trials} trials x {steps:,.0f} {key} = {trials * steps:,.0f} {key}"
-                     + ("" if experiment.stop else " (estimate.trial_steps: the loop's own end)"))
+        lines.append(
+            f"# cost: {trials} trials x {steps:,.0f} {key} = {trials * steps:,.0f} {key}"
+            + ("" if experiment.stop else " (estimate.trial_steps: the loop's own end)")
+        )
         if estimate.steps_per_s:
             hours = trials * steps / estimate.steps_per_s / 3600
             gpus = experiment.resources.total()["GPU"]
             lines.append(
                 f"#   at {estimate.steps_per_s:,.4g} {key}/s per trial ({estimate.rate_basis or 'rate stated in the file'}): "
-                f"{hours:,.1f} trial-hours" + (f", {hours * gpus:,.1f} GPU-hours" if gpus else "")
+                f"{hours:,.1f} trial-hours"
+                + (f", {hours * gpus:,.1f} GPU-hours" if gpus else "")
                 + f", {hours * experiment.resources.total()['CPU']:,.1f} CPU-hours"
             )
     else:
-        lines.append(f"# cost: {trials} trials; no stop criterion or estimate.trial_steps, so no step count to multiply")
+        lines.append(
+            f"# cost: {trials} trials; no stop criterion or estimate.trial_steps, so no step count to multiply"
+        )
     if estimate.checkpoint_bytes:
         kept = experiment.checkpoint.keep
         per_trial = estimate.checkpoint_bytes * (kept if kept is not None else 1)
-        lines.append(f"#   checkpoints kept: {trials} trials x {kept if kept is not None else 'all (at least 1)'} x "
-                     f"{_bytes(estimate.checkpoint_bytes)} = {_bytes(trials * per_trial)}")
+        lines.append(
+            f"#   checkpoints kept: {trials} trials x {kept if kept is not None else 'all (at least 1)'} x "
+            f"{_bytes(estimate.checkpoint_bytes)} = {_bytes(trials * per_trial)}"
+        )
     if not estimate.steps_per_s or not estimate.checkpoint_bytes:
-        lines.append("#   (the file states no " + " or ".join(
-            name for name, value in (("steps_per_s", estimate.steps_per_s),
-                                     ("checkpoint_bytes", estimate.checkpoint_bytes)) if not value)
-            + " in its estimate: section)")
+        lines.append(
+            "#   (the file states no "
+            + " or ".join(
+                name
+                for name, value in (
+                    ("steps_per_s", estimate.steps_per_s),
+                    ("checkpoint_bytes", estimate.checkpoint_bytes),
+                )
+                if not value
+            )
+            + " in its estimate: section)"
+        )
     return "\n".join(lines)
 
 

@@ -77,8 +77,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
     "raylab.errors": ("UserError", "exit_on_user_error"),
     "raylab.config": ("from_dict", "require", "require_at_least", "require_positive"),
     "raylab.session": ("report", "restore", "device", "prepare_model", "world_rank", "world_size", "start"),
-    "raylab.checkpoint": ("rng_state", "set_rng_state", "save", "load_latest", "LoopState", "GlobalRNG",
-                          "saved_only"),
+    "raylab.checkpoint": ("rng_state", "set_rng_state", "save", "load_latest", "LoopState", "GlobalRNG", "saved_only"),
     "raylab.files": ("user_path", "sha256_file", "write_atomic"),
     "raylab.run_folder": ("RunFolder", "TrialFolder"),
     "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only", "Aggregates"),
@@ -97,8 +96,9 @@ without notice. ``raylab.testing.workload_api_violations`` checks a package's im
 raylab is renamed here, once."""
 
 
-def require(workload: str, modules: tuple[str, ...] | list[str], extra: str | None = None,
-            why: str = "", otherwise: str = "") -> None:
+def require(
+    workload: str, modules: tuple[str, ...] | list[str], extra: str | None = None, why: str = "", otherwise: str = ""
+) -> None:
     """Raise ``UserError`` naming the first of ``modules`` that does not import here and the
     extra that installs it: ``seagram needs torch_geometric: pip install "raylab[seagram]"``.
 
@@ -117,9 +117,11 @@ def require(workload: str, modules: tuple[str, ...] | list[str], extra: str | No
         except ImportError as err:
             absent = isinstance(err, ModuleNotFoundError) and err.name in (module, module.split(".")[0])
             install = f'pip install "{extra}"' if extra else f"pip install {module}"
-            raise UserError(f"{workload} needs {module}{' ' + why if why else ''}"
-                            f"{'' if absent else f' (its import fails: {err})'}: {install}"
-                            + (f", {otherwise}" if otherwise else "")) from None
+            raise UserError(
+                f"{workload} needs {module}{' ' + why if why else ''}"
+                f"{'' if absent else f' (its import fails: {err})'}: {install}"
+                + (f", {otherwise}" if otherwise else "")
+            ) from None
 
 
 def resolve(path: str) -> Any:
@@ -150,21 +152,28 @@ def registry() -> dict[str, Workload]:
         try:
             value = entry.load()
         except Exception as err:  # noqa: BLE001 - a broken plug-in is named, not a traceback
-            raise UserError(f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINT_GROUP}): "
-                            f"cannot load it: {err}") from None
+            raise UserError(
+                f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINT_GROUP}): cannot load it: {err}"
+            ) from None
         items = value.items() if isinstance(value, Mapping) else [(entry.name, value)]
         for name, workload in items:
             if not isinstance(workload, Workload):
-                raise UserError(f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINT_GROUP}): "
-                                f"'{name}' is a {type(workload).__name__}, not a raylab Workload")
+                raise UserError(
+                    f"entry point '{entry.name} = {entry.value}' ({ENTRY_POINT_GROUP}): "
+                    f"'{name}' is a {type(workload).__name__}, not a raylab Workload"
+                )
             here = f"{entry.name} = {entry.value}"
             if name in found:
-                raise UserError(f"workload '{name}' is registered twice ({ENTRY_POINT_GROUP}): by "
-                                f"entry point '{origin[name]}' and by '{here}'; rename one of them")
+                raise UserError(
+                    f"workload '{name}' is registered twice ({ENTRY_POINT_GROUP}): by "
+                    f"entry point '{origin[name]}' and by '{here}'; rename one of them"
+                )
             found[name], origin[name] = workload, here
     if not found:
-        raise UserError(f"no workloads are registered (entry-point group '{ENTRY_POINT_GROUP}'); "
-                        "install the package with its entry points: pip install -e .")
+        raise UserError(
+            f"no workloads are registered (entry-point group '{ENTRY_POINT_GROUP}'); "
+            "install the package with its entry points: pip install -e ."
+        )
     return found
 
 

@@ -14,19 +14,20 @@ from raylab.testing import assert_finite_metrics  # noqa: F401 - tests import it
 # Loops that live in tests/ (faulty and failing loops) are imported by module path in Ray
 # workers, whose working directory is not the repository's: they find it on PYTHONPATH.
 REPO_ROOT = Path(__file__).resolve().parents[1]
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p
-)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def pytest_terminal_summary(terminalreporter):
     """Count the deprecation warnings of the run (they are not filtered: see pyproject.toml)."""
     warned = terminalreporter.stats.get("warnings", [])
-    deprecations = [w for w in warned if "Deprecat" in str(getattr(w, "message", ""))
-                    or "FutureWarning" in str(getattr(w, "message", ""))]
+    deprecations = [
+        w
+        for w in warned
+        if "Deprecat" in str(getattr(w, "message", "")) or "FutureWarning" in str(getattr(w, "message", ""))
+    ]
     terminalreporter.write_line(
-        f"deprecation warnings: {len(deprecations)} (of {len(warned)} warnings); "
-        "see the warnings summary above")
+        f"deprecation warnings: {len(deprecations)} (of {len(warned)} warnings); see the warnings summary above"
+    )
 
 
 LONG_TESTS = os.environ.get("RAYLAB_LONG_TESTS") == "1"
@@ -53,8 +54,12 @@ def _torch_switches_restored():
     import sys
 
     def switches(torch):
-        return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-                torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic)
+        return (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.benchmark,
+            torch.backends.cudnn.deterministic,
+        )
 
     torch = sys.modules.get("torch")
     before = switches(torch) if torch is not None else (False, False, False, False)  # torch's defaults

@@ -17,8 +17,10 @@ def trial_rows(run_dir: Path) -> dict[TrialFolder, list[dict]]:
 
 
 def strike_when(
-    run_dir: Path, ready: Callable[[TrialFolder, list[dict]], bool],
-    strike: Callable[[TrialFolder, list[dict]], None], timeout_s: float = 300,
+    run_dir: Path,
+    ready: Callable[[TrialFolder, list[dict]], bool],
+    strike: Callable[[TrialFolder, list[dict]], None],
+    timeout_s: float = 300,
 ) -> threading.Thread:
     """In a background thread: once ``ready(trial_dir, rows)`` holds for a trial, ``strike`` it."""
 

@@ -6,7 +6,8 @@ To add a workload, make a folder here with ``config.py`` (a frozen ``Config`` da
 """
 
 from raylab.workloads import Workload
-from trainers.backdoor import METRICS as BACKDOOR_METRICS, THEORY_METRICS as BACKDOOR_THEORY_METRICS
+from trainers.backdoor import METRICS as BACKDOOR_METRICS
+from trainers.backdoor import THEORY_METRICS as BACKDOOR_THEORY_METRICS
 from trainers.boltz_distill import DISTILL_METRICS, PROBE_METRICS
 from trainers.dqn_softlinf import METRICS as DQN_SOFTLINF_METRICS
 from trainers.fair_adv import METRICS as FAIR_ADV_METRICS

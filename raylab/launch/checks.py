@@ -114,9 +114,7 @@ def probe_local(storage: str) -> None:
         marker.touch(exist_ok=False)
         marker.unlink()
     except OSError as err:
-        raise UserError(
-            f"--storage {storage}: '{probe}' is not a writable directory ({err.strerror or err})"
-        ) from None
+        raise UserError(f"--storage {storage}: '{probe}' is not a writable directory ({err.strerror or err})") from None
 
 
 def probe_uri(storage: str, timeout_s: float = 12.0) -> None:
@@ -163,8 +161,10 @@ def _check_endpoint(storage: str, timeout_s: float) -> None:
         with socket.create_connection((parts.hostname, port), timeout=timeout_s):
             pass
     except OSError as err:
-        raise UserError(f"--storage {storage}: cannot connect to its endpoint_override "
-                        f"{parts.hostname}:{port} ({err.strerror or err})") from None
+        raise UserError(
+            f"--storage {storage}: cannot connect to its endpoint_override "
+            f"{parts.hostname}:{port} ({err.strerror or err})"
+        ) from None
 
 
 def within(timeout_s: float, what: str, check) -> None:

@@ -39,14 +39,19 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments that ``raylab.tune`` and ``raylab.train`` share."""
     parser.add_argument("experiment", nargs="?", help="experiment name in tune_configs/ or a YAML path")
     parser.add_argument(
-        "overrides", nargs="*", metavar="key=value",
+        "overrides",
+        nargs="*",
+        metavar="key=value",
         help="overrides with dotted keys, values read as YAML: config.lr=3e-4 search.loss=[mse,huber]",
     )
     parser.add_argument("--smoke", action="store_true", help="apply the experiment's smoke section")
     parser.add_argument("--storage", default="results", help="results root: a path or s3://, gs:// URI")
     parser.add_argument("--name", help="run folder name (default: EXPERIMENT[-smoke]-TIMESTAMP)")
     parser.add_argument(
-        "--configs", action="append", default=[], metavar="DIR",
+        "--configs",
+        action="append",
+        default=[],
+        metavar="DIR",
         help="also find experiments in this folder of YAMLs (repeatable; or RAYLAB_CONFIGS)",
     )
 
@@ -64,13 +69,14 @@ def use_config_dirs(folders: list[str]) -> None:
 
 def list_experiments() -> str:
     """The ``--list`` text: experiments with their workload and metric, then workloads."""
-    lines = ["experiments (origin: package NAME = the folder of a package registered in raylab.experiments, "
-             "else the folder given with --configs):"]
+    lines = [
+        "experiments (origin: package NAME = the folder of a package registered in raylab.experiments, "
+        "else the folder given with --configs):"
+    ]
     for name, (path, origin) in experiments.available_with_origin().items():
         try:
             exp = experiments.load(str(path))
-            lines.append(f"  {name:<22} {exp.workload:<16} {exp.mode} {exp.metric}  {exp.description}"
-                         f"  [{origin}]")
+            lines.append(f"  {name:<22} {exp.workload:<16} {exp.mode} {exp.metric}  {exp.description}  [{origin}]")
         except UserError as err:
             lines.append(f"  {name:<22} INVALID: {err}  [{origin}]")
     lines.append(f"workloads (entry points '{workloads.ENTRY_POINT_GROUP}'):")

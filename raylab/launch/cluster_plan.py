@@ -68,20 +68,28 @@ def load(path: str | Path) -> tuple[NodeType | None, list[NodeType], int]:
     except (OSError, yaml.YAMLError) as err:
         raise UserError(f"--cluster {path}: cannot read it: {err}") from None
     if not isinstance(config, dict) or "available_node_types" not in config:
-        raise UserError(f"--cluster {path}: no available_node_types (a cluster file of an "
-                        "autoscaling provider, such as cluster/gpu.yaml)")
+        raise UserError(
+            f"--cluster {path}: no available_node_types (a cluster file of an "
+            "autoscaling provider, such as cluster/gpu.yaml)"
+        )
     cap = int(config.get("max_workers", 0))
     head, workers = None, []
     for name, spec in config["available_node_types"].items():
         resources = spec.get("resources") or {}
         node_config = spec.get("node_config") or {}
         if name != config.get("head_node_type") and "CPU" not in resources:
-            raise UserError(f"--cluster {path}: available_node_types.{name}.resources: declare CPU "
-                            "(and GPU) so the node type's capacity is known before launch")
-        node = NodeType(name, float(resources.get("CPU", 0)), float(resources.get("GPU", 0)),
-                        min(int(spec.get("max_workers", cap)), cap),
-                        str(node_config.get("InstanceType", node_config.get("machineType", ""))),
-                        float(resources.get(DRIVER_RESOURCE, 0)))
+            raise UserError(
+                f"--cluster {path}: available_node_types.{name}.resources: declare CPU "
+                "(and GPU) so the node type's capacity is known before launch"
+            )
+        node = NodeType(
+            name,
+            float(resources.get("CPU", 0)),
+            float(resources.get("GPU", 0)),
+            min(int(spec.get("max_workers", cap)), cap),
+            str(node_config.get("InstanceType", node_config.get("machineType", ""))),
+            float(resources.get(DRIVER_RESOURCE, 0)),
+        )
         if name == config.get("head_node_type"):
             head = node
         else:
@@ -120,8 +128,7 @@ def choose(nodes: list[NodeType], cpus: float, gpus: float) -> NodeType | None:
             continue
         capacity = {"CPU": node.cpus, "GPU": node.gpus, "memory": math.inf}
         used = {"CPU": n * cpus, "GPU": n * gpus, "memory": 0.0}
-        weighted = [0.0 if c == math.inf else c * (used[r] / c) ** 3
-                    for r, c in capacity.items() if c >= 1]
+        weighted = [0.0 if c == math.inf else c * (used[r] / c) ** 3 for r, c in capacity.items() if c >= 1]
         matching = (cpus > 0 and node.cpus >= 1) + (gpus > 0 and node.gpus >= 1)
         price = node.price if node.price is not None else math.inf
         key = (gpus > 0 or node.gpus == 0, matching, min(weighted), sum(weighted) / len(weighted), -price / n)
@@ -156,8 +163,10 @@ def plan_text(experiment, cluster: str | Path) -> str:
         cpus, gpus = resources.cpus_per_worker, resources.gpus_per_worker
     node = choose(nodes, cpus, gpus)
     if node is None:
-        return (f"# cluster {name}: no node type holds one trial ({cpus:g} CPU, {gpus:g} GPU); "
-                "its trials would wait forever")
+        return (
+            f"# cluster {name}: no node type holds one trial ({cpus:g} CPU, {gpus:g} GPU); "
+            "its trials would wait forever"
+        )
     per_node = trials_per_node(node, cpus, gpus)
     drivers = int(head.trial_drivers) if head and resources.uses_ray_train else 0
     running = min(trials, drivers) if drivers else trials  # trials whose workers ask for nodes
@@ -169,11 +178,18 @@ def plan_text(experiment, cluster: str | Path) -> str:
         f"# cluster {name}: {node.name} ({node.instance}, {node.cpus:g} CPU, {node.gpus:g} GPU): "
         f"{per_node} trial(s) per node; at the cap {nodes_at_cap} x {node.name} "
         f"(of max_workers {node.max_workers}), {at_once} of {trials} trials at once"
-        + (f" (the head's {DRIVER_RESOURCE}: {drivers} Ray Train trials at a time)"
-           if drivers and running < min(trials, node.max_workers * per_node) else ""),
-        "#   price at the cap: " + (f"${per_hour:,.2f}/h ({nodes_at_cap} x ${node.price:.3f} + head "
-                                    f"{head.instance if head else '-'} ${head_price:.3f})"
-                                    if per_hour is not None else f"unknown (no price for {node.instance})"),
+        + (
+            f" (the head's {DRIVER_RESOURCE}: {drivers} Ray Train trials at a time)"
+            if drivers and running < min(trials, node.max_workers * per_node)
+            else ""
+        ),
+        "#   price at the cap: "
+        + (
+            f"${per_hour:,.2f}/h ({nodes_at_cap} x ${node.price:.3f} + head "
+            f"{head.instance if head else '-'} ${head_price:.3f})"
+            if per_hour is not None
+            else f"unknown (no price for {node.instance})"
+        ),
     ]
     estimate = experiment.estimate
     length = experiment.trial_length()
@@ -182,9 +198,11 @@ def plan_text(experiment, cluster: str | Path) -> str:
         trial_hours = steps / estimate.steps_per_s / 3600
         waves = math.ceil(trials / at_once)
         wall = waves * trial_hours
-        line = (f"#   {trials} trials x {_hours(trial_hours)} = {trials * trial_hours:,.1f} trial-hours, "
-                f"{trials * trial_hours * total['GPU']:,.1f} GPU-hours; wall time at the cap "
-                f"{waves} wave(s) x {_hours(trial_hours)} = {_hours(wall)}")
+        line = (
+            f"#   {trials} trials x {_hours(trial_hours)} = {trials * trial_hours:,.1f} trial-hours, "
+            f"{trials * trial_hours * total['GPU']:,.1f} GPU-hours; wall time at the cap "
+            f"{waves} wave(s) x {_hours(trial_hours)} = {_hours(wall)}"
+        )
         if per_hour is not None:
             # Nodes go when idle: the last wave pays only for the nodes it still uses.
             last = trials - (waves - 1) * at_once
@@ -193,14 +211,18 @@ def plan_text(experiment, cluster: str | Path) -> str:
             line += f"; about ${_amount(dollars)}"
         lines.append(line)
     else:
-        lines.append("#   trial-hours, GPU-hours, wall time, dollars: unknown (the file states no "
-                     "estimate.steps_per_s with a stop criterion or estimate.trial_steps)")
+        lines.append(
+            "#   trial-hours, GPU-hours, wall time, dollars: unknown (the file states no "
+            "estimate.steps_per_s with a stop criterion or estimate.trial_steps)"
+        )
     if estimate.checkpoint_bytes:
         keep = experiment.checkpoint.keep or 1
         stored = trials * keep * estimate.checkpoint_bytes
-        lines.append(f"#   checkpoints in storage: {trials} x {keep} x "
-                     f"{_amount(estimate.checkpoint_bytes / 1e9)} GB = {_amount(stored / 1e9)} GB "
-                     f"(S3 standard, us-west-2: about ${_amount(stored / 1e9 * 0.023)} per month)")
+        lines.append(
+            f"#   checkpoints in storage: {trials} x {keep} x "
+            f"{_amount(estimate.checkpoint_bytes / 1e9)} GB = {_amount(stored / 1e9)} GB "
+            f"(S3 standard, us-west-2: about ${_amount(stored / 1e9 * 0.023)} per month)"
+        )
     else:
         lines.append("#   checkpoints in storage: unknown (the file states no estimate.checkpoint_bytes)")
     return "\n".join(lines)

@@ -29,10 +29,12 @@ def _gauges():
 
     return {
         "rate": Gauge("raylab_trial_reports_per_s", "Reports per second of a trial", tag_keys=TAGS),
-        "metric": Gauge("raylab_trial_metric", "A trial's loss, throughput and optimized metric",
-                        tag_keys=(*TAGS, "metric")),
-        "checkpoint": Gauge("raylab_trial_checkpoint_seconds",
-                            "Seconds to write and hand over a trial's last checkpoint", tag_keys=TAGS),
+        "metric": Gauge(
+            "raylab_trial_metric", "A trial's loss, throughput and optimized metric", tag_keys=(*TAGS, "metric")
+        ),
+        "checkpoint": Gauge(
+            "raylab_trial_checkpoint_seconds", "Seconds to write and hand over a trial's last checkpoint", tag_keys=TAGS
+        ),
     }
 
 
@@ -56,8 +58,12 @@ class TrialGauges:
             gauges["rate"].set(1.0 / (now - self.last), tags=self.tags)
         self.last = now
         for name, value in metrics.items():
-            if (isinstance(value, (int, float)) and not isinstance(value, bool)
-                    and math.isfinite(value) and watched(name, self.metric)):
+            if (
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+                and watched(name, self.metric)
+            ):
                 gauges["metric"].set(float(value), tags={**self.tags, "metric": name})
 
     def checkpoint(self, seconds: float) -> None:

@@ -32,8 +32,9 @@ def check(names: list[str]) -> list[str]:
         if name not in LOGGERS:
             raise UserError(f"--logger {name}: expected one of {', '.join(LOGGERS)}")
         if importlib.util.find_spec(packages[name]) is None:
-            raise UserError(f"--logger {name}: the '{packages[name]}' package is not installed "
-                            f"(pip install {packages[name]})")
+            raise UserError(
+                f"--logger {name}: the '{packages[name]}' package is not installed (pip install {packages[name]})"
+            )
     return list(dict.fromkeys(names))
 
 
@@ -59,11 +60,13 @@ def check_targets(names: list[str], run: RunFolder, timeout_s: float = 10.0) -> 
 
             missing = [p for p in ("sqlalchemy", "alembic") if importlib.util.find_spec(p) is None]
             if missing:
-                raise UserError(f"{where}: MLflow's database stores need {' and '.join(missing)} "
-                                "(pip install 'raylab[loggers]', or sqlalchemy alembic); or use a "
-                                "file:PATH store or an MLflow server")
+                raise UserError(
+                    f"{where}: MLflow's database stores need {' and '.join(missing)} "
+                    "(pip install 'raylab[loggers]', or sqlalchemy alembic); or use a "
+                    "file:PATH store or an MLflow server"
+                )
             if uri.startswith("sqlite:///"):
-                probe_local(str(_file_store_path(uri[len("sqlite:///"):]).parent))
+                probe_local(str(_file_store_path(uri[len("sqlite:///") :]).parent))
         else:
             _ask_mlflow_server(uri, where, timeout_s)
     if "wandb" in names:
@@ -71,8 +74,10 @@ def check_targets(names: list[str], run: RunFolder, timeout_s: float = 10.0) -> 
         if mode in ("offline", "dryrun"):
             probe_local(os.environ.get("WANDB_DIR") or ".")
         elif mode != "disabled" and not _wandb_api_key():
-            raise UserError("--logger wandb: no W&B API key (set WANDB_API_KEY or run `wandb login`; "
-                            "WANDB_MODE=offline logs to local files for a later `wandb sync`)")
+            raise UserError(
+                "--logger wandb: no W&B API key (set WANDB_API_KEY or run `wandb login`; "
+                "WANDB_MODE=offline logs to local files for a later `wandb sync`)"
+            )
 
 
 DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
@@ -95,6 +100,7 @@ def _file_store_path(uri: str):
 
 def _ask_mlflow_server(uri: str, where: str, timeout_s: float) -> None:
     """One experiments search against the tracking server, without MLflow's minutes of retries."""
+
     def ask() -> None:
         from mlflow.tracking import MlflowClient
 
@@ -133,21 +139,30 @@ def callbacks(names: list[str], experiment_name: str, run: RunFolder) -> list:
 
             uri = os.environ.get("MLFLOW_TRACKING_URI") or mlflow_file_store(run.location)
             allow_file_store(uri)
-            out.append(MLflowLoggerCallback(
-                tracking_uri=uri, experiment_name=experiment_name,
-                tags={"raylab.run": run_name}, save_artifact=False,
-            ))
+            out.append(
+                MLflowLoggerCallback(
+                    tracking_uri=uri,
+                    experiment_name=experiment_name,
+                    tags={"raylab.run": run_name},
+                    save_artifact=False,
+                )
+            )
         elif name == "wandb":
             from ray.air.integrations.wandb import WandbLoggerCallback
 
             # W&B logs from an actor that does not see this process's environment: pass the
             # mode (offline) and folder on to wandb.init explicitly.
-            init = {key.lower(): os.environ[f"WANDB_{key}"] for key in ("MODE", "DIR")
-                    if os.environ.get(f"WANDB_{key}")}
-            out.append(WandbLoggerCallback(
-                project=os.environ.get("WANDB_PROJECT", "raylab"), group=run_name,
-                log_config=True, **init,
-            ))
+            init = {
+                key.lower(): os.environ[f"WANDB_{key}"] for key in ("MODE", "DIR") if os.environ.get(f"WANDB_{key}")
+            }
+            out.append(
+                WandbLoggerCallback(
+                    project=os.environ.get("WANDB_PROJECT", "raylab"),
+                    group=run_name,
+                    log_config=True,
+                    **init,
+                )
+            )
         else:
             from ray.tune.logger import TBXLoggerCallback
 
@@ -158,6 +173,5 @@ def callbacks(names: list[str], experiment_name: str, run: RunFolder) -> list:
 def mlflow_file_store(run_path: str) -> str:
     """The default MLflow tracking URI: a file store in the run folder (local runs only)."""
     if is_uri(run_path):
-        raise UserError("--logger mlflow with a cloud --storage needs MLFLOW_TRACKING_URI "
-                        "(an MLflow server)")
+        raise UserError("--logger mlflow with a cloud --storage needs MLFLOW_TRACKING_URI (an MLflow server)")
     return f"file://{run_path.rstrip('/')}/mlruns"

@@ -22,8 +22,10 @@ def result_line(trial_id: str, result: dict[str, Any], experiment: Experiment, b
             parts.append(f"{key}={_number(result[key])}/{_number(experiment.stop[key])}")
     value = result.get(experiment.metric)
     if isinstance(value, (int, float)):
-        parts.append(f"{experiment.metric}={_number(value)}"
-                     + (f" ({experiment.mode} so far {_number(best)})" if best is not None else ""))
+        parts.append(
+            f"{experiment.metric}={_number(value)}"
+            + (f" ({experiment.mode} so far {_number(best)})" if best is not None else "")
+        )
     return "  ".join(parts)
 
 
@@ -54,12 +56,14 @@ def status_line(statuses: list[str], elapsed_s: float) -> str:
 def error_line(trial_id: str, error_text: str | None, error_file: str | None) -> str:
     """``toy_1 failed: RuntimeError: boom (error.txt: PATH)``: the exception's last line."""
     lines = [line.strip() for line in (error_text or "").splitlines() if line.strip()]
-    return (f"{trial_id} failed: {lines[-1] if lines else 'no error message'}"
-            + (f" ({ERROR_FILE}: {error_file})" if error_file else ""))
+    return f"{trial_id} failed: {lines[-1] if lines else 'no error message'}" + (
+        f" ({ERROR_FILE}: {error_file})" if error_file else ""
+    )
 
 
-def callback(experiment: Experiment, run_path: str | None = None, stream=None,
-             status_every_s: float = 60.0, clock=time.monotonic):
+def callback(
+    experiment: Experiment, run_path: str | None = None, stream=None, status_every_s: float = 60.0, clock=time.monotonic
+):
     """A Tune callback that prints one line per trial result, start, end, error and restart,
     and a status line with the trial counts and an ETA at least every ``status_every_s``.
 
@@ -98,8 +102,10 @@ def callback(experiment: Experiment, run_path: str | None = None, stream=None,
 
         def on_trial_recover(self, iteration, trials, trial, **info):
             limit = experiment.failure.max_failures
-            self._print(_error_line(trial, run_path) + f"; restarting ({trial.num_failures} of "
-                        f"{limit if limit >= 0 else 'unlimited'})")
+            self._print(
+                _error_line(trial, run_path) + f"; restarting ({trial.num_failures} of "
+                f"{limit if limit >= 0 else 'unlimited'})"
+            )
 
         def on_trial_error(self, iteration, trials, trial, **info):
             self._print(_error_line(trial, run_path))

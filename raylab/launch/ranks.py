@@ -33,9 +33,9 @@ def reduce_across_ranks(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
         how = declared.get(key, "mean")
         if len(values) == len(rows) and all(_is_number(v) for v in values):
             out[key] = _reduce(values, how)
-        elif len(values) == len(rows) and all(_is_number_list(v) for v in values) and len(
-            {len(v) for v in values}
-        ) == 1:
+        elif (
+            len(values) == len(rows) and all(_is_number_list(v) for v in values) and len({len(v) for v in values}) == 1
+        ):
             out[key] = [_reduce(list(column), how) for column in zip(*values)]
         else:
             out[key] = values[0]

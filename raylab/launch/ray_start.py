@@ -48,8 +48,12 @@ def bind_to_loopback_unless_asked(argv: list[str], environ: dict[str, str] | Non
 
 
 def connect(
-    address: str | None = None, dashboard: bool = False, state_api: bool = False,
-    listen: bool = False, quiet: bool = False, env_vars: dict[str, str] | None = None,
+    address: str | None = None,
+    dashboard: bool = False,
+    state_api: bool = False,
+    listen: bool = False,
+    quiet: bool = False,
+    env_vars: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start a local Ray sized to this machine, or join ``address`` (``auto`` or ``HOST:PORT``).
 
@@ -75,7 +79,9 @@ def connect(
             _check_reachable(address)
         try:
             context = ray.init(
-                address=address, logging_level=logging.WARNING, log_to_driver=not quiet,
+                address=address,
+                logging_level=logging.WARNING,
+                log_to_driver=not quiet,
                 **({"runtime_env": {"env_vars": dict(env_vars)}} if env_vars else {}),
             )
         except (ConnectionError, RuntimeError, ValueError) as err:
@@ -166,16 +172,19 @@ REPEATED_BY_RAYLAB = ("Trial task failed for trial", "Trials did not complete")
 
 def _ray_record_for_the_console(record: logging.LogRecord) -> bool:
     message = record.getMessage()
-    return not (record.exc_info or "Traceback (most recent call last)" in message
-                or message.startswith(REPEATED_BY_RAYLAB))
+    return not (
+        record.exc_info or "Traceback (most recent call last)" in message or message.startswith(REPEATED_BY_RAYLAB)
+    )
 
 
 def dashboard_text(ray_info: dict[str, Any]) -> str:
     """How to open the dashboard: its URL and, when Ray asks for one, where the token is."""
     text = f"Ray dashboard: {ray_info['dashboard_url']}"
     if token_auth_enabled():
-        text += ("\n  it asks for a token: paste the output of `ray get-auth-token` (this "
-                 "machine's Ray token) into its prompt once; the browser keeps it in a cookie")
+        text += (
+            "\n  it asks for a token: paste the output of `ray get-auth-token` (this "
+            "machine's Ray token) into its prompt once; the browser keeps it in a cookie"
+        )
     return text
 
 
@@ -196,8 +205,9 @@ def wait_for_ctrl_c(ray_info: dict[str, Any]) -> None:
     # Ray Tune's fit() leaves its own SIGINT handler behind (it only flags a stop); Ctrl-C must
     # raise here again.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    print(f"the dashboard stays up at {ray_info['dashboard_url']}; press Ctrl-C to stop Ray",
-          file=sys.stderr, flush=True)
+    print(
+        f"the dashboard stays up at {ray_info['dashboard_url']}; press Ctrl-C to stop Ray", file=sys.stderr, flush=True
+    )
     try:
         while True:
             time.sleep(3600)
@@ -232,8 +242,11 @@ def local_resources() -> dict[str, float]:
 
 
 CREDENTIAL_ENV = (
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-    "AWS_DEFAULT_REGION", "AWS_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
 )
 """The environment variables through which pyarrow's S3 filesystem finds a store's credentials
 and region, besides ``AWS_ENDPOINT_URL`` and its per-service forms (``AWS_ENDPOINT_URL_S3``)."""
@@ -250,5 +263,8 @@ def credential_env(storage: str, environ: dict[str, str] | None = None) -> dict[
     environ = os.environ if environ is None else environ
     if not is_uri(storage):
         return {}
-    return {key: value for key, value in environ.items()
-            if value and (key in CREDENTIAL_ENV or key.startswith("AWS_ENDPOINT_URL"))}
+    return {
+        key: value
+        for key, value in environ.items()
+        if value and (key in CREDENTIAL_ENV or key.startswith("AWS_ENDPOINT_URL"))
+    }

@@ -21,7 +21,7 @@ def make_scheduler(experiment: Experiment):
     if spec.type == "pbt":
         mutations = {}
         for key, entry in spec.hyperparam_mutations.items():
-            (kind, args), = search_space.normalize(entry, experiment.source, key).items()
+            ((kind, args),) = search_space.normalize(entry, experiment.source, key).items()
             kind = "choice" if kind == "grid" else kind
             mutations[key] = search_space.to_tune({key: {kind: args}})[key]
         return PopulationBasedTraining(

@@ -11,7 +11,11 @@ from raylab.run_folder import trial_status
 
 
 def rows(
-    result_grid, metric: str, mode: str, swept: list[str], ended: frozenset[str] = frozenset(),
+    result_grid,
+    metric: str,
+    mode: str,
+    swept: list[str],
+    ended: frozenset[str] = frozenset(),
     reported: tuple[str, ...] | None = None,
 ) -> list[dict[str, Any]]:
     """One dict per trial: name, status, swept values, iterations, last and best metric.
@@ -26,13 +30,12 @@ def rows(
         metrics = result.metrics or {}
         history = result.metrics_dataframe
         values = (
-            [v for v in history[metric].tolist() if _finite(v)]
-            if history is not None and metric in history
-            else []
+            [v for v in history[metric].tolist() if _finite(v)] if history is not None and metric in history else []
         )
         best = (max if mode == "max" else min)(values) if values else None
-        status = trial_status(bool(metrics), bool(metrics.get("done")), result.error is not None,
-                              metrics.get("trial_id") in ended)
+        status = trial_status(
+            bool(metrics), bool(metrics.get("done")), result.error is not None, metrics.get("trial_id") in ended
+        )
         swept_values = {key: (result.config or {}).get(key) for key in swept}
         row = {
             "trial": metrics.get("trial_id") or _dirname(result.path),
@@ -69,8 +72,11 @@ def _last(history, name: str, metrics: dict[str, Any]) -> Any:
     if history is None or name not in history:
         return None
     values = history[name].dropna()
-    return values.iloc[-1].item() if len(values) and hasattr(values.iloc[-1], "item") else (
-        values.iloc[-1] if len(values) else None)
+    return (
+        values.iloc[-1].item()
+        if len(values) and hasattr(values.iloc[-1], "item")
+        else (values.iloc[-1] if len(values) else None)
+    )
 
 
 def to_csv(table: list[dict[str, Any]]) -> str:
@@ -91,8 +97,9 @@ def format_table(table: list[dict[str, Any]], metric: str | None = None) -> str:
     that one's columns (the others are in ``summary.csv``)."""
     if not table:
         return "(no trials)"
-    headers = [h for h in table[0] if h != "path"
-               and not (metric and h.endswith(" (last)") and h != f"{metric} (last)")]
+    headers = [
+        h for h in table[0] if h != "path" and not (metric and h.endswith(" (last)") and h != f"{metric} (last)")
+    ]
     cells = [[_cell(row[h]) for h in headers] for row in table]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     line = lambda values: "  ".join(v.ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731

@@ -101,8 +101,10 @@ def run(
                 stop=dict(experiment.stop) or None,
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=experiment.checkpoint.keep),
                 failure_config=tune.FailureConfig(max_failures=experiment.failure.max_failures),
-                callbacks=[config_writer.callback(experiment, run),
-                           *logger_callbacks.callbacks(list(loggers), experiment.name, run)]
+                callbacks=[
+                    config_writer.callback(experiment, run),
+                    *logger_callbacks.callbacks(list(loggers), experiment.name, run),
+                ]
                 + ([progress_lines.callback(experiment, run.location)] if progress else []),
                 verbose=verbose,
             ),
@@ -110,8 +112,14 @@ def run(
         run.begin(experiment, TUNE_RUN)
     results = tuner.fit()
     ended = ended_trials(run, results)
-    rows = summary.rows(results, experiment.metric, experiment.mode, list(experiment.search), ended=ended,
-                        reported=workloads.get(experiment.workload).metrics)
+    rows = summary.rows(
+        results,
+        experiment.metric,
+        experiment.mode,
+        list(experiment.search),
+        ended=ended,
+        reported=workloads.get(experiment.workload).metrics,
+    )
     if rows and all(row["status"] == "TERMINATED" for row in rows):
         run.mark_finished(len(rows))
     run.record(ended=provenance.now())
@@ -126,15 +134,13 @@ def ended_trials(run: RunFolder, results) -> frozenset[str]:
     its stopped trials TERMINATED too).
     """
     return frozenset(
-        trial_id for r in results
-        if not (r.metrics or {}).get("done") and (trial_id := (r.metrics or {}).get("trial_id"))
-        and run.ended(trial_id)
+        trial_id
+        for r in results
+        if not (r.metrics or {}).get("done") and (trial_id := (r.metrics or {}).get("trial_id")) and run.ended(trial_id)
     )
 
 
-def max_concurrent_trials(
-    experiment: Experiment, available: dict[str, float], joined_cluster: bool
-) -> int | None:
+def max_concurrent_trials(experiment: Experiment, available: dict[str, float], joined_cluster: bool) -> int | None:
     """How many trials Tune may run at once (``None``: no limit, every trial queued).
 
     The experiment's ``max_concurrent_trials`` wins when set. On a joined cluster, which may
@@ -167,14 +173,15 @@ def run_to_resume(storage: str, experiment_name: str, smoke: bool | None, name: 
         raise UserError("--resume with a cloud --storage needs --name (the run folder to resume)")
     where = root(storage)
     kind = {True: " smoke", False: " full", None: ""}[smoke]
-    unfinished = newest_run(where, experiment_name, smoke=smoke,
-                            keep=lambda run: not run.finished and restorable(run))
+    unfinished = newest_run(where, experiment_name, smoke=smoke, keep=lambda run: not run.finished and restorable(run))
     if unfinished is not None:
         return unfinished
     newest = newest_run(where, experiment_name, smoke=smoke, keep=restorable)
     if newest is not None:
-        raise UserError(f"--resume: every{kind} run of '{experiment_name}' in {where} has "
-                        f"finished (newest: {newest.name}); nothing to resume")
+        raise UserError(
+            f"--resume: every{kind} run of '{experiment_name}' in {where} has "
+            f"finished (newest: {newest.name}); nothing to resume"
+        )
     raise UserError(f"--resume: no resumable{kind} run of '{experiment_name}' in {where}")
 
 
@@ -186,5 +193,8 @@ def restorable(run: RunFolder) -> bool:
 
     if not tune.Tuner.can_restore(run.location):
         return False
-    return any(name.startswith("experiment_state-") and name.endswith(".json")
-               for name, kind in run.listdir() if kind == "file")
+    return any(
+        name.startswith("experiment_state-") and name.endswith(".json")
+        for name, kind in run.listdir()
+        if kind == "file"
+    )

@@ -69,9 +69,7 @@ def drive_train_run(settings: TrialSettings, config: dict[str, Any]) -> None:
     trainer = TorchTrainer(
         functools.partial(run_trial, worker_settings, "train"),
         train_loop_config=config,
-        torch_config=TorchConfig(
-            backend=distributed_backend(settings.gpus_per_worker)
-        ),
+        torch_config=TorchConfig(backend=distributed_backend(settings.gpus_per_worker)),
         scaling_config=ray.train.ScalingConfig(
             num_workers=settings.workers,
             use_gpu=settings.gpus_per_worker > 0,

@@ -16,7 +16,6 @@ from raylab.experiment import Experiment
 from raylab.launch.trial import TrialSettings, run_trial
 from raylab.run_folder import RunFolder
 
-
 DRIVER_RESOURCE = "trial_driver"
 """A custom resource a cluster's head may declare (``cluster/gpu.yaml``): a Ray Train trial's
 driver, and the Train controller it starts on its node, then run on the head, which the
@@ -44,12 +43,14 @@ def make_trainable(experiment: Experiment, run: RunFolder) -> Callable:
 
     settings = TrialSettings.of(experiment, run)
     if not experiment.resources.uses_ray_train:
+
         def trainable(config):
             run_trial(settings, "tune", config)
             RunFolder(settings.run).mark_ended(tune.get_context().get_trial_id())
 
         request = {"CPU": settings.cpus_per_worker}
     else:
+
         def trainable(config):
             from raylab.launch.train_path import drive_train_run  # Ray Train: only on this path
 

@@ -39,9 +39,7 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(planes)
         self.shortcut = nn.Sequential()
         if stride != 1 or in_planes != planes:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(in_planes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)
-            )
+            self.shortcut = nn.Sequential(nn.Conv2d(in_planes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -152,8 +150,7 @@ class ResNet(_CifarResNet):
     block = BasicBlock
     last_relu = "layer4.1"
 
-    def __init__(self, num_classes=10, blocks=(2, 2, 2, 2), mean=CIFAR10_MEAN, std=CIFAR10_STD,
-                 width=64):
+    def __init__(self, num_classes=10, blocks=(2, 2, 2, 2), mean=CIFAR10_MEAN, std=CIFAR10_STD, width=64):
         super().__init__(num_classes, blocks, mean, std, width)
         self.bn1 = nn.BatchNorm2d(width)
 
@@ -165,8 +162,7 @@ class PreActResNet(_CifarResNet):
     block = PreActBlock
     last_relu = "final"
 
-    def __init__(self, num_classes=10, blocks=(2, 2, 2, 2), mean=CIFAR10_MEAN, std=CIFAR10_STD,
-                 width=64):
+    def __init__(self, num_classes=10, blocks=(2, 2, 2, 2), mean=CIFAR10_MEAN, std=CIFAR10_STD, width=64):
         super().__init__(num_classes, blocks, mean, std, width)
         self.bn = nn.BatchNorm2d(8 * width)
 

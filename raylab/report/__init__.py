@@ -32,12 +32,12 @@ from typing import Any
 
 from raylab import provenance, workloads
 from raylab.errors import UserError, exit_on_user_error
-from raylab.run_folder import ERROR_FILE, RunFolder
 from raylab.report.aggregate import conditions, resolve_metric, table_blocks
 from raylab.report.data import TUNE_COUNTERS, Run, find_run, format_value, load_run
 from raylab.report.evidence import claims_text, evaluate_claims
 from raylab.report.render import to_html, to_markdown
 from raylab.report.spec import Curve, Report, Table
+from raylab.run_folder import ERROR_FILE, RunFolder
 
 FORMATS = ("html", "md", "json")
 LISTED = 8  # names listed in a status line before "and N more"
@@ -51,16 +51,26 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m raylab.report", description=__doc__.split("\n")[0].replace("``", ""), allow_abbrev=False)
+    p = _Parser(
+        prog="python -m raylab.report", description=__doc__.split("\n")[0].replace("``", ""), allow_abbrev=False
+    )
     p.add_argument("run", help="a run folder (path or URI), or an experiment name (its newest run)")
     p.add_argument("--out", help="report folder (default: RUN/report, or reports/RUN_NAME for a URI)")
-    p.add_argument("--format", choices=FORMATS, default="html",
-                   help="html (self-contained), md, or json (report.json only; with --claims, printed)")
-    p.add_argument("--claims", action="store_true",
-                   help="print the claims table (estimates, intervals, controls, verdicts) and write nothing")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="html",
+        help="html (self-contained), md, or json (report.json only; with --claims, printed)",
+    )
+    p.add_argument(
+        "--claims",
+        action="store_true",
+        help="print the claims table (estimates, intervals, controls, verdicts) and write nothing",
+    )
     p.add_argument("--storage", default="results", help="where to look for runs of an experiment name")
-    p.add_argument("--train-runs", action="store_true",
-                   help="an experiment name may also pick a python -m raylab.train debug run")
+    p.add_argument(
+        "--train-runs", action="store_true", help="an experiment name may also pick a python -m raylab.train debug run"
+    )
     return p
 
 
@@ -81,8 +91,14 @@ def claims_report(run_path: str, fmt: str = "html") -> str:
     spec, spec_note = declared_report(run)
     claims = evaluate_claims(run, spec, config_defaults(run))
     if fmt == "json":
-        return json.dumps({"run": run.path, "workload": run.experiment.get("workload"), "note": spec_note,
-                           "claims": claims}, indent=1, default=str) + "\n"
+        return (
+            json.dumps(
+                {"run": run.path, "workload": run.experiment.get("workload"), "note": spec_note, "claims": claims},
+                indent=1,
+                default=str,
+            )
+            + "\n"
+        )
     title = f"claims of {run.experiment.get('workload') or 'an unknown workload'}, run {run.path}"
     return claims_text(claims, title + (f"\n{spec_note}" if spec_note else ""))
 
@@ -143,11 +159,20 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
     exp = run.experiment
     metric, mode = exp.get("metric"), exp.get("mode", "max")
     items = [(item.file_stem(index), item) for index, item in enumerate(spec.items, start=1)]
-    if metric and not any(isinstance(i, Table) and metric in i.metrics and not i.rows and i.at == "last"
-                          for _, i in items):
-        items.insert(0, ("00_sweep_metric", Table(
-            (metric,), best=mode if mode in ("max", "min") else "",
-            title=f"{metric} at each trial's last report (mean ± std over seeds)")))
+    if metric and not any(
+        isinstance(i, Table) and metric in i.metrics and not i.rows and i.at == "last" for _, i in items
+    ):
+        items.insert(
+            0,
+            (
+                "00_sweep_metric",
+                Table(
+                    (metric,),
+                    best=mode if mode in ("max", "min") else "",
+                    title=f"{metric} at each trial's last report (mean ± std over seeds)",
+                ),
+            ),
+        )
     stems: set[str] = set()
     figures, tables = [], []
     skip = spec.not_applicable([t.params for t in run.trials if t.rows])
@@ -155,32 +180,71 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
         stem = _unique(stem, stems)
         shown = item.plotted() if not isinstance(item, Table) else list(item.metrics)
         if skip and all(m in skip for m in shown):  # reported under other configs only
-            note = (f"not applicable: {', '.join(shown)} are reported on "
-                    f"{' and '.join(dict.fromkeys(skip[m] for m in shown))} only, and no trial here is one")
+            note = (
+                f"not applicable: {', '.join(shown)} are reported on "
+                f"{' and '.join(dict.fromkeys(skip[m] for m in shown))} only, and no trial here is one"
+            )
             if isinstance(item, Table):
-                tables.append({"name": stem, "title": item.heading() + _at_note(item), "kind": "Table",
-                               "metrics": list(item.metrics), "at": item.at, "rows_key": item.rows,
-                               "columns_keys": list(item.columns), "csv": "", "blocks": [], "note": note})
+                tables.append(
+                    {
+                        "name": stem,
+                        "title": item.heading() + _at_note(item),
+                        "kind": "Table",
+                        "metrics": list(item.metrics),
+                        "at": item.at,
+                        "rows_key": item.rows,
+                        "columns_keys": list(item.columns),
+                        "csv": "",
+                        "blocks": [],
+                        "note": note,
+                    }
+                )
             else:
-                figures.append({"name": stem, "kind": item.kind, "title": item.heading(),
-                                "metrics": list(item.metric_names()), "y": item.plotted(),
-                                "file": "", "note": note, "applicable": False})
+                figures.append(
+                    {
+                        "name": stem,
+                        "kind": item.kind,
+                        "title": item.heading(),
+                        "metrics": list(item.metric_names()),
+                        "y": item.plotted(),
+                        "file": "",
+                        "note": note,
+                        "applicable": False,
+                    }
+                )
             continue
         if isinstance(item, Table):
             blocks = table_blocks(run, item, spec.seeds)
             csv_file = f"tables/{stem}.csv"
             (out_dir / "tables").mkdir(parents=True, exist_ok=True)
             (out_dir / csv_file).write_text(_table_csv(blocks))
-            tables.append({"name": stem, "title": item.heading() + _at_note(item), "kind": "Table",
-                           "metrics": list(item.metrics), "at": item.at, "rows_key": item.rows,
-                           "columns_keys": list(item.columns), "csv": csv_file,
-                           "blocks": [b.to_json() for b in blocks]})
+            tables.append(
+                {
+                    "name": stem,
+                    "title": item.heading() + _at_note(item),
+                    "kind": "Table",
+                    "metrics": list(item.metrics),
+                    "at": item.at,
+                    "rows_key": item.rows,
+                    "columns_keys": list(item.columns),
+                    "csv": csv_file,
+                    "blocks": [b.to_json() for b in blocks],
+                }
+            )
         else:
             file = f"figures/{stem}.png"
             drawn, note = draw(item, run, spec.seeds, out_dir / file, skip=tuple(skip))
-            figures.append({"name": stem, "kind": item.kind, "title": item.heading(),
-                            "metrics": list(item.metric_names()), "y": item.plotted(),
-                            "file": file if drawn else "", "note": note})
+            figures.append(
+                {
+                    "name": stem,
+                    "kind": item.kind,
+                    "title": item.heading(),
+                    "metrics": list(item.metric_names()),
+                    "y": item.plotted(),
+                    "file": file if drawn else "",
+                    "note": note,
+                }
+            )
     notes = status_notes(run, spec, figures)
     if spec_note:
         notes.insert(0, spec_note)
@@ -189,8 +253,9 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
 
     defaults = config_defaults(run)
     claims = evaluate_claims(run, spec, defaults)
-    aggregates = [build_aggregates(run, agg, spec.seeds, defaults, out_dir, _unique(agg.name, stems))
-                  for agg in spec.aggregates]
+    aggregates = [
+        build_aggregates(run, agg, spec.seeds, defaults, out_dir, _unique(agg.name, stems)) for agg in spec.aggregates
+    ]
     trial_columns, trial_rows = trial_table(run, metric)
     return {
         "title": f"{exp.get('name') or run.name}: {run.name}",
@@ -250,12 +315,16 @@ def status_notes(run: Run, spec: Report, figures: list[dict]) -> list[str]:
     with_rows = [t for t in run.trials if t.rows]
     known = len(run.trials)
     if run.expected is not None and known < run.expected:
-        notes.append(f"{run.expected - known} of {run.expected} trials have not started (no trial folder yet)"
-                     + (f": {'; '.join(run.not_started)}" if run.not_started else ""))
+        notes.append(
+            f"{run.expected - known} of {run.expected} trials have not started (no trial folder yet)"
+            + (f": {'; '.join(run.not_started)}" if run.not_started else "")
+        )
     running = [t for t in run.trials if t.status in ("RUNNING", "PENDING", "PAUSED")]
     if running:
-        notes.append(f"sweep still running: {len(running)} trial(s) not finished when Tune last saved "
-                     f"its state ({', '.join(f'{t.name} {t.status}' for t in running)}); their values are partial")
+        notes.append(
+            f"sweep still running: {len(running)} trial(s) not finished when Tune last saved "
+            f"its state ({', '.join(f'{t.name} {t.status}' for t in running)}); their values are partial"
+        )
     silent = [t for t in run.trials if not t.rows and t.status != "ERROR"]
     if silent:
         notes.append(f"{len(silent)} trial(s) without any result yet: {', '.join(t.name for t in silent)}")
@@ -286,9 +355,17 @@ def trial_table(run: Run, metric: str | None) -> tuple[list[str], list[list[Any]
     rows = []
     for t in run.trials:
         last = next((r[metric] for r in reversed(t.rows) if metric in r), None) if metric else None
-        rows.append([t.name, t.status, *(swept_value(t.params, k, defaults) for k in run.swept), len(t.rows),
-                     t.rows[-1].get("training_iteration") if t.rows else None,
-                     *([last] if metric else []), t.error])
+        rows.append(
+            [
+                t.name,
+                t.status,
+                *(swept_value(t.params, k, defaults) for k in run.swept),
+                len(t.rows),
+                t.rows[-1].get("training_iteration") if t.rows else None,
+                *([last] if metric else []),
+                t.error,
+            ]
+        )
     return columns, rows
 
 
@@ -326,11 +403,21 @@ def _facts(run: Run) -> list[tuple[str, Any]]:
     facts.append(("smoke", bool(exp.get("smoke"))))
     facts.append(("swept", ", ".join(run.swept) or "(nothing)"))
     counts = _counts(run)
-    facts.append(("trials", ", ".join(f"{v} {k}" for k, v in counts.items())
-                  + (f" (of {run.expected} expected)" if run.expected is not None else "")))
-    facts.append(("aggregate", "tables: mean ± sample std (n = trials) over seeds and repeats; claims and "
-                               "aggregates: estimate over seeds with a 95% percentile bootstrap interval, "
-                               "stratified by task, labelled wide below 5 seeds"))
+    facts.append(
+        (
+            "trials",
+            ", ".join(f"{v} {k}" for k, v in counts.items())
+            + (f" (of {run.expected} expected)" if run.expected is not None else ""),
+        )
+    )
+    facts.append(
+        (
+            "aggregate",
+            "tables: mean ± sample std (n = trials) over seeds and repeats; claims and "
+            "aggregates: estimate over seeds with a 95% percentile bootstrap interval, "
+            "stratified by task, labelled wide below 5 seeds",
+        )
+    )
     return facts + provenance.facts(exp.get("provenance"))
 
 
@@ -365,4 +452,3 @@ def _table_csv(blocks) -> str:
                 values += [json.dumps(cell.mean), json.dumps(cell.std), cell.n] if cell else ["", "", 0]
             writer.writerow([block.title, label, *values])
     return buffer.getvalue()
-

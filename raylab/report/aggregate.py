@@ -37,8 +37,7 @@ def resolve_metric(pattern: str, trial: Trial) -> str | None:
 
 def values_of(trial: Trial, metric: str) -> list[Any]:
     """Every reported value of ``metric`` (numbers or vectors), oldest first."""
-    return [row[metric] for row in trial.rows
-            if metric in row and (is_number(row[metric]) or is_vector(row[metric]))]
+    return [row[metric] for row in trial.rows if metric in row and (is_number(row[metric]) or is_vector(row[metric]))]
 
 
 def value_at(trial: Trial, pattern: str, at: str = "last") -> Any:
@@ -58,7 +57,7 @@ def value_at(trial: Trial, pattern: str, at: str = "last") -> Any:
     array = np.asarray(values, dtype=float)
     with np.errstate(all="ignore"):
         if at == "last_half":
-            picked = np.nanmean(array[len(array) // 2:], axis=0)
+            picked = np.nanmean(array[len(array) // 2 :], axis=0)
         else:
             picked = np.nanmax(array, axis=0) if at == "max" else np.nanmin(array, axis=0)
     return picked.tolist()
@@ -112,8 +111,10 @@ def label_of(keys: list[str], values: tuple) -> str:
     """
     if not keys:
         return "all trials"
-    return ", ".join(f"{k}={format_value(_unhash(v))}" for k, v in zip(keys, values)
-                     if _unhash(v) is not None) or "all trials"
+    return (
+        ", ".join(f"{k}={format_value(_unhash(v))}" for k, v in zip(keys, values) if _unhash(v) is not None)
+        or "all trials"
+    )
 
 
 def group(run: Run, trials: list[Trial], keys: list[str]) -> dict[tuple, list[Trial]]:
@@ -180,8 +181,7 @@ def aggregate(values: list[Any], trials: list[str]) -> Agg | None:
     array = np.asarray([v for v, _ in pairs], dtype=float)
     mean = array.mean(axis=0)
     std = array.std(axis=0, ddof=1) if len(array) > 1 else np.full_like(mean, np.nan)
-    return Agg(mean=mean.tolist(), std=std.tolist(), n=len(array), trials=[t for _, t in pairs],
-               values=array.tolist())
+    return Agg(mean=mean.tolist(), std=std.tolist(), n=len(array), trials=[t for _, t in pairs], values=array.tolist())
 
 
 # ------------------------------------------------------------------------ tables
@@ -208,12 +208,20 @@ class TableBlock:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "title": self.title, "row_header": self.row_header, "columns": self.columns,
-            "column_values": self.column_values, "block_values": self.block_values,
-            "rows": [{"label": label, "values": values,
-                      "cells": [c.to_json() if c else None for c in cells],
-                      "metrics": self.metrics[i] if i < len(self.metrics) else []}
-                     for i, (label, values, cells) in enumerate(self.rows)],
+            "title": self.title,
+            "row_header": self.row_header,
+            "columns": self.columns,
+            "column_values": self.column_values,
+            "block_values": self.block_values,
+            "rows": [
+                {
+                    "label": label,
+                    "values": values,
+                    "cells": [c.to_json() if c else None for c in cells],
+                    "metrics": self.metrics[i] if i < len(self.metrics) else [],
+                }
+                for i, (label, values, cells) in enumerate(self.rows)
+            ],
             "best": [list(b) for b in self.best],
             "best_notes": self.best_notes,
         }
@@ -248,8 +256,14 @@ def _group_rows_block(run: Run, table: Table, trials: list[Trial], conds: list[s
         cells = [_cell(table, members, m) for m in table.metrics]
         rows.append((label_of(conds, values), _values_dict(conds, values), [c for c, _ in cells]))
         names.append([n for _, n in cells])
-    block = TableBlock(title="", row_header=", ".join(conds) or "trials", columns=list(table.metrics),
-                       rows=rows, metrics=names, column_values=[{} for _ in table.metrics])
+    block = TableBlock(
+        title="",
+        row_header=", ".join(conds) or "trials",
+        columns=list(table.metrics),
+        rows=rows,
+        metrics=names,
+        column_values=[{} for _ in table.metrics],
+    )
     if table.best:
         for j, metric in enumerate(table.metrics):
             direction = _direction(table, metric)
@@ -273,13 +287,21 @@ def _pivot_block(run, table: Table, trials: list[Trial], column_keys: list[str],
             members = [t for t in row_members if key_of(t, column_keys) == column]
             cells.append(_cell(table, members, metric) if members else (None, ""))
         row_label = "-" if _unhash(row_value[0]) is None else format_value(_unhash(row_value[0]))
-        rows.append((row_label, {table.rows: _unhash(row_value[0])},  # "-": a trial without the key
-                     [c for c, _ in cells]))
+        rows.append(
+            (
+                row_label,
+                {table.rows: _unhash(row_value[0])},  # "-": a trial without the key
+                [c for c, _ in cells],
+            )
+        )
         names.append([n for _, n in cells])
     block = TableBlock(
-        title=title, row_header=table.rows,
+        title=title,
+        row_header=table.rows,
         columns=[label_of(column_keys, c) if column_keys else metric for c in columns],
-        rows=rows, metrics=names, column_values=[_values_dict(column_keys, c) for c in columns],
+        rows=rows,
+        metrics=names,
+        column_values=[_values_dict(column_keys, c) for c in columns],
     )
     if table.best:
         for i, (_, _, cells) in enumerate(rows):
@@ -308,8 +330,7 @@ def _best_index(cells: list[Agg | None], direction: str) -> tuple[int | None, st
     wholly on the better side of 0: a top mean inside the interval is not marked."""
     from raylab.report.estimators import difference_interval
 
-    scored = [(c.mean, i) for i, c in enumerate(cells)
-              if c is not None and is_number(c.mean) and np.isfinite(c.mean)]
+    scored = [(c.mean, i) for i, c in enumerate(cells) if c is not None and is_number(c.mean) and np.isfinite(c.mean)]
     if len(scored) < 2:
         return None, ""
     top = (max if direction == "max" else min)(value for value, _ in scored)
@@ -325,7 +346,9 @@ def _best_index(cells: list[Agg | None], direction: str) -> tuple[int | None, st
             return None, "no best marked: a cell with one seed has no interval"
         low, high = difference_interval(best.values, other.values)
         if (low <= 0) if direction == "max" else (high >= 0):
-            return None, ("no best marked: the 95% interval of the top mean minus another's (seeds "
-                          "resampled independently) "
-                          f"includes 0 ([{format_value(low)}, {format_value(high)}])")
+            return None, (
+                "no best marked: the 95% interval of the top mean minus another's (seeds "
+                "resampled independently) "
+                f"includes 0 ([{format_value(low)}, {format_value(high)}])"
+            )
     return winners[0], ""

@@ -40,8 +40,13 @@ from raylab.report.data import format_value
 Op = Literal["difference", "ratio"]
 Expect = Literal[">", "<", "within"]
 _OPS = ("difference", "ratio")
-_AT_WORDS = {"last": "at its last report", "first": "at its first report", "max": "max over reports",
-             "min": "min over reports", "last_half": "mean over the last half of its reports"}
+_AT_WORDS = {
+    "last": "at its last report",
+    "first": "at its first report",
+    "max": "max over reports",
+    "min": "min over reports",
+    "last_half": "mean over the last half of its reports",
+}
 
 
 def _tuple(value) -> tuple:
@@ -171,12 +176,16 @@ class Contrast:
         if self.against is None:
             other = metric_words(self.against_metric or self.metric)
             scope = f" of [{arm_words(self.arm)}]" if self.arm else ""
-            return (f"{kind} {metric_words(self.metric)} ({at}) {sign} {other} ({other_at}) inside each trial"
-                    f"{scope}{_strata_words(self.strata)}")
+            return (
+                f"{kind} {metric_words(self.metric)} ({at}) {sign} {other} ({other_at}) inside each trial"
+                f"{scope}{_strata_words(self.strata)}"
+            )
         other_metric = "" if self.against_metric is None else f" ({metric_words(self.against_metric)})"
         pairing = " and ".join(("seed", *self.pairing_keys()))
-        return (f"{kind} [{arm_words(self.arm)}] {sign} [{arm_words(self.against)}]{other_metric} of "
-                f"{metric_words(self.metric)} ({at}), paired by {pairing}{_strata_words(self.strata)}")
+        return (
+            f"{kind} [{arm_words(self.arm)}] {sign} [{arm_words(self.against)}]{other_metric} of "
+            f"{metric_words(self.metric)} ({at}), paired by {pairing}{_strata_words(self.strata)}"
+        )
 
     def inputs(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys((*metric_inputs(self.metric), *metric_inputs(self.against_metric))))
@@ -205,9 +214,11 @@ class Improvement:
 
     def words(self) -> str:
         better = "lower" if self.lower_is_better else "higher"
-        return (f"probability that a seed of [{arm_words(self.arm)}] has a {better} {metric_words(self.metric)} "
-                f"({_AT_WORDS[self.at]}) than a seed of [{arm_words(self.against)}]"
-                f"{_strata_words(self.strata, 'averaged over')}")
+        return (
+            f"probability that a seed of [{arm_words(self.arm)}] has a {better} {metric_words(self.metric)} "
+            f"({_AT_WORDS[self.at]}) than a seed of [{arm_words(self.against)}]"
+            f"{_strata_words(self.strata, 'averaged over')}"
+        )
 
     def inputs(self) -> tuple[str, ...]:
         return metric_inputs(self.metric)
@@ -231,7 +242,9 @@ class Control:
             raise ValueError(f"Control: expect must be '>' or '<', got {self.expect!r}")
 
     def words(self) -> str:
-        return f"{self.statement} ({self.expect} {format_value(self.threshold)} on every seed: {self.statistic.words()})"
+        return (
+            f"{self.statement} ({self.expect} {format_value(self.threshold)} on every seed: {self.statistic.words()})"
+        )
 
 
 @dataclass(frozen=True)
@@ -254,7 +267,9 @@ class Claim:
         if self.expect not in (">", "<", "within"):
             raise ValueError(f"Claim: expect must be '>', '<' or 'within', got {self.expect!r}")
         if self.expect == "within":
-            ok = isinstance(self.threshold, tuple) and len(self.threshold) == 2 and self.threshold[0] < self.threshold[1]
+            ok = (
+                isinstance(self.threshold, tuple) and len(self.threshold) == 2 and self.threshold[0] < self.threshold[1]
+            )
         else:
             ok = isinstance(self.threshold, (int, float))
         if not ok:

@@ -19,7 +19,15 @@ from typing import Any
 from raylab import yaml_io
 from raylab.errors import UserError
 from raylab.run_folder import (
-    EXPERIMENT_FILE, ERROR_FILE, PARAMS_FILE, RESULT_FILE, TRAIN_TRIAL, RunFolder, TrialFolder, newest_run, trial_status,
+    ERROR_FILE,
+    EXPERIMENT_FILE,
+    PARAMS_FILE,
+    RESULT_FILE,
+    TRAIN_TRIAL,
+    RunFolder,
+    TrialFolder,
+    newest_run,
+    trial_status,
 )
 
 TUNE_COUNTERS = ("training_iteration", "time_total_s")
@@ -86,8 +94,9 @@ def find_run(target: str, storage: str = "results", train_runs: bool = False) ->
         raise UserError(f"'{target}' is not a run folder, and --storage {storage} has no runs of it")
     newest = newest_run(root.location, target, train=None if train_runs else False)
     if newest is None:
-        raise UserError(f"no run of experiment '{target}' under {root.location} "
-                        f"(folders whose {EXPERIMENT_FILE} names it)")
+        raise UserError(
+            f"no run of experiment '{target}' under {root.location} (folders whose {EXPERIMENT_FILE} names it)"
+        )
     return newest.location
 
 
@@ -111,13 +120,20 @@ def load_run(path: str) -> Run:
     states = _tune_states(files, entries)
     folders = files.trials()
     if not experiment and not folders and not states:
-        raise UserError(f"{path}: not a run folder (no {EXPERIMENT_FILE} and no trial folders "
-                        f"with {PARAMS_FILE} or {RESULT_FILE})")
+        raise UserError(
+            f"{path}: not a run folder (no {EXPERIMENT_FILE} and no trial folders with {PARAMS_FILE} or {RESULT_FILE})"
+        )
     ended = files.ended_trials()
     trials = [_load_trial(folder, states.pop(folder.name, None), ended) for folder in folders]
     for name, state in sorted(states.items()):  # known to Tune, no folder yet
-        trials.append(Trial(name=name, params=state.get("params", {}), rows=[],
-                            status=trial_status(False, False, False, tune_status=state.get("status") or "PENDING")))
+        trials.append(
+            Trial(
+                name=name,
+                params=state.get("params", {}),
+                rows=[],
+                status=trial_status(False, False, False, tune_status=state.get("status") or "PENDING"),
+            )
+        )
     search = experiment.get("search") or {}
     swept = _swept_keys(search) or _varying_keys(trials)
     run = Run(path=files.location, experiment=experiment, trials=trials, swept=swept)
@@ -151,8 +167,13 @@ def _load_trial(trial: TrialFolder, state: dict | None, ended: frozenset[str] = 
     text = trial.error()
     error = "" if text is None else _error_line([line.strip() for line in text.splitlines() if line.strip()])
     last = rows[-1] if rows else {}
-    status = trial_status(bool(rows), bool(last.get("done")), bool(error), last.get("trial_id") in ended,
-                          tune_status=(state or {}).get("status"))
+    status = trial_status(
+        bool(rows),
+        bool(last.get("done")),
+        bool(error),
+        last.get("trial_id") in ended,
+        tune_status=(state or {}).get("status"),
+    )
     return Trial(name=trial.name, params=params, rows=rows, status=status, error=error)
 
 

@@ -96,8 +96,14 @@ def mean_over_strata(strata: Sequence[np.ndarray]) -> float:
 def improvement_over_strata(x: Sequence[np.ndarray], y: Sequence[np.ndarray]) -> float:
     """``probability_of_improvement`` with a different number of runs per stratum allowed:
     ``(1/S) sum_s P(X_s > Y_s)``."""
-    return float(np.mean([probability_of_improvement(np.asarray(a, float)[:, None], np.asarray(b, float)[:, None])
-                          for a, b in zip(x, y)]))
+    return float(
+        np.mean(
+            [
+                probability_of_improvement(np.asarray(a, float)[:, None], np.asarray(b, float)[:, None])
+                for a, b in zip(x, y)
+            ]
+        )
+    )
 
 
 # ------------------------------------------------------------------------ intervals
@@ -105,14 +111,22 @@ def improvement_over_strata(x: Sequence[np.ndarray], y: Sequence[np.ndarray]) ->
 
 def _bootstrap(samples: list[np.ndarray], statistic: Callable, resamples: int, seed: int):
     result = stats.bootstrap(
-        samples, statistic, paired=False, vectorized=True, method="percentile",
-        confidence_level=LEVEL, n_resamples=resamples, batch=max(1, min(resamples, 2_000)),
-        rng=np.random.default_rng(seed))
+        samples,
+        statistic,
+        paired=False,
+        vectorized=True,
+        method="percentile",
+        confidence_level=LEVEL,
+        n_resamples=resamples,
+        batch=max(1, min(resamples, 2_000)),
+        rng=np.random.default_rng(seed),
+    )
     return result.confidence_interval.low, result.confidence_interval.high
 
 
-def stratified_interval(fn: str, scores: np.ndarray, *, gamma: float = 1.0, resamples: int = RESAMPLES,
-                        seed: int = SEED) -> Interval:
+def stratified_interval(
+    fn: str, scores: np.ndarray, *, gamma: float = 1.0, resamples: int = RESAMPLES, seed: int = SEED
+) -> Interval:
     """95% percentile interval of an aggregate (``"mean"``, ``"median"``, ``"iqm"``,
     ``"optimality_gap"``) of a ``(runs, tasks)`` matrix, runs resampled within each task."""
     scores = _runs_tasks(scores)
@@ -135,8 +149,9 @@ def stratified_interval(fn: str, scores: np.ndarray, *, gamma: float = 1.0, resa
     return float(low), float(high)
 
 
-def profile_interval(scores: np.ndarray, taus: Sequence[float], *, resamples: int = 2_000,
-                     seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+def profile_interval(
+    scores: np.ndarray, taus: Sequence[float], *, resamples: int = 2_000, seed: int = SEED
+) -> tuple[np.ndarray, np.ndarray]:
     """95% percentile band of ``score_distribution`` at each ``tau`` (stratified bootstrap)."""
     scores, taus = _runs_tasks(scores), np.asarray(taus, dtype=float)
     if scores.shape[0] < 2:
@@ -151,8 +166,9 @@ def profile_interval(scores: np.ndarray, taus: Sequence[float], *, resamples: in
     return np.asarray(low), np.asarray(high)
 
 
-def improvement_interval(x: Sequence[np.ndarray], y: Sequence[np.ndarray], *, resamples: int = RESAMPLES,
-                         seed: int = SEED) -> Interval:
+def improvement_interval(
+    x: Sequence[np.ndarray], y: Sequence[np.ndarray], *, resamples: int = RESAMPLES, seed: int = SEED
+) -> Interval:
     """95% percentile interval of ``improvement_over_strata``: the runs of X and of Y resampled
     independently within each stratum (rliable's ``StratifiedIndependentBootstrap``)."""
     x = [np.asarray(a, dtype=float) for a in x]
@@ -185,8 +201,9 @@ def strata_interval(strata: Sequence[np.ndarray], *, resamples: int = RESAMPLES,
     return float(low), float(high)
 
 
-def difference_interval(a: Sequence[float], b: Sequence[float], *, resamples: int = 2_000,
-                        seed: int = SEED) -> Interval:
+def difference_interval(
+    a: Sequence[float], b: Sequence[float], *, resamples: int = 2_000, seed: int = SEED
+) -> Interval:
     """95% percentile interval of ``mean(a) - mean(b)``, each resampled independently (two
     table cells of different trials)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)

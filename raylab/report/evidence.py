@@ -69,8 +69,7 @@ class RunTrials:
 
     def variants(self, trials: list[Trial], fixed) -> dict[str, list[Trial]]:
         """Trials grouped by the swept keys that vary among them and are not in ``fixed``."""
-        keys = [k for k in self.conditions if k not in fixed
-                and len({self.values(t, [k]) for t in trials}) > 1]
+        keys = [k for k in self.conditions if k not in fixed and len({self.values(t, [k]) for t in trials}) > 1]
         groups: dict[str, list[Trial]] = {}
         for trial in trials:
             label = label_of(keys, self.values(trial, keys)) if keys else ""
@@ -148,9 +147,11 @@ def rows_of(ctx: RunTrials, stat) -> tuple[list[Row], str]:
                 if isinstance(stat, Value):
                     value = metric_value(trial, stat.metric, stat.at, row.used)
                 else:
-                    value = _combine(metric_value(trial, stat.metric, stat.at, row.used),
-                                     metric_value(trial, stat.against_metric or stat.metric,
-                                                  stat.against_at or stat.at, row.used), stat.op)
+                    value = _combine(
+                        metric_value(trial, stat.metric, stat.at, row.used),
+                        metric_value(trial, stat.against_metric or stat.metric, stat.against_at or stat.at, row.used),
+                        stat.op,
+                    )
                 _add(ctx, row, stat.strata, trial, value)
             rows.append(_averaged(row))
         return rows, ""
@@ -207,8 +208,10 @@ def _contrast_rows(ctx: RunTrials, stat: Contrast, arm: list[Trial]) -> tuple[li
                     row.missing.append(f"{trial.name} ({ctx.seed(trial)}): no {_arm(stat.against)} trial to pair with")
                     continue
                 mine = metric_value(trial, stat.metric, stat.at, row.used)
-                theirs = [metric_value(p, stat.against_metric or stat.metric, stat.against_at or stat.at, row.used)
-                          for p in partners]
+                theirs = [
+                    metric_value(p, stat.against_metric or stat.metric, stat.against_at or stat.at, row.used)
+                    for p in partners
+                ]
                 theirs = [v for v in theirs if v is not None]
                 _add(ctx, row, stat.strata, trial, _combine(mine, float(np.mean(theirs)) if theirs else None, stat.op))
             rows.append(_averaged(row))
@@ -261,13 +264,26 @@ def _opposite(low: float, high: float, expect: str, threshold) -> bool:
 def estimate_row(row: Row, stat, expect: str, threshold) -> dict[str, Any]:
     """A row's estimate, interval, seed counts and agreement (no verdict yet)."""
     strata = [np.array([v for _, v in units]) for _, units in sorted(row.strata.items())]
-    out: dict[str, Any] = {"variant": row.variant, "measured_on": sorted(row.used), "missing": row.missing,
-                           "strata": len(strata), "units": [
-                               {"stratum": s, "seed": seed, "value": v}
-                               for s, units in sorted(row.strata.items()) for seed, v in units]}
+    out: dict[str, Any] = {
+        "variant": row.variant,
+        "measured_on": sorted(row.used),
+        "missing": row.missing,
+        "strata": len(strata),
+        "units": [
+            {"stratum": s, "seed": seed, "value": v} for s, units in sorted(row.strata.items()) for seed, v in units
+        ],
+    }
     if not strata:
-        return {**out, "n_seeds": 0, "n_units": 0, "estimate": None, "interval": None,
-                "interval_note": "no values", "agree": 0, "agree_words": ""}
+        return {
+            **out,
+            "n_seeds": 0,
+            "n_units": 0,
+            "estimate": None,
+            "interval": None,
+            "interval_note": "no values",
+            "agree": 0,
+            "agree_words": "",
+        }
     if isinstance(stat, Improvement):
         others = [np.array([v for _, v in row.against[s]]) for s in sorted(row.strata)]
         n_seeds = min(min(len(a), len(b)) for a, b in zip(strata, others))
@@ -278,8 +294,9 @@ def estimate_row(row: Row, stat, expect: str, threshold) -> dict[str, Any]:
         agree = sum((a > b if strict else a >= b) if expect != "<" else a < b for a, b in paired)
         word = {True: "higher than", False: "at least as high as"}[strict] if expect != "<" else "lower than"
         out["agree_words"] = f"{agree} of {len(paired)} paired seeds {word} the other arm"
-        out["against_units"] = [{"stratum": s, "seed": seed, "value": v}
-                                for s, units in sorted(row.against.items()) for seed, v in units]
+        out["against_units"] = [
+            {"stratum": s, "seed": seed, "value": v} for s, units in sorted(row.against.items()) for seed, v in units
+        ]
         interval_fn = lambda: estimators.improvement_interval(strata, others)  # noqa: E731
     else:
         n_seeds = min(len(v) for v in strata)
@@ -296,15 +313,26 @@ def estimate_row(row: Row, stat, expect: str, threshold) -> dict[str, Any]:
             note = f"wide: {n_seeds} seeds < {estimators.WIDE_BELOW}"
     else:
         note = "no interval: one seed" + (" in a stratum" if len(strata) > 1 else "")
-    return {**out, "n_seeds": n_seeds, "n_units": sum(len(v) for v in strata), "estimate": estimate,
-            "interval": interval, "interval_note": note, "agree": agree}
+    return {
+        **out,
+        "n_seeds": n_seeds,
+        "n_units": sum(len(v) for v in strata),
+        "estimate": estimate,
+        "interval": interval,
+        "interval_note": note,
+        "agree": agree,
+    }
 
 
 def control_state(ctx: RunTrials, control: Control) -> dict[str, Any]:
     """Whether a positive control passed on every seed of the run."""
     rows, why = rows_of(ctx, control.statistic)
-    values = [(", ".join(x for x in (row.variant, s) if x), seed, v)
-              for row in rows for s, units in row.strata.items() for seed, v in units]
+    values = [
+        (", ".join(x for x in (row.variant, s) if x), seed, v)
+        for row in rows
+        for s, units in row.strata.items()
+        for seed, v in units
+    ]
     base = {"statement": control.statement, "words": control.words()}
     if not values:
         return {**base, "state": "not measured", "detail": why or "no values in this run"}
@@ -323,15 +351,19 @@ def verdict(row: dict[str, Any], claim: Claim, controls: list[dict[str, Any]], w
     failed = [c for c in controls if c["state"] == "failed"]
     if failed:
         return "control failed", "no verdict: positive control did not pass (" + "; ".join(
-            c["statement"] for c in failed) + ")"
+            c["statement"] for c in failed
+        ) + ")"
     unmeasured = [c for c in controls if c["state"] == "not measured"]
     if unmeasured:
         return "control not measured", "no verdict: positive control not measured in this run (" + "; ".join(
-            c["statement"] for c in unmeasured) + ")"
+            c["statement"] for c in unmeasured
+        ) + ")"
     n = row["n_seeds"]
     if row["interval"] is None or n < estimators.VERDICT_MIN_SEEDS:
-        return "inconclusive", (f"inconclusive at {n} seed{'s' * (n != 1)} "
-                                f"(a verdict needs {estimators.VERDICT_MIN_SEEDS} or more per stratum)")
+        return "inconclusive", (
+            f"inconclusive at {n} seed{'s' * (n != 1)} "
+            f"(a verdict needs {estimators.VERDICT_MIN_SEEDS} or more per stratum)"
+        )
     low, high = row["interval"]
     if all(_side(x, claim.expect, claim.threshold) for x in (low, high)):
         return "supported", "supported"
@@ -348,13 +380,21 @@ def evaluate_claims(run: Run, spec: Report, defaults: dict[str, Any] | None = No
         controls = [control_state(ctx, c) for c in claim.controls]
         rows, why = rows_of(ctx, claim.statistic)
         estimated = [estimate_row(r, claim.statistic, claim.expect, claim.threshold) for r in rows] or [
-            estimate_row(Row(), claim.statistic, claim.expect, claim.threshold)]
+            estimate_row(Row(), claim.statistic, claim.expect, claim.threshold)
+        ]
         for row in estimated:
             row["verdict"], row["verdict_words"] = verdict(row, claim, controls, why or "; ".join(row["missing"][:2]))
-        out.append({
-            "name": claim.name or f"claim{index}", "statement": claim.statement, "test": claim.test_words(),
-            "expect": claim.expect, "threshold": claim.threshold, "controls": controls, "rows": estimated,
-        })
+        out.append(
+            {
+                "name": claim.name or f"claim{index}",
+                "statement": claim.statement,
+                "test": claim.test_words(),
+                "expect": claim.expect,
+                "threshold": claim.threshold,
+                "controls": controls,
+                "rows": estimated,
+            }
+        )
     return out
 
 
@@ -388,16 +428,18 @@ def claims_text(claims: list[dict[str, Any]], title: str = "") -> str:
     table = [("#", "claim", "verdict", "estimate [95% interval]", "n", "variant")]
     for i, claim in enumerate(claims, start=1):
         for row in claim["rows"]:
-            table.append((str(i), claim["name"], row["verdict"], estimate_words(row), str(row["n_seeds"]),
-                          row["variant"] or "-"))
+            table.append(
+                (str(i), claim["name"], row["verdict"], estimate_words(row), str(row["n_seeds"]), row["variant"] or "-")
+            )
     widths = [max(len(r[j]) for r in table) for j in range(len(table[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
     for i, claim in enumerate(claims, start=1):
         lines.append("")
         lines += textwrap.wrap(f"[{i}] {claim['statement']}", width, subsequent_indent="    ")
         lines += textwrap.wrap(f"test: {claim['test']}", width, initial_indent="    ", subsequent_indent="          ")
-        lines += textwrap.wrap(f"control: {controls_words(claim)}", width, initial_indent="    ",
-                               subsequent_indent="             ")
+        lines += textwrap.wrap(
+            f"control: {controls_words(claim)}", width, initial_indent="    ", subsequent_indent="             "
+        )
         for row in claim["rows"]:
             head = f"    {row['variant']}: " if row["variant"] else "    "
             lines += textwrap.wrap(
@@ -405,5 +447,7 @@ def claims_text(claims: list[dict[str, Any]], title: str = "") -> str:
                 + (f" x {row['strata']} strata" if row["strata"] > 1 else "")
                 + (f"; {row['agree_words']}" if row["agree_words"] else "")
                 + f" -> {row['verdict_words']}",
-                width, subsequent_indent="      ")
+                width,
+                subsequent_indent="      ",
+            )
     return "\n".join(lines) + "\n"

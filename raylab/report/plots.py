@@ -13,14 +13,19 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from raylab.report.aggregate import (  # noqa: E402
-    aggregate, group, label_of, series_xy, split_keys, value_at,
+from raylab.report.aggregate import (
+    aggregate,
+    group,
+    label_of,
+    series_xy,
+    split_keys,
+    value_at,
 )
-from raylab.report.data import Run, Trial, format_value, is_number  # noqa: E402
-from raylab.report.spec import Bars, Curve, Scatter, Versus  # noqa: E402
+from raylab.report.data import Run, Trial, format_value, is_number
+from raylab.report.spec import Bars, Curve, Scatter, Versus
 
 PANEL_W, PANEL_H, MAX_PANELS = 5.0, 3.4, 36
 
@@ -57,13 +62,23 @@ def draw(item, run: Run, seeds, path: Path, skip: tuple[str, ...] = ()) -> tuple
         plt.close(fig)
         return False, note or f"no trial reported {', '.join(item.plotted())} as numbers"
     if isinstance(item, Versus) and item.baseline:
-        borrowing = [label_of(series_keys, values) for _, members in panels
-                     for values in _baseline_borrowers(item, run, members, series_keys)]
+        borrowing = [
+            label_of(series_keys, values)
+            for _, members in panels
+            for values in _baseline_borrowers(item, run, members, series_keys)
+        ]
         if borrowing:
             where = label_of(list(item.baseline), tuple(item.baseline.values()))
-            note = "; ".join(n for n in (note, f"at {item.x}={format_value(item.baseline[item.x])}, "
-                                         f"{', '.join(dict.fromkeys(borrowing))} show the trials of "
-                                         f"{where} (one training for both)") if n)
+            note = "; ".join(
+                n
+                for n in (
+                    note,
+                    f"at {item.x}={format_value(item.baseline[item.x])}, "
+                    f"{', '.join(dict.fromkeys(borrowing))} show the trials of "
+                    f"{where} (one training for both)",
+                )
+                if n
+            )
     fig.suptitle(textwrap.fill(item.heading(), int(chars * 0.85)), fontsize=10)
     save_figure(fig, path, dpi=90)
     return True, note
@@ -112,12 +127,12 @@ def _curve(ax, item: Curve, run, members, metrics, series_keys, colors) -> int:
                 label = f"{metric} {label}".strip()
             style = ("-", "--", ":", "-.")[m_index % 4]
             color = colors[values] if series_keys or len(metrics) == 1 else None
-            (line,) = ax.plot(xs, mean, style, color=color, label=label or None,
-                              marker="." if xs.size < 4 else None)
+            (line,) = ax.plot(xs, mean, style, color=color, label=label or None, marker="." if xs.size < 4 else None)
             band = np.isfinite(std)
             if band.any():
-                ax.fill_between(xs[band], (mean - std)[band], (mean + std)[band],
-                                color=line.get_color(), alpha=0.2, linewidth=0)
+                ax.fill_between(
+                    xs[band], (mean - std)[band], (mean + std)[band], color=line.get_color(), alpha=0.2, linewidth=0
+                )
             lines += 1
     ax.set_xlabel(item.x, fontsize=8)
     if item.logy:
@@ -144,8 +159,7 @@ def _mean_curve(pairs: list[tuple[np.ndarray, np.ndarray]]):
 
 
 def _baseline_trials(item: Versus, members: list[Trial]) -> list[Trial]:
-    return [t for t in members if item.baseline
-            and all(t.params.get(k) == v for k, v in item.baseline.items())]
+    return [t for t in members if item.baseline and all(t.params.get(k) == v for k, v in item.baseline.items())]
 
 
 def _baseline_borrowers(item: Versus, run, members, series_keys) -> dict[tuple, list[Trial]]:
@@ -154,8 +168,11 @@ def _baseline_borrowers(item: Versus, run, members, series_keys) -> dict[tuple, 
     if not base:
         return {}
     at = item.baseline[item.x]
-    return {values: base for values, trials in group(run, members, series_keys).items()
-            if not any(t.params.get(item.x) == at for t in trials)}
+    return {
+        values: base
+        for values, trials in group(run, members, series_keys).items()
+        if not any(t.params.get(item.x) == at for t in trials)
+    }
 
 
 def _versus(ax, item: Versus, run, members, metrics, series_keys, colors) -> int:
@@ -180,17 +197,26 @@ def _versus(ax, item: Versus, run, members, metrics, series_keys, colors) -> int
             label = label_of(series_keys, values) if series_keys else ""
             if len(metrics) > 1:
                 label = f"{metric} {label}".strip()
-            ax.errorbar(x, y, yerr=np.where(np.isfinite(err), err, 0), marker="osD^v"[m_index % 5], capsize=3,
-                        linestyle=("-", "--", ":", "-.")[m_index % 4],
-                        color=colors[values] if series_keys or len(metrics) == 1 else None,
-                        label=label or None)
+            ax.errorbar(
+                x,
+                y,
+                yerr=np.where(np.isfinite(err), err, 0),
+                marker="osD^v"[m_index % 5],
+                capsize=3,
+                linestyle=("-", "--", ":", "-.")[m_index % 4],
+                color=colors[values] if series_keys or len(metrics) == 1 else None,
+                label=label or None,
+            )
             lines += 1
     ax.set_xlabel(item.x, fontsize=8)
     if categories:
         ax.set_xticks(range(len(categories)), categories, fontsize=7)
     positive = [x for x in xs_all if is_number(x) and x > 0]
-    logx = item.logx if item.logx is not None else (
-        numeric and len(positive) == len(xs_all) and len(positive) > 1 and max(positive) / min(positive) > 100)
+    logx = (
+        item.logx
+        if item.logx is not None
+        else (numeric and len(positive) == len(xs_all) and len(positive) > 1 and max(positive) / min(positive) > 100)
+    )
     if logx:
         ax.set_xscale("log")
     if item.logy:
@@ -214,8 +240,10 @@ def _bars(ax, item: Bars, run, members, metrics, series_keys, colors) -> int:
     clusters: list[str] = []
     heights: dict[tuple, list[tuple[float, float]]] = {values: [] for values, _ in series}
     for metric in metrics:
-        aggs = {values: aggregate([value_at(t, metric, item.at) for t in trials], [t.name for t in trials])
-                for values, trials in series}
+        aggs = {
+            values: aggregate([value_at(t, metric, item.at) for t in trials], [t.name for t in trials])
+            for values, trials in series
+        }
         sizes = [len(a.mean) for a in aggs.values() if a is not None and isinstance(a.mean, list)]
         if sizes:  # a vector: one cluster per entry
             size = max(sizes)
@@ -224,8 +252,7 @@ def _bars(ax, item: Bars, run, members, metrics, series_keys, colors) -> int:
             clusters += [f"{lab}" if len(metrics) == 1 else f"{metric}[{lab}]" for lab in labels]
             for values, agg in aggs.items():
                 ok = agg is not None and isinstance(agg.mean, list) and len(agg.mean) == size
-                heights[values] += ([(agg.mean[i], agg.std[i]) for i in range(size)] if ok
-                                    else [(np.nan, np.nan)] * size)
+                heights[values] += [(agg.mean[i], agg.std[i]) for i in range(size)] if ok else [(np.nan, np.nan)] * size
         else:
             clusters.append(metric)
             for values, agg in aggs.items():
@@ -236,12 +263,17 @@ def _bars(ax, item: Bars, run, members, metrics, series_keys, colors) -> int:
     positions = np.arange(len(clusters))
     for i, (values, _) in enumerate(series):
         mean, std = (np.asarray(v, dtype=float) for v in zip(*heights[values]))
-        ax.bar(positions + (i - (len(series) - 1) / 2) * width, np.nan_to_num(mean), width,
-               yerr=np.where(np.isfinite(std), std, 0), capsize=2, color=colors[values],
-               label=label_of(series_keys, values) if series_keys else None)
+        ax.bar(
+            positions + (i - (len(series) - 1) / 2) * width,
+            np.nan_to_num(mean),
+            width,
+            yerr=np.where(np.isfinite(std), std, 0),
+            capsize=2,
+            color=colors[values],
+            label=label_of(series_keys, values) if series_keys else None,
+        )
     crowded = sum(len(c) for c in clusters) > 12 * ax.get_figure().get_figwidth()
-    ax.set_xticks(positions, clusters, fontsize=7, rotation=25 if crowded else 0,
-                  ha="right" if crowded else "center")
+    ax.set_xticks(positions, clusters, fontsize=7, rotation=25 if crowded else 0, ha="right" if crowded else "center")
     return 1
 
 
@@ -254,8 +286,7 @@ def _scatter(ax, item: Scatter, run, members, metrics, series_keys, colors) -> i
         if not xy:
             continue
         x, y = np.asarray(xy, dtype=float).T
-        ax.scatter(x, y, s=25, color=colors[values],
-                   label=label_of(series_keys, values) if series_keys else None)
+        ax.scatter(x, y, s=25, color=colors[values], label=label_of(series_keys, values) if series_keys else None)
         everything += xy
         points += len(xy)
     if item.diagonal and everything:

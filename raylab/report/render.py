@@ -30,9 +30,14 @@ td.v-inconclusive{background:#eeeeee}td.v-control{background:#fff0c8}td.v-not-me
 .small{font-size:0.85em;color:#555}.wide{color:#a05a00}
 """
 
-VERDICT_CLASS = {"supported": "v-supported", "not supported": "v-not-supported", "inconclusive": "v-inconclusive",
-                 "control failed": "v-control", "control not measured": "v-control",
-                 "not measured": "v-not-measured"}
+VERDICT_CLASS = {
+    "supported": "v-supported",
+    "not supported": "v-not-supported",
+    "inconclusive": "v-inconclusive",
+    "control failed": "v-control",
+    "control not measured": "v-control",
+    "not measured": "v-not-measured",
+}
 
 
 def fmt_number(value: Any, digits: int = 4) -> str:
@@ -67,27 +72,29 @@ def to_html(report: dict[str, Any], out_dir: Path) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{e(report['title'])}</title><style>{CSS}</style></head><body>",
         f"<h1>{e(report['title'])}</h1>",
-        '<table class="facts">' + "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>"
-                                          for k, v in report["facts"]) + "</table>",
+        '<table class="facts">'
+        + "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in report["facts"])
+        + "</table>",
         "<h2>Status</h2>",
     ]
     notes = report["notes"]
-    parts += [f'<div class="note">{e(n)}</div>' for n in notes] or ['<div class="ok">every expected trial '
-                                                                     "reported; nothing is missing</div>"]
+    parts += [f'<div class="note">{e(n)}</div>' for n in notes] or [
+        '<div class="ok">every expected trial reported; nothing is missing</div>'
+    ]
     parts += _html_claims(report.get("claims", []))
     for agg in report.get("aggregates", []):
         parts += _html_aggregates(agg, out_dir)
     parts.append("<h2>Figures</h2>")
     for figure in report["figures"]:
         if not figure["file"]:
-            parts.append(f'<div class="note">figure <b>{e(figure["title"])}</b> not drawn: '
-                         f'{e(figure["note"])}</div>')
+            parts.append(f'<div class="note">figure <b>{e(figure["title"])}</b> not drawn: {e(figure["note"])}</div>')
             continue
         data = base64.b64encode((out_dir / figure["file"]).read_bytes()).decode("ascii")
         parts.append(
             f'<figure id="{e(figure["name"])}"><img alt="{e(figure["title"])}" '
             f'src="data:image/png;base64,{data}"><figcaption>{e(figure["file"])}'
-            + (f" ({e(figure['note'])})" if figure["note"] else "") + "</figcaption></figure>"
+            + (f" ({e(figure['note'])})" if figure["note"] else "")
+            + "</figcaption></figure>"
         )
     parts.append("<h2>Tables</h2>")
     for table in report["tables"]:
@@ -118,15 +125,19 @@ def _html_block(block: dict[str, Any]) -> str:
         rows.append(f"<tr><td>{e(row['label'])}</td>{''.join(cells)}</tr>")
     title = f"<p><b>{e(block['title'])}</b></p>" if block["title"] else ""
     notes = "".join(f'<div class="small">{e(n)}</div>' for n in block.get("best_notes", []))
-    return (f"{title}<div class=\"scroll\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody>"
-            f"</table></div>{notes}")
+    return (
+        f'{title}<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+        f"</table></div>{notes}"
+    )
 
 
 def _img(out_dir: Path, file: str, alt: str, caption: str = "") -> str:
     e = html.escape
     data = base64.b64encode((out_dir / file).read_bytes()).decode("ascii")
-    return (f'<figure><img alt="{e(alt)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{e(file)}{(' (' + e(caption) + ')') if caption else ''}</figcaption></figure>")
+    return (
+        f'<figure><img alt="{e(alt)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{e(file)}{(' (' + e(caption) + ')') if caption else ''}</figcaption></figure>"
+    )
 
 
 def _html_claims(claims: list[dict[str, Any]]) -> list[str]:
@@ -136,34 +147,63 @@ def _html_claims(claims: list[dict[str, Any]]) -> list[str]:
     parts = ['<h2 id="claims">Claims</h2>']
     if not claims:
         return parts + ['<div class="note">this workload declares no claims</div>']
-    parts.append('<p class="small">Each claim of the paper, the statistic that tests it (per seed), its estimate over '
-                 "seeds with a 95% percentile bootstrap interval (seeds resampled within each stratum), the seeds "
-                 "that agree, the positive control it rests on, and a verdict. A claim whose control did not pass "
-                 "gets no verdict; intervals from fewer than 5 seeds are labelled wide.</p>")
-    head = "".join(f"<th>{h}</th>" for h in ("#", "claim", "statistic; claimed side", "variant",
-                                             "estimate [95% interval]", "n", "seeds agree", "positive control",
-                                             "verdict"))
+    parts.append(
+        '<p class="small">Each claim of the paper, the statistic that tests it (per seed), its estimate over '
+        "seeds with a 95% percentile bootstrap interval (seeds resampled within each stratum), the seeds "
+        "that agree, the positive control it rests on, and a verdict. A claim whose control did not pass "
+        "gets no verdict; intervals from fewer than 5 seeds are labelled wide.</p>"
+    )
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "#",
+            "claim",
+            "statistic; claimed side",
+            "variant",
+            "estimate [95% interval]",
+            "n",
+            "seeds agree",
+            "positive control",
+            "verdict",
+        )
+    )
     body = []
     for i, claim in enumerate(claims, start=1):
         rows = claim["rows"]
-        control = "<br>".join(f"<b>{e(c['state'])}</b>: {e(c['statement'])} <span class=\"small\">"
-                              f"({e(c['detail'])})</span>" for c in claim["controls"]) or "none declared"
+        control = (
+            "<br>".join(
+                f'<b>{e(c["state"])}</b>: {e(c["statement"])} <span class="small">({e(c["detail"])})</span>'
+                for c in claim["controls"]
+            )
+            or "none declared"
+        )
         for j, row in enumerate(rows):
             span = f' rowspan="{len(rows)}"' if len(rows) > 1 else ""
-            first = (f"<td{span}>{i}</td><td{span}>{e(claim['statement'])}</td>"
-                     f'<td{span} class="small">{e(claim["test"])}</td>') if j == 0 else ""
+            first = (
+                (
+                    f"<td{span}>{i}</td><td{span}>{e(claim['statement'])}</td>"
+                    f'<td{span} class="small">{e(claim["test"])}</td>'
+                )
+                if j == 0
+                else ""
+            )
             estimate = e(estimate_words(row))
             if row["interval_note"].startswith("wide"):
-                estimate = estimate.replace(e(f"({row['interval_note']})"),
-                                            f'<span class="wide">({e(row["interval_note"])})</span>')
+                estimate = estimate.replace(
+                    e(f"({row['interval_note']})"), f'<span class="wide">({e(row["interval_note"])})</span>'
+                )
             agree = e(row["agree_words"]) or "-"
             last = f"<td{span}>{control}</td>" if j == 0 else ""
             verdict = VERDICT_CLASS.get(row["verdict"], "")
-            body.append(f"<tr>{first}<td>{e(row['variant']) or '-'}</td><td class=\"num\">{estimate}</td>"
-                        f"<td class=\"num\">{row['n_seeds']}</td><td>{agree}</td>{last}"
-                        f'<td class="{verdict}">{e(row["verdict_words"])}</td></tr>')
-    parts.append(f'<div class="scroll"><table class="claims"><thead><tr>{head}</tr></thead>'
-                 f"<tbody>{''.join(body)}</tbody></table></div>")
+            body.append(
+                f'<tr>{first}<td>{e(row["variant"]) or "-"}</td><td class="num">{estimate}</td>'
+                f'<td class="num">{row["n_seeds"]}</td><td>{agree}</td>{last}'
+                f'<td class="{verdict}">{e(row["verdict_words"])}</td></tr>'
+            )
+    parts.append(
+        f'<div class="scroll"><table class="claims"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
     return parts
 
 
@@ -177,23 +217,33 @@ def _html_aggregates(agg: dict[str, Any], out_dir: Path) -> list[str]:
         return parts + [f'<div class="note">not shown: {e(agg.get("note", ""))}</div>']
     parts.append(_img(out_dir, agg["file"], agg["title"], agg.get("note", "")))
     columns = [fn for fn in ("median", "iqm", "mean", "optimality_gap") if fn in agg["arms"][0]]
-    head = "".join(f"<th>{e(h)}</th>" for h in ("arm", "seeds", *(NAMES[c] for c in columns),
-                                                f"P(arm > {agg['reference']})"))
+    head = "".join(
+        f"<th>{e(h)}</th>" for h in ("arm", "seeds", *(NAMES[c] for c in columns), f"P(arm > {agg['reference']})")
+    )
     improvement = {x["arm"]: x for x in agg["improvement"]}
     body = "".join(
-        f"<tr><td>{e(a['arm'])}</td><td class=\"num\">{a['runs']}</td>"
+        f'<tr><td>{e(a["arm"])}</td><td class="num">{a["runs"]}</td>'
         + "".join(f'<td class="num">{e(interval_words(a[c]))}</td>' for c in columns)
-        + f'<td class="num">{e(interval_words(improvement.get(a["arm"])))}</td></tr>' for a in agg["arms"])
-    parts.append(f'<p class="small">{e(agg["kind"])} over {len(agg["tasks"])} {e(agg["task_key"])}(s) '
-                 f'({e(", ".join(agg["tasks"]))}); estimate [95% stratified bootstrap interval]'
-                 + (f'; <span class="wide">{e(agg["note"])}</span>' if agg.get("note") else "") + "</p>")
+        + f'<td class="num">{e(interval_words(improvement.get(a["arm"])))}</td></tr>'
+        for a in agg["arms"]
+    )
+    parts.append(
+        f'<p class="small">{e(agg["kind"])} over {len(agg["tasks"])} {e(agg["task_key"])}(s) '
+        f"({e(', '.join(agg['tasks']))}); estimate [95% stratified bootstrap interval]"
+        + (f'; <span class="wide">{e(agg["note"])}</span>' if agg.get("note") else "")
+        + "</p>"
+    )
     parts.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
     if agg["normalizers"]:
-        rows = "".join(f'<tr><td>{e(t)}</td><td class="num">{fmt_number(lo)}</td><td class="num">{fmt_number(hi)}</td></tr>'
-                       for t, (lo, hi) in agg["normalizers"].items())
-        parts.append(f'<p class="small">normalising scores (score 0 and 1): {e(agg["source"])}</p>'
-                     f"<table><thead><tr><th>{e(agg['task_key'])}</th><th>0 (random)</th><th>1 (human)</th></tr>"
-                     f"</thead><tbody>{rows}</tbody></table>")
+        rows = "".join(
+            f'<tr><td>{e(t)}</td><td class="num">{fmt_number(lo)}</td><td class="num">{fmt_number(hi)}</td></tr>'
+            for t, (lo, hi) in agg["normalizers"].items()
+        )
+        parts.append(
+            f'<p class="small">normalising scores (score 0 and 1): {e(agg["source"])}</p>'
+            f"<table><thead><tr><th>{e(agg['task_key'])}</th><th>0 (random)</th><th>1 (human)</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table>"
+        )
     return parts
 
 
@@ -220,17 +270,21 @@ def _html_importance(imp: dict[str, Any]) -> list[str]:
         return parts + [f'<div class="note">{e(imp.get("note", ""))}</div>']
     head = "<tr><th>key</th><th>values</th><th>main-effect variance share</th><th>permutation importance (R² drop)</th></tr>"
     body = "".join(
-        f"<tr><td>{e(r['key'])}{' (seed: the noise floor)' if r['seed'] else ''}</td><td class=\"num\">{r['values']}</td>"
+        f'<tr><td>{e(r["key"])}{" (seed: the noise floor)" if r["seed"] else ""}</td><td class="num">{r["values"]}</td>'
         f'<td class="num">{fmt_number(r["variance_share"], 3)}</td>'
         f'<td class="num">{fmt_number(r["permutation"], 3)} ± {fmt_number(r["permutation_std"], 2)}</td></tr>'
-        for r in imp["rows"])
-    return parts + [f'<p class="small">{imp["trials"]} trials; {e(imp["method"])}</p>',
-                    f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"]
+        for r in imp["rows"]
+    )
+    return parts + [
+        f'<p class="small">{imp["trials"]} trials; {e(imp["method"])}</p>',
+        f"<table><thead>{head}</thead><tbody>{body}</tbody></table>",
+    ]
 
 
 def _html_plain_table(columns: list[str], rows: list[list[Any]]) -> str:
     e = html.escape
     head = "".join(f"<th>{e(c)}</th>" for c in columns)
+
     def cell(value: Any) -> str:
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         return f'<td class="num">{e(fmt_number(value))}</td>' if number else f"<td>{e(fmt_number(value))}</td>"
@@ -253,8 +307,12 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines += ["", "## Figures", ""]
     for figure in report["figures"]:
         if figure["file"]:
-            lines += [f"![{figure['title']}]({figure['file']})", "",
-                      f"*{figure['title']}*" + (f" ({figure['note']})" if figure["note"] else ""), ""]
+            lines += [
+                f"![{figure['title']}]({figure['file']})",
+                "",
+                f"*{figure['title']}*" + (f" ({figure['note']})" if figure["note"] else ""),
+                "",
+            ]
         else:
             lines += [f"- figure **{figure['title']}** not drawn: {figure['note']}", ""]
     lines += ["## Tables", ""]
@@ -298,8 +356,17 @@ def _md_claims(claims: list[dict[str, Any]]) -> list[str]:
     rows = []
     for i, claim in enumerate(claims, start=1):
         for row in claim["rows"]:
-            rows.append([str(i), claim["statement"], row["variant"] or "-", estimate_words(row), str(row["n_seeds"]),
-                         row["agree_words"] or "-", row["verdict_words"]])
+            rows.append(
+                [
+                    str(i),
+                    claim["statement"],
+                    row["variant"] or "-",
+                    estimate_words(row),
+                    str(row["n_seeds"]),
+                    row["agree_words"] or "-",
+                    row["verdict_words"],
+                ]
+            )
     lines += _md_table(["#", "claim", "variant", "estimate [95% interval]", "n", "seeds agree", "verdict"], rows)
     lines.append("")
     for i, claim in enumerate(claims, start=1):
@@ -315,16 +382,27 @@ def _md_aggregates(agg: dict[str, Any]) -> list[str]:
         return lines + [f"not shown: {agg.get('note', '')}"]
     columns = [fn for fn in ("median", "iqm", "mean", "optimality_gap") if fn in agg["arms"][0]]
     improvement = {x["arm"]: x for x in agg["improvement"]}
-    lines += [f"![{agg['title']}]({agg['file']})", "",
-              f"*{agg['kind']}, n = {agg['seeds']} seeds x {len(agg['tasks'])} {agg['task_key']}(s)"
-              + (f"; {agg['note']}" if agg.get("note") else "") + "*", ""]
-    lines += _md_table(["arm", "seeds", *(NAMES[c] for c in columns), f"P(arm > {agg['reference']})"], [
-        [a["arm"], a["runs"], *(interval_words(a[c]) for c in columns), interval_words(improvement.get(a["arm"]))]
-        for a in agg["arms"]])
+    lines += [
+        f"![{agg['title']}]({agg['file']})",
+        "",
+        f"*{agg['kind']}, n = {agg['seeds']} seeds x {len(agg['tasks'])} {agg['task_key']}(s)"
+        + (f"; {agg['note']}" if agg.get("note") else "")
+        + "*",
+        "",
+    ]
+    lines += _md_table(
+        ["arm", "seeds", *(NAMES[c] for c in columns), f"P(arm > {agg['reference']})"],
+        [
+            [a["arm"], a["runs"], *(interval_words(a[c]) for c in columns), interval_words(improvement.get(a["arm"]))]
+            for a in agg["arms"]
+        ],
+    )
     if agg["normalizers"]:
         lines += ["", f"normalising scores: {agg['source']}", ""]
-        lines += _md_table([agg["task_key"], "0 (random)", "1 (human)"],
-                           [[t, fmt_number(lo), fmt_number(hi)] for t, (lo, hi) in agg["normalizers"].items()])
+        lines += _md_table(
+            [agg["task_key"], "0 (random)", "1 (human)"],
+            [[t, fmt_number(lo), fmt_number(hi)] for t, (lo, hi) in agg["normalizers"].items()],
+        )
     return lines
 
 
@@ -340,7 +418,16 @@ def _md_sweep(sweep: dict[str, Any]) -> list[str]:
     if not imp["rows"]:
         return lines + [imp.get("note", ""), ""]
     lines += [f"{imp['trials']} trials; {imp['method']}", ""]
-    lines += _md_table(["key", "values", "main-effect variance share", "permutation importance (R² drop)"], [
-        [r["key"] + (" (seed)" if r["seed"] else ""), r["values"], fmt_number(r["variance_share"], 3),
-         f"{fmt_number(r['permutation'], 3)} ± {fmt_number(r['permutation_std'], 2)}"] for r in imp["rows"]])
+    lines += _md_table(
+        ["key", "values", "main-effect variance share", "permutation importance (R² drop)"],
+        [
+            [
+                r["key"] + (" (seed)" if r["seed"] else ""),
+                r["values"],
+                fmt_number(r["variance_share"], 3),
+                f"{fmt_number(r['permutation'], 3)} ± {fmt_number(r['permutation_std'], 2)}",
+            ]
+            for r in imp["rows"]
+        ],
+    )
     return lines + [""]

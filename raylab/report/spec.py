@@ -66,8 +66,7 @@ class _Item:
 
     def metric_names(self) -> tuple[str, ...]:
         """The metric names (or patterns) this item reads."""
-        return tuple(m for f in ("y", "x", "metrics") if f in self._metric_fields
-                     for m in _as_tuple(getattr(self, f)))
+        return tuple(m for f in ("y", "x", "metrics") if f in self._metric_fields for m in _as_tuple(getattr(self, f)))
 
     _metric_fields: tuple[str, ...] = ()
 
@@ -153,8 +152,11 @@ class Versus(_Item):
     def __post_init__(self):
         super().__post_init__()
         _check(bool(self.y), self, "needs at least one y metric")
-        _check(self.baseline is None or (isinstance(self.baseline, dict) and self.x in self.baseline),
-               self, f"baseline must be a dict of swept values that holds x ({self.x!r}), got {self.baseline!r}")
+        _check(
+            self.baseline is None or (isinstance(self.baseline, dict) and self.x in self.baseline),
+            self,
+            f"baseline must be a dict of swept values that holds x ({self.x!r}), got {self.baseline!r}",
+        )
 
 
 @dataclass(frozen=True)

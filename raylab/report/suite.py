@@ -72,28 +72,48 @@ def score_matrices(run: Run, agg: Aggregates, seeds, defaults: dict[str, Any]) -
             columns.append(values)
         if runs:
             arms[arm] = (seed_labels, np.asarray(columns, dtype=float).T)
-    return {"arms": arms, "arm_configs": arm_configs, "tasks": tasks, "kind": kind, "notes": notes,
-            "normalizers": {t: normalizers[t] for t in tasks if normalizers[t] is not None}}
+    return {
+        "arms": arms,
+        "arm_configs": arm_configs,
+        "tasks": tasks,
+        "kind": kind,
+        "notes": notes,
+        "normalizers": {t: normalizers[t] for t in tasks if normalizers[t] is not None},
+    }
 
 
-def build_aggregates(run: Run, agg: Aggregates, seeds, defaults: dict[str, Any], out_dir: Path,
-                     stem: str) -> dict[str, Any]:
+def build_aggregates(
+    run: Run, agg: Aggregates, seeds, defaults: dict[str, Any], out_dir: Path, stem: str
+) -> dict[str, Any]:
     """The aggregates' numbers (JSON-able) and their figure ``figures/<stem>.png``."""
     data = score_matrices(run, agg, seeds, defaults)
     arms, tasks = data["arms"], data["tasks"]
     runs = max((m.shape[0] for _, m in arms.values()), default=0)
     out: dict[str, Any] = {
-        "name": stem, "title": agg.heading(), "metric": agg.metric, "task_key": agg.task, "kind": data["kind"],
-        "tasks": tasks, "seeds": runs, "source": agg.source, "notes": data["notes"], "file": "",
-        "normalizers": {t: list(v) for t, v in data["normalizers"].items()}, "arms": [], "improvement": [],
-        "reference": "", "shown": False,
+        "name": stem,
+        "title": agg.heading(),
+        "metric": agg.metric,
+        "task_key": agg.task,
+        "kind": data["kind"],
+        "tasks": tasks,
+        "seeds": runs,
+        "source": agg.source,
+        "notes": data["notes"],
+        "file": "",
+        "normalizers": {t: list(v) for t, v in data["normalizers"].items()},
+        "arms": [],
+        "improvement": [],
+        "reference": "",
+        "shown": False,
     }
     if not arms:
         out["note"] = f"no trial reported {agg.metric}"
         return out
     if len(tasks) < MIN_TASKS and runs < MIN_SEEDS:
-        out["note"] = (f"aggregates need {MIN_TASKS} or more {agg.task}s or {MIN_SEEDS} or more seeds: this run "
-                       f"has {len(tasks)} {agg.task} x {runs} seed{'s' * (runs != 1)}")
+        out["note"] = (
+            f"aggregates need {MIN_TASKS} or more {agg.task}s or {MIN_SEEDS} or more seeds: this run "
+            f"has {len(tasks)} {agg.task} x {runs} seed{'s' * (runs != 1)}"
+        )
         return out
     normalized = not data["kind"].startswith("raw")
     wide = f"wide: {runs} seeds < {estimators.WIDE_BELOW}" if runs < estimators.WIDE_BELOW else ""
@@ -102,14 +122,21 @@ def build_aggregates(run: Run, agg: Aggregates, seeds, defaults: dict[str, Any],
         for fn in AGGREGATES:
             if fn == "optimality_gap" and not normalized:
                 continue
-            point = {"median": estimators.median_score, "iqm": estimators.iqm, "mean": estimators.mean_score,
-                     "optimality_gap": lambda m: estimators.optimality_gap(m, agg.gamma)}[fn](matrix)
-            interval = (list(estimators.stratified_interval(fn, matrix, gamma=agg.gamma))
-                        if matrix.shape[0] >= 2 else None)
+            point = {
+                "median": estimators.median_score,
+                "iqm": estimators.iqm,
+                "mean": estimators.mean_score,
+                "optimality_gap": lambda m: estimators.optimality_gap(m, agg.gamma),
+            }[fn](matrix)
+            interval = (
+                list(estimators.stratified_interval(fn, matrix, gamma=agg.gamma)) if matrix.shape[0] >= 2 else None
+            )
             entry[fn] = {"estimate": point, "interval": interval}
         out["arms"].append(entry)
-    reference = next((label for label in arms if agg.reference and selects(agg.reference, data["arm_configs"][label])),
-                     next(iter(arms)))
+    reference = next(
+        (label for label in arms if agg.reference and selects(agg.reference, data["arm_configs"][label])),
+        next(iter(arms)),
+    )
     out["reference"] = reference
     ref = arms[reference][1]
     for label, (_, matrix) in arms.items():
@@ -117,18 +144,28 @@ def build_aggregates(run: Run, agg: Aggregates, seeds, defaults: dict[str, Any],
             continue
         interval = None
         if min(matrix.shape[0], ref.shape[0]) >= 2:
-            interval = list(estimators.improvement_interval(
-                [matrix[:, j] for j in range(len(tasks))], [ref[:, j] for j in range(len(tasks))]))
-        out["improvement"].append({"arm": label, "reference": reference, "interval": interval,
-                                   "estimate": estimators.probability_of_improvement(matrix, ref)})
+            interval = list(
+                estimators.improvement_interval(
+                    [matrix[:, j] for j in range(len(tasks))], [ref[:, j] for j in range(len(tasks))]
+                )
+            )
+        out["improvement"].append(
+            {
+                "arm": label,
+                "reference": reference,
+                "interval": interval,
+                "estimate": estimators.probability_of_improvement(matrix, ref),
+            }
+        )
     out.update(shown=True, note=wide, normalized=normalized)
     out["file"] = f"figures/{stem}.png"
     draw_aggregates(out, arms, agg, out_dir / out["file"])
     return out
 
 
-def draw_aggregates(out: dict[str, Any], arms: dict[str, tuple[list[str], np.ndarray]], agg: Aggregates,
-                    path: Path) -> None:
+def draw_aggregates(
+    out: dict[str, Any], arms: dict[str, tuple[list[str], np.ndarray]], agg: Aggregates, path: Path
+) -> None:
     """Interval estimates (one panel per aggregate), the performance profiles with their bands,
     and the probability of improvement over the reference arm."""
     import matplotlib
@@ -146,13 +183,15 @@ def draw_aggregates(out: dict[str, Any], arms: dict[str, tuple[list[str], np.nda
         for i, arm in enumerate(out["arms"]):
             estimate, interval = arm[fn]["estimate"], arm[fn]["interval"]
             if interval:
-                ax.barh(i, interval[1] - interval[0], left=interval[0], height=0.6, color=colors[arm["arm"]], alpha=0.45)
+                ax.barh(
+                    i, interval[1] - interval[0], left=interval[0], height=0.6, color=colors[arm["arm"]], alpha=0.45
+                )
             ax.plot([estimate], [i], "|", color="black", markersize=14, markeredgewidth=2)
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.invert_yaxis()
         ax.set_title(NAMES[fn] + (" (lower is better)" if fn == "optimality_gap" else ""), fontsize=9)
         ax.grid(alpha=0.3, axis="x")
-    for ax in axes.ravel()[len(panels):4]:
+    for ax in axes.ravel()[len(panels) : 4]:
         ax.axis("off")
     profile_ax, improve_ax = axes.ravel()[4], axes.ravel()[5]
     everything = np.concatenate([m.ravel() for _, m in arms.values()])
@@ -181,9 +220,12 @@ def draw_aggregates(out: dict[str, Any], arms: dict[str, tuple[list[str], np.nda
     improve_ax.set_title(f"P(arm > {out['reference']})", fontsize=9)
     improve_ax.grid(alpha=0.3, axis="x")
     tasks = len(out["tasks"])
-    fig.suptitle(f"{out['title']}: n = {out['seeds']} seed{'s' * (out['seeds'] != 1)} x {tasks} "
-                 f"{agg.task}{'s' * (tasks != 1)}, {out['kind']}; bars: 95% stratified bootstrap intervals"
-                 + (f" ({out['note']})" if out["note"] else ""), fontsize=10)
+    fig.suptitle(
+        f"{out['title']}: n = {out['seeds']} seed{'s' * (out['seeds'] != 1)} x {tasks} "
+        f"{agg.task}{'s' * (tasks != 1)}, {out['kind']}; bars: 95% stratified bootstrap intervals"
+        + (f" ({out['note']})" if out["note"] else ""),
+        fontsize=10,
+    )
     save_figure(fig, path)
 
 

@@ -68,7 +68,9 @@ def build_sweep_view(run: Run, spec: Report, defaults: dict[str, Any], out_dir: 
         out["note"] = f"no trial reported {metric} yet"
         return out
     out["shown"] = True
-    out["parallel"] = parallel_coordinates(run, keys, trials, configs, metric, mode, out_dir / "figures" / "sweep_parallel.png")
+    out["parallel"] = parallel_coordinates(
+        run, keys, trials, configs, metric, mode, out_dir / "figures" / "sweep_parallel.png"
+    )
     seed_keys = [k for k in run.swept if is_seed_key(k, spec.seeds)]
     out["importance"] = importance(keys, seed_keys, trials, configs, metric)
     step = choose_step(run, spec, metric)
@@ -92,17 +94,22 @@ def _axis(values: list[Any]) -> tuple[list[float], list[float], list[str], str]:
         ticks = sorted(set(scaled.tolist()))
         if len(ticks) > 6:
             ticks = np.linspace(low, high, 5).tolist()
-        labels = [format_value(10 ** t if log else t) for t in ticks]
+        labels = [format_value(10**t if log else t) for t in ticks]
         tick_positions = [((t - low) / span) if high > low else 0.5 for t in ticks]
         return positions, tick_positions, labels, "log" if log else "linear"
     categories = list(dict.fromkeys(format_value(v) if v is not None else "-" for v in values))
     where = {c: (i / (len(categories) - 1) if len(categories) > 1 else 0.5) for i, c in enumerate(categories)}
-    return ([where[format_value(v) if v is not None else "-"] for v in values], list(where.values()),
-            categories, "categories")
+    return (
+        [where[format_value(v) if v is not None else "-"] for v in values],
+        list(where.values()),
+        categories,
+        "categories",
+    )
 
 
-def parallel_coordinates(run: Run, keys: list[str], trials, configs, metric: str, mode: str,
-                         path: Path) -> dict[str, Any]:
+def parallel_coordinates(
+    run: Run, keys: list[str], trials, configs, metric: str, mode: str, path: Path
+) -> dict[str, Any]:
     """One line per configuration (seeds averaged) across an axis per swept key and the metric."""
     import matplotlib
 
@@ -116,10 +123,21 @@ def parallel_coordinates(run: Run, keys: list[str], trials, configs, metric: str
         scores = np.array([value_at(t, metric) for t in members], dtype=float)
         interval = list(estimators.strata_interval([scores])) if len(scores) >= 2 else None
         config = configs[members[0].name]
-        groups.append({"values": {k: _unhash(config.get(k)) for k in keys}, "label": label_of(keys, values),
-                       "mean": float(scores.mean()), "n": len(scores), "interval": interval})
-    out: dict[str, Any] = {"file": "", "configurations": len(groups), "keys": keys,
-                           "rows": sorted(groups, key=lambda g: _mode_sign(mode) * -g["mean"])}
+        groups.append(
+            {
+                "values": {k: _unhash(config.get(k)) for k in keys},
+                "label": label_of(keys, values),
+                "mean": float(scores.mean()),
+                "n": len(scores),
+                "interval": interval,
+            }
+        )
+    out: dict[str, Any] = {
+        "file": "",
+        "configurations": len(groups),
+        "keys": keys,
+        "rows": sorted(groups, key=lambda g: _mode_sign(mode) * -g["mean"]),
+    }
     if not keys or len(groups) < 2:
         out["note"] = ("nothing swept but the seed" if not keys else "one configuration") + ": no parallel coordinates"
         return out
@@ -141,8 +159,14 @@ def parallel_coordinates(run: Run, keys: list[str], trials, configs, metric: str
         ax.plot(xs, ys, color=color, alpha=0.85, linewidth=1.6)
         if g["interval"]:
             offset = xs[-1] - 0.02 - 0.05 * (list(order).index(index) / max(1, len(groups) - 1))
-            ax.plot([offset] * 2, [(g["interval"][0] - metric_low) / span, (g["interval"][1] - metric_low) / span],
-                    color=color, linewidth=3, alpha=0.7, solid_capstyle="butt")
+            ax.plot(
+                [offset] * 2,
+                [(g["interval"][0] - metric_low) / span, (g["interval"][1] - metric_low) / span],
+                color=color,
+                linewidth=3,
+                alpha=0.7,
+                solid_capstyle="butt",
+            )
     for j, (positions, ticks, labels, scale) in enumerate(axes_values):
         ax.axvline(j, color="0.3", linewidth=1)
         for t, lab in zip(ticks, labels):
@@ -158,11 +182,14 @@ def parallel_coordinates(run: Run, keys: list[str], trials, configs, metric: str
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     seeds = sorted({g["n"] for g in groups})
-    ax.set_title(f"parallel coordinates: {len(groups)} configurations, each the mean over its seeds "
-                 f"(n = {', '.join(map(str, seeds))});\nbars left of the metric axis: each one's 95% interval over seeds",
-                 fontsize=9)
-    fig.colorbar(plt.cm.ScalarMappable(norm=plt.Normalize(low, high), cmap=cmap), ax=ax, pad=0.01,
-                 label=metric).ax.tick_params(labelsize=7)
+    ax.set_title(
+        f"parallel coordinates: {len(groups)} configurations, each the mean over its seeds "
+        f"(n = {', '.join(map(str, seeds))});\nbars left of the metric axis: each one's 95% interval over seeds",
+        fontsize=9,
+    )
+    fig.colorbar(
+        plt.cm.ScalarMappable(norm=plt.Normalize(low, high), cmap=cmap), ax=ax, pad=0.01, label=metric
+    ).ax.tick_params(labelsize=7)
     save_figure(fig, path)
     out["file"] = f"figures/{path.name}"
     return out
@@ -203,12 +230,19 @@ def _encode(values: list[Any]) -> np.ndarray:
 def importance(keys: list[str], seed_keys: list[str], trials, configs, metric: str) -> dict[str, Any]:
     """Each swept key's (and the seed's) main-effect variance share and permutation importance."""
     columns = [k for k in [*keys, *seed_keys] if len({json_key(configs[t.name].get(k)) for t in trials}) > 1]
-    out: dict[str, Any] = {"rows": [], "trials": len(trials), "method": (
-        "main-effect variance share (fANOVA first order); random forest (50 trees) permutation "
-        "importance: mean drop in R^2 over 10 shuffles, in-sample")}
+    out: dict[str, Any] = {
+        "rows": [],
+        "trials": len(trials),
+        "method": (
+            "main-effect variance share (fANOVA first order); random forest (50 trees) permutation "
+            "importance: mean drop in R^2 over 10 shuffles, in-sample"
+        ),
+    }
     if len(trials) < MIN_TRIALS_IMPORTANCE or not [k for k in columns if k in keys]:
-        out["note"] = (f"importance needs {MIN_TRIALS_IMPORTANCE} or more trials with {metric} and a swept key "
-                       f"with two or more values: this run has {len(trials)} trial{'s' * (len(trials) != 1)}")
+        out["note"] = (
+            f"importance needs {MIN_TRIALS_IMPORTANCE} or more trials with {metric} and a swept key "
+            f"with two or more values: this run has {len(trials)} trial{'s' * (len(trials) != 1)}"
+        )
         return out
     y = np.array([value_at(t, metric) for t in trials], dtype=float)
     values = {k: [configs[t.name].get(k) for t in trials] for k in columns}
@@ -220,13 +254,20 @@ def importance(keys: list[str], seed_keys: list[str], trials, configs, metric: s
 
         forest = RandomForestRegressor(n_estimators=50, random_state=0).fit(X, y)
         result = permutation_importance(forest, X, y, n_repeats=10, random_state=0)
-        permutation = {k: (float(m), float(s)) for k, m, s in
-                       zip(columns, result.importances_mean, result.importances_std)}
+        permutation = {
+            k: (float(m), float(s)) for k, m, s in zip(columns, result.importances_mean, result.importances_std)
+        }
     for key in columns:
-        out["rows"].append({"key": key, "seed": key in seed_keys,
-                            "values": len({json_key(v) for v in values[key]}),
-                            "variance_share": variance_share(values[key], y),
-                            "permutation": permutation[key][0], "permutation_std": permutation[key][1]})
+        out["rows"].append(
+            {
+                "key": key,
+                "seed": key in seed_keys,
+                "values": len({json_key(v) for v in values[key]}),
+                "variance_share": variance_share(values[key], y),
+                "permutation": permutation[key][0],
+                "permutation_std": permutation[key][1],
+            }
+        )
     out["rows"].sort(key=lambda r: -r["variance_share"])
     return out
 
@@ -234,8 +275,7 @@ def importance(keys: list[str], seed_keys: list[str], trials, configs, metric: s
 # ------------------------------------------------------------------------ curves
 
 
-def learning_curves(run: Run, keys: list[str], trials, metric: str, mode: str, step: str,
-                    path: Path) -> dict[str, Any]:
+def learning_curves(run: Run, keys: list[str], trials, metric: str, mode: str, step: str, path: Path) -> dict[str, Any]:
     """The metric against ``step`` and against wall-clock seconds, side by side."""
     import matplotlib
 
@@ -262,8 +302,7 @@ def learning_curves(run: Run, keys: list[str], trials, metric: str, mode: str, s
             if band.any():
                 ax.fill_between(xs[band], (mean - std)[band], (mean + std)[band], color=color, alpha=0.2, linewidth=0)
         drawn += 1
-    out: dict[str, Any] = {"file": "", "x": [step, "time_total_s"], "configurations": len(groups),
-                           "shown": len(shown)}
+    out: dict[str, Any] = {"file": "", "x": [step, "time_total_s"], "configurations": len(groups), "shown": len(shown)}
     if not drawn:
         plt.close(fig)
         out["note"] = f"no trial reported {metric} against {step} or time_total_s"
@@ -274,8 +313,11 @@ def learning_curves(run: Run, keys: list[str], trials, metric: str, mode: str, s
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     more = f"the best {len(shown)} of {len(groups)} configurations; " if len(groups) > len(shown) else ""
-    fig.suptitle(f"{metric} against {step} and against wall-clock time: {more}mean over seeds at each {step} "
-                 "(wall-clock: the seeds' mean time there), band ± one std", fontsize=10)
+    fig.suptitle(
+        f"{metric} against {step} and against wall-clock time: {more}mean over seeds at each {step} "
+        "(wall-clock: the seeds' mean time there), band ± one std",
+        fontsize=10,
+    )
     save_figure(fig, path)
     out["file"] = f"figures/{path.name}"
     return out

@@ -52,7 +52,18 @@ from raylab.testing.fixtures import (
 )
 
 __all__ = [
-    "ADDRESS_ENV", "assert_finite_metrics", "check_smoke_result", "local_trial", "one_thread",
-    "one_thread_module", "pytest_addoption", "ray_session", "shared_smoke_sweep", "smoke_sweep",
-    "torch_on_one_thread", "validate_experiment", "validate_workload", "workload_api_violations",
+    "ADDRESS_ENV",
+    "assert_finite_metrics",
+    "check_smoke_result",
+    "local_trial",
+    "one_thread",
+    "one_thread_module",
+    "pytest_addoption",
+    "ray_session",
+    "shared_smoke_sweep",
+    "smoke_sweep",
+    "torch_on_one_thread",
+    "validate_experiment",
+    "validate_workload",
+    "workload_api_violations",
 ]

@@ -32,17 +32,20 @@ def validate_experiment(name: str) -> tuple[Any, Any]:
             raise AssertionError(f"experiment '{name}'{' (smoke)' * smoke}: {err}") from None
         assert exp.metric in workload.metrics, (
             f"{exp.source}: metric '{exp.metric}' is not one workload '{exp.workload}' reports "
-            f"({', '.join(workload.metrics)})")
+            f"({', '.join(workload.metrics)})"
+        )
         loaded.append(exp)
     full, smoke_exp = loaded
     first = Path(full.source).read_text().splitlines()[0]
     assert first.startswith(f"# python -m raylab.tune {name}"), (
         f"{full.source}: the first line must be the command that runs it "
-        f"('# python -m raylab.tune {name} ...'), not {first!r}")
+        f"('# python -m raylab.tune {name} ...'), not {first!r}"
+    )
     r = smoke_exp.resources
     assert r.gpus_per_worker == 0 and r.workers == 1 and r.cpus_per_worker <= 2, (
         f"{full.source}: its smoke mode must run on one CPU worker with at most 2 CPUs; it asks "
-        f"workers={r.workers}, cpus_per_worker={r.cpus_per_worker}, gpus_per_worker={r.gpus_per_worker}")
+        f"workers={r.workers}, cpus_per_worker={r.cpus_per_worker}, gpus_per_worker={r.gpus_per_worker}"
+    )
     return full, smoke_exp
 
 
@@ -55,7 +58,8 @@ def validate_workload(name: str) -> None:
     workload = workloads.get(name)
     cls = workload.config_class()
     assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, (
-        f"workload '{name}': {workload.config} is not a frozen dataclass")
+        f"workload '{name}': {workload.config} is not a frozen dataclass"
+    )
     docs = field_docs(cls)
     missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
     assert not missing, f"workload '{name}': Config fields without a docstring: {missing}"
@@ -72,10 +76,12 @@ def check_smoke_result(results, experiment) -> None:
         assert result.error is None, f"{experiment.name}: {result.path}: {result.error}"
         frame = result.metrics_dataframe
         assert frame is not None and experiment.metric in frame.columns, (
-            f"{experiment.name}: {result.path}: metric '{experiment.metric}' was never reported")
+            f"{experiment.name}: {result.path}: metric '{experiment.metric}' was never reported"
+        )
         values = frame[experiment.metric].dropna().tolist()
         assert values and all(math.isfinite(v) for v in values), (
-            f"{experiment.name}: {result.path}: {experiment.metric} = {values}")
+            f"{experiment.name}: {result.path}: {experiment.metric} = {values}"
+        )
 
 
 def assert_finite_metrics(row: dict, names) -> None:
@@ -119,8 +125,12 @@ def raylab_imports(path: Path) -> list[tuple[str, str, int]]:
                     taken.append((alias.name, "", node.lineno))
                     if alias.asname:
                         bound[alias.asname] = alias.name
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level \
-                and node.module.split(".")[0] == "raylab":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and not node.level
+            and node.module.split(".")[0] == "raylab"
+        ):
             for alias in node.names:
                 taken.append((node.module, alias.name, node.lineno))
                 if _is_module(f"{node.module}.{alias.name}"):

@@ -18,8 +18,12 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
 def pytest_addoption(parser):
-    parser.addoption("--raylab-cpus", type=int, default=2,
-                     help="CPUs of the local Ray that raylab.testing's ray_session starts (default 2)")
+    parser.addoption(
+        "--raylab-cpus",
+        type=int,
+        default=2,
+        help="CPUs of the local Ray that raylab.testing's ray_session starts (default 2)",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -41,8 +45,13 @@ def ray_session(request):
         if address:
             ray.init(address=address, logging_level=logging.ERROR)
         else:
-            ray.init(address="local", num_cpus=request.config.getoption("raylab_cpus"),
-                     include_dashboard=True, dashboard_host="127.0.0.1", logging_level=logging.ERROR)
+            ray.init(
+                address="local",
+                num_cpus=request.config.getoption("raylab_cpus"),
+                include_dashboard=True,
+                dashboard_host="127.0.0.1",
+                logging_level=logging.ERROR,
+            )
     yield ray
     if started:
         ray.shutdown()

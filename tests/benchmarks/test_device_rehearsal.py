@@ -8,6 +8,7 @@ Makefile target itself (the kit built, the venv checked, the kit resolved agains
 real packages, ``gpu_check.sh --rehearse`` unpacking the kit and running every step's CPU
 twin), then the same check with a kit that lacks gymnasium, which must fail naming it.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,10 @@ import pytest
 
 pytestmark = [
     pytest.mark.long,
-    pytest.mark.skipif(os.environ.get("RAYLAB_DEVICE_TESTS") != "1",
-                       reason="downloads torch 2.11 (about 4 GB) and runs for many minutes: RAYLAB_DEVICE_TESTS=1 runs it"),
+    pytest.mark.skipif(
+        os.environ.get("RAYLAB_DEVICE_TESTS") != "1",
+        reason="downloads torch 2.11 (about 4 GB) and runs for many minutes: RAYLAB_DEVICE_TESTS=1 runs it",
+    ),
 ]
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,7 +51,9 @@ def test_make_device_rehearsal_passes_every_step_or_skips_it_with_a_reason(tmp_p
     done, table = rehearse(tmp_path)
     print(done.stdout[-6000:])
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "rehearsal venv" in done.stdout and "the kit resolves offline against the venv's real packages" in done.stdout
+    assert (
+        "rehearsal venv" in done.stdout and "the kit resolves offline against the venv's real packages" in done.stdout
+    )
     steps = {s["name"]: s for s in table["steps"]}
     assert table["mode"] == "rehearse" and table["failed"] == 0
     for step in steps.values():
@@ -88,8 +93,20 @@ def test_the_check_fails_naming_the_module_when_the_kit_lacks_one(tmp_path):
     out = tmp_path / "out"
     env = device_rehearsal.clean_env(PY=py, OUT=str(out), KIT=str(short), KIT_SITE=str(tmp_path / "site"))
     env.pop("OUT_DIR", None)
-    done = subprocess.run(["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--rehearse", "--only",
-                           "imports", "cuda_trial_dqn_softlinf"], capture_output=True, text=True, env=env, timeout=900)
+    done = subprocess.run(
+        [
+            "bash",
+            str(REPO / "benchmarks" / "gpu_check.sh"),
+            "--rehearse",
+            "--only",
+            "imports",
+            "cuda_trial_dqn_softlinf",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     lines = done.stdout.splitlines()
     imports = next(line for line in lines if line.split()[1:2] == ["imports"])
     assert done.returncode == 1 and imports.startswith("FAIL"), done.stdout[-3000:]

@@ -9,6 +9,7 @@ from the workloads' folders, the deterministic switch and the simulated GPU coun
 uses. The steps themselves run in the device rehearsal (tests/benchmarks/test_device_rehearsal.py,
 RAYLAB_DEVICE_TESTS=1) and, on a GPU, only there.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -24,8 +25,9 @@ import pytest
 
 from raylab.run_folder import RESULT_FILE, TrialFolder, checkpoint_name
 
-LONG = pytest.mark.skipif(os.environ.get("RAYLAB_DEVICE_TESTS") != "1",
-                          reason="long (minutes, or the network): RAYLAB_DEVICE_TESTS=1 runs it")
+LONG = pytest.mark.skipif(
+    os.environ.get("RAYLAB_DEVICE_TESTS") != "1", reason="long (minutes, or the network): RAYLAB_DEVICE_TESTS=1 runs it"
+)
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
 
@@ -50,8 +52,13 @@ def fake_nvidia_smi(tmp_path):
 
 def check_sh(tmp_path, path: str, **env) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=120, env={
-        **os.environ, "PATH": path, "PY": sys.executable, "OUT_DIR": str(tmp_path / "out"), **env})
+    done = subprocess.run(
+        ["bash", str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": path, "PY": sys.executable, "OUT_DIR": str(tmp_path / "out"), **env},
+    )
     return done, time.monotonic() - start
 
 
@@ -68,9 +75,13 @@ def test_with_nvidia_smi_but_no_cuda_it_stops_at_once_with_one_line(tmp_path, fa
     assert not (tmp_path / "out").exists()  # no step ran, nothing unpacked
     print(f"stopped in {seconds:.1f} s: {lines[0]}")
     # the Python runner says the same on its own
-    direct = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path / "o2")],
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PATH": path, "CUDA_VISIBLE_DEVICES": ""})
+    direct = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path / "o2")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": path, "CUDA_VISIBLE_DEVICES": ""},
+    )
     assert direct.returncode == 2 and direct.stdout.strip().startswith("torch sees no CUDA GPU"), direct.stdout
 
 
@@ -86,8 +97,19 @@ def test_step_limits_fit_one_device_call_and_cover_every_workload():
     # every workload package (one folder of trainers/, whatever loops it registers) but toy
     paper = {w.loop.split(".")[1] for w in workloads.registry().values()} - {"toy"}
     assert {f"cuda_trial_{w}" for w in paper} <= set(limits), sorted(limits)
-    for step in ("probe", "imports", "two_trials_one_gpu", "amp_trial", "resume_gpu", "nccl_world1",
-                 "ddp_gloo_1gpu", "refuse_half_gpu_workers", "fig_dqn", "fig_resnet18", "fig_pgd"):
+    for step in (
+        "probe",
+        "imports",
+        "two_trials_one_gpu",
+        "amp_trial",
+        "resume_gpu",
+        "nccl_world1",
+        "ddp_gloo_1gpu",
+        "refuse_half_gpu_workers",
+        "fig_dqn",
+        "fig_resnet18",
+        "fig_pgd",
+    ):
         assert step in limits
     assert list(limits)[:2] == ["probe", "imports"]
     for s in check.STEPS:
@@ -116,9 +138,18 @@ def fake_steps(monkeypatch):
     monkeypatch.setattr(check.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "GPU X\n", ""))
     monkeypatch.setattr(check, "GpuSampler", lambda: None)
     S = check.Step
-    monkeypatch.setattr(check, "STEPS", (
-        S("probe", 5, "fake_probe"), S("passes", 5, "passes"), S("fails", 5, "fails"), S("skips", 5, "skips"),
-        S("hangs", 2, "hangs"), S("needs_ray", 5, "passes", needs=("ray",))))
+    monkeypatch.setattr(
+        check,
+        "STEPS",
+        (
+            S("probe", 5, "fake_probe"),
+            S("passes", 5, "passes"),
+            S("fails", 5, "fails"),
+            S("skips", 5, "skips"),
+            S("hangs", 2, "hangs"),
+            S("needs_ray", 5, "passes", needs=("ray",)),
+        ),
+    )
 
     def fake_probe(self, step, log, limit):
         self.facts = {"ray": False, "ray_error": "RuntimeError: no raylet"}
@@ -151,12 +182,18 @@ def test_the_runner_prints_one_line_per_step_a_failures_log_tail_and_the_figures
     assert failed == 2 and time.monotonic() - start < 30
     steps = [line for line in lines if line.split()[0] in ("ok", "FAIL", "skip")]
     assert [" ".join(line.split()[:2]) for line in steps] == [
-        "ok probe", "ok passes", "FAIL fails", "skip skips", "FAIL hangs", "skip needs_ray"], lines
+        "ok probe",
+        "ok passes",
+        "FAIL fails",
+        "skip skips",
+        "FAIL hangs",
+        "skip needs_ray",
+    ], lines
     assert "timed out after 2 s" in steps[4]
     assert "the probe found no ray (RuntimeError: no raylet)" in steps[5]
     # the failed step's log tail follows its line: its last 15 lines
     fail_at = lines.index(steps[2])
-    assert lines[fail_at + 1:fail_at + 16] == [f"      | line {i}" for i in range(25, 40)]
+    assert lines[fail_at + 1 : fail_at + 16] == [f"      | line {i}" for i in range(25, 40)]
     assert lines[-3:-1] == ["figures (same GPU, same run):", "  figure: 1 images/s"]
     assert lines[-1].startswith("failed steps: 2;")
     # what a device call brings back: three files, the table, every step's log in the tarball
@@ -181,8 +218,13 @@ def test_gpu_check_sh_takes_out_when_out_dir_is_unset():
     """Its OUT_DIR line, evaluated by bash itself, with and without OUT."""
     for env, want in (({"OUT": "/x/out"}, "/x/out"), ({"OUT_DIR": "/y"}, "/y"), ({}, "results/gpu-check-")):
         base = {k: v for k, v in os.environ.items() if k not in ("OUT", "OUT_DIR")}
-        got = subprocess.run(["bash", "-c", 'eval "$(grep -m1 "^OUT_DIR=" benchmarks/gpu_check.sh)"; echo "$OUT_DIR"'],
-                             cwd=REPO, capture_output=True, text=True, env={**base, **env})
+        got = subprocess.run(
+            ["bash", "-c", 'eval "$(grep -m1 "^OUT_DIR=" benchmarks/gpu_check.sh)"; echo "$OUT_DIR"'],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**base, **env},
+        )
         assert got.stdout.strip().startswith(want), (env, got.stdout)
 
 
@@ -202,17 +244,31 @@ def test_the_import_check_fails_naming_the_step_and_the_module_the_kit_lacks(tmp
     monkeypatch.setattr(check, "preflight", lambda py: None)
     monkeypatch.setattr(check, "GpuSampler", lambda: None)
     S = check.Step
-    monkeypatch.setattr(check, "STEPS", (
-        S("imports", 60, "imports_check"), S("needs_missing", 5, "passes"), S("fine", 5, "passes"),
-        S("optional_missing", 5, "passes", optional="needs the unicorn kit")))
-    imports = {"needs_missing": ("json", "no_such_module_in_any_kit"), "fine": ("json",),
-               "optional_missing": ("another_missing_module",), "imports": ()}
+    monkeypatch.setattr(
+        check,
+        "STEPS",
+        (
+            S("imports", 60, "imports_check"),
+            S("needs_missing", 5, "passes"),
+            S("fine", 5, "passes"),
+            S("optional_missing", 5, "passes", optional="needs the unicorn kit"),
+        ),
+    )
+    imports = {
+        "needs_missing": ("json", "no_such_module_in_any_kit"),
+        "fine": ("json",),
+        "optional_missing": ("another_missing_module",),
+        "imports": (),
+    }
     monkeypatch.setattr(check, "step_imports", lambda step: imports[step.name])
     monkeypatch.setattr(check.Check, "passes", lambda self, step, log, limit: "ran", raising=False)
     failed = check.main(["--out", str(tmp_path), "--rehearse"])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["ok"], ["FAIL"], ["skip"])]
     assert failed == 1, lines
-    assert lines[0].startswith("FAIL  imports") and "needs_missing needs no_such_module_in_any_kit (ModuleNotFoundError" in lines[0]
+    assert (
+        lines[0].startswith("FAIL  imports")
+        and "needs_missing needs no_such_module_in_any_kit (ModuleNotFoundError" in lines[0]
+    )
     assert "optional_missing" not in lines[0].split(";")[0]
     assert lines[1].startswith("skip  needs_missing") and "no_such_module_in_any_kit missing" in lines[1]
     assert lines[2].startswith("ok    fine")
@@ -237,7 +293,8 @@ def test_gpu_utilisation_is_sampled_and_averaged_over_each_trials_own_window(tmp
     sampler.stop()
     assert sampler.samples and all(u == 37.0 and m == 1024.0 for _, u, m in sampler.samples)
     TrialFolder.at(tmp_path / "work" / "runs" / "r" / "trial_0").append_row(
-        {"timestamp": int(start) + 1, "time_total_s": 1.0})
+        {"timestamp": int(start) + 1, "time_total_s": 1.0}
+    )
     c = check.Check(tmp_path, tmp_path / "work", rehearse=False)
     c.sampler = sampler
     assert c.utilisation("r", "backdoor") == "GPU busy 37%"
@@ -271,8 +328,11 @@ def test_deterministic_mode_is_what_fixed_shapes_turns_on_when_asked(monkeypatch
 
     from raylab import accel
 
-    before = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark,
-              torch.backends.cudnn.deterministic)
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.deterministic,
+    )
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     monkeypatch.delenv("RAYLAB_DETERMINISTIC", raising=False)
     try:
@@ -313,7 +373,12 @@ def test_the_ddp_gloo_step_averages_gradients_across_two_ranks_on_cpu(tmp_path):
     check = load_check()
     script = tmp_path / "ddp.py"
     script.write_text(check.DDP_GLOO_1GPU)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "GPU_CHECK_DEVICE": "cpu", "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "GPU_CHECK_DEVICE": "cpu", "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "gradients averaged across ranks" in done.stdout

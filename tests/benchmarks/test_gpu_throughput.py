@@ -19,8 +19,14 @@ SCRIPT = REPO / "benchmarks" / "gpu_throughput.py"
 @pytest.mark.slow  # the benchmark script end to end, its packing workers as processes: 24 s
 def test_smoke_runs_every_section_and_writes_its_tables(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path / "out")], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--out", str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     data = json.loads((tmp_path / "out" / "gpu_throughput.json").read_text())
     assert data["smoke"] and data["device"] == "cpu"

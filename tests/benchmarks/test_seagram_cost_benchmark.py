@@ -16,9 +16,28 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_cost_benchmark_judges_on_the_true_label_drop_over_seeds(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "seagram_cost.py"), "--corpus", "16", "--queries", "12",
-         "--al-budgets", "20", "--victim-steps", "10", "--seeds", "0,1", "--data-dir", str(tmp_path)],
-        capture_output=True, text=True, env=env, timeout=900, check=True).stdout
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "seagram_cost.py"),
+            "--corpus",
+            "16",
+            "--queries",
+            "12",
+            "--al-budgets",
+            "20",
+            "--victim-steps",
+            "10",
+            "--seeds",
+            "0,1",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=True,
+    ).stdout
     print(out)
     lines = out.splitlines()
     assert [line.split(":")[0] for line in lines if line.startswith("seed ")] == ["seed 0", "seed 1"]

@@ -29,17 +29,47 @@ def test_tune_setting_is_the_science_tests_but_the_tuned_keys():
     assert seagram_tune.SETTING == {k: v for k, v in SCIENCE.items() if k not in seagram_tune.GRID_KEYS}
 
 
-@pytest.mark.skipif(os.environ.get("RAYLAB_SEAGRAM_TUNE_TEST") != "1",
-                    reason="runs the tuning script (407 s at load 45 on 2 cores); set RAYLAB_SEAGRAM_TUNE_TEST=1")
+@pytest.mark.skipif(
+    os.environ.get("RAYLAB_SEAGRAM_TUNE_TEST") != "1",
+    reason="runs the tuning script (407 s at load 45 on 2 cores); set RAYLAB_SEAGRAM_TUNE_TEST=1",
+)
 def test_tune_benchmark_attacks_validation_pairs_and_chooses(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    tiny = ["n_corpus=16", "n_queries=12", "victim_steps=10", "al_budget=20", "al_init=10", "al_rounds=1",
-            "al_candidates=40"]
+    tiny = [
+        "n_corpus=16",
+        "n_queries=12",
+        "victim_steps=10",
+        "al_budget=20",
+        "al_init=10",
+        "al_rounds=1",
+        "al_candidates=40",
+    ]
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "seagram_tune.py"), "--seeds", "0,1", "--thresholds", "0.5,0.9",
-         "--random-fracs", "0.5", "--pools", "picks", "--selects", "safest", "--min-kept", "0",
-         "--data-dir", str(tmp_path), *[a for kv in tiny for a in ("--set", kv)]],
-        capture_output=True, text=True, env=env, timeout=600, check=True).stdout
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "seagram_tune.py"),
+            "--seeds",
+            "0,1",
+            "--thresholds",
+            "0.5,0.9",
+            "--random-fracs",
+            "0.5",
+            "--pools",
+            "picks",
+            "--selects",
+            "safest",
+            "--min-kept",
+            "0",
+            "--data-dir",
+            str(tmp_path),
+            *[a for kv in tiny for a in ("--set", kv)],
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=True,
+    ).stdout
     print(out)
     lines = out.splitlines()
     # 12 queries split 60/15/25: the attacked queries are the validation ones, not the test ones

@@ -21,9 +21,31 @@ def run(script: str, *args: str, monkeypatch, capsys) -> str:
 
 def test_graph_feed_times_host_collation_device_gather_and_a_fixed_batch(monkeypatch, capsys, one_thread):
     pytest.importorskip("torch_geometric")
-    out = run("graph_feed.py", "--rounds", "1", "--steps", "1", "--molecules", "40", "--width", "8",
-              "--depth", "1", "--target-dim", "4", "--threads", "0", "--corpus", "10",
-              "--queries", "6", "--queries-per-step", "2", monkeypatch=monkeypatch, capsys=capsys)
+    out = run(
+        "graph_feed.py",
+        "--rounds",
+        "1",
+        "--steps",
+        "1",
+        "--molecules",
+        "40",
+        "--width",
+        "8",
+        "--depth",
+        "1",
+        "--target-dim",
+        "4",
+        "--threads",
+        "0",
+        "--corpus",
+        "10",
+        "--queries",
+        "6",
+        "--queries-per-step",
+        "2",
+        monkeypatch=monkeypatch,
+        capsys=capsys,
+    )
     assert out.count("host collation") == 2 and out.count("building the batch alone") == 2
     for line in out.splitlines():
         if "host / device" in line:
@@ -31,9 +53,23 @@ def test_graph_feed_times_host_collation_device_gather_and_a_fixed_batch(monkeyp
 
 
 def test_image_speed_compares_the_switches(monkeypatch, capsys, one_thread):
-    out = run("image_speed.py", "--width", "4", "--batch-size", "4", "--rounds", "1", "--kinds", "clean,pgd10",
-              "--variants", "fp32/NCHW/eager,bf16/NHWC/eager", "--device", "cpu",
-              monkeypatch=monkeypatch, capsys=capsys)
+    out = run(
+        "image_speed.py",
+        "--width",
+        "4",
+        "--batch-size",
+        "4",
+        "--rounds",
+        "1",
+        "--kinds",
+        "clean,pgd10",
+        "--variants",
+        "fp32/NCHW/eager,bf16/NHWC/eager",
+        "--device",
+        "cpu",
+        monkeypatch=monkeypatch,
+        capsys=capsys,
+    )
     rows = [line.split() for line in out.splitlines() if line.strip().startswith(("fp32/", "bf16/"))]
     assert [r[0] for r in rows] == ["fp32/NCHW/eager", "bf16/NHWC/eager"] * 2
     assert all(float(r[1]) > 0 for r in rows) and rows[0][3] == "1.00x"

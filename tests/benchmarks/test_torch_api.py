@@ -1,4 +1,5 @@
 """benchmarks/torch_api_check.py: finds a torch attribute the running torch lacks, and none here."""
+
 from __future__ import annotations
 
 import importlib.util

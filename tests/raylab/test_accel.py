@@ -10,6 +10,7 @@
 - ``compile: true`` falls back to eager mode with one warning line when ``torch.compile``
   raises, or when the compiled module raises at its first call, and the trial trains.
 """
+
 from __future__ import annotations
 
 import ast
@@ -38,13 +39,15 @@ def recording(build, calls: list):
 
         def hook(module, inputs):
             x = inputs[0]
-            calls.append({
-                "training": module.training,
-                "nhwc_input": x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last),
-                "autocast": torch.is_autocast_enabled("cpu"),
-                "dtype": torch.get_autocast_dtype("cpu"),
-                "nhwc_weight": conv.weight.is_contiguous(memory_format=torch.channels_last),
-            })
+            calls.append(
+                {
+                    "training": module.training,
+                    "nhwc_input": x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last),
+                    "autocast": torch.is_autocast_enabled("cpu"),
+                    "dtype": torch.get_autocast_dtype("cpu"),
+                    "nhwc_weight": conv.weight.is_contiguous(memory_format=torch.channels_last),
+                }
+            )
 
         net.register_forward_pre_hook(hook)
         return net
@@ -52,11 +55,18 @@ def recording(build, calls: list):
     return make
 
 
-FAIR_ADV = ["config.method=pgd_at", "config.epochs=1", "config.lr_milestones=[1]",
-            "config.autoattack='off'", "stop.train/epoch=1", "config.synthetic_train=160",
-            "config.val_size=40", "config.eval_size=40", "config.final_eval_size=20"]
-BACKDOOR = ["config.epochs=1", "config.early_epochs=0", "config.finetune_epochs=0",
-            "config.model_width=8"]
+FAIR_ADV = [
+    "config.method=pgd_at",
+    "config.epochs=1",
+    "config.lr_milestones=[1]",
+    "config.autoattack='off'",
+    "stop.train/epoch=1",
+    "config.synthetic_train=160",
+    "config.val_size=40",
+    "config.eval_size=40",
+    "config.final_eval_size=20",
+]
+BACKDOOR = ["config.epochs=1", "config.early_epochs=0", "config.finetune_epochs=0", "config.model_width=8"]
 
 
 def run_recorded(name: str, on: bool, local_trial, monkeypatch, trial_dir: Path) -> tuple[list, list]:
@@ -77,8 +87,7 @@ def run_recorded(name: str, on: bool, local_trial, monkeypatch, trial_dir: Path)
 
 
 @pytest.mark.parametrize("name", ["fair_adv", "backdoor"])
-def test_bf16_and_channels_last_take_effect_in_the_training_steps(name, local_trial, monkeypatch, one_thread,
-                                                                   tmp_path):
+def test_bf16_and_channels_last_take_effect_in_the_training_steps(name, local_trial, monkeypatch, one_thread, tmp_path):
     off, rows_off = run_recorded(name, False, local_trial, monkeypatch, tmp_path / "off")
     off = list(off)  # the second run wraps the first's recorder, whose list would grow on
     on, rows_on = run_recorded(name, True, local_trial, monkeypatch, tmp_path / "on")
@@ -86,10 +95,13 @@ def test_bf16_and_channels_last_take_effect_in_the_training_steps(name, local_tr
     train_on = [c for c in on if c["training"]]
     assert train_off and train_on
     # control: the defaults train in float32, NCHW
-    assert not any(c["autocast"] or c["nhwc_input"] or c["nhwc_weight"] for c in train_off), [c for c in train_off if c["autocast"] or c["nhwc_input"] or c["nhwc_weight"]][:1]
+    assert not any(c["autocast"] or c["nhwc_input"] or c["nhwc_weight"] for c in train_off), [
+        c for c in train_off if c["autocast"] or c["nhwc_input"] or c["nhwc_weight"]
+    ][:1]
     # on: every training call under bf16 autocast with NHWC input and weights
-    assert all(c["autocast"] and c["dtype"] == torch.bfloat16 and c["nhwc_input"] and c["nhwc_weight"]
-               for c in train_on), train_on[0]
+    assert all(
+        c["autocast"] and c["dtype"] == torch.bfloat16 and c["nhwc_input"] and c["nhwc_weight"] for c in train_on
+    ), train_on[0]
     # evaluations stay float32
     assert not any(c["autocast"] for c in on if not c["training"])
     for rows in (rows_off, rows_on):
@@ -135,9 +147,14 @@ def test_dqn_replay_batches_go_pinned_and_non_blocking_when_the_device_is_cuda(c
 
     run = types.SimpleNamespace(device=torch.device("cuda"), envs=types.SimpleNamespace(obs_shape=(4,)))
     window = np.stack([np.zeros((8, 4), np.float32), np.ones((8, 4), np.float32)], 1)  # (s, s') rows
-    sample = {"window": window, "obs": window[:, :1], "next_obs": window[:, 1:],
-              "action": np.zeros(8, np.int64), "reward": np.zeros(8, np.float32),
-              "done": np.zeros(8, bool)}
+    sample = {
+        "window": window,
+        "obs": window[:, :1],
+        "next_obs": window[:, 1:],
+        "action": np.zeros(8, np.int64),
+        "reward": np.zeros(8, np.float32),
+        "done": np.zeros(8, bool),
+    }
     batch = loop.to_batch(run, sample)
     assert copies == {"pinned": 2, "to": [True] * 2}  # the window and one (action, reward, done) array
     assert batch["action"].dtype == torch.long and batch["done"].dtype == torch.float32
@@ -158,10 +175,14 @@ REVIEWED = {
     "trainers/backdoor/attack.py::blended": (1, "the trigger image, once per poisoning of a set"),
     "trainers/backdoor/attack.py::wanet": (1, "the warping grid, once per poisoning of a set"),
     "trainers/backdoor/attack.py::wanet_noise": (2, "the grid and per-image noise of a set's noise-mode images"),
-    "trainers/backdoor/wanet.py::poison_batch": (2, "per step: the grid (2 x H x W floats) and the cross "
-                                                    "images' noise from the CPU generator"),
-    "trainers/dqn_softlinf/shared_states.py::targets": (5, "the shared state set's states and K successors, "
-                                                           "at a report"),
+    "trainers/backdoor/wanet.py::poison_batch": (
+        2,
+        "per step: the grid (2 x H x W floats) and the cross images' noise from the CPU generator",
+    ),
+    "trainers/dqn_softlinf/shared_states.py::targets": (
+        5,
+        "the shared state set's states and K successors, at a report",
+    ),
     "trainers/fair_adv/loop.py::autoattack_predictions": (1, "AutoAttack's predictions, once at the end"),
     "trainers/fair_adv/metrics.py::evaluate": (2, "predictions to the labels' device: already there"),
     "raylab/data/augment.py::random_crop_flip": (2, "per step: B crop offsets and flips from the CPU generator"),
@@ -204,9 +225,14 @@ def device_copies(root: Path) -> dict[str, int]:
             def visit(node, function):
                 for child in ast.iter_child_nodes(node):
                     inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
-                    if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and (
-                            child.func.attr == "cuda" or (child.func.attr == "to" and child.args
-                                                          and names_a_device(child.args[0]))):
+                    if (
+                        isinstance(child, ast.Call)
+                        and isinstance(child.func, ast.Attribute)
+                        and (
+                            child.func.attr == "cuda"
+                            or (child.func.attr == "to" and child.args and names_a_device(child.args[0]))
+                        )
+                    ):
                         key = f"{path.relative_to(root)}::{function}"
                         found[key] = found.get(key, 0) + 1
                     visit(child, inner)
@@ -228,11 +254,13 @@ def test_every_host_to_device_copy_outside_to_device_is_reviewed(tmp_path):
 def test_the_per_step_copies_go_through_to_device():
     """The tensors made on the host every step: dqn's replay sample and acting input, and the
     indices seagram's and boltz_distill's batches are gathered by on the device."""
-    for path, function in [("trainers/dqn_softlinf/loop.py", "to_batch"),
-                           ("trainers/dqn_softlinf/loop.py", "to_obs"),
-                           ("trainers/dqn_softlinf/loop.py", "greedy"),
-                           ("trainers/seagram/batches.py", "sample"),
-                           ("trainers/boltz_distill/batches.py", "batch")]:
+    for path, function in [
+        ("trainers/dqn_softlinf/loop.py", "to_batch"),
+        ("trainers/dqn_softlinf/loop.py", "to_obs"),
+        ("trainers/dqn_softlinf/loop.py", "greedy"),
+        ("trainers/seagram/batches.py", "sample"),
+        ("trainers/boltz_distill/batches.py", "batch"),
+    ]:
         tree = ast.parse((REPO / path).read_text())
         fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
         names = {n.func.id for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
@@ -254,6 +282,7 @@ def test_compile_failure_at_the_first_call_falls_back_to_eager(monkeypatch, caps
     def failing_compile(module, *args, **kwargs):
         def compiled(*a, **k):
             raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore detail")
+
         return compiled
 
     monkeypatch.setattr(torch, "compile", failing_compile)
@@ -284,7 +313,9 @@ def test_compile_failure_falls_back_and_the_trial_trains(monkeypatch, local_tria
     monkeypatch.setattr(torch, "compile", raising_compile)
     rows = local_trial("fair_adv", *FAIR_ADV, "config.compile=true")
     lines = [ln for ln in capfd.readouterr().err.splitlines() if "torch.compile" in ln]
-    assert lines == ["raylab: warning: torch.compile of the fair_adv network failed (RuntimeError: "
-                     "torch.compile is not supported on this machine); running it eagerly"]
+    assert lines == [
+        "raylab: warning: torch.compile of the fair_adv network failed (RuntimeError: "
+        "torch.compile is not supported on this machine); running it eagerly"
+    ]
     losses = [r["train/loss"] for r in rows if "train/loss" in r]
     assert losses and all(math.isfinite(v) for v in losses)

@@ -11,11 +11,14 @@ from raylab import session
 from raylab.run_folder import CHECKPOINT_PREFIX, checkpoint_name
 
 TUNE_NAMES = [checkpoint_name(step) for step in (9, 10, 11)]  # checkpoint_000009 ...
-TRAIN_V2_NAMES = [CHECKPOINT_PREFIX + stamp for stamp in (  # Ray Train v2: a timestamp per checkpoint
-    "2026-12-01_07-41-08.720567",
-    "2026-12-01_07-41-09.001234",
-    "2026-12-01_10-02-00.000001",
-)]
+TRAIN_V2_NAMES = [
+    CHECKPOINT_PREFIX + stamp
+    for stamp in (  # Ray Train v2: a timestamp per checkpoint
+        "2026-12-01_07-41-08.720567",
+        "2026-12-01_07-41-09.001234",
+        "2026-12-01_10-02-00.000001",
+    )
+]
 
 
 def write_checkpoints(folder, names):

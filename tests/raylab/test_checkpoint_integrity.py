@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from raylab import checkpoint as ckpt
-from raylab.files import sha256_file
 from raylab import session
+from raylab.files import sha256_file
 from raylab.run_folder import TrialFolder, checkpoint_name
 
 
@@ -136,6 +136,7 @@ def test_loading_never_runs_code_from_the_file(tmp_path):
     torch.save({"step": 1}, directory / ckpt.STATE_FILE)  # a real torch zip file...
     # ...whose pickle is replaced by a malicious one, with a matching checksum in meta.json.
     import zipfile
+
     with zipfile.ZipFile(directory / ckpt.STATE_FILE) as zf:
         names = zf.namelist()
         members = {n: zf.read(n) for n in names}
@@ -144,8 +145,7 @@ def test_loading_never_runs_code_from_the_file(tmp_path):
     with zipfile.ZipFile(directory / ckpt.STATE_FILE, "w") as zf:
         for name in names:
             zf.writestr(name, members[name])
-    meta = {"sha256": sha256_file(directory / ckpt.STATE_FILE),
-            "bytes": (directory / ckpt.STATE_FILE).stat().st_size}
+    meta = {"sha256": sha256_file(directory / ckpt.STATE_FILE), "bytes": (directory / ckpt.STATE_FILE).stat().st_size}
     (directory / ckpt.META_FILE).write_text(__import__("json").dumps(meta))
     with pytest.raises(ckpt.CorruptCheckpoint, match="cannot load"):
         ckpt.load(directory)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from raylab.launch import checks, ray_start
-from raylab.data import cifar
 from raylab import train as raylab_train
 from raylab import tune as raylab_tune
+from raylab.data import cifar
+from raylab.launch import checks, ray_start
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,9 +43,15 @@ BAD_INPUTS = {
     "unknown workload": (TOY.replace("toy", "tyo"), ["EXP"], "unknown workload 'tyo'; available: "),
     "metric not reported": (TOY.replace("eval/mse", "eval/acc"), ["EXP"], "metric 'eval/acc' is not reported"),
     "stop key the workload never reports": (
-        None, ["toy", "stop.eval/mse2=1"], "stop.eval/mse2: 'eval/mse2' is not reported by workload 'toy'; it reports: train/loss, eval/mse"),
+        None,
+        ["toy", "stop.eval/mse2=1"],
+        "stop.eval/mse2: 'eval/mse2' is not reported by workload 'toy'; it reports: train/loss, eval/mse",
+    ),
     "time_attr the workload never reports": (
-        None, ["toy", "scheduler.time_attr=train/stpe"], "scheduler.time_attr: 'train/stpe' is not reported"),
+        None,
+        ["toy", "scheduler.time_attr=train/stpe"],
+        "scheduler.time_attr: 'train/stpe' is not reported",
+    ),
     "missing mode": (TOY.replace("mode: min\n", ""), ["EXP"], "missing required key 'mode'"),
     "unwritable storage": (TOY, ["EXP", "--storage", "EXP/sub"], "is not a writable directory"),
     "resume without a run": (None, ["toy", "--resume", "--storage", "TMP/empty"], "--resume: no resumable run"),
@@ -53,14 +59,33 @@ BAD_INPUTS = {
     "negative num samples": (None, ["toy", "--num-samples", "0"], "num_samples: must be >= 1"),
     "smoke without section": (TOY, ["EXP", "--smoke"], "has no 'smoke' section"),
     "workers for a workload that is not data-parallel": (
-        None, ["seagram", "--smoke", "resources.workers=2"], "'seagram' is not data-parallel"),
+        None,
+        ["seagram", "--smoke", "resources.workers=2"],
+        "'seagram' is not data-parallel",
+    ),
     # Workload configs and preflight checks, still before Ray starts:
-    "poisoning ratio above 1": (None, ["backdoor", "--smoke", "config.poison_ratio=1.5"], "config.poison_ratio: must be in [0, 1)"),
+    "poisoning ratio above 1": (
+        None,
+        ["backdoor", "--smoke", "config.poison_ratio=1.5"],
+        "config.poison_ratio: must be in [0, 1)",
+    ),
     "eps below 0": (None, ["fair_adv", "--smoke", "config.eps=-0.1"], "config.eps"),
-    "replay buffer beyond memory": (None, ["dqn_softlinf", "--smoke", "config.buffer_size=100000000"], "config.buffer_size: 100,000,000 transitions need"),
+    "replay buffer beyond memory": (
+        None,
+        ["dqn_softlinf", "--smoke", "config.buffer_size=100000000"],
+        "config.buffer_size: 100,000,000 transitions need",
+    ),
     "unknown Atari game": (None, ["dqn_softlinf", "--smoke", "config.game=Pongg"], "Pongg"),
-    "missing dataset": (None, ["backdoor", "--smoke", "config.synthetic_data=false", "config.data_dir=TMP/nodata"], "cifar10 not found: looked for"),
-    "corrupted dataset": (None, ["backdoor", "--smoke", "config.synthetic_data=false", "config.data_dir=TMP/bad"], "checksum mismatch"),
+    "missing dataset": (
+        None,
+        ["backdoor", "--smoke", "config.synthetic_data=false", "config.data_dir=TMP/nodata"],
+        "cifar10 not found: looked for",
+    ),
+    "corrupted dataset": (
+        None,
+        ["backdoor", "--smoke", "config.synthetic_data=false", "config.data_dir=TMP/bad"],
+        "checksum mismatch",
+    ),
 }
 
 
@@ -104,7 +129,10 @@ def test_fractional_gpus_for_several_workers_are_refused_before_ray_starts(capsy
     # One worker with half a GPU stays allowed (two trials share a GPU, each its own process group).
     from raylab import experiment as experiments
 
-    assert experiments.load("toy", ["resources.workers=1", "resources.gpus_per_worker=0.5"]).resources.gpus_per_worker == 0.5
+    assert (
+        experiments.load("toy", ["resources.workers=1", "resources.gpus_per_worker=0.5"]).resources.gpus_per_worker
+        == 0.5
+    )
 
 
 def test_resources_beyond_a_joined_cluster_only_warn(capsys):
@@ -123,12 +151,19 @@ def test_cli_process_exit_code_and_no_traceback(tmp_path):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     for args, fragment in [
         (["toy", "config.lrr=1"], "unknown key 'config.lrr'"),
-        (["toy", "--smoke", "--address", f"127.0.0.1:{dead_port}"], f"cannot reach Ray cluster at 127.0.0.1:{dead_port}"),
+        (
+            ["toy", "--smoke", "--address", f"127.0.0.1:{dead_port}"],
+            f"cannot reach Ray cluster at 127.0.0.1:{dead_port}",
+        ),
     ]:
         start = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "raylab.tune", *args, "--storage", str(tmp_path / "results")],
-            capture_output=True, text=True, cwd=REPO, env=env, timeout=120,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            timeout=120,
         )
         assert proc.returncode == 2, proc.stderr
         assert "Traceback" not in proc.stderr and fragment in proc.stderr

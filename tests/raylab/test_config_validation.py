@@ -101,8 +101,10 @@ def test_parse_override_errors(text):
 
 
 def test_pinning_a_field_keeps_the_variants_that_agree():
-    base = {"config": {}, "search": {"variant": [{"loss": "mse"}, {"loss": "huber", "lr": 0.1},
-                                                  {"loss": "huber", "lr": 0.2}]}}
+    base = {
+        "config": {},
+        "search": {"variant": [{"loss": "mse"}, {"loss": "huber", "lr": 0.1}, {"loss": "huber", "lr": 0.2}]},
+    }
     assert merge(base, {"config": {"loss": "huber"}})["search"]["variant"] == [{"lr": 0.1}, {"lr": 0.2}]
     assert "variant" not in merge(base, {"config": {"loss": "mse"}})["search"]
     assert "variant" not in merge(base, {"config": {"loss": "l1"}})["search"]

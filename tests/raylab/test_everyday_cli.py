@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from raylab import experiment as experiments
+from raylab import tune as raylab_tune
 from raylab import yaml_io
 from raylab.launch import cli, progress, ray_start, sweep
 from raylab.run_folder import EXPERIMENT_FILE, FINISHED_FILE, RunFolder
-from raylab import experiment as experiments
-from raylab import tune as raylab_tune
 
 EXPERIMENTS = sorted(experiments.available())
 
@@ -37,8 +37,15 @@ def test_variant_fields_are_left_out_of_the_saved_config():
     assert "loss" not in saved and "beta" not in saved and "seed" not in saved
 
 
-def fake_run(root: Path, name: str, experiment: str = "toy", smoke: bool = True,
-             finished: bool = False, age_s: float = 0.0, tune_state: bool = True) -> Path:
+def fake_run(
+    root: Path,
+    name: str,
+    experiment: str = "toy",
+    smoke: bool = True,
+    finished: bool = False,
+    age_s: float = 0.0,
+    tune_state: bool = True,
+) -> Path:
     """A run folder as a sweep leaves it: experiment.yaml, Tune's tuner.pkl and experiment
     state (``tune_state``; a sweep that failed before its first trial has tuner.pkl alone),
     maybe finished."""
@@ -114,7 +121,10 @@ def test_name_of_an_existing_run_is_refused_without_resume(tmp_path, capsys, dry
         assert raylab_tune.main(argv) == 2
         assert "--name taken: a run already exists" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "taken").iterdir()) == [
-        "experiment.yaml", "experiment_state-2026-01-01_00-00-00.json", "tuner.pkl"]
+        "experiment.yaml",
+        "experiment_state-2026-01-01_00-00-00.json",
+        "tuner.pkl",
+    ]
 
 
 def test_dry_run_runs_the_resource_check_the_real_command_runs(capsys, monkeypatch):
@@ -134,19 +144,28 @@ def test_flags_must_be_spelled_out(capsys):
 
 def test_ray_resume_advice_is_dropped_and_raylab_prints_the_exact_command():
     cli.quiet_third_party_warnings()
-    record = logging.LogRecord("ray.tune.tune", logging.WARNING, "", 0,
-                               'Resume experiment with: Tuner.restore(path="x", trainable=...)', (), None)
+    record = logging.LogRecord(
+        "ray.tune.tune",
+        logging.WARNING,
+        "",
+        0,
+        'Resume experiment with: Tuner.restore(path="x", trainable=...)',
+        (),
+        None,
+    )
     assert not logging.getLogger("ray.tune.tune").filter(record)
     args = raylab_tune.parser().parse_args(["toy", "--storage", "s3://b/x y"])
     assert raylab_tune.resume_command("toy", "RUN", args) == (
-        "python -m raylab.tune toy --resume --name RUN --storage 's3://b/x y'")
+        "python -m raylab.tune toy --resume --name RUN --storage 's3://b/x y'"
+    )
 
 
 def test_one_progress_line_carries_the_sweep_metric_and_the_stop_progress():
     exp = experiments.load("dqn_softlinf", smoke=True)
     best = progress.better("max", 3.0, progress.better("max", 5.0, None))
-    line = progress.result_line("abc_00001", {"training_iteration": 4, "env/steps": 1000,
-                                             "eval/return_mean": 3.0}, exp, best)
+    line = progress.result_line(
+        "abc_00001", {"training_iteration": 4, "env/steps": 1000, "eval/return_mean": 3.0}, exp, best
+    )
     assert line == "abc_00001 iter 4  env/steps=1000/2000  eval/return_mean=3 (max so far 5)"
 
 
@@ -185,14 +204,17 @@ def test_through_a_storage_uri_finished_runs_say_so_and_the_saved_experiment_is_
     assert "a run already exists" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, environ, binds_loopback", [
-    (["toy", "--smoke"], {}, True),
-    (["toy", "--listen"], {}, False),
-    (["toy", "--address", "auto"], {}, False),
-    (["toy", "--address=10.0.0.5:6379"], {}, False),
-    (["toy"], {"RAY_ADDRESS": "auto"}, False),
-    (["toy"], {ray_start.SINGLE_MACHINE_ENV: "1"}, False),  # the user's own choice stands
-])
+@pytest.mark.parametrize(
+    "argv, environ, binds_loopback",
+    [
+        (["toy", "--smoke"], {}, True),
+        (["toy", "--listen"], {}, False),
+        (["toy", "--address", "auto"], {}, False),
+        (["toy", "--address=10.0.0.5:6379"], {}, False),
+        (["toy"], {"RAY_ADDRESS": "auto"}, False),
+        (["toy"], {ray_start.SINGLE_MACHINE_ENV: "1"}, False),  # the user's own choice stands
+    ],
+)
 def test_a_local_ray_listens_on_loopback_unless_asked(argv, environ, binds_loopback, monkeypatch):
     monkeypatch.delitem(sys.modules, "ray")  # as in a fresh CLI process, before Ray is imported
     assert ray_start.bind_to_loopback_unless_asked(argv, environ) is binds_loopback

@@ -41,8 +41,9 @@ def test_the_contract_checks_name_what_is_wrong(tmp_path, monkeypatch):
     """A YAML without its command line, and one whose smoke mode asks a GPU, are refused by name."""
     base = experiments.available()["toy"].read_text().splitlines()
     (tmp_path / "no_command.yaml").write_text("\n".join(base[1:]) + "\n")
-    (tmp_path / "gpu_smoke.yaml").write_text("\n".join(
-        ["# python -m raylab.tune gpu_smoke", *base[1:], "  resources: {gpus_per_worker: 1}"]) + "\n")
+    (tmp_path / "gpu_smoke.yaml").write_text(
+        "\n".join(["# python -m raylab.tune gpu_smoke", *base[1:], "  resources: {gpus_per_worker: 1}"]) + "\n"
+    )
     monkeypatch.setenv(experiments.CONFIGS_ENV, str(tmp_path))
     with pytest.raises(AssertionError, match="first line must be the command"):
         validate_experiment("no_command")
@@ -51,12 +52,22 @@ def test_the_contract_checks_name_what_is_wrong(tmp_path, monkeypatch):
 
 
 def test_experiment_sections_have_docstrings():
-    for cls in (Experiment, experiments.Resources, experiments.Scheduler,
-                experiments.Checkpointing, experiments.Failure, experiments.Estimate):
+    for cls in (
+        Experiment,
+        experiments.Resources,
+        experiments.Scheduler,
+        experiments.Checkpointing,
+        experiments.Failure,
+        experiments.Estimate,
+    ):
         docs = field_docs(cls)
-        undocumented = [f.name for f in dataclasses.fields(cls)
-                        if not docs.get(f.name) and not dataclasses.is_dataclass(f.type)
-                        and f.name not in {"scheduler", "resources", "checkpoint", "failure", "estimate"}]
+        undocumented = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if not docs.get(f.name)
+            and not dataclasses.is_dataclass(f.type)
+            and f.name not in {"scheduler", "resources", "checkpoint", "failure", "estimate"}
+        ]
         assert not undocumented, (cls.__name__, undocumented)
 
 
@@ -91,10 +102,12 @@ def test_loading_and_validating_every_experiment_does_not_import_ray_tune():
     import subprocess
     import sys
 
-    code = ("import sys\nfrom raylab import experiment\n"
-            "for name in experiment.available():\n"
-            "    experiment.load(name, smoke=True); experiment.load(name)\n"
-            "print(sorted(m for m in sys.modules if m == 'ray.tune' or m.startswith('ray.tune.')))")
+    code = (
+        "import sys\nfrom raylab import experiment\n"
+        "for name in experiment.available():\n"
+        "    experiment.load(name, smoke=True); experiment.load(name)\n"
+        "print(sorted(m for m in sys.modules if m == 'ray.tune' or m.startswith('ray.tune.')))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout[-2000:]

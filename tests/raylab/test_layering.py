@@ -43,8 +43,10 @@ def under(name: str, prefix: str) -> bool:
 
 def parse_modules(root: Path, package: str = PACKAGE) -> dict[str, ast.Module]:
     """Every module of ``package`` under ``root`` (the folder holding it), by dotted name."""
-    return {module_name(root, path): ast.parse(path.read_text(), str(path))
-            for path in sorted((root / package).rglob("*.py"))}
+    return {
+        module_name(root, path): ast.parse(path.read_text(), str(path))
+        for path in sorted((root / package).rglob("*.py"))
+    }
 
 
 def imported_names(tree: ast.Module) -> list[tuple[str, int]]:
@@ -57,7 +59,9 @@ def imported_names(tree: ast.Module) -> list[tuple[str, int]]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 found.append((alias.name, node.lineno))
-                bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+                bound[alias.asname or alias.name.split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for alias in node.names:
                 found.append((f"{node.module}.{alias.name}", node.lineno))
@@ -84,8 +88,10 @@ def module_graph(modules: dict[str, ast.Module]) -> dict[str, dict[str, int]]:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                           for a in node.names]
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
             for target in targets:
                 while target and target not in modules:  # import a.b.c of a non-module c: a.b
                     target = target.rpartition(".")[0]
@@ -156,8 +162,9 @@ def layering_violations(root: Path, package: str = PACKAGE) -> list[str]:
         for target, chain in sorted(reachable(graph, name).items()):
             if under(name, LAUNCH) and any(under(target, c) for c in COMMANDS):
                 problems.append(f"{name} reaches the command {target}: {' -> '.join(chain)}")
-            elif not under(name, LAUNCH) and under(target, LAUNCH) and (
-                    len(chain) == 2 or not under(chain[-2], LAUNCH)):  # first step into launch only
+            elif (
+                not under(name, LAUNCH) and under(target, LAUNCH) and (len(chain) == 2 or not under(chain[-2], LAUNCH))
+            ):  # first step into launch only
                 problems.append(f"{name} reaches {target} in launch/: {' -> '.join(chain)}")
     problems += [f"import cycle: {' <-> '.join(component)}" for component in cycles(graph)]
     for name, tree in sorted(modules.items()):
@@ -205,21 +212,30 @@ def plant(root: Path, module: str, code: str) -> None:
 def test_a_planted_upward_import_is_named_with_its_chain(copy_of_raylab):
     plant(copy_of_raylab, "raylab.checkpoint", "def _upward():\n    from raylab.launch import summary\n")
     problems = layering_violations(copy_of_raylab)
-    assert "raylab.checkpoint reaches raylab.launch.summary in launch/: raylab.checkpoint -> raylab.launch.summary" \
-        in problems, problems
+    assert (
+        "raylab.checkpoint reaches raylab.launch.summary in launch/: raylab.checkpoint -> raylab.launch.summary"
+        in problems
+    ), problems
     # and what imports the checkpoint module (the session) is named too, with its chain
     assert any(p.startswith("raylab.session reaches raylab.launch.summary") for p in problems), problems
 
 
 def test_a_planted_cycle_through_a_function_level_import_is_named(copy_of_raylab):
-    plant(copy_of_raylab, "raylab.launch.trial", "def _back():\n    from raylab.launch.trainable import make_trainable\n")
+    plant(
+        copy_of_raylab, "raylab.launch.trial", "def _back():\n    from raylab.launch.trainable import make_trainable\n"
+    )
     problems = layering_violations(copy_of_raylab)
-    assert "import cycle: raylab.launch.train_path <-> raylab.launch.trainable <-> raylab.launch.trial" in problems, problems
+    assert "import cycle: raylab.launch.train_path <-> raylab.launch.trainable <-> raylab.launch.trial" in problems, (
+        problems
+    )
 
 
 def test_a_planted_tuner_outside_launch_is_named(copy_of_raylab):
-    plant(copy_of_raylab, "raylab.run_folder", "def _restorable(path):\n    from ray import tune\n\n"
-          "    return tune.Tuner.can_restore(path)\n")
+    plant(
+        copy_of_raylab,
+        "raylab.run_folder",
+        "def _restorable(path):\n    from ray import tune\n\n    return tune.Tuner.can_restore(path)\n",
+    )
     plant(copy_of_raylab, "raylab.experiment", "from ray.train.torch import TorchTrainer  # noqa: F401\n")
     problems = layering_violations(copy_of_raylab)
     assert any(p.startswith("raylab.run_folder:") and "ray.tune.Tuner.can_restore" in p for p in problems), problems

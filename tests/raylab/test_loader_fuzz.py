@@ -11,14 +11,49 @@ from raylab import experiment as experiments
 from raylab import yaml_io
 from raylab.errors import UserError
 
-KEYS = ["workload", "metric", "mode", "config", "search", "num_samples", "scheduler", "resources",
-        "stop", "checkpoint", "failure", "smoke", "max_concurrent_trials", "description", "bogus"]
-FIELDS = ["steps", "lr", "seed", "batch_size", "dim", "noise", "report_every", "nope", "type",
-          "workers", "gpus_per_worker", "every", "keep", "max_failures", "grid", "uniform", "choice"]
+KEYS = [
+    "workload",
+    "metric",
+    "mode",
+    "config",
+    "search",
+    "num_samples",
+    "scheduler",
+    "resources",
+    "stop",
+    "checkpoint",
+    "failure",
+    "smoke",
+    "max_concurrent_trials",
+    "description",
+    "bogus",
+]
+FIELDS = [
+    "steps",
+    "lr",
+    "seed",
+    "batch_size",
+    "dim",
+    "noise",
+    "report_every",
+    "nope",
+    "type",
+    "workers",
+    "gpus_per_worker",
+    "every",
+    "keep",
+    "max_failures",
+    "grid",
+    "uniform",
+    "choice",
+]
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**6, 10**6),
-    st.floats(allow_nan=True, allow_infinity=True), st.text(string.printable, max_size=12),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(string.printable, max_size=12),
     st.sampled_from(["toy", "eval/mse", "min", "max", "fifo", "asha", "pbt", "1e-3", "[1, 2]"]),
 )
 values = st.recursive(

@@ -31,8 +31,13 @@ class State(LoopState):
 def fresh(seed: int = 0) -> State:
     torch.manual_seed(seed)
     model = torch.nn.Linear(3, 2)
-    return State(model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                 torch.Generator().manual_seed(seed), np.random.default_rng(seed), config={"lr": 0.1})
+    return State(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        torch.Generator().manual_seed(seed),
+        np.random.default_rng(seed),
+        config={"lr": 0.1},
+    )
 
 
 def advance(st: State) -> None:
@@ -46,8 +51,13 @@ def advance(st: State) -> None:
 
 
 def draws(st: State) -> tuple:
-    return (torch.rand(2, generator=st.gen).tolist(), st.np_gen.random(), random.random(),
-            torch.rand(1).item(), np.random.rand())
+    return (
+        torch.rand(2, generator=st.gen).tolist(),
+        st.np_gen.random(),
+        random.random(),
+        torch.rand(1).item(),
+        np.random.rand(),
+    )
 
 
 def test_every_field_round_trips_through_a_checkpoint(tmp_path):

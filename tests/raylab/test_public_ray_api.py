@@ -41,7 +41,8 @@ def test_the_check_catches_private_imports():
 
 def test_raylab_never_imports_trainers():
     offenders = [
-        str(path.relative_to(REPO)) for path in (REPO / "raylab").rglob("*.py")
+        str(path.relative_to(REPO))
+        for path in (REPO / "raylab").rglob("*.py")
         if any(m == "trainers" or m.startswith("trainers.") for m in imported_modules(path))
     ]
     assert not offenders, f"raylab/ imports trainers/ in {offenders}; register through entry points"
@@ -54,20 +55,28 @@ def test_trainers_import_only_the_declared_workload_api():
     from raylab.testing import workload_api_violations
 
     found = workload_api_violations(WORKLOAD_SOURCES)
-    assert not found, ("trainers/ uses raylab beyond raylab.workloads.WORKLOAD_API (declare it there, "
-                       "or use a declared name):\n" + "\n".join(found))
+    assert not found, (
+        "trainers/ uses raylab beyond raylab.workloads.WORKLOAD_API (declare it there, "
+        "or use a declared name):\n" + "\n".join(found)
+    )
 
 
 def test_the_workload_api_check_catches_undeclared_uses(tmp_path):
     from raylab.testing import workload_api_violations
 
     lab = tmp_path / "lab.py"
-    lab.write_text("from raylab import session\nfrom raylab.launch import sweep\nfrom raylab.errors import UserError\n"
-                   "import raylab.train_bridge\nfrom raylab.data.cifar import prepare_cifar\n"
-                   "session.report({})\nsession.snapshot()\nsweep.sweep(None)\n")
+    lab.write_text(
+        "from raylab import session\nfrom raylab.launch import sweep\nfrom raylab.errors import UserError\n"
+        "import raylab.train_bridge\nfrom raylab.data.cifar import prepare_cifar\n"
+        "session.report({})\nsession.snapshot()\nsweep.sweep(None)\n"
+    )
     found = [line.split(": ", 1)[1] for line in workload_api_violations([lab])]
-    assert found == ["raylab.launch.sweep", "raylab.train_bridge", "raylab.session.snapshot",
-                     "raylab.launch.sweep.sweep"], found
+    assert found == [
+        "raylab.launch.sweep",
+        "raylab.train_bridge",
+        "raylab.session.snapshot",
+        "raylab.launch.sweep.sweep",
+    ], found
 
 
 def test_every_declared_workload_api_name_exists():

@@ -18,18 +18,26 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def raylab_tune(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "raylab.tune", *args], capture_output=True,
-                          text=True, cwd=REPO, timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "raylab.tune", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def make_lab_package(root: Path) -> None:
     """A lab's own installed package: a module and a dist-info with one entry point."""
     (root / "lab_workloads").mkdir(parents=True)
-    (root / "lab_workloads" / "__init__.py").write_text(textwrap.dedent('''
+    (root / "lab_workloads" / "__init__.py").write_text(
+        textwrap.dedent("""
         from raylab.workloads import Workload
         WORKLOAD = Workload(config="trainers.toy.config:Config", loop="trainers.toy.loop:train_loop",
                             metrics=("eval/mse",), description="a lab's regression workload")
-    '''))
+    """)
+    )
     dist = root / "lab_workloads-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: lab-workloads\nVersion: 0.1\n")
@@ -41,7 +49,8 @@ def add_lab_experiments(root: Path) -> None:
     (root / "lab_configs").mkdir()
     (root / "lab_configs" / "__init__.py").write_text("")
     (root / "lab_configs" / "lab_shipped.yaml").write_text(
-        "workload: lab_regression\nmetric: eval/mse\nmode: min\ndescription: the lab's shipped sweep\n")
+        "workload: lab_regression\nmetric: eval/mse\nmode: min\ndescription: the lab's shipped sweep\n"
+    )
     with (root / "lab_workloads-0.1.dist-info" / "entry_points.txt").open("a") as f:
         f.write("[raylab.experiments]\nlab = lab_configs\n")
 
@@ -52,18 +61,22 @@ def test_a_lab_package_adds_a_workload_and_a_folder_adds_experiments(tmp_path):
     configs = tmp_path / "lab_configs"
     configs.mkdir()
     (configs / "lab_sweep.yaml").write_text(
-        "workload: lab_regression\nmetric: eval/mse\nmode: min\ndescription: the lab's sweep\n")
+        "workload: lab_regression\nmetric: eval/mse\nmode: min\ndescription: the lab's sweep\n"
+    )
     done = raylab_tune("--list", "--configs", str(configs), env={"PYTHONPATH": str(tmp_path / "site")})
     assert done.returncode == 0, done.stderr
     assert "lab_regression" in done.stdout and "a lab's regression workload" in done.stdout
     (line,) = [line for line in done.stdout.splitlines() if "lab_sweep" in line]
     assert "lab_regression" in line and f"[{configs}]" in line
-    assert "[package tune_configs]" in next(line for line in done.stdout.splitlines() if line.strip().startswith("toy "))
+    assert "[package tune_configs]" in next(
+        line for line in done.stdout.splitlines() if line.strip().startswith("toy ")
+    )
     # the lab package's registered folder is searched beside this repository's tune_configs
     assert "[package lab_configs]" in next(line for line in done.stdout.splitlines() if "lab_shipped" in line)
     # RAYLAB_CONFIGS does the same as --configs.
-    dry = raylab_tune("lab_sweep", "--dry-run", env={"PYTHONPATH": str(tmp_path / "site"),
-                                                     "RAYLAB_CONFIGS": str(configs)})
+    dry = raylab_tune(
+        "lab_sweep", "--dry-run", env={"PYTHONPATH": str(tmp_path / "site"), "RAYLAB_CONFIGS": str(configs)}
+    )
     assert dry.returncode == 0, dry.stderr
     assert "workload: lab_regression" in dry.stdout
 
@@ -72,7 +85,8 @@ def test_a_workload_name_registered_twice_is_refused_naming_both_entry_points(tm
     site = tmp_path / "site"
     make_lab_package(site)  # lab_regression
     (site / "lab_workloads" / "again.py").write_text(
-        "from lab_workloads import WORKLOAD\nWORKLOADS = {'toy': WORKLOAD}\n")
+        "from lab_workloads import WORKLOAD\nWORKLOADS = {'toy': WORKLOAD}\n"
+    )
     with (site / "lab_workloads-0.1.dist-info" / "entry_points.txt").open("a") as f:
         f.write("lab_more = lab_workloads.again:WORKLOADS\n")
     monkeypatch.syspath_prepend(str(site))  # installed, as far as importlib.metadata can tell
@@ -94,7 +108,8 @@ def test_an_experiment_name_two_packages_ship_is_refused_naming_both_unless_conf
     make_lab_package(site)
     add_lab_experiments(site)
     (site / "lab_configs" / "toy.yaml").write_text(  # the lab's own "toy", beside this repository's
-        "workload: lab_regression\nmetric: eval/mse\nmode: min\ndescription: the lab's toy\n")
+        "workload: lab_regression\nmetric: eval/mse\nmode: min\ndescription: the lab's toy\n"
+    )
     env = {"PYTHONPATH": str(site)}
     for args in (["--list"], ["toy", "--dry-run"], ["lab_shipped", "--dry-run"]):
         done = raylab_tune(*args, env=env)

@@ -19,13 +19,26 @@ from raylab.launch import summary
 from raylab.launch.trial import TrialSettings
 from raylab.report.data import load_run
 from raylab.run_folder import (
-    CHECKPOINT_PREFIX, CONFIG_FILE, ERROR_FILE, PARAMS_FILE, RESULT_FILE, RunFolder, TrialFolder, checkpoint_name,
+    CHECKPOINT_PREFIX,
+    CONFIG_FILE,
+    ERROR_FILE,
+    PARAMS_FILE,
+    RESULT_FILE,
+    RunFolder,
+    TrialFolder,
+    checkpoint_name,
     newest_run,
 )
 
 
-def saved_run(root, name: str, experiment: str = "toy", smoke: bool = True, command: str | None = "raylab.tune",
-              changed: float = 0.0) -> RunFolder:
+def saved_run(
+    root,
+    name: str,
+    experiment: str = "toy",
+    smoke: bool = True,
+    command: str | None = "raylab.tune",
+    changed: float = 0.0,
+) -> RunFolder:
     run = RunFolder.under(str(root), name)
     provenance = {"command": command} if command else {}
     run.write_text("experiment.yaml", yaml.safe_dump({"name": experiment, "smoke": smoke, "provenance": provenance}))
@@ -58,7 +71,7 @@ def test_the_summary_and_the_report_agree_on_an_interrupted_run(tmp_path):
     run = RunFolder(tmp_path / "toy-smoke-20260101-000000")
     cases = {  # trial folder: (its rows' done flag, loop returned, failed)
         "toy_00000": (True, False, False),
-        "toy_00001": (False, True, False),   # returned just before the kill: its marker says so
+        "toy_00001": (False, True, False),  # returned just before the kill: its marker says so
         "toy_00002": (False, False, False),  # stopped by the interrupt
         "toy_00003": (False, False, True),
     }
@@ -72,16 +85,32 @@ def test_the_summary_and_the_report_agree_on_an_interrupted_run(tmp_path):
             run.trial(trial).write_error("ValueError: loss is nan\n")
         if returned:
             run.mark_ended(trial)
-        state["trial_data"].append([json.dumps({"relative_logdir": trial, "status": "ERROR" if failed else "TERMINATED",
-                                                "config": {"seed": 0}}), "{}"])
-        results.append(SimpleNamespace(metrics=row, metrics_dataframe=None, error=RuntimeError() if failed else None,
-                                       config={}, path=run.join(trial)))
+        state["trial_data"].append(
+            [
+                json.dumps(
+                    {"relative_logdir": trial, "status": "ERROR" if failed else "TERMINATED", "config": {"seed": 0}}
+                ),
+                "{}",
+            ]
+        )
+        results.append(
+            SimpleNamespace(
+                metrics=row,
+                metrics_dataframe=None,
+                error=RuntimeError() if failed else None,
+                config={},
+                path=run.join(trial),
+            )
+        )
     run.write_text("experiment_state-2026-01-01_00-00-00.json", json.dumps(state))
 
     table = summary.rows(results, "eval/mse", "min", [], ended=run.ended_trials())
     report = {t.name: t.status for t in load_run(run.location).trials}
-    assert {row["trial"]: row["status"] for row in table} == report == {
-        "toy_00000": "TERMINATED", "toy_00001": "TERMINATED", "toy_00002": "STOPPED", "toy_00003": "ERROR"}
+    assert (
+        {row["trial"]: row["status"] for row in table}
+        == report
+        == {"toy_00000": "TERMINATED", "toy_00001": "TERMINATED", "toy_00002": "STOPPED", "toy_00003": "ERROR"}
+    )
 
 
 def test_trial_settings_are_frozen_and_travel_to_workers(tmp_path):
@@ -137,9 +166,16 @@ def test_a_half_written_row_is_skipped(tmp_path):
 # ------------------------------------------------------------------------ the layout in one place
 
 REPO = Path(__file__).resolve().parents[2]
-SPELLED = re.compile(r"(?<![\w.-])(" + "|".join([
-    *(re.escape(name) for name in (PARAMS_FILE, RESULT_FILE, ERROR_FILE, CONFIG_FILE)),
-    re.escape(CHECKPOINT_PREFIX) + "(?![a-z])"]) + ")")
+SPELLED = re.compile(
+    r"(?<![\w.-])("
+    + "|".join(
+        [
+            *(re.escape(name) for name in (PARAMS_FILE, RESULT_FILE, ERROR_FILE, CONFIG_FILE)),
+            re.escape(CHECKPOINT_PREFIX) + "(?![a-z])",
+        ]
+    )
+    + ")"
+)
 """A trial folder's file names as code spells them: whole names (``ray_bootstrap_config.yaml`` is
 none), ``checkpoint_`` not followed by a word (``checkpoint_every`` is a setting)."""
 
@@ -149,24 +185,37 @@ def spelled_trial_files(path: Path) -> list[str]:
     string statements are prose, not code) that names a file of a trial folder."""
     tree = ast.parse(path.read_text(), str(path))
     prose = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
-    return [f"{path}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
-            and SPELLED.search(node.value)]
+    return [
+        f"{path}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in prose
+        and SPELLED.search(node.value)
+    ]
 
 
 def test_only_run_folder_spells_a_trial_folders_file_names():
     """Every reader and writer of a trial folder goes through ``RunFolder``/``TrialFolder``: no
     module of raylab/, trainers/ or benchmarks/ and no test but raylab/run_folder.py names
     params.json, result.json, error.txt, config.yaml or checkpoint_ in its code."""
-    sources = [p for top in ("raylab", "trainers", "benchmarks", "tests") for p in sorted((REPO / top).rglob("*.py"))
-               if p != REPO / "raylab" / "run_folder.py"]
+    sources = [
+        p
+        for top in ("raylab", "trainers", "benchmarks", "tests")
+        for p in sorted((REPO / top).rglob("*.py"))
+        if p != REPO / "raylab" / "run_folder.py"
+    ]
     found = [line for path in sources for line in spelled_trial_files(path)]
     assert not found, "go through raylab.run_folder.TrialFolder:\n" + "\n".join(found)
 
 
 def test_the_layout_check_sees_code_and_not_prose(tmp_path):
     planted = tmp_path / "planted.py"
-    planted.write_text(f'"""Reads {RESULT_FILE}."""\n\n\ndef rows(d):\n    """From {PARAMS_FILE}."""\n'
-                       f'    return open(d + "/{RESULT_FILE}"), f"{{d}}/{checkpoint_name(3)}", "checkpoint_every"\n')
+    planted.write_text(
+        f'"""Reads {RESULT_FILE}."""\n\n\ndef rows(d):\n    """From {PARAMS_FILE}."""\n'
+        f'    return open(d + "/{RESULT_FILE}"), f"{{d}}/{checkpoint_name(3)}", "checkpoint_every"\n'
+    )
     assert sorted(line.split(": ", 1)[1] for line in spelled_trial_files(planted)) == [
-        repr(f"/{CHECKPOINT_PREFIX}000003"), repr(f"/{RESULT_FILE}")]
+        repr(f"/{CHECKPOINT_PREFIX}000003"),
+        repr(f"/{RESULT_FILE}"),
+    ]

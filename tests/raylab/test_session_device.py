@@ -1,4 +1,5 @@
 """session.device(): a Ray Train worker that reserved a GPU never trains on the CPU silently."""
+
 from __future__ import annotations
 
 import pytest

@@ -22,8 +22,10 @@ def test_enabled_follows_the_device():
 def test_dry_run_says_what_auto_resolves_to(name, capsys):
     assert raylab_tune.main([name, "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert all(f"{key}: {value}" in out for key, value in
-               (("amp_bf16", "auto"), ("channels_last", "auto"), ("compile", "false")))
+    assert all(
+        f"{key}: {value}" in out
+        for key, value in (("amp_bf16", "auto"), ("channels_last", "auto"), ("compile", "false"))
+    )
     assert "# amp_bf16, channels_last: auto -> on: each trial reserves a GPU (CUDA)" in out
     # the smoke run reserves no GPU: the same file trains at float32 there
     assert raylab_tune.main([name, "--smoke", "--dry-run"]) == 0

@@ -8,6 +8,7 @@ workload's smoke trial in this process (``raylab.train.run_local``) and fails fo
 ``trainers/`` that read in at least 90% of the steps (an evaluation's many reads at a report
 fall between two steps only). The positive control is a planted per-step ``.item()``.
 """
+
 from __future__ import annotations
 
 import collections
@@ -19,8 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-LONG = pytest.mark.skipif(os.environ.get("RAYLAB_DEVICE_TESTS") != "1",
-                          reason="long (minutes, or the network): RAYLAB_DEVICE_TESTS=1 runs it")
+LONG = pytest.mark.skipif(
+    os.environ.get("RAYLAB_DEVICE_TESTS") != "1", reason="long (minutes, or the network): RAYLAB_DEVICE_TESTS=1 runs it"
+)
 REPO = Path(__file__).resolve().parents[2]
 READS = ("item", "cpu", "tolist", "__float__")
 STEP = [0]  # training steps so far, counted by the test's patched backward
@@ -66,10 +68,21 @@ def test_positive_control_a_planted_per_step_item_is_flagged(host_reads):
 
 # experiment -> overrides that make many optimizer steps per report (small batches, one epoch)
 CASES = {
-    "backdoor": ["config.early_epochs=0", "config.epochs=1", "config.synthetic_train_size=256",
-                 "config.batch_size=8", "config.amp_bf16=true", "config.channels_last=true"],
-    "fair_adv": ["config.epochs=2", "config.frl_finetune_epochs=1", "config.synthetic_train=96",
-                 "config.batch_size=8", "config.lr_milestones=[1]"],
+    "backdoor": [
+        "config.early_epochs=0",
+        "config.epochs=1",
+        "config.synthetic_train_size=256",
+        "config.batch_size=8",
+        "config.amp_bf16=true",
+        "config.channels_last=true",
+    ],
+    "fair_adv": [
+        "config.epochs=2",
+        "config.frl_finetune_epochs=1",
+        "config.synthetic_train=96",
+        "config.batch_size=8",
+        "config.lr_milestones=[1]",
+    ],
 }
 
 
@@ -95,7 +108,9 @@ def test_no_line_of_the_loop_reads_the_device_every_step(name, host_reads, tmp_p
     rows = train.run_local(exp, TrialFolder.at(tmp_path / "trial"), config, verbose=False)
     steps = STEP[0]  # training steps: one backward pass each
     reports = len(rows)
-    table = sorted(((len(v), f"{f}:{ln}") for (f, ln), v in host_reads.items() if f.startswith("trainers/")), reverse=True)
+    table = sorted(
+        ((len(v), f"{f}:{ln}") for (f, ln), v in host_reads.items() if f.startswith("trainers/")), reverse=True
+    )
     print(f"{name}: {steps} steps, {reports} reports; reads by line: {table[:8]}")
     assert steps > 2 * reports, (steps, reports)  # else per-step and per-report reads look alike
     assert not per_step_lines(host_reads, steps), table

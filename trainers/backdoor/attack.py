@@ -91,7 +91,7 @@ def get(name: str) -> Trigger:
 def badnets(x: torch.Tensor, spec: TriggerSpec) -> torch.Tensor:
     """A white ``patch_size`` square in the bottom-right corner."""
     out = x.clone()
-    out[..., -spec.patch_size:, -spec.patch_size:] = 255
+    out[..., -spec.patch_size :, -spec.patch_size :] = 255
     return out
 
 
@@ -189,7 +189,7 @@ def load_trigger_image(path: str, shape: tuple[int, int, int]) -> torch.Tensor:
     if path.startswith(SKIMAGE_PREFIX):
         from PIL import Image
 
-        photo = Image.fromarray(skimage_photo(path[len(SKIMAGE_PREFIX):]))
+        photo = Image.fromarray(skimage_photo(path[len(SKIMAGE_PREFIX) :]))
         array = np.asarray(photo.resize((shape[2], shape[1]), Image.BILINEAR)).transpose(2, 0, 1)
         return torch.from_numpy(np.ascontiguousarray(array))
     file = Path(path).expanduser()
@@ -210,25 +210,31 @@ def load_trigger_image(path: str, shape: tuple[int, int, int]) -> torch.Tensor:
     image = torch.from_numpy(np.ascontiguousarray(array)).to(torch.uint8)
     if tuple(image.shape) != shape:
         if image.ndim != 3 or image.shape[0] != shape[0]:
-            raise UserError(f"blend_image: '{file}' has shape {tuple(array.shape)}; expected "
-                            f"{shape[1]}x{shape[2]}x{shape[0]} or {shape[0]}x{shape[1]}x{shape[2]}")
-        image = F.interpolate(image[None].float(), size=shape[1:], mode="bilinear",
-                              align_corners=False)[0].round().clamp(0, 255).to(torch.uint8)
+            raise UserError(
+                f"blend_image: '{file}' has shape {tuple(array.shape)}; expected "
+                f"{shape[1]}x{shape[2]}x{shape[0]} or {shape[0]}x{shape[1]}x{shape[2]}"
+            )
+        image = (
+            F.interpolate(image[None].float(), size=shape[1:], mode="bilinear", align_corners=False)[0]
+            .round()
+            .clamp(0, 255)
+            .to(torch.uint8)
+        )
     return image
 
 
 # ----------------------------------------------------------------------------- poisoning
 
 
-def poison_indices(
-    labels: torch.Tensor, ratio: float, target: int, generator: torch.Generator
-) -> torch.Tensor:
+def poison_indices(labels: torch.Tensor, ratio: float, target: int, generator: torch.Generator) -> torch.Tensor:
     """``round(ratio * N)`` distinct indices drawn uniformly from samples not of class ``target``."""
     candidates = torch.nonzero(labels != target).flatten()
     count = round(ratio * len(labels))
     if count > len(candidates):
-        raise UserError(f"poison_ratio: {ratio} asks for {count} poisoned images but only "
-                        f"{len(candidates)} training images are outside the target class")
+        raise UserError(
+            f"poison_ratio: {ratio} asks for {count} poisoned images but only "
+            f"{len(candidates)} training images are outside the target class"
+        )
     order = torch.randperm(len(candidates), generator=generator)
     return candidates[order[:count]].sort().values
 

@@ -103,20 +103,36 @@ def load_images(cfg: Config) -> tuple[ImageData, tuple[float, ...], tuple[float,
         from raylab.data.digits import load_digits
 
         raw = load_digits(cfg.dataset, cfg.data_dir)
-        images = ImageData(train_x=as_cifar_format(raw.train_x), train_y=raw.train_y,
-                           test_x=as_cifar_format(raw.test_x), test_y=raw.test_y, classes=raw.classes)
+        images = ImageData(
+            train_x=as_cifar_format(raw.train_x),
+            train_y=raw.train_y,
+            test_x=as_cifar_format(raw.test_x),
+            test_y=raw.test_y,
+            classes=raw.classes,
+        )
         pixels = to_float(images.train_x).transpose(0, 1).flatten(1)
         mean = tuple(float(v) for v in pixels.mean(1))
         std = tuple(float(v) for v in pixels.std(1))
     else:
-        images = prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
-                               cfg.synthetic_train_size, cfg.synthetic_test_size)
+        images = prepare_cifar(
+            cfg.dataset,
+            cfg.data_dir,
+            cfg.download,
+            cfg.synthetic_data,
+            cfg.synthetic_train_size,
+            cfg.synthetic_test_size,
+        )
         mean, std = MEAN[cfg.dataset], STD[cfg.dataset]
     if cfg.train_size and cfg.train_size < len(images.train_y):
         keep = torch.randperm(len(images.train_y), generator=torch.Generator().manual_seed(0))
         keep = keep[: cfg.train_size].sort().values
-        images = ImageData(train_x=images.train_x[keep], train_y=images.train_y[keep],
-                           test_x=images.test_x, test_y=images.test_y, classes=images.classes)
+        images = ImageData(
+            train_x=images.train_x[keep],
+            train_y=images.train_y[keep],
+            test_x=images.test_x,
+            test_y=images.test_y,
+            classes=images.classes,
+        )
     return images, mean, std
 
 
@@ -129,8 +145,12 @@ def bn_sample(poison_idx: torch.Tensor, n: int, size: int, gen: torch.Generator)
     poisoned[poison_idx] = True
     k = round(size * len(poison_idx) / n)
     pool_p, pool_c = torch.nonzero(poisoned).flatten(), torch.nonzero(~poisoned).flatten()
-    return torch.cat([pool_p[torch.randperm(len(pool_p), generator=gen)[:k]],
-                      pool_c[torch.randperm(len(pool_c), generator=gen)[: size - k]]])
+    return torch.cat(
+        [
+            pool_p[torch.randperm(len(pool_p), generator=gen)[:k]],
+            pool_c[torch.randperm(len(pool_c), generator=gen)[: size - k]],
+        ]
+    )
 
 
 def build_data(cfg: Config, device: torch.device) -> Data:
@@ -146,8 +166,7 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     gen = torch.Generator().manual_seed(cfg.seed)
     fixed_ratio = 0.0 if cfg.attack == "wanet" else cfg.poison_ratio
     poison_idx = attack.poison_indices(images.train_y, fixed_ratio, cfg.target_class, gen)
-    train_x, train_y = attack.poison(images.train_x, images.train_y, poison_idx, trigger, spec,
-                                     cfg.target_class)
+    train_x, train_y = attack.poison(images.train_x, images.train_y, poison_idx, trigger, spec, cfg.target_class)
     n = len(train_y)
     untouched = torch.ones(n, dtype=torch.bool)
     untouched[poison_idx] = False
@@ -164,12 +183,15 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     rest = clean_order[n_finetune:]
     is_target = images.train_y[rest] == cfg.target_class
     # poisoned images where there are some; otherwise (poison_ratio 0, wanet) clean source images
-    source = (poison_idx[torch.randperm(len(poison_idx), generator=gen)] if len(poison_idx)
-              else rest[~is_target])[: cfg.probe_size]
+    source = (poison_idx[torch.randperm(len(poison_idx), generator=gen)] if len(poison_idx) else rest[~is_target])[
+        : cfg.probe_size
+    ]
     target_idx = rest[is_target][: cfg.probe_size]
     if len(target_idx) < 2 or len(source) < 2:
-        raise UserError(f"probe_size: the training set leaves {len(target_idx)} clean target-class and "
-                        f"{len(source)} source images for the probe groups; at least 2 each are needed")
+        raise UserError(
+            f"probe_size: the training set leaves {len(target_idx)} clean target-class and "
+            f"{len(source)} source images for the probe groups; at least 2 each are needed"
+        )
     target_label = lambda idx: torch.full((len(idx),), cfg.target_class, dtype=train_y.dtype)  # noqa: E731
     probe_x = {
         "poison": trigger(images.train_x[source], spec),
@@ -178,36 +200,53 @@ def build_data(cfg: Config, device: torch.device) -> Data:
         "clean": train_x[clean_order[: cfg.probe_size]],
     }
     probe_y = {
-        "poison": target_label(source), "target": images.train_y[target_idx],
-        "relabel": target_label(source), "clean": train_y[clean_order[: cfg.probe_size]],
+        "poison": target_label(source),
+        "target": images.train_y[target_idx],
+        "relabel": target_label(source),
+        "clean": train_y[clean_order[: cfg.probe_size]],
     }
     test_x, test_y = images.test_x, images.test_y
     if cfg.eval_size:
         test_x, test_y = test_x[: cfg.eval_size], test_y[: cfg.eval_size]
-    trig_x, trig_clean_x, trig_y = attack.triggered_test_set(test_x, test_y, trigger, spec,
-                                                             cfg.target_class)
+    trig_x, trig_clean_x, trig_y = attack.triggered_test_set(test_x, test_y, trigger, spec, cfg.target_class)
     bn_gen = torch.Generator().manual_seed(derived_seed(cfg.seed, "probe-bn"))
     if cfg.attack == "wanet":
         pick = torch.randperm(n, generator=bn_gen)[: cfg.probe_bn_size]
-        bn_x = wanet.poison_batch(train_x[pick], train_y[pick], spec, cfg.poison_ratio,
-                                  cfg.wanet_cross_ratio, cfg.target_class, bn_gen)[0]
+        bn_x = wanet.poison_batch(
+            train_x[pick], train_y[pick], spec, cfg.poison_ratio, cfg.wanet_cross_ratio, cfg.target_class, bn_gen
+        )[0]
     else:
         bn_x = to_float(train_x[bn_sample(poison_idx, n, cfg.probe_bn_size, bn_gen)])
     on = lambda t: t.to(device)  # noqa: E731
     return Data(
-        train_x=on(train_x), train_y=on(train_y), poison_idx=poison_idx, finetune_idx=finetune_idx,
-        probe_x={g: on(v) for g, v in probe_x.items()}, probe_y={g: on(v) for g, v in probe_y.items()},
-        test_x=on(test_x), test_y=on(test_y),
-        trig_x=on(trig_x), trig_clean_x=on(trig_clean_x), trig_y=on(trig_y),
-        bn_x=on(bn_x), mean=mean, std=std,
+        train_x=on(train_x),
+        train_y=on(train_y),
+        poison_idx=poison_idx,
+        finetune_idx=finetune_idx,
+        probe_x={g: on(v) for g, v in probe_x.items()},
+        probe_y={g: on(v) for g, v in probe_y.items()},
+        test_x=on(test_x),
+        test_y=on(test_y),
+        trig_x=on(trig_x),
+        trig_clean_x=on(trig_clean_x),
+        trig_y=on(trig_y),
+        bn_x=on(bn_x),
+        mean=mean,
+        std=std,
     )
 
 
 def trigger_spec(cfg: Config) -> attack.TriggerSpec:
     return attack.TriggerSpec(
-        seed=cfg.trigger_seed, blend_alpha=cfg.blend_alpha, blend_trigger=cfg.blend_trigger,
-        blend_image=cfg.blend_image, blend_mean=cfg.blend_mean, blend_std=cfg.blend_std,
-        patch_size=cfg.patch_size, wanet_k=cfg.wanet_k, wanet_s=cfg.wanet_s,
+        seed=cfg.trigger_seed,
+        blend_alpha=cfg.blend_alpha,
+        blend_trigger=cfg.blend_trigger,
+        blend_image=cfg.blend_image,
+        blend_mean=cfg.blend_mean,
+        blend_std=cfg.blend_std,
+        patch_size=cfg.patch_size,
+        wanet_k=cfg.wanet_k,
+        wanet_s=cfg.wanet_s,
     )
 
 
@@ -222,13 +261,13 @@ def derived_seed(*parts) -> int:
 @torch.no_grad()
 def predict(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     net.eval()
-    return torch.cat([net(to_float(x[i:i + EVAL_BATCH])).argmax(1) for i in range(0, len(x), EVAL_BATCH)])
+    return torch.cat([net(to_float(x[i : i + EVAL_BATCH])).argmax(1) for i in range(0, len(x), EVAL_BATCH)])
 
 
 @torch.no_grad()
 def penultimate(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     net.eval()
-    return torch.cat([net.features(to_float(x[i:i + EVAL_BATCH])) for i in range(0, len(x), EVAL_BATCH)])
+    return torch.cat([net.features(to_float(x[i : i + EVAL_BATCH])) for i in range(0, len(x), EVAL_BATCH)])
 
 
 def evaluate(net: torch.nn.Module, data: Data, target: int) -> dict[str, float]:
@@ -298,11 +337,12 @@ def neuron_report(net: torch.nn.Module, data: Data, cfg: Config, top: torch.Tens
             "selectivity_max": float(sel.max()),
             "selectivity_topk_mean": float(sel[top].mean()),
             "asr_ablated_topk": probe.attack_success_rate(
-                head(probe.ablate(feats_trig, top)).argmax(1), data.trig_y, cfg.target_class),
-            "clean_acc_ablated_topk": probe.accuracy(
-                head(probe.ablate(test_feats, top)).argmax(1), data.test_y),
+                head(probe.ablate(feats_trig, top)).argmax(1), data.trig_y, cfg.target_class
+            ),
+            "clean_acc_ablated_topk": probe.accuracy(head(probe.ablate(test_feats, top)).argmax(1), data.test_y),
             "asr_ablated_random": probe.attack_success_rate(
-                head(probe.ablate(feats_trig, rand)).argmax(1), data.trig_y, cfg.target_class),
+                head(probe.ablate(feats_trig, rand)).argmax(1), data.trig_y, cfg.target_class
+            ),
         }
     return metrics, sel, top
 
@@ -400,17 +440,27 @@ def build_trial(cfg: Config) -> Trial:
     net = net.to(memory_format=layout)
     fixed_shapes(device)  # fixed image shapes: cuDNN picks its kernels once
     model = session.prepare_model(net)
-    return Trial(cfg, device, session.world_rank(), session.world_size(), data,
-                 net=getattr(model, "module", model), model=model,
-                 train_forward=compiled(model, enabled(cfg.compile, device), "backdoor network"),
-                 layout=layout, spec=trigger_spec(cfg))
+    return Trial(
+        cfg,
+        device,
+        session.world_rank(),
+        session.world_size(),
+        data,
+        net=getattr(model, "module", model),
+        model=model,
+        train_forward=compiled(model, enabled(cfg.compile, device), "backdoor network"),
+        layout=layout,
+        spec=trigger_spec(cfg),
+    )
 
 
 def new_state(t: Trial, config: dict) -> BackdoorState:
-    optimizer = torch.optim.SGD(t.model.parameters(), lr=t.cfg.lr, momentum=t.cfg.momentum,
-                                weight_decay=t.cfg.weight_decay)
-    return BackdoorState(t.net, optimizer, train_scheduler(optimizer, t.cfg),
-                         *finetune_optimizer(t.model, t.cfg), config=config)
+    optimizer = torch.optim.SGD(
+        t.model.parameters(), lr=t.cfg.lr, momentum=t.cfg.momentum, weight_decay=t.cfg.weight_decay
+    )
+    return BackdoorState(
+        t.net, optimizer, train_scheduler(optimizer, t.cfg), *finetune_optimizer(t.model, t.cfg), config=config
+    )
 
 
 def report(st: BackdoorState, metrics: dict, checkpoint: bool | None = None) -> None:
@@ -437,8 +487,9 @@ def poisoned_training(t: Trial, st: BackdoorState) -> None:
     cfg = t.cfg
     running = {"loss": torch.zeros((), device=t.device), "correct": torch.zeros((), device=t.device)}
     while st.phase == "train" and st.epoch < cfg.epochs:
-        order = torch.randperm(len(t.data.train_y), generator=torch.Generator().manual_seed(
-            derived_seed(cfg.seed, "order", st.epoch))).to(t.device)
+        order = torch.randperm(
+            len(t.data.train_y), generator=torch.Generator().manual_seed(derived_seed(cfg.seed, "order", st.epoch))
+        ).to(t.device)
         started = time.perf_counter()
         while st.batch < t.batches_per_epoch:
             due = st.baseline is None or (st.step % cfg.early_log_every == 0 and st.step != st.last_probe)
@@ -456,8 +507,10 @@ def poisoned_training(t: Trial, st: BackdoorState) -> None:
         st.epoch, st.batch = st.epoch + 1, 0
         seen = max(st.totals["seen"], 1)
         row = {
-            "train/step": st.step, "train/epoch": st.epoch,
-            "train/loss": st.totals["loss"] / seen, "train/acc": st.totals["correct"] / seen,
+            "train/step": st.step,
+            "train/epoch": st.epoch,
+            "train/loss": st.totals["loss"] / seen,
+            "train/acc": st.totals["correct"] / seen,
             "train/lr": st.optimizer.param_groups[0]["lr"],
             "perf/images_per_s": st.totals["seen"] * t.world / max(st.totals["time"], 1e-9),
         }
@@ -472,7 +525,7 @@ def poisoned_training(t: Trial, st: BackdoorState) -> None:
 def train_step(t: Trial, st: BackdoorState, order: torch.Tensor, running: dict[str, torch.Tensor]) -> None:
     """One SGD step on batch ``st.batch`` of ``order``; its loss and hits summed on the device."""
     cfg = t.cfg
-    idx = order[st.batch * cfg.batch_size:(st.batch + 1) * cfg.batch_size]
+    idx = order[st.batch * cfg.batch_size : (st.batch + 1) * cfg.batch_size]
     if cfg.attack == "wanet":
         x, y = wanet_batch(t.data, idx, cfg, t.spec, (st.epoch, st.batch), t.rank, t.world)
     else:
@@ -500,8 +553,11 @@ def early_probe(t: Trial, st: BackdoorState) -> None:
     if st.baseline is None:
         st.baseline, st.previous_gates = groups, gates
         return
-    row = {"train/step": st.step, "train/epoch": st.epoch + st.batch / t.batches_per_epoch,
-           **probe.early_signature(st.baseline, groups, st.previous_gates, gates)}
+    row = {
+        "train/step": st.step,
+        "train/epoch": st.epoch + st.batch / t.batches_per_epoch,
+        **probe.early_signature(st.baseline, groups, st.previous_gates, gates),
+    }
     st.previous_gates = gates
     report(st, row)
 
@@ -524,10 +580,14 @@ def clean_finetuning(t: Trial, st: BackdoorState) -> None:
     cfg = t.cfg
     subset = t.data.finetune_idx.to(t.device)
     while st.ft_epoch < cfg.finetune_epochs:
-        order = subset[torch.randperm(len(subset), generator=torch.Generator().manual_seed(
-            derived_seed(cfg.seed, "finetune-order", st.ft_epoch))).to(t.device)]
+        order = subset[
+            torch.randperm(
+                len(subset),
+                generator=torch.Generator().manual_seed(derived_seed(cfg.seed, "finetune-order", st.ft_epoch)),
+            ).to(t.device)
+        ]
         for b in range(-(-len(order) // cfg.finetune_batch_size)):
-            idx = order[b * cfg.finetune_batch_size:(b + 1) * cfg.finetune_batch_size]
+            idx = order[b * cfg.finetune_batch_size : (b + 1) * cfg.finetune_batch_size]
             x, y = crop_flip_batch(t.data, idx, cfg, ("finetune-aug", st.ft_epoch, b), t.rank, t.world)
             t.model.train()
             loss = F.cross_entropy(t.model(x), y)
@@ -537,8 +597,12 @@ def clean_finetuning(t: Trial, st: BackdoorState) -> None:
             st.ft_step += 1
         st.ft_scheduler.step()
         st.ft_epoch += 1
-        row = {"finetune/epoch": st.ft_epoch, "finetune/step": st.ft_step,
-               "finetune/lr": st.ft_optimizer.param_groups[0]["lr"], "finetune/loss": float(loss.detach())}
+        row = {
+            "finetune/epoch": st.ft_epoch,
+            "finetune/step": st.ft_step,
+            "finetune/lr": st.ft_optimizer.param_groups[0]["lr"],
+            "finetune/loss": float(loss.detach()),
+        }
         row |= {f"finetune/{k}": v for k, v in evaluate(t.net, t.data, cfg.target_class).items()}
         if st.ft_epoch == cfg.finetune_epochs:
             metrics, sel_after, _ = neuron_report(t.net, t.data, cfg, top=st.top)
@@ -553,8 +617,9 @@ def clean_finetuning(t: Trial, st: BackdoorState) -> None:
         report(st, row, checkpoint=True if st.phase == "done" else None)
 
 
-def crop_flip_batch(data: Data, idx: torch.Tensor, cfg: Config, seed_parts: tuple, rank: int,
-                    world: int) -> tuple[torch.Tensor, torch.Tensor]:
+def crop_flip_batch(
+    data: Data, idx: torch.Tensor, cfg: Config, seed_parts: tuple, rank: int, world: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """This worker's share (``[rank::world]``) of the global batch ``idx``, as float images:
     crop and flip offsets are drawn for the whole global batch from ``(seed, *seed_parts)``, so
     every worker count sees the same augmented global batch."""
@@ -565,13 +630,15 @@ def crop_flip_batch(data: Data, idx: torch.Tensor, cfg: Config, seed_parts: tupl
     return to_float(x[rank::world]), y[rank::world]
 
 
-def wanet_batch(data: Data, idx: torch.Tensor, cfg: Config, spec: attack.TriggerSpec,
-                seed_parts: tuple, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor]:
+def wanet_batch(
+    data: Data, idx: torch.Tensor, cfg: Config, spec: attack.TriggerSpec, seed_parts: tuple, rank: int, world: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """This worker's share of the global batch ``idx`` poisoned and augmented as BackdoorBench's
     WaNet does (``wanet.py``), every random draw made for the global batch."""
     gen = torch.Generator().manual_seed(derived_seed(cfg.seed, "wanet", *seed_parts))
-    x, y, _, _ = wanet.poison_batch(data.train_x[idx], data.train_y[idx], spec, cfg.poison_ratio,
-                                    cfg.wanet_cross_ratio, cfg.target_class, gen)
+    x, y, _, _ = wanet.poison_batch(
+        data.train_x[idx], data.train_y[idx], spec, cfg.poison_ratio, cfg.wanet_cross_ratio, cfg.target_class, gen
+    )
     if cfg.augment:
         x = wanet.augment(x, data.mean, gen)
     return x[rank::world], y[rank::world]
@@ -594,6 +661,7 @@ def train_scheduler(optimizer: torch.optim.Optimizer, cfg: Config):
 def finetune_optimizer(model: torch.nn.Module, cfg: Config):
     """BackdoorBench FT: SGD with the training momentum and weight decay, cosine with period
     ``finetune_t_max`` epochs (100), stepped per epoch."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.finetune_lr, momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay)
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=cfg.finetune_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
     return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.finetune_t_max)

@@ -134,7 +134,7 @@ def gradient_coherence(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, c
     per_sample = vmap(grad(loss), in_dims=(None, 0, 0))
     unit_sum = None
     for start in range(0, len(x), chunk):
-        grads = per_sample(params, x[start:start + chunk], y[start:start + chunk])
+        grads = per_sample(params, x[start : start + chunk], y[start : start + chunk])
         flat = torch.cat([g.flatten(1) for g in grads.values()], dim=1)
         units = (flat / flat.norm(dim=1, keepdim=True).clamp_min(EPS)).sum(0)
         unit_sum = units if unit_sum is None else unit_sum + units
@@ -189,8 +189,13 @@ def cross_entropy_per_sample(logits: torch.Tensor, y: torch.Tensor) -> torch.Ten
 # ----------------------------------------------------------------------------- one early probe
 
 
-def early_signature(baseline: dict[str, dict], now: dict[str, dict], gates_before: dict[str, torch.Tensor],
-                    gates_now: dict[str, torch.Tensor], controls: tuple[str, ...] | None = None) -> dict[str, float]:
+def early_signature(
+    baseline: dict[str, dict],
+    now: dict[str, dict],
+    gates_before: dict[str, torch.Tensor],
+    gates_now: dict[str, torch.Tensor],
+    controls: tuple[str, ...] | None = None,
+) -> dict[str, float]:
     """The early-stage signatures of every probe group at one probe, and their contrasts.
 
     ``baseline`` and ``now`` hold each group's ``loss``, ``loss_prior_corrected``, ``margin``
@@ -205,8 +210,12 @@ def early_signature(baseline: dict[str, dict], now: dict[str, dict], gates_befor
     if controls is None:
         from trainers.backdoor import CONTROLS as controls
     row: dict[str, float] = {}
-    signature: dict[str, dict[str, float]] = {"loss_drop": {}, "grad_coherence": {}, "margin_growth": {},
-                                              "gate_flip_since_last": {}}
+    signature: dict[str, dict[str, float]] = {
+        "loss_drop": {},
+        "grad_coherence": {},
+        "margin_growth": {},
+        "gate_flip_since_last": {},
+    }
     prior_corrected = {}
     for g in now:
         signature["loss_drop"][g] = baseline[g]["loss"] - now[g]["loss"]

@@ -164,7 +164,11 @@ def gate_flip_error(w0: torch.Tensor, w: torch.Tensor, a: torch.Tensor, x: torch
 
 
 def loss_error_terms(
-    w0: torch.Tensor, w: torch.Tensor, w_frozen: torch.Tensor, a: torch.Tensor, x: torch.Tensor,
+    w0: torch.Tensor,
+    w: torch.Tensor,
+    w_frozen: torch.Tensor,
+    a: torch.Tensor,
+    x: torch.Tensor,
     y: torch.Tensor,
 ) -> tuple[float, float]:
     """The frozen-gate model's loss error on samples ``(x, y)``, split exactly in two:

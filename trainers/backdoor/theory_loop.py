@@ -57,13 +57,15 @@ class TheoryState(LoopState):
 def train_loop(config: dict) -> None:
     cfg = from_dict(TheoryConfig, config, "trial config")
     gen = torch.Generator().manual_seed(cfg.seed)
-    x, y, poisoned = theory.directional_data(cfg.n_train, cfg.dim, cfg.semantic_strength,
-                                             cfg.trigger_strength, cfg.noise, cfg.poison_ratio, gen)
+    x, y, poisoned = theory.directional_data(
+        cfg.n_train, cfg.dim, cfg.semantic_strength, cfg.trigger_strength, cfg.noise, cfg.poison_ratio, gen
+    )
     w0, a = theory.init_network(cfg.dim, cfg.width, cfg.init_scale, gen)
     gates0 = theory.gates(w0, x)
     initial = theory.group_losses(theory.relu_net(w0, a, x), y, poisoned)
-    signal = {g: theory.frozen_gate_signal(w0, a, x, y, mask)
-              for g, mask in (("poison", poisoned), ("clean", ~poisoned))}
+    signal = {
+        g: theory.frozen_gate_signal(w0, a, x, y, mask) for g, mask in (("poison", poisoned), ("clean", ~poisoned))
+    }
     batches = torch.Generator().manual_seed(cfg.seed + 1)
 
     st = TheoryState(w0.clone(), w0.clone(), batches, config=config)
@@ -103,8 +105,7 @@ def train_loop(config: dict) -> None:
                 "theory/rel_drop_clean": drop["clean"],
                 "theory/loss_drop_ratio": drop_ratio(drop["poison"], drop["clean"]),
                 "theory/predicted_drop_ratio": drop_ratio(pred["poison"], pred["clean"]),
-                "theory/frozen_gate_rel_error": max(
-                    abs(drop[g] - pred[g]) / max(abs(drop[g]), 1e-12) for g in drop),
+                "theory/frozen_gate_rel_error": max(abs(drop[g] - pred[g]) / max(abs(drop[g]), 1e-12) for g in drop),
                 "theory/signal_poison": signal["poison"],
                 "theory/signal_clean": signal["clean"],
                 "theory/signal_ratio": drop_ratio(rate["poison"], rate["clean"], floor=1e-12),

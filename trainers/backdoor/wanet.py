@@ -69,7 +69,7 @@ def poison_batch(
         out[:n_bd] = F.grid_sample(x[:n_bd], grid.expand(n_bd, -1, -1, -1), align_corners=True)
     if n_cross:
         cross_grid = (grid + noise / size).clamp(-1, 1)
-        out[n_bd:n_bd + n_cross] = F.grid_sample(x[n_bd:n_bd + n_cross], cross_grid, align_corners=True)
+        out[n_bd : n_bd + n_cross] = F.grid_sample(x[n_bd : n_bd + n_cross], cross_grid, align_corners=True)
     labels = y.clone()
     labels[:n_bd] = target
     return out, labels, n_bd, n_cross
@@ -78,6 +78,7 @@ def poison_batch(
 def augment(x: torch.Tensor, mean: Sequence[float], generator: torch.Generator) -> torch.Tensor:
     """BackdoorBench's WaNet augmentation on float images ``[B, C, H, W]`` in [0, 1]: one crop,
     one rotation and one flip decision for the whole batch, drawn from the CPU ``generator``."""
+
     def draw() -> float:
         return float(torch.rand((), generator=generator))
 
@@ -87,7 +88,7 @@ def augment(x: torch.Tensor, mean: Sequence[float], generator: torch.Generator) 
     if draw() < CROP_P:
         i = int(torch.randint(0, 2 * CROP_PADDING + 1, (), generator=generator))
         j = int(torch.randint(0, 2 * CROP_PADDING + 1, (), generator=generator))
-        z = F.pad(z, (CROP_PADDING,) * 4)[:, :, i:i + h, j:j + w]
+        z = F.pad(z, (CROP_PADDING,) * 4)[:, :, i : i + h, j : j + w]
     if draw() < ROTATION_P:
         angle = math.radians((2 * draw() - 1) * ROTATION_DEGREES)
         cos, sin = math.cos(angle), math.sin(angle)

@@ -40,8 +40,22 @@ def metric_name(task: str) -> str:
     return f"probe/{task}/{_SHORT[TASK_METRICS[task]]}"
 
 
-DISTILL_METRICS = ("distill/loss", "distill/val_loss", "distill/val_mse", "distill/val_cosine", "distill/val_r2",
-                   "distill/step", "distill/epoch", "distill/molecules_per_s")
+DISTILL_METRICS = (
+    "distill/loss",
+    "distill/val_loss",
+    "distill/val_mse",
+    "distill/val_cosine",
+    "distill/val_r2",
+    "distill/step",
+    "distill/epoch",
+    "distill/molecules_per_s",
+)
 PROBE_METRICS = tuple(metric_name(t) for t in TASK_METRICS) + (
-    "probe/test/score", "probe/valid/score", "probe/test/mean_predictor", "probe/epoch", "probe/train_loss",
-    "probe/test/molecules", "probe/test/imputed")
+    "probe/test/score",
+    "probe/valid/score",
+    "probe/test/mean_predictor",
+    "probe/epoch",
+    "probe/train_loss",
+    "probe/test/molecules",
+    "probe/test/imputed",
+)

@@ -99,10 +99,8 @@ class GraphBank:
         new_edge_start = torch.cumsum(edge_counts, 0) - edge_counts
         node_of = torch.repeat_interleave(graphs, node_counts, output_size=n_atoms)
         edge_of = torch.repeat_interleave(graphs, edge_counts, output_size=n_edges)
-        atoms = (t["node_start"][sel][node_of] + torch.arange(n_atoms, device=self.device)
-                 - new_node_start[node_of])
-        edges = (t["edge_start"][sel][edge_of] + torch.arange(n_edges, device=self.device)
-                 - new_edge_start[edge_of])
+        atoms = t["node_start"][sel][node_of] + torch.arange(n_atoms, device=self.device) - new_node_start[node_of]
+        edges = t["edge_start"][sel][edge_of] + torch.arange(n_edges, device=self.device) - new_edge_start[edge_of]
         y = t["y"][atoms].float() if "y" in t else None
         return GraphBatch(
             x=t["x"][atoms].float(),

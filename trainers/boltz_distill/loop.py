@@ -29,7 +29,6 @@ from trainers.boltz_distill.model import GINEStudent
 from trainers.boltz_distill.store import EmbeddingStore
 
 
-
 def store_path(cfg: Config, teacher: str) -> Path:
     """Where a teacher's store lives: ``<store_root>/boltz2_<layer>``, ``conformer``, ``descriptors``."""
     name = f"boltz2_{cfg.boltz2_layer}" if teacher == "boltz2" else teacher
@@ -39,8 +38,9 @@ def store_path(cfg: Config, teacher: str) -> Path:
 def corpus_of(cfg: Config, excluded_sets: list[str] | None = None) -> list[str]:
     """The corpus's canonical SMILES under the leakage rule of ``corpus.py`` (the test sets
     excluded are appended to ``excluded_sets``)."""
-    return corpus_smiles(cfg.corpus, cfg.max_molecules, cfg.exclude_tests, cfg.tdc_data_dir,
-                         cfg.allow_missing_tests, excluded_sets)
+    return corpus_smiles(
+        cfg.corpus, cfg.max_molecules, cfg.exclude_tests, cfg.tdc_data_dir, cfg.allow_missing_tests, excluded_sets
+    )
 
 
 def preflight(cfg: Config) -> None:
@@ -66,9 +66,11 @@ def preflight(cfg: Config) -> None:
     need = rows * dims * 4 * 2  # float32 targets, plus room for the batches built from them
     available = _available_memory()
     if available and need > 0.8 * available:
-        raise UserError(f"config.corpus: the teacher targets need about {need / 2**30:.1f} GiB in "
-                        f"memory, this machine has {available / 2**30:.1f} GiB available; lower "
-                        f"config.max_molecules")
+        raise UserError(
+            f"config.corpus: the teacher targets need about {need / 2**30:.1f} GiB in "
+            f"memory, this machine has {available / 2**30:.1f} GiB available; lower "
+            f"config.max_molecules"
+        )
 
 
 def _available_memory() -> int:
@@ -134,8 +136,10 @@ def prepare(cfg: Config):
         kept.append(graph)
     missing = len(graphs) - len(kept)
     if missing:
-        warnings.warn(f"{missing} of {len(graphs)} corpus molecules have no teacher embedding "
-                      f"(failed or not in the store); training on {len(kept)}")
+        warnings.warn(
+            f"{missing} of {len(graphs)} corpus molecules have no teacher embedding "
+            f"(failed or not in the store); training on {len(kept)}"
+        )
     if len(kept) < 10:
         raise UserError(f"only {len(kept)} corpus molecules have teacher embeddings; need at least 10")
     split = torch.Generator().manual_seed(cfg.seed)
@@ -174,8 +178,9 @@ def evaluate(model, graphs: GraphBank, mean, std, cfg: Config, device, batch_siz
     return {**{k: v / atoms for k, v in totals.items()}, "r2": 1.0 - sse / sst if sst > 0 else float("nan")}
 
 
-def train_step(model, optimizer, graphs: GraphBank, idx: list[int], mean, std, cfg: Config, device,
-               rank: int = 0, world: int = 1) -> torch.Tensor:
+def train_step(
+    model, optimizer, graphs: GraphBank, idx: list[int], mean, std, cfg: Config, device, rank: int = 0, world: int = 1
+) -> torch.Tensor:
     """One optimizer step on the global batch ``graphs[idx]``, of which this rank takes every
     ``world``-th molecule from position ``rank``; returns the global batch's loss (a tensor on
     the device: the loop reads it at a report, not every step). The batch is gathered from the
@@ -239,8 +244,14 @@ def distill(cfg: Config, device=None) -> dict:
         perm = torch.randperm(len(train), generator=order_gen).tolist()
         for pos in range(0, len(train), cfg.batch_size):
             train_step(model, optimizer, train, perm[pos : pos + cfg.batch_size], mean, std, cfg, device)
-    return {"model": model.state_dict(), "out_dim": out_dim, "config": {**dataclasses.asdict(cfg), "teachers": list(cfg.teachers)},
-            "target_mean": mean.cpu(), "target_std": std.cpu(), "excluded_test_sets": sets}
+    return {
+        "model": model.state_dict(),
+        "out_dim": out_dim,
+        "config": {**dataclasses.asdict(cfg), "teachers": list(cfg.teachers)},
+        "target_mean": mean.cpu(),
+        "target_std": std.cpu(),
+        "excluded_test_sets": sets,
+    }
 
 
 @dataclasses.dataclass
@@ -278,9 +289,17 @@ def train_loop(config: dict) -> None:
     model, optimizer, order_gen = init_training(cfg, out_dim, device)
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total_steps = cfg.epochs * steps_per_epoch
-    st = DistillState(model, optimizer, order_gen, torch.randperm(len(train), generator=order_gen),
-                      target_mean=mean.cpu(), target_std=std.cpu(), out_dim=out_dim, excluded_test_sets=sets,
-                      config=config)
+    st = DistillState(
+        model,
+        optimizer,
+        order_gen,
+        torch.randperm(len(train), generator=order_gen),
+        target_mean=mean.cpu(),
+        target_std=std.cpu(),
+        out_dim=out_dim,
+        excluded_test_sets=sets,
+        config=config,
+    )
     saved = session.restore()
     if saved is not None:
         st.load_state_dict(saved)
@@ -327,8 +346,10 @@ def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:
     candidates = [path] if (path / "state.pt").is_file() else TrialFolder.at(path).checkpoint_paths()
     found = ckpt.load_latest(candidates) if candidates else None
     if found is None:
-        raise UserError(f"student_checkpoint: no boltz_distill checkpoint at {path} (expected a "
-                        f"folder with state.pt, or a trial folder with checkpoint folders)")
+        raise UserError(
+            f"student_checkpoint: no boltz_distill checkpoint at {path} (expected a "
+            f"folder with state.pt, or a trial folder with checkpoint folders)"
+        )
     state = found[0]
     cfg = from_dict(Config, state["config"], f"{found[1]}/state.pt")
     model = GINEStudent(cfg.width, cfg.depth, state["out_dim"], cfg.dropout, cfg.head_layers, cfg.global_context)

@@ -22,7 +22,10 @@ def standardize(target: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> 
 
 
 def distill_loss(
-    pred: torch.Tensor, target: torch.Tensor, mse_weight: float = 1.0, cosine_weight: float = 1.0,
+    pred: torch.Tensor,
+    target: torch.Tensor,
+    mse_weight: float = 1.0,
+    cosine_weight: float = 1.0,
     eps: float = 1e-8,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``L`` above for [N, D] predictions and targets; returns ``(loss, {"mse", "cosine"})``."""

@@ -22,8 +22,15 @@ class GINEStudent(nn.Module):
     matched by a GNN whose receptive field is only ``depth`` bonds.
     """
 
-    def __init__(self, width: int, depth: int, out_dim: int, dropout: float = 0.0, head_layers: int = 1,
-                 global_context: bool = True):
+    def __init__(
+        self,
+        width: int,
+        depth: int,
+        out_dim: int,
+        dropout: float = 0.0,
+        head_layers: int = 1,
+        global_context: bool = True,
+    ):
         super().__init__()
         self.atom_in = nn.Linear(ATOM_DIM, width)
         self.convs = nn.ModuleList(
@@ -37,7 +44,9 @@ class GINEStudent(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.global_context = global_context
         head_in = 2 * width if global_context else width
-        hidden = [m for k in range(head_layers - 1) for m in (nn.Linear(head_in if k == 0 else width, width), nn.ReLU())]
+        hidden = [
+            m for k in range(head_layers - 1) for m in (nn.Linear(head_in if k == 0 else width, width), nn.ReLU())
+        ]
         self.head = nn.Sequential(*hidden, nn.Linear(width if head_layers > 1 else head_in, out_dim))
 
     def node_embeddings(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:

@@ -143,8 +143,12 @@ def logistic_fit(x: torch.Tensor, y: torch.Tensor, l2: float, steps: int = 100) 
 
 
 def linear_probe(
-    x_train: torch.Tensor, y_train: torch.Tensor, x_valid: torch.Tensor, y_valid: torch.Tensor,
-    x_test: torch.Tensor, metric: str,
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    x_valid: torch.Tensor,
+    y_valid: torch.Tensor,
+    x_test: torch.Tensor,
+    metric: str,
 ) -> tuple[np.ndarray, float, float]:
     """Fit the linear probe; return (test predictions, validation metric, chosen penalty)."""
     classify = metric in CLASSIFICATION_METRICS

@@ -16,18 +16,24 @@ from raylab import session
 from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from raylab.errors import UserError
-from raylab.workloads import require
-from trainers.boltz_distill import OFFLINE_METRICS, data as tasks
 from raylab.files import user_path
+from raylab.workloads import require
+from trainers.boltz_distill import OFFLINE_METRICS
+from trainers.boltz_distill import data as tasks
 from trainers.boltz_distill.chem import parse_smiles
 from trainers.boltz_distill.config import ProbeConfig
 from trainers.boltz_distill.featurize import mol_to_graph
 from trainers.boltz_distill.model import GINEStudent
 from trainers.boltz_distill.probe import (
-    MLPProbe, Standardizer, better, linear_probe, mean_predictor, mlp_loss, score,
+    MLPProbe,
+    Standardizer,
+    better,
+    linear_probe,
+    mean_predictor,
+    mlp_loss,
+    score,
 )
 from trainers.boltz_distill.teacher.rdkit_teachers import signed_log
-
 
 
 def preflight(cfg: ProbeConfig) -> None:
@@ -43,11 +49,15 @@ def preflight(cfg: ProbeConfig) -> None:
 
         found = run_students(cfg.students_from)
         if cfg.student_trial not in found:
-            raise UserError(f"config.student_trial: {cfg.student_trial!r} is not a finished trial of "
-                            f"{cfg.students_from}; its trials with a student: {', '.join(found) or 'none'}")
+            raise UserError(
+                f"config.student_trial: {cfg.student_trial!r} is not a finished trial of "
+                f"{cfg.students_from}; its trials with a student: {', '.join(found) or 'none'}"
+            )
     if cfg.features == "student" and not student_source(cfg) and not cfg.student_teachers:
-        raise UserError("config.student_checkpoint: features=student needs a distilled student's checkpoint "
-                        "(a boltz_distill trial or checkpoint folder), or student_teachers to distil one here")
+        raise UserError(
+            "config.student_checkpoint: features=student needs a distilled student's checkpoint "
+            "(a boltz_distill trial or checkpoint folder), or student_teachers to distil one here"
+        )
     if cfg.features == "student" and not student_source(cfg) and not cfg.download:
         from trainers.boltz_distill.corpus import check_test_sets
 
@@ -57,8 +67,10 @@ def preflight(cfg: ProbeConfig) -> None:
         if not path.exists():
             raise UserError(f"config.student_checkpoint: {path} does not exist")
     if cfg.features == "teacher" and not cfg.teacher and not cfg.teacher_store:
-        raise UserError("config.teacher_store: features=teacher needs a teacher embedding store "
-                        "(or teacher: descriptors / conformer, built here)")
+        raise UserError(
+            "config.teacher_store: features=teacher needs a teacher embedding store "
+            "(or teacher: descriptors / conformer, built here)"
+        )
     if cfg.features == "teacher" and cfg.teacher_store and not (user_path(cfg.teacher_store) / "meta.json").is_file():
         raise UserError(f"config.teacher_store: no embedding store at {cfg.teacher_store}")
 
@@ -142,8 +154,10 @@ def teacher_features(store_dir: str, keys: list[str]) -> tuple[torch.Tensor, np.
     store = EmbeddingStore(user_path(store_dir))
     present = np.array([k in store for k in keys], dtype=bool)
     if not present.any():
-        raise UserError(f"config.teacher_store: none of the {len(keys)} task molecules are in {store_dir}; "
-                        f"run the teacher command on the task's SMILES with --out {store_dir}")
+        raise UserError(
+            f"config.teacher_store: none of the {len(keys)} task molecules are in {store_dir}; "
+            f"run the teacher command on the task's SMILES with --out {store_dir}"
+        )
     out = np.zeros((len(keys), store.dim), dtype=np.float32)
     for i, key in enumerate(keys):
         if present[i]:
@@ -163,11 +177,18 @@ def distilled_student(cfg: ProbeConfig) -> str:
     from trainers.boltz_distill.loop import _locked, distill
 
     distill_cfg = Config(
-        corpus=cfg.distill_corpus, max_molecules=cfg.distill_max_molecules, epochs=cfg.distill_epochs,
-        teachers=tuple(cfg.student_teachers), width=cfg.random_width, depth=cfg.random_depth,
+        corpus=cfg.distill_corpus,
+        max_molecules=cfg.distill_max_molecules,
+        epochs=cfg.distill_epochs,
+        teachers=tuple(cfg.student_teachers),
+        width=cfg.random_width,
+        depth=cfg.random_depth,
         boltz2_layer=cfg.student_layer if "boltz2" in cfg.student_teachers else "trunk_s",
-        store_root=cfg.store_root, tdc_data_dir=cfg.data_dir, allow_missing_tests=cfg.allow_missing_tests,
-        num_conformers=cfg.num_conformers, seed=0,
+        store_root=cfg.store_root,
+        tdc_data_dir=cfg.data_dir,
+        allow_missing_tests=cfg.allow_missing_tests,
+        num_conformers=cfg.num_conformers,
+        seed=0,
     )
     fields = json.dumps(dataclasses.asdict(distill_cfg), sort_keys=True, default=list)
     name = "+".join(cfg.student_teachers) + "-" + hashlib.sha256(fields.encode()).hexdigest()[:12]
@@ -203,7 +224,13 @@ def features(cfg: ProbeConfig, keys: list[str], mols: list[Chem.Mol]) -> tuple[t
     if cfg.features == "descriptors":
         return cached_descriptor_features(keys, mols, cfg.store_root), every
     if cfg.features == "morgan_descriptors":
-        return torch.cat([morgan_features(mols, cfg.morgan_radius, cfg.morgan_bits), cached_descriptor_features(keys, mols, cfg.store_root)], 1), every
+        return torch.cat(
+            [
+                morgan_features(mols, cfg.morgan_radius, cfg.morgan_bits),
+                cached_descriptor_features(keys, mols, cfg.store_root),
+            ],
+            1,
+        ), every
     return teacher_features(teacher_store_dir(cfg, keys), keys)
 
 
@@ -254,8 +281,9 @@ def prepare(cfg: ProbeConfig, split: Split):
     train = [i for i in split.train if tv_ok[i]]
     valid = [i for i in split.valid if tv_ok[i]]
     if len(train) < 2 or not valid:
-        raise UserError(f"config.features: only {len(train)} train / {len(valid)} valid molecules of "
-                        f"{cfg.task} have features")
+        raise UserError(
+            f"config.features: only {len(train)} train / {len(valid)} valid molecules of {cfg.task} have features"
+        )
     scale = Standardizer.fit(x_tv[train])
     x_test = torch.zeros((len(split.test_parsed), x.shape[1]))
     rows = np.nonzero(split.test_parsed)[0]
@@ -274,13 +302,29 @@ def end_to_end(cfg: ProbeConfig, split: Split) -> tuple[np.ndarray, float]:
     classify, metric = task.classification, task.metric
     settings = EndToEnd(epochs=cfg.e2e_epochs, seed=cfg.seed, patience=cfg.e2e_patience)
     if cfg.features == "chemprop":
-        pred = train_chemprop([split.keys[i] for i in tr], split.y[tr], [split.keys[i] for i in va], split.y[va],
-                              split.test_keys + [split.keys[i] for i in va], classify, settings)
+        pred = train_chemprop(
+            [split.keys[i] for i in tr],
+            split.y[tr],
+            [split.keys[i] for i in va],
+            split.y[va],
+            split.test_keys + [split.keys[i] for i in va],
+            classify,
+            settings,
+        )
     else:
         settings = dataclasses.replace(settings, width=cfg.random_width, depth=cfg.random_depth, lr=cfg.mlp_lr)
-        pred = train_gine([split.mols[i] for i in tr], split.y[tr], [split.mols[i] for i in va], split.y[va],
-                          split.test_mols + [split.mols[i] for i in va], metric, classify, settings,
-                          cfg.mlp_hidden, cfg.mlp_dropout)
+        pred = train_gine(
+            [split.mols[i] for i in tr],
+            split.y[tr],
+            [split.mols[i] for i in va],
+            split.y[va],
+            split.test_mols + [split.mols[i] for i in va],
+            metric,
+            classify,
+            settings,
+            cfg.mlp_hidden,
+            cfg.mlp_dropout,
+        )
     test_pred, valid_pred = pred[: len(split.test_keys)], pred[len(split.test_keys) :]
     full = np.full(len(split.test_parsed), float(np.mean(test_pred)) if classify else float(np.mean(split.y[tr])))
     full[split.test_parsed] = test_pred
@@ -316,9 +360,16 @@ def train_loop(config: dict) -> None:
 
     def row(test_pred, valid_value, epoch, train_loss, imputed):
         test_value = score(metric, y_te, test_pred)
-        return {name: test_value, "probe/test/score": sign * test_value, "probe/valid/score": sign * valid_value,
-                "probe/test/mean_predictor": baseline, "probe/epoch": epoch, "probe/train_loss": train_loss,
-                "probe/test/molecules": len(y_te), "probe/test/imputed": imputed}
+        return {
+            name: test_value,
+            "probe/test/score": sign * test_value,
+            "probe/valid/score": sign * valid_value,
+            "probe/test/mean_predictor": baseline,
+            "probe/epoch": epoch,
+            "probe/train_loss": train_loss,
+            "probe/test/molecules": len(y_te),
+            "probe/test/imputed": imputed,
+        }
 
     if cfg.probe == "end_to_end":
         pred, valid_value = end_to_end(cfg, split)
@@ -331,8 +382,11 @@ def train_loop(config: dict) -> None:
     if cfg.probe == "linear":
         pred, valid_value, _ = linear_probe(x_tr, y_tr, x_va, y_va, torch.cat([x_tr, x_te]), metric)
         fit = torch.as_tensor(pred[: len(y_tr)])
-        train_loss = (torch.nn.functional.binary_cross_entropy_with_logits(fit, y_tr) if task.classification
-                      else torch.nn.functional.mse_loss(fit, y_tr))
+        train_loss = (
+            torch.nn.functional.binary_cross_entropy_with_logits(fit, y_tr)
+            if task.classification
+            else torch.nn.functional.mse_loss(fit, y_tr)
+        )
         session.report(row(pred[len(y_tr) :], valid_value, 0, train_loss.item(), imputed), checkpoint=False)
         return
 

@@ -55,8 +55,7 @@ class EmbeddingStore:
             raise UserError(f"embedding store {self.root}: no {META_FILE} (not a store, or empty)")
         self.meta: dict[str, Any] = json.loads(meta_path.read_text())
         if self.meta.get("format") != FORMAT:
-            raise UserError(f"embedding store {self.root}: format {self.meta.get('format')!r}, "
-                            f"expected {FORMAT!r}")
+            raise UserError(f"embedding store {self.root}: format {self.meta.get('format')!r}, expected {FORMAT!r}")
         self.dim = int(self.meta["dim"])
         self._where: dict[str, tuple[int, int, int]] = {}
         self.failed: dict[str, str] = {}
@@ -188,8 +187,11 @@ class StoreWriter:
     def close(self) -> None:
         self.flush()
         if self.clipped:
-            warnings.warn(f"embedding store {self.root}: {self.clipped} values beyond the float16 "
-                          f"range were clipped to +-{FLOAT16_MAX:g}", stacklevel=2)
+            warnings.warn(
+                f"embedding store {self.root}: {self.clipped} values beyond the float16 "
+                f"range were clipped to +-{FLOAT16_MAX:g}",
+                stacklevel=2,
+            )
 
     def __enter__(self) -> "StoreWriter":
         return self

@@ -26,8 +26,11 @@ def run_students(run_dir: str) -> list[str]:
     if not root.is_dir():
         raise UserError(f"config.students_from: {root} is not a folder (a boltz_distill run folder)")
     run = RunFolder(root)
-    return [name for name, kind in run.listdir() if kind == "dir"
-            and any(c.joinpath("state.pt").is_file() for c in run.trial(name).checkpoint_paths())]
+    return [
+        name
+        for name, kind in run.listdir()
+        if kind == "dir" and any(c.joinpath("state.pt").is_file() for c in run.trial(name).checkpoint_paths())
+    ]
 
 
 @exit_on_user_error
@@ -39,11 +42,15 @@ def main(argv: list[str] | None = None) -> int:
 
     names = run_students(args.run_dir)
     if not names:
-        raise UserError(f"{args.run_dir}: no trial folder with a boltz_distill checkpoint (a checkpoint folder with state.pt)")
+        raise UserError(
+            f"{args.run_dir}: no trial folder with a boltz_distill checkpoint (a checkpoint folder with state.pt)"
+        )
     for name in names:
         cfg = load_student(user_path(args.run_dir) / name)[1]["config"]
-        print(f"{name}: teachers {'+'.join(cfg.get('teachers', []))}, layer {cfg.get('boltz2_layer')}, "
-              f"width {cfg.get('width')}, depth {cfg.get('depth')}, lr {cfg.get('lr')}, seed {cfg.get('seed')}")
+        print(
+            f"{name}: teachers {'+'.join(cfg.get('teachers', []))}, layer {cfg.get('boltz2_layer')}, "
+            f"width {cfg.get('width')}, depth {cfg.get('depth')}, lr {cfg.get('lr')}, seed {cfg.get('seed')}"
+        )
     print(f"\noverrides: config.students_from={args.run_dir} 'search.student_trial={json.dumps(names)}'")
     return 0
 

@@ -45,8 +45,9 @@ class EndToEnd:
     lr: float = 1e-3
 
 
-def train_chemprop(train_smiles, train_y, valid_smiles, valid_y, test_smiles, classify: bool,
-                   settings: EndToEnd) -> np.ndarray:
+def train_chemprop(
+    train_smiles, train_y, valid_smiles, valid_y, test_smiles, classify: bool, settings: EndToEnd
+) -> np.ndarray:
     """Chemprop v2's D-MPNN trained on train, the best ``val_loss`` epoch's test predictions."""
     import logging
 
@@ -60,8 +61,10 @@ def train_chemprop(train_smiles, train_y, valid_smiles, valid_y, test_smiles, cl
     featurizer = featurizers.SimpleMoleculeMolGraphFeaturizer()
 
     def dataset(smiles, y):
-        points = [data.MoleculeDatapoint.from_smi(s, None if y is None else [float(v)])
-                  for s, v in zip(smiles, y if y is not None else [None] * len(smiles))]
+        points = [
+            data.MoleculeDatapoint.from_smi(s, None if y is None else [float(v)])
+            for s, v in zip(smiles, y if y is not None else [None] * len(smiles))
+        ]
         out = data.MoleculeDataset(points, featurizer)
         out.cache = True  # featurize once, as chemprop train does unless --no-cache
         return out
@@ -74,24 +77,40 @@ def train_chemprop(train_smiles, train_y, valid_smiles, valid_y, test_smiles, cl
     else:
         scaler = train.normalize_targets()
         valid.normalize_targets(scaler)
-        head = nn.RegressionFFN(input_dim=message_passing.output_dim, hidden_dim=300, n_layers=1,
-                                output_transform=nn.UnscaleTransform.from_standard_scaler(scaler))
-    model = models.MPNN(message_passing, aggregation, head, batch_norm=False, warmup_epochs=2,
-                        init_lr=1e-4, max_lr=1e-3, final_lr=1e-4)
+        head = nn.RegressionFFN(
+            input_dim=message_passing.output_dim,
+            hidden_dim=300,
+            n_layers=1,
+            output_transform=nn.UnscaleTransform.from_standard_scaler(scaler),
+        )
+    model = models.MPNN(
+        message_passing, aggregation, head, batch_norm=False, warmup_epochs=2, init_lr=1e-4, max_lr=1e-3, final_lr=1e-4
+    )
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # lightning's advice on dataloader workers and loggers
         pl.seed_everything(settings.seed, verbose=False)
         best = ModelCheckpoint(dirpath=tmp, monitor="val_loss", mode="min", save_top_k=1)
-        trainer = pl.Trainer(logger=False, callbacks=[best], accelerator="cpu", devices=1,
-                             max_epochs=settings.epochs, enable_progress_bar=False,
-                             enable_model_summary=False)
-        trainer.fit(model, data.build_dataloader(train, batch_size=settings.batch_size, seed=settings.seed),
-                    data.build_dataloader(valid, batch_size=settings.batch_size, shuffle=False, drop_last=False))
+        trainer = pl.Trainer(
+            logger=False,
+            callbacks=[best],
+            accelerator="cpu",
+            devices=1,
+            max_epochs=settings.epochs,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(
+            model,
+            data.build_dataloader(train, batch_size=settings.batch_size, seed=settings.seed),
+            data.build_dataloader(valid, batch_size=settings.batch_size, shuffle=False, drop_last=False),
+        )
         model = models.MPNN.load_from_checkpoint(best.best_model_path, map_location="cpu")
     model.eval()
     with torch.no_grad():
-        out = [model(batch.bmg, batch.V_d, batch.X_d)
-               for batch in data.build_dataloader(test, batch_size=256, shuffle=False, drop_last=False)]
+        out = [
+            model(batch.bmg, batch.V_d, batch.X_d)
+            for batch in data.build_dataloader(test, batch_size=256, shuffle=False, drop_last=False)
+        ]
     pred = torch.cat(out).squeeze(-1).numpy()
     if classify:  # the classification head returns probabilities: ranks are what the metrics use
         pred = np.log(np.clip(pred, 1e-12, 1.0)) - np.log(np.clip(1.0 - pred, 1e-12, 1.0))
@@ -110,11 +129,23 @@ class SupervisedGINE(torch.nn.Module):
         return self.head(self.encoder.pooled(batch))
 
 
-def train_gine(train_mols, train_y, valid_mols, valid_y, test_mols, metric: str, classify: bool,
-               settings: EndToEnd, hidden: int = 256, dropout: float = 0.1) -> np.ndarray:
+def train_gine(
+    train_mols,
+    train_y,
+    valid_mols,
+    valid_y,
+    test_mols,
+    metric: str,
+    classify: bool,
+    settings: EndToEnd,
+    hidden: int = 256,
+    dropout: float = 0.1,
+) -> np.ndarray:
     """The GINE trained end to end; test predictions of the epoch with the best valid metric."""
-    graphs = {name: [mol_to_graph(m) for m in mols]
-              for name, mols in (("train", train_mols), ("valid", valid_mols), ("test", test_mols))}
+    graphs = {
+        name: [mol_to_graph(m) for m in mols]
+        for name, mols in (("train", train_mols), ("valid", valid_mols), ("test", test_mols))
+    }
     y_tr = torch.as_tensor(train_y, dtype=torch.float32)
     y_mean, y_std = (0.0, 1.0) if classify else (float(y_tr.mean()), float(y_tr.std().clamp_min(1e-8)))
     target = y_tr if classify else (y_tr - y_mean) / y_std
@@ -137,8 +168,11 @@ def train_gine(train_mols, train_y, valid_mols, valid_y, test_mols, metric: str,
         for start in range(0, len(perm), settings.batch_size):
             idx = perm[start : start + settings.batch_size].tolist()
             out = model(Batch.from_data_list([graphs["train"][i] for i in idx]))
-            loss = (torch.nn.functional.binary_cross_entropy_with_logits(out, target[idx]) if classify
-                    else torch.nn.functional.mse_loss(out, target[idx]))
+            loss = (
+                torch.nn.functional.binary_cross_entropy_with_logits(out, target[idx])
+                if classify
+                else torch.nn.functional.mse_loss(out, target[idx])
+            )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

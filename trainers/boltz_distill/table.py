@@ -21,11 +21,24 @@ from raylab.errors import UserError, exit_on_user_error
 from raylab.run_folder import RunFolder
 from trainers.boltz_distill import TASK_METRICS, metric_name
 
-ROW_ORDER = ("chemprop", "supervised_gine", "morgan", "descriptors", "morgan_descriptors", "random_student",
-             "teacher", "student")
-NAMES = {"chemprop": "Chemprop D-MPNN", "supervised_gine": "GINE, supervised", "morgan": "Morgan (ECFP4)",
-         "descriptors": "RDKit descriptors", "morgan_descriptors": "Morgan + descriptors",
-         "random_student": "GINE, random init"}
+ROW_ORDER = (
+    "chemprop",
+    "supervised_gine",
+    "morgan",
+    "descriptors",
+    "morgan_descriptors",
+    "random_student",
+    "teacher",
+    "student",
+)
+NAMES = {
+    "chemprop": "Chemprop D-MPNN",
+    "supervised_gine": "GINE, supervised",
+    "morgan": "Morgan (ECFP4)",
+    "descriptors": "RDKit descriptors",
+    "morgan_descriptors": "Morgan + descriptors",
+    "random_student": "GINE, random init",
+}
 
 
 def _teachers(teachers, layer: str) -> str:
@@ -45,8 +58,10 @@ def representation(params: dict) -> str:
             path = Path(params["students_from"]).expanduser() / params.get("student_trial", "")
             trained = load_student(path)[1]["config"]
             teachers, layer = trained.get("teachers", ()), trained.get("boltz2_layer", "trunk_s")
-            return (f"student <- {_teachers(teachers, layer)} [run: width {trained.get('width')}, depth "
-                    f"{trained.get('depth')}, lr {trained.get('lr')}, seed {trained.get('seed')}]")
+            return (
+                f"student <- {_teachers(teachers, layer)} [run: width {trained.get('width')}, depth "
+                f"{trained.get('depth')}, lr {trained.get('lr')}, seed {trained.get('seed')}]"
+            )
         if params.get("student_checkpoint"):
             from trainers.boltz_distill.loop import load_student
 

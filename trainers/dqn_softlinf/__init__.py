@@ -62,8 +62,15 @@ figures the claims compare; reported beside each figure once it is measured."""
 FRAME_MARK_METRICS = ("episode/return_mean_at_10M_frames", "episode/return_mean_at_50M_frames")
 """The sticky arm's frame marks (Machado et al.'s budgets); other ``frame_marks`` name their own."""
 
-METRICS = (COMMON_METRICS + HELDOUT_METRICS + SHARED_METRICS + EXACT_METRICS + TIME_AVERAGED_METRICS
-           + FRAME_MARK_METRICS + ("env/frames", "train/soft_linf_ess", "bellman/td_error_max_batch"))
+METRICS = (
+    COMMON_METRICS
+    + HELDOUT_METRICS
+    + SHARED_METRICS
+    + EXACT_METRICS
+    + TIME_AVERAGED_METRICS
+    + FRAME_MARK_METRICS
+    + ("env/frames", "train/soft_linf_ess", "bellman/td_error_max_batch")
+)
 """What this workload declares (loop.py documents each; soft_linf_ess with loss soft_linf
 only; which runs report which is figures.py's ``ONLY``); the rllib backend reports a subset and
 bellman/td_error_max_batch."""

@@ -36,6 +36,7 @@ import numpy as np
 @dataclass(frozen=True)
 class Snapshot:
     """An emulator state and the frame stack and lives seen at it."""
+
     ale_state: object
     stack: np.ndarray
     lives: int
@@ -124,8 +125,9 @@ class ALEProbeEnv:
         self.stack = snap.stack.copy()
         self.last_action = snap.last_action
 
-    def successors(self, snap: Snapshot, action: int, k: int, episodic_life: bool,
-                   reward_clip: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def successors(
+        self, snap: Snapshot, action: int, k: int, episodic_life: bool, reward_clip: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``k`` fresh draws of the step from ``snap`` with ``action``: next stacks
         ``(k, stack, h, w)``, rewards (clipped as for training) and done flags (terminal, or a
         lost life with ``episodic_life``), as the TD target sees them. The env's own state is

@@ -15,11 +15,22 @@ from typing import Literal
 
 from raylab.config import require, require_at_least
 
-
-RLLIB_USES = {"optimizer": "adam", "adam_eps": 1e-8, "rmsprop_alpha": 0.95, "rmsprop_eps": 0.01,
-              "rmsprop_centered": True, "loss_reduction": "mean", "amp_bf16": False, "compile": False,
-              "checkpoint_replay": False, "probe_size": 0, "heldout_size": 0, "expected_states": 0,
-              "shared_states": 0, "frame_marks": ()}
+RLLIB_USES = {
+    "optimizer": "adam",
+    "adam_eps": 1e-8,
+    "rmsprop_alpha": 0.95,
+    "rmsprop_eps": 0.01,
+    "rmsprop_centered": True,
+    "loss_reduction": "mean",
+    "amp_bf16": False,
+    "compile": False,
+    "checkpoint_replay": False,
+    "probe_size": 0,
+    "heldout_size": 0,
+    "expected_states": 0,
+    "shared_states": 0,
+    "frame_marks": (),
+}
 """What backend rllib runs for these fields whatever they say: RLlib's DQN learner builds
 ``torch.optim.Adam(params)`` (eps 1e-8: ``DQNConfig.adam_epsilon`` is not read by the new API
 stack's learner) in float32, uncompiled, and this workload's learner reduces the surrogate by
@@ -27,12 +38,23 @@ the mean; RLlib's checkpoints hold no replay; the probes (in-sample, held-out, e
 shared) and the frame marks are the raylab loop's. A config that asks for anything else with
 backend rllib is refused, not run as something it did not ask for."""
 
-RLLIB_OFF = {k: v for k, v in RLLIB_USES.items() if k in (
-    "checkpoint_replay", "probe_size", "heldout_size", "expected_states", "shared_states", "frame_marks")}
+RLLIB_OFF = {
+    k: v
+    for k, v in RLLIB_USES.items()
+    if k in ("checkpoint_replay", "probe_size", "heldout_size", "expected_states", "shared_states", "frame_marks")
+}
 """What an experiment with backend rllib sets, the raylab loop's defaults being on."""
 
-RAYLAB_ONLY = ("expected_samples", "shared_seed", "shared_stride", "channels_last", "overlap_env", "env_threads",
-               "replay_on_device", "cuda_graph")
+RAYLAB_ONLY = (
+    "expected_samples",
+    "shared_seed",
+    "shared_stride",
+    "channels_last",
+    "overlap_env",
+    "env_threads",
+    "replay_on_device",
+    "cuda_graph",
+)
 """Fields only the raylab loop reads (probe sizes that matter only with a probe on, and the
 loop's own speed settings): with backend rllib they must stay at their defaults."""
 
@@ -41,9 +63,12 @@ def rllib_ignored(cfg) -> list[str]:
     """The fields backend rllib would drop or run differently from what ``cfg`` asks, in field
     order: ``RLLIB_USES`` fields off RLlib's value, ``RAYLAB_ONLY`` fields off their default."""
     defaults = {f.name: f.default for f in fields(cfg)}
-    return [f.name for f in fields(cfg)
-            if (f.name in RLLIB_USES and _differs(getattr(cfg, f.name), RLLIB_USES[f.name]))
-            or (f.name in RAYLAB_ONLY and _differs(getattr(cfg, f.name), defaults[f.name]))]
+    return [
+        f.name
+        for f in fields(cfg)
+        if (f.name in RLLIB_USES and _differs(getattr(cfg, f.name), RLLIB_USES[f.name]))
+        or (f.name in RAYLAB_ONLY and _differs(getattr(cfg, f.name), defaults[f.name]))
+    ]
 
 
 def _differs(value, used) -> bool:
@@ -234,26 +259,48 @@ class Config:
     """backend rllib: Algorithm.train() calls between reports."""
 
     def __post_init__(self):
-        positive = ("total_steps", "num_envs", "buffer_size", "train_every", "batch_size",
-                    "target_period", "frame_skip", "frame_stack", "screen_size",
-                    "max_episode_frames", "report_every", "eval_every", "shared_stride",
-                    "eval_episodes", "eval_max_steps", "rllib_iterations_per_report")
+        positive = (
+            "total_steps",
+            "num_envs",
+            "buffer_size",
+            "train_every",
+            "batch_size",
+            "target_period",
+            "frame_skip",
+            "frame_stack",
+            "screen_size",
+            "max_episode_frames",
+            "report_every",
+            "eval_every",
+            "shared_stride",
+            "eval_episodes",
+            "eval_max_steps",
+            "rllib_iterations_per_report",
+        )
         require_at_least(self, 1, *positive)
         require(self.learning_starts >= 0, "learning_starts", f"must be >= 0, got {self.learning_starts}")
-        require(self.learning_starts < self.total_steps, "learning_starts",
-                f"({self.learning_starts}) is beyond total_steps ({self.total_steps}): nothing would train")
+        require(
+            self.learning_starts < self.total_steps,
+            "learning_starts",
+            f"({self.learning_starts}) is beyond total_steps ({self.total_steps}): nothing would train",
+        )
         ignored = rllib_ignored(self) if self.backend == "rllib" else []
-        require(not ignored, ignored[0] if ignored else "",
-                f"backend rllib would ignore {', '.join(f'{k}={_show(getattr(self, k))}' for k in ignored)} "
-                f"(RLlib's DQN learner runs torch Adam, eps 1e-8, on the mean loss, in float32; its "
-                f"checkpoints hold no replay; the probes and frame marks are the raylab loop's); use "
-                f"backend raylab, or set {', '.join(f'{k}: {_show(_rllib_value(k))}' for k in ignored)}")
-        require(not (self.optimizer == "rmsprop" and self.loss_reduction == "mean" and self.rmsprop_eps == 0.01),
-                "rmsprop_eps",
-                f"0.01 is Nature's epsilon for the summed batch gradient; with loss_reduction: mean the "
-                f"gradient is {self.batch_size}x smaller and the epsilon is not, so the step is a fraction of "
-                f"Nature's: set loss_reduction: sum (the Lua DQN's rule) or rmsprop_eps: "
-                f"{0.01 / self.batch_size ** 2:.3g} (0.01 / batch_size^2; Dopamine: 1e-05)")
+        require(
+            not ignored,
+            ignored[0] if ignored else "",
+            f"backend rllib would ignore {', '.join(f'{k}={_show(getattr(self, k))}' for k in ignored)} "
+            f"(RLlib's DQN learner runs torch Adam, eps 1e-8, on the mean loss, in float32; its "
+            f"checkpoints hold no replay; the probes and frame marks are the raylab loop's); use "
+            f"backend raylab, or set {', '.join(f'{k}: {_show(_rllib_value(k))}' for k in ignored)}",
+        )
+        require(
+            not (self.optimizer == "rmsprop" and self.loss_reduction == "mean" and self.rmsprop_eps == 0.01),
+            "rmsprop_eps",
+            f"0.01 is Nature's epsilon for the summed batch gradient; with loss_reduction: mean the "
+            f"gradient is {self.batch_size}x smaller and the epsilon is not, so the step is a fraction of "
+            f"Nature's: set loss_reduction: sum (the Lua DQN's rule) or rmsprop_eps: "
+            f"{0.01 / self.batch_size**2:.3g} (0.01 / batch_size^2; Dopamine: 1e-05)",
+        )
         require(self.beta > 0, "beta", f"must be > 0, got {self.beta}")
         require(self.huber_delta > 0, "huber_delta", f"must be > 0, got {self.huber_delta}")
         require(0 < self.gamma < 1, "gamma", f"must be in (0, 1), got {self.gamma}")
@@ -261,34 +308,54 @@ class Config:
         require(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
         require(self.rmsprop_eps > 0, "rmsprop_eps", f"must be > 0, got {self.rmsprop_eps}")
         require(0 < self.rmsprop_alpha < 1, "rmsprop_alpha", f"must be in (0, 1), got {self.rmsprop_alpha}")
-        for key in ("probe_size", "heldout_size", "expected_states", "expected_samples", "shared_states",
-                    "shared_seed", "epsilon_decay_start"):
+        for key in (
+            "probe_size",
+            "heldout_size",
+            "expected_states",
+            "expected_samples",
+            "shared_states",
+            "shared_seed",
+            "epsilon_decay_start",
+        ):
             require(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
         require(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         for key in ("epsilon_start", "epsilon_end", "eval_epsilon", "sticky_action_prob"):
             value = getattr(self, key)
             require(0 <= value <= 1, key, f"must be in [0, 1], got {value}")
-        require(0 < self.epsilon_fraction <= 1, "epsilon_fraction",
-                f"must be in (0, 1], got {self.epsilon_fraction}")
+        require(0 < self.epsilon_fraction <= 1, "epsilon_fraction", f"must be in (0, 1], got {self.epsilon_fraction}")
         require(self.noop_max >= 0, "noop_max", f"must be >= 0, got {self.noop_max}")
         require(self.env_threads >= 0, "env_threads", f"must be >= 0, got {self.env_threads}")
         require(self.torch_threads >= 0, "torch_threads", f"must be >= 0, got {self.torch_threads}")
         require(all(h >= 1 for h in self.mlp_hidden), "mlp_hidden", f"widths must be >= 1, got {self.mlp_hidden}")
-        require(self.buffer_size >= self.num_envs * (self.frame_stack + 2), "buffer_size",
-                f"({self.buffer_size}) must hold at least frame_stack + 2 = {self.frame_stack + 2} "
-                f"steps of each of the {self.num_envs} envs")
-        require(self.batch_size <= self.buffer_size, "batch_size",
-                f"({self.batch_size}) must be <= buffer_size ({self.buffer_size})")
-        require(not (self.cuda_graph is True and self.replay_on_device is False), "cuda_graph",
-                "true needs the replay on the device (replay_on_device: false draws each batch on the host)")
+        require(
+            self.buffer_size >= self.num_envs * (self.frame_stack + 2),
+            "buffer_size",
+            f"({self.buffer_size}) must hold at least frame_stack + 2 = {self.frame_stack + 2} "
+            f"steps of each of the {self.num_envs} envs",
+        )
+        require(
+            self.batch_size <= self.buffer_size,
+            "batch_size",
+            f"({self.batch_size}) must be <= buffer_size ({self.buffer_size})",
+        )
+        require(
+            not (self.cuda_graph is True and self.replay_on_device is False),
+            "cuda_graph",
+            "true needs the replay on the device (replay_on_device: false draws each batch on the host)",
+        )
         per_mark = frames_per_step(self) * self.report_every
         for mark in self.frame_marks:
-            require(mark > 0 and mark % per_mark == 0, "frame_marks",
-                    f"{mark:,} frames is not on a report: use multiples of frames per step x report_every "
-                    f"= {per_mark:,}")
-            require(mark <= frames_per_step(self) * self.total_steps, "frame_marks",
-                    f"{mark:,} frames is beyond total_steps x frames per step = "
-                    f"{frames_per_step(self) * self.total_steps:,}")
+            require(
+                mark > 0 and mark % per_mark == 0,
+                "frame_marks",
+                f"{mark:,} frames is not on a report: use multiples of frames per step x report_every = {per_mark:,}",
+            )
+            require(
+                mark <= frames_per_step(self) * self.total_steps,
+                "frame_marks",
+                f"{mark:,} frames is beyond total_steps x frames per step = "
+                f"{frames_per_step(self) * self.total_steps:,}",
+            )
 
 
 def frames_per_step(cfg) -> int:

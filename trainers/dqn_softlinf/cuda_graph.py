@@ -32,8 +32,13 @@ def warn(message: str) -> None:
 
 
 class GraphedStep:
-    def __init__(self, step: Callable[[], None], generators: tuple[torch.Generator, ...] = (),
-                 warmup: int = 3, name: str = "step"):
+    def __init__(
+        self,
+        step: Callable[[], None],
+        generators: tuple[torch.Generator, ...] = (),
+        warmup: int = 3,
+        name: str = "step",
+    ):
         self.step, self.generators, self.warmup, self.name = step, generators, warmup, name
         self.calls = 0
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -72,8 +77,7 @@ class GraphedStep:
         except Exception as error:  # noqa: BLE001 - any failure means: run eagerly
             torch.cuda.set_stream(entry)  # a failed capture_end leaves the capture stream current
             first = (str(error).strip().splitlines() or [""])[0][:200]
-            warn(f"CUDA graph capture of the {self.name} failed ({type(error).__name__}: {first}); "
-                 "running it eagerly")
+            warn(f"CUDA graph capture of the {self.name} failed ({type(error).__name__}: {first}); running it eagerly")
             self.eager = True
             torch.cuda.synchronize()
             self.step()  # the capture ran nothing: this call's step runs now

@@ -44,12 +44,20 @@ NAMES = ("frame", "action", "reward", "done", "first", "final")
 class DeviceFrameReplay:
     """``FrameReplay``'s ring of per-step rows as tensors on ``device``."""
 
-    def __init__(self, capacity: int, num_envs: int, frame_shape: tuple[int, ...], frame_dtype: Any = np.uint8,
-                 stack: int = 4, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        capacity: int,
+        num_envs: int,
+        frame_shape: tuple[int, ...],
+        frame_dtype: Any = np.uint8,
+        stack: int = 4,
+        device: torch.device | str = "cpu",
+    ):
         self.rows = capacity // num_envs
         if self.rows < stack + 2:
-            raise ValueError(f"replay: {capacity} transitions over {num_envs} envs is fewer than "
-                             f"{stack + 2} rows per env")
+            raise ValueError(
+                f"replay: {capacity} transitions over {num_envs} envs is fewer than {stack + 2} rows per env"
+            )
         self.num_envs, self.stack, self.frame_shape = num_envs, stack, tuple(frame_shape)
         self.device = torch.device(device)
         shape = (self.rows, num_envs)
@@ -152,7 +160,9 @@ class DeviceFrameReplay:
         window = self._window(row, env, self.offsets)
         flat = row * self.num_envs + env
         return {
-            "window": window, "obs": window[:, :k], "next_obs": window[:, 1:],
+            "window": window,
+            "obs": window[:, :k],
+            "next_obs": window[:, 1:],
             "action": self.action.view(-1)[flat].long(),
             "reward": self.reward.view(-1)[flat],
             "done": self.done.view(-1)[flat].float(),
@@ -174,12 +184,13 @@ class DeviceFrameReplay:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load a ``state_dict`` of either replay."""
         if state["rows"] != self.rows or state["num_envs"] != self.num_envs:
-            raise ValueError(f"replay checkpoint has {state['rows']} rows x {state['num_envs']} envs, "
-                             f"this replay {self.rows} x {self.num_envs}")
+            raise ValueError(
+                f"replay checkpoint has {state['rows']} rows x {state['num_envs']} envs, "
+                f"this replay {self.rows} x {self.num_envs}"
+            )
         n = min(state["count"], self.rows)
         for name in NAMES:
             getattr(self, name)[:n].copy_(state[name])
         self.final_host[:n] = state["final"].numpy()
         self.count = state["count"]
         self.count_dev.fill_(self.count)
-

@@ -40,8 +40,20 @@ def check_game(suite: str, game: str, where: str = "config.game") -> None:
     if suite == "atari":
         games = ale_games()
         if ale_rom_name(game) not in games:
-            usual = [g for g in ("pong", "breakout", "space_invaders", "seaquest", "qbert",
-                                 "beam_rider", "enduro", "ms_pacman") if g in games]
+            usual = [
+                g
+                for g in (
+                    "pong",
+                    "breakout",
+                    "space_invaders",
+                    "seaquest",
+                    "qbert",
+                    "beam_rider",
+                    "enduro",
+                    "ms_pacman",
+                )
+                if g in games
+            ]
             raise UserError(
                 f"{where}: '{game}' is not an ALE game; valid names include "
                 f"{', '.join(usual)} (CamelCase works too: Pong, SpaceInvaders); "
@@ -51,10 +63,12 @@ def check_game(suite: str, game: str, where: str = "config.game") -> None:
         import gymnasium
 
         if game not in gymnasium.envs.registry:
-            usual = [g for g in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3")
-                     if g in gymnasium.envs.registry]
-            raise UserError(f"{where}: '{game}' is not a registered gymnasium id; "
-                            f"valid ids include {', '.join(usual)}")
+            usual = [
+                g
+                for g in ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "LunarLander-v3")
+                if g in gymnasium.envs.registry
+            ]
+            raise UserError(f"{where}: '{game}' is not a registered gymnasium id; valid ids include {', '.join(usual)}")
 
 
 MAX_ENVS = 4096
@@ -132,14 +146,22 @@ class AtariEnvs(Envs):
 
         threads = cfg.env_threads or min(num_envs, os.cpu_count() or 1)
         self.env = AtariVectorEnv(
-            ale_rom_name(cfg.game), num_envs,
+            ale_rom_name(cfg.game),
+            num_envs,
             num_threads=threads,
             max_num_frames_per_episode=cfg.max_episode_frames,
-            repeat_action_probability=cfg.sticky_action_prob, full_action_space=cfg.full_action_space,
-            img_height=cfg.screen_size, img_width=cfg.screen_size,
-            stack_num=cfg.frame_stack, frameskip=cfg.frame_skip, noop_max=cfg.noop_max,
-            episodic_life=False, life_loss_info=False, reward_clipping=False,
-            use_fire_reset=cfg.fire_reset, autoreset_mode="NextStep",
+            repeat_action_probability=cfg.sticky_action_prob,
+            full_action_space=cfg.full_action_space,
+            img_height=cfg.screen_size,
+            img_width=cfg.screen_size,
+            stack_num=cfg.frame_stack,
+            frameskip=cfg.frame_skip,
+            noop_max=cfg.noop_max,
+            episodic_life=False,
+            life_loss_info=False,
+            reward_clipping=False,
+            use_fire_reset=cfg.fire_reset,
+            autoreset_mode="NextStep",
         )
         self.num_envs = num_envs
         self.num_actions = int(self.env.single_action_space.n)
@@ -198,8 +220,13 @@ class GymEnvs(Envs):
 
     def recv(self):
         obs, reward, terminated, truncated, _ = self.env.step(self._actions)
-        return (obs.astype(np.float32), reward.astype(np.float32), terminated, truncated,
-                np.zeros(self.num_envs, np.int32))
+        return (
+            obs.astype(np.float32),
+            reward.astype(np.float32),
+            terminated,
+            truncated,
+            np.zeros(self.num_envs, np.int32),
+        )
 
     def newest_frame(self, obs: np.ndarray) -> np.ndarray:
         return obs
@@ -273,8 +300,7 @@ def _encode(value: Any) -> Any:
     if isinstance(value, np.ndarray) and value.dtype != object:
         import torch
 
-        return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(value).copy()),
-                "dtype": str(value.dtype)}
+        return {"__ndarray__": torch.from_numpy(np.ascontiguousarray(value).copy()), "dtype": str(value.dtype)}
     if isinstance(value, np.random.Generator):
         return {"__generator__": value.bit_generator.state}
     if isinstance(value, tuple) and all(isinstance(v, _SCALARS) for v in value):
@@ -290,8 +316,11 @@ def _decode(value: Any, current: Any) -> Any:
             return np.dtype(value["dtype"]).type(value["__np_scalar__"])
         if "__generator__" in value:
             state = value["__generator__"]
-            gen = current if isinstance(current, np.random.Generator) else np.random.Generator(
-                getattr(np.random, state["bit_generator"])())
+            gen = (
+                current
+                if isinstance(current, np.random.Generator)
+                else np.random.Generator(getattr(np.random, state["bit_generator"])())
+            )
             gen.bit_generator.state = state
             return gen
         if "__tuple__" in value:

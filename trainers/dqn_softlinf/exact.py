@@ -47,8 +47,9 @@ def policy_value(policy: np.ndarray, P: np.ndarray, R: np.ndarray, gamma: float,
     return np.linalg.solve(np.eye(len(policy)) - gamma * c * P[s, policy], R[s, policy])
 
 
-def exact_metrics(q: np.ndarray, P: np.ndarray, R: np.ndarray, gamma: float, c: float,
-                  q_star: np.ndarray | None = None) -> dict[str, float]:
+def exact_metrics(
+    q: np.ndarray, P: np.ndarray, R: np.ndarray, gamma: float, c: float, q_star: np.ndarray | None = None
+) -> dict[str, float]:
     """The exact residual, the distance to ``Q*`` and the greedy policy's value for ``q``."""
     q = np.asarray(q, np.float64)
     q_star = optimal_q(P, R, gamma, c) if q_star is None else q_star

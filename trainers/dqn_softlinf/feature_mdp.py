@@ -25,8 +25,16 @@ from gymnasium import spaces
 class FeatureMDP(gymnasium.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, num_states: int = 24, num_actions: int = 3, feature_dim: int = 4,
-                 branching: int = 2, end_prob: float = 0.05, max_steps: int = 100, mdp_seed: int = 0):
+    def __init__(
+        self,
+        num_states: int = 24,
+        num_actions: int = 3,
+        feature_dim: int = 4,
+        branching: int = 2,
+        end_prob: float = 0.05,
+        max_steps: int = 100,
+        mdp_seed: int = 0,
+    ):
         g = np.random.default_rng(mdp_seed)
         self.num_states = num_states
         self.next_states = g.integers(0, num_states, size=(num_states, num_actions, branching))
@@ -53,7 +61,6 @@ class FeatureMDP(gymnasium.Env):
         terminated = bool(self.np_random.random() < self.end_prob)
         truncated = self.steps >= self.max_steps
         return self.features[self.state].copy(), reward, terminated, truncated, {}
-
 
     def exact_model(self) -> tuple[np.ndarray, np.ndarray, float]:
         """``(P, R, continue_prob)``: ``P[s, a, s']`` the next-state probabilities, ``R[s, a]``

@@ -67,8 +67,13 @@ def expected_residuals(q_sa: torch.Tensor, y_k: torch.Tensor) -> dict[str, torch
     diff = q_sa - y_k.mean(1)
     sample_var = y_k.var(1, correction=1) if k > 1 else torch.zeros_like(diff)
     debiased = (diff.square() - sample_var / k).clamp_min(0).sqrt()
-    return {"expected": diff.abs(), "debiased": debiased, "target_std": y_k.std(1, correction=0),
-            "sample_std": sample_var.sqrt(), "sq_debiased": diff.square() - sample_var / k}
+    return {
+        "expected": diff.abs(),
+        "debiased": debiased,
+        "target_std": y_k.std(1, correction=0),
+        "sample_std": sample_var.sqrt(),
+        "sq_debiased": diff.square() - sample_var / k,
+    }
 
 
 def bias_bound(sample_std: torch.Tensor, k: int) -> float:
@@ -145,14 +150,17 @@ class HeldoutProbe:
         pick = self.rng.choice(len(rows), size=m, replace=False)
         stacks, rewards, dones = [], [], []
         for i in pick:
-            s, r, d = self.env.successors(self.snaps[rows[i]], int(b["action"][i]), k,
-                                          self.cfg.episodic_life, self.cfg.reward_clip)
+            s, r, d = self.env.successors(
+                self.snaps[rows[i]], int(b["action"][i]), k, self.cfg.episodic_life, self.cfg.reward_clip
+            )
             stacks.append(s)
             rewards.append(r)
             dones.append(d)
         next_q = q_values(np.concatenate(stacks)).max(1).values.view(m, k)
-        y_k = (torch.from_numpy(np.stack(rewards)).to(device)
-               + gamma * (1.0 - torch.from_numpy(np.stack(dones)).to(device, torch.float32)) * next_q)
+        y_k = (
+            torch.from_numpy(np.stack(rewards)).to(device)
+            + gamma * (1.0 - torch.from_numpy(np.stack(dones)).to(device, torch.float32)) * next_q
+        )
         pick_t = torch.from_numpy(pick).to(device)
         return out | {"pick": pick_t} | expected_residuals(q_sa[pick_t], y_k)
 

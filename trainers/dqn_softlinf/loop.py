@@ -53,8 +53,8 @@ from raylab import session
 from raylab.accel import AUTO, compiled, enabled, to_device
 from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
-from trainers.dqn_softlinf.config import Config, frame_mark_metric, frames_per_step
 from trainers.dqn_softlinf.ale_probe import life_lost
+from trainers.dqn_softlinf.config import Config, frame_mark_metric, frames_per_step
 from trainers.dqn_softlinf.cuda_graph import GraphedStep, warn
 from trainers.dqn_softlinf.device_replay import DeviceFrameReplay
 from trainers.dqn_softlinf.envs import env_seed, make_envs
@@ -200,8 +200,9 @@ def train_loop(config: dict) -> None:
                 s["next_report"] += cfg.report_every
             for total in run.sums.values():
                 total.zero_()
-            s.update(loss_n=0, loss_sum=0.0, q_sum=0.0, ess_sum=0.0, inner=[], inner_exact=[],
-                     episodes=list(run.episodes))
+            s.update(
+                loss_n=0, loss_sum=0.0, q_sum=0.0, ess_sum=0.0, inner=[], inner_exact=[], episodes=list(run.episodes)
+            )
             session.report(metrics, state=st.state_dict, checkpoint=True if last else None)
             clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
@@ -229,10 +230,27 @@ def build_run(cfg: Config, device: torch.device) -> Run:
     probe_rng = np.random.default_rng([cfg.seed, PROBE_STREAM])
     exact_model = envs.exact_model()
     q_star = optimal_q(*exact_model[:2], cfg.gamma, exact_model[2]) if exact_model else None
-    sample_gen, act_gen = (torch.Generator(device).manual_seed(stream_seed(cfg.seed, stream))
-                           for stream in (SAMPLE_STREAM, ACT_STREAM))
-    return Run(cfg, device, envs, q, target, q_fwd, target_fwd, optimizer, replay, rng, probe_rng,
-               exact_model, q_star, sample_gen=sample_gen, act_gen=act_gen, capture=capture)
+    sample_gen, act_gen = (
+        torch.Generator(device).manual_seed(stream_seed(cfg.seed, stream)) for stream in (SAMPLE_STREAM, ACT_STREAM)
+    )
+    return Run(
+        cfg,
+        device,
+        envs,
+        q,
+        target,
+        q_fwd,
+        target_fwd,
+        optimizer,
+        replay,
+        rng,
+        probe_rng,
+        exact_model,
+        q_star,
+        sample_gen=sample_gen,
+        act_gen=act_gen,
+        capture=capture,
+    )
 
 
 def replay_on_device(cfg: Config, device: torch.device) -> bool:
@@ -246,8 +264,7 @@ def use_graph(cfg: Config, device: torch.device, on_device: bool) -> bool:
     if cfg.cuda_graph == AUTO:
         return device.type == "cuda" and on_device
     if cfg.cuda_graph and device.type != "cuda":
-        warn(f"cuda_graph: true on a {device.type} device: there is nothing to capture; "
-             "the update runs eagerly")
+        warn(f"cuda_graph: true on a {device.type} device: there is nothing to capture; the update runs eagerly")
         return False
     return cfg.cuda_graph
 
@@ -260,11 +277,26 @@ def stream_seed(seed: int, stream: int) -> int:
 def new_counters(cfg: Config) -> dict:
     """The loop's counters and running sums, as a fresh trial starts them."""
     return {
-        "env_steps": 0, "updates": 0, "next_sync": cfg.learning_starts, "next_report": cfg.report_every,
-        "next_eval": 0, "evals": 0, "eval_return": math.nan, "updates_from": cfg.learning_starts,
-        "episodes": [], "loss_sum": 0.0, "q_sum": 0.0, "ess_sum": 0.0, "loss_n": 0, "inner": [],
-        "inner_exact": [], "exact_start": None, "credit": 0, "starts": 0,
-        "history": {}, "marks": {},  # reported values of TIME_AVERAGED; frame marks reached
+        "env_steps": 0,
+        "updates": 0,
+        "next_sync": cfg.learning_starts,
+        "next_report": cfg.report_every,
+        "next_eval": 0,
+        "evals": 0,
+        "eval_return": math.nan,
+        "updates_from": cfg.learning_starts,
+        "episodes": [],
+        "loss_sum": 0.0,
+        "q_sum": 0.0,
+        "ess_sum": 0.0,
+        "loss_n": 0,
+        "inner": [],
+        "inner_exact": [],
+        "exact_start": None,
+        "credit": 0,
+        "starts": 0,
+        "history": {},
+        "marks": {},  # reported values of TIME_AVERAGED; frame marks reached
     }
 
 
@@ -311,10 +343,14 @@ class EnvsOf:
         env_state = run.envs.state()
         if env_state is None:
             return None
-        return {"env": env_state, "obs": torch.from_numpy(run.obs.copy()),
-                "lives": torch.from_numpy(run.lives.copy()), "ep_return": torch.from_numpy(run.ep_return.copy()),
-                "final_prev": torch.from_numpy(run.final_prev.copy()),
-                "fire_next": torch.from_numpy(run.fire_next.copy())}
+        return {
+            "env": env_state,
+            "obs": torch.from_numpy(run.obs.copy()),
+            "lives": torch.from_numpy(run.lives.copy()),
+            "ep_return": torch.from_numpy(run.ep_return.copy()),
+            "final_prev": torch.from_numpy(run.final_prev.copy()),
+            "fire_next": torch.from_numpy(run.fire_next.copy()),
+        }
 
     def load_state_dict(self, state: dict | None) -> None:
         self.restored = state is not None
@@ -354,9 +390,20 @@ class DQNState(LoopState):
 
     @classmethod
     def of(cls, run: Run, config: dict) -> DQNState:
-        return cls(run.q, run.target, OptimizerOf(run.optimizer), run.rng, run.probe_rng, run.sample_gen,
-                   run.act_gen, new_counters(run.cfg), ProbeOf(run), EnvsOf(run),
-                   run.replay if run.cfg.checkpoint_replay else None, config=config)
+        return cls(
+            run.q,
+            run.target,
+            OptimizerOf(run.optimizer),
+            run.rng,
+            run.probe_rng,
+            run.sample_gen,
+            run.act_gen,
+            new_counters(run.cfg),
+            ProbeOf(run),
+            EnvsOf(run),
+            run.replay if run.cfg.checkpoint_replay else None,
+            config=config,
+        )
 
 
 def resume(run: Run, st: DQNState) -> None:
@@ -381,8 +428,9 @@ def resume(run: Run, st: DQNState) -> None:
 def autocast(run: Run):
     """bf16 for acting and updates only; the probes measure in float32. Autocast's cache of
     cast weights is off with a CUDA graph (torch: caching must be disabled in graphed regions)."""
-    return torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=run.cfg.amp_bf16,
-                          cache_enabled=run.graph is None)
+    return torch.autocast(
+        run.device.type, dtype=torch.bfloat16, enabled=run.cfg.amp_bf16, cache_enabled=run.graph is None
+    )
 
 
 def to_batch(run: Run, b: dict) -> dict:
@@ -404,8 +452,13 @@ def host_batch(b: dict) -> tuple[torch.Tensor, torch.Tensor]:
 def device_batch(run: Run, window: torch.Tensor, scalars: torch.Tensor) -> dict:
     n, k = len(window), window.shape[1] - 1
     shape = (n, *run.envs.obs_shape)
-    return {"obs": window[:, :k].reshape(shape), "next_obs": window[:, 1:].reshape(shape),
-            "action": scalars[0].long(), "reward": scalars[1], "done": scalars[2]}
+    return {
+        "obs": window[:, :k].reshape(shape),
+        "next_obs": window[:, 1:].reshape(shape),
+        "action": scalars[0].long(),
+        "reward": scalars[1],
+        "done": scalars[2],
+    }
 
 
 def device_gather(run: Run, row: torch.Tensor, env: torch.Tensor) -> dict:
@@ -413,8 +466,13 @@ def device_gather(run: Run, row: torch.Tensor, env: torch.Tensor) -> dict:
     reads them (``DeviceFrameReplay.gather`` without its window)."""
     b = run.replay.gather(row, env)
     shape = (len(row), *run.envs.obs_shape)
-    return {"obs": b["obs"].reshape(shape), "next_obs": b["next_obs"].reshape(shape),
-            "action": b["action"], "reward": b["reward"], "done": b["done"]}
+    return {
+        "obs": b["obs"].reshape(shape),
+        "next_obs": b["next_obs"].reshape(shape),
+        "action": b["action"],
+        "reward": b["reward"],
+        "done": b["done"],
+    }
 
 
 def sample_batch(run: Run) -> dict:
@@ -443,8 +501,9 @@ def act(run: Run, obs: np.ndarray, epsilon: float, gen: np.random.Generator) -> 
     return epsilon_greedy(run, obs, epsilon, gen)[0]
 
 
-def epsilon_greedy(run: Run, obs: np.ndarray, epsilon: float, gen: np.random.Generator,
-                   extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+def epsilon_greedy(
+    run: Run, obs: np.ndarray, epsilon: float, gen: np.random.Generator, extra: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Epsilon-greedy actions for ``obs`` drawn with numpy, and the greedy actions for the
     observations ``extra`` from the same forward pass (None when no forward pass was needed:
     every env explores)."""
@@ -455,12 +514,13 @@ def epsilon_greedy(run: Run, obs: np.ndarray, epsilon: float, gen: np.random.Gen
     if extra is None:
         return np.where(explore, actions, greedy(run, obs)), None
     best = greedy(run, np.concatenate([obs, extra]))
-    return np.where(explore, actions, best[:len(obs)]), best[len(obs):]
+    return np.where(explore, actions, best[: len(obs)]), best[len(obs) :]
 
 
 @torch.inference_mode()
-def epsilon_greedy_on_device(run: Run, epsilon: float, extra: np.ndarray | None = None
-                             ) -> tuple[np.ndarray, np.ndarray | None]:
+def epsilon_greedy_on_device(
+    run: Run, epsilon: float, extra: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """``epsilon_greedy`` with the observations read from the replay on the device and the
     draws made there (``run.act_gen``): one read of the device, the actions."""
     n, device, gen = run.cfg.num_envs, run.device, run.act_gen
@@ -530,8 +590,7 @@ def learn(run: Run, b: dict) -> None:
     loss = batch_loss(cfg, td)
     if cfg.loss == "soft_linf":  # how many samples carry the update: 1 / sum p_i^2
         with torch.no_grad():
-            sums["ess"] += effective_sample_size(
-                soft_linf_weights(td, effective_beta(td, cfg.beta, cfg.beta_scale)))
+            sums["ess"] += effective_sample_size(soft_linf_weights(td, effective_beta(td, cfg.beta, cfg.beta_scale)))
     run.optimizer.zero_grad(set_to_none=True)  # in a CUDA graph: backward makes them in its memory
     loss.backward()
     if cfg.max_grad_norm:
@@ -543,7 +602,7 @@ def learn(run: Run, b: dict) -> None:
 
 @torch.no_grad()
 def forward_chunks(net, x: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-    return torch.cat([net(x[i:i + chunk]) for i in range(0, len(x), chunk)])
+    return torch.cat([net(x[i : i + chunk]) for i in range(0, len(x), chunk)])
 
 
 def draw_probe(run: Run) -> dict | None:
@@ -554,8 +613,12 @@ def draw_probe(run: Run) -> dict | None:
         b = device_gather(run, *replay.sample_index(run.cfg.probe_size, run.probe_rng))
     else:
         b = to_batch(run, replay.sample(run.cfg.probe_size, run.probe_rng))
-    b["y"] = targets(run.cfg, forward_chunks(run.q_fwd, b["next_obs"]) if run.cfg.double_dqn else None,
-                     forward_chunks(run.target_fwd, b["next_obs"]), b)
+    b["y"] = targets(
+        run.cfg,
+        forward_chunks(run.q_fwd, b["next_obs"]) if run.cfg.double_dqn else None,
+        forward_chunks(run.target_fwd, b["next_obs"]),
+        b,
+    )
     return b
 
 
@@ -602,8 +665,9 @@ def evaluate(run: Run, s: dict) -> float:
     if run.eval_envs is None:
         run.eval_envs = make_envs(cfg, cfg.eval_episodes)
     gen = np.random.default_rng([cfg.seed, EVAL_STREAM, s["evals"]])
-    returns, _ = play_games(cfg, run.eval_envs, lambda o: act(run, o, cfg.eval_epsilon, gen),
-                            env_seed(cfg.seed, EVAL_STREAM, s["evals"]))
+    returns, _ = play_games(
+        cfg, run.eval_envs, lambda o: act(run, o, cfg.eval_epsilon, gen), env_seed(cfg.seed, EVAL_STREAM, s["evals"])
+    )
     return float(returns.mean())
 
 
@@ -632,8 +696,9 @@ def report_metrics(run: Run, s: dict, last: bool) -> dict:
     if run.shared is not None:
         metrics |= run.shared.metrics(lambda x: forward_chunks(run.q_fwd, x), cfg.gamma, run.device)
     if run.exact_model is not None:
-        metrics |= exact_metrics(q_on_all_states(run, run.q_fwd), *run.exact_model[:2], cfg.gamma,
-                                 run.exact_model[2], run.q_star)
+        metrics |= exact_metrics(
+            q_on_all_states(run, run.q_fwd), *run.exact_model[:2], cfg.gamma, run.exact_model[2], run.q_star
+        )
     metrics["perf/probe_s"] = time.perf_counter() - probe_clock
     if s["inner_exact"]:
         metrics["inner/regression_linf_exact"] = float(np.mean([e for e, _ in s["inner_exact"]]))
@@ -662,8 +727,9 @@ def make_optimizer(cfg: Config, params, capturable: bool = False) -> torch.optim
     says. ``capturable``: Adam's step count on the device, as a CUDA graph needs (CenteredRMSprop
     only updates its state in place: capturable as it is)."""
     if cfg.optimizer == "rmsprop":
-        return CenteredRMSprop(params, lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps,
-                               centered=cfg.rmsprop_centered)
+        return CenteredRMSprop(
+            params, lr=cfg.lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps, centered=cfg.rmsprop_centered
+        )
     # fused: one kernel for the whole step, on CPU too (1 ms against 5 ms for foreach here)
     return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True, capturable=capturable)
 

@@ -83,8 +83,9 @@ def soft_linf(td: torch.Tensor, beta: float | torch.Tensor, weights: torch.Tenso
     return m + torch.log1p(_mean(z, weights)) / beta
 
 
-def soft_linf_weights(td: torch.Tensor, beta: float | torch.Tensor,
-                      weights: torch.Tensor | None = None) -> torch.Tensor:
+def soft_linf_weights(
+    td: torch.Tensor, beta: float | torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
     """``p_i = w_i exp(beta |td_i|) / sum_j w_j exp(beta |td_j|)``: soft_linf's gradient weights."""
     logits = beta * td.detach().abs()
     if weights is not None:

@@ -21,9 +21,12 @@ class NatureCNN(nn.Module):
         super().__init__()
         self.channels_last = channels_last
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Conv2d(in_channels, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
             nn.Flatten(),
         )
         with torch.no_grad():
@@ -53,8 +56,9 @@ class MLP(nn.Module):
         return self.net(x.float())
 
 
-def q_network(suite: str, obs_shape: tuple[int, ...], num_actions: int, mlp_hidden=(120, 84),
-              channels_last: bool = False) -> nn.Module:
+def q_network(
+    suite: str, obs_shape: tuple[int, ...], num_actions: int, mlp_hidden=(120, 84), channels_last: bool = False
+) -> nn.Module:
     """The Q-network for an environment suite and observation shape."""
     if suite == "atari":
         net = NatureCNN(obs_shape[0], num_actions, obs_shape[-1], channels_last)

@@ -28,8 +28,7 @@ class CenteredRMSprop(torch.optim.Optimizer):
     otherwise by ``sqrt(g2 + eps)``. ``alpha`` is the decay of the running averages.
     """
 
-    def __init__(self, params, lr: float = 2.5e-4, alpha: float = 0.95, eps: float = 0.01,
-                 centered: bool = True):
+    def __init__(self, params, lr: float = 2.5e-4, alpha: float = 0.95, eps: float = 0.01, centered: bool = True):
         if lr <= 0 or eps <= 0 or not 0 < alpha < 1:
             raise ValueError(f"CenteredRMSprop: need lr > 0, eps > 0, 0 < alpha < 1; got {lr}, {eps}, {alpha}")
         super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps, "centered": centered})

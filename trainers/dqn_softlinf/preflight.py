@@ -67,8 +67,12 @@ def preflight(cfg, available: int | None = None) -> None:
     if cfg.suite == "atari" and cfg.backend == "raylab" and (cfg.heldout_size or cfg.shared_states):
         # the held-out probe and the shared set resize their frames with OpenCV, as ALE's C++ does
         key = "heldout_size" if cfg.heldout_size else "shared_states"
-        require("dqn_softlinf", ["cv2"], why=f"(OpenCV) for the held-out probe (config.{key})",
-                otherwise="or set heldout_size: 0 and shared_states: 0")
+        require(
+            "dqn_softlinf",
+            ["cv2"],
+            why=f"(OpenCV) for the held-out probe (config.{key})",
+            otherwise="or set heldout_size: 0 and shared_states: 0",
+        )
     if cfg.suite == "atari" and cfg.backend == "rllib":
         require("dqn_softlinf", ["cv2"], why="(OpenCV) for RLlib's Atari wrappers (backend: rllib)")
     total, per = replay_bytes(cfg)

@@ -40,12 +40,14 @@ def bytes_per_transition(frame_shape: tuple[int, ...], frame_dtype: Any = np.uin
 class FrameReplay:
     """A ring of per-step rows for ``num_envs`` envs holding ``capacity`` transitions in all."""
 
-    def __init__(self, capacity: int, num_envs: int, frame_shape: tuple[int, ...],
-                 frame_dtype: Any = np.uint8, stack: int = 4):
+    def __init__(
+        self, capacity: int, num_envs: int, frame_shape: tuple[int, ...], frame_dtype: Any = np.uint8, stack: int = 4
+    ):
         self.rows = capacity // num_envs
         if self.rows < stack + 2:
-            raise ValueError(f"replay: {capacity} transitions over {num_envs} envs is fewer than "
-                             f"{stack + 2} rows per env")
+            raise ValueError(
+                f"replay: {capacity} transitions over {num_envs} envs is fewer than {stack + 2} rows per env"
+            )
         self.num_envs, self.stack = num_envs, stack
         self.frame_shape = tuple(frame_shape)
         shape = (self.rows, num_envs)
@@ -122,7 +124,7 @@ class FrameReplay:
         if k > 1:
             first = self.first[window, envs]
             # zero[:, j]: a later frame of the window (up to the newest of s) starts an episode.
-            later = np.logical_or.accumulate(first[:, k - 1:0:-1], axis=1)[:, ::-1]
+            later = np.logical_or.accumulate(first[:, k - 1 : 0 : -1], axis=1)[:, ::-1]
             zero = np.zeros_like(first)
             zero[:, : k - 1] = later
             # position k - 1 is o_t; a start at o_t+1 cannot happen since o_t is not final.
@@ -146,14 +148,18 @@ class FrameReplay:
         import torch
 
         n = min(self.count, self.rows)
-        arrays = {name: torch.from_numpy(getattr(self, name)[:n])
-                  for name in ("frame", "action", "reward", "done", "first", "final")}
+        arrays = {
+            name: torch.from_numpy(getattr(self, name)[:n])
+            for name in ("frame", "action", "reward", "done", "first", "final")
+        }
         return {"count": self.count, "rows": self.rows, "num_envs": self.num_envs, **arrays}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["rows"] != self.rows or state["num_envs"] != self.num_envs:
-            raise ValueError(f"replay checkpoint has {state['rows']} rows x {state['num_envs']} envs, "
-                             f"this replay {self.rows} x {self.num_envs}")
+            raise ValueError(
+                f"replay checkpoint has {state['rows']} rows x {state['num_envs']} envs, "
+                f"this replay {self.rows} x {self.num_envs}"
+            )
         n = min(state["count"], self.rows)
         for name in ("frame", "action", "reward", "done", "first", "final"):
             getattr(self, name)[:n] = state[name].numpy()
@@ -162,6 +168,7 @@ class FrameReplay:
 
 # ---------------------------------------------------------------------- the ring's index arithmetic
 # (shared with device_replay.DeviceFrameReplay, which keeps ``final`` on the host too)
+
 
 def start_range(count: int, rows: int, stack: int) -> tuple[int, int]:
     """Absolute rows ``t`` whose whole window ``t-k+1 .. t+1`` is still stored, after ``count``
@@ -176,8 +183,9 @@ def can_sample(count: int, rows: int, stack: int, final: np.ndarray) -> bool:
     return hi > lo or (hi == lo and not final[lo % rows].all())
 
 
-def sample_index(final: np.ndarray, count: int, stack: int, n: int,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def sample_index(
+    final: np.ndarray, count: int, stack: int, n: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """``n`` (row, env) pairs drawn uniformly among stored transitions: absolute rows uniform in
     ``start_range``, envs uniform, pairs on a final row redrawn (``final`` has shape ``(rows, envs)``)."""
     rows, num_envs = final.shape

@@ -40,8 +40,14 @@ from trainers.dqn_softlinf.loss import surrogate
 
 try:  # RLlib is a dependency of raylab; importing it costs seconds, so only here
     from ray.rllib.algorithms.dqn.dqn_learner import (
-        QF_LOSS_KEY, QF_MAX_KEY, QF_MEAN_KEY, QF_MIN_KEY, QF_NEXT_PREDS, QF_PREDS,
-        QF_TARGET_NEXT_PREDS, TD_ERROR_MEAN_KEY,
+        QF_LOSS_KEY,
+        QF_MAX_KEY,
+        QF_MEAN_KEY,
+        QF_MIN_KEY,
+        QF_NEXT_PREDS,
+        QF_PREDS,
+        QF_TARGET_NEXT_PREDS,
+        TD_ERROR_MEAN_KEY,
     )
     from ray.rllib.algorithms.dqn.torch.dqn_torch_learner import DQNTorchLearner
     from ray.rllib.callbacks.callbacks import RLlibCallback
@@ -62,12 +68,9 @@ class SurrogateDQNLearner(DQNTorchLearner):
 
     def compute_loss_for_module(self, *, module_id, config, batch, fwd_out):
         if config.num_atoms > 1:  # distributional DQN has its own loss; leave it to RLlib
-            return super().compute_loss_for_module(
-                module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
+            return super().compute_loss_for_module(module_id=module_id, config=config, batch=batch, fwd_out=fwd_out)
         settings = config.learner_config_dict
-        q_selected = torch.gather(
-            fwd_out[QF_PREDS], -1, batch[Columns.ACTIONS].view(-1, 1).long()
-        ).squeeze(-1)
+        q_selected = torch.gather(fwd_out[QF_PREDS], -1, batch[Columns.ACTIONS].view(-1, 1).long()).squeeze(-1)
         q_target_next = fwd_out[QF_TARGET_NEXT_PREDS]
         if config.double_q:
             best = fwd_out[QF_NEXT_PREDS].argmax(-1, keepdim=True)
@@ -78,8 +81,7 @@ class SurrogateDQNLearner(DQNTorchLearner):
         reward = batch[Columns.REWARDS]
         if settings.get("reward_clip", False):
             reward = reward.clamp(-1.0, 1.0)
-        y = (reward
-             + config.gamma ** batch["n_step"] * (1.0 - batch[Columns.TERMINATEDS].float()) * q_next).detach()
+        y = (reward + config.gamma ** batch["n_step"] * (1.0 - batch[Columns.TERMINATEDS].float()) * q_next).detach()
         td = q_selected - y
         weights = batch.get("weights")
         if Columns.LOSS_MASK in batch:
@@ -88,9 +90,12 @@ class SurrogateDQNLearner(DQNTorchLearner):
         else:
             td_used = td
         loss = surrogate(
-            settings.get("loss", "huber"), td_used,
-            beta=settings.get("beta", 10.0), beta_scale=settings.get("beta_scale", "reward"),
-            huber_delta=settings.get("huber_delta", 1.0), weights=weights,
+            settings.get("loss", "huber"),
+            td_used,
+            beta=settings.get("beta", 10.0),
+            beta_scale=settings.get("beta_scale", "reward"),
+            huber_delta=settings.get("huber_delta", 1.0),
+            weights=weights,
         )
         td_error = td.abs()
         # Per-sample |TD| as RLlib logs it: prioritized replay updates its priorities from it.
@@ -165,7 +170,8 @@ def _env_creator(env_config: dict):
     gymnasium.register_envs(ale_py)
     env = gymnasium.make(
         f"ALE/{_ale_env_name(ale_rom_name(env_config['game']))}-v5",
-        frameskip=1, repeat_action_probability=env_config["sticky_action_prob"],
+        frameskip=1,
+        repeat_action_probability=env_config["sticky_action_prob"],
         full_action_space=env_config["full_action_space"],
     )
     env = gymnasium.wrappers.TimeLimit(env, max_episode_steps=env_config["max_episode_frames"])
@@ -241,26 +247,34 @@ def _ale_env_name(rom: str) -> str:
 def dqn_config(cfg):
     """This workload's Config as an RLlib ``DQNConfig`` (one process: no remote env runners)."""
     from ray.rllib.algorithms.dqn import DQNConfig
-
-    from trainers.dqn_softlinf.envs import env_seed
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.tune.registry import register_env
+
+    from trainers.dqn_softlinf.envs import env_seed
 
     register_env("raylab_dqn_env", _env_creator)
     atari = cfg.suite == "atari"
     if atari:
         model = DefaultModelConfig(
             conv_filters=nature_cnn_filters(),
-            conv_activation="relu", head_fcnet_hiddens=[512], head_fcnet_activation="relu")
+            conv_activation="relu",
+            head_fcnet_hiddens=[512],
+            head_fcnet_activation="relu",
+        )
     else:
-        model = DefaultModelConfig(fcnet_hiddens=list(cfg.mlp_hidden), fcnet_activation="relu",
-                                   head_fcnet_hiddens=[])
+        model = DefaultModelConfig(fcnet_hiddens=list(cfg.mlp_hidden), fcnet_activation="relu", head_fcnet_hiddens=[])
     eps_steps = max(1, int(cfg.epsilon_fraction * cfg.total_steps))
     env_config = {
-        "suite": cfg.suite, "game": cfg.game, "sticky_action_prob": cfg.sticky_action_prob,
-        "screen_size": cfg.screen_size, "frame_skip": cfg.frame_skip, "frame_stack": cfg.frame_stack,
-        "max_episode_frames": cfg.max_episode_frames, "noop_max": cfg.noop_max,
-        "fire_reset": cfg.fire_reset, "episodic_life": cfg.episodic_life,
+        "suite": cfg.suite,
+        "game": cfg.game,
+        "sticky_action_prob": cfg.sticky_action_prob,
+        "screen_size": cfg.screen_size,
+        "frame_skip": cfg.frame_skip,
+        "frame_stack": cfg.frame_stack,
+        "max_episode_frames": cfg.max_episode_frames,
+        "noop_max": cfg.noop_max,
+        "fire_reset": cfg.fire_reset,
+        "episodic_life": cfg.episodic_life,
         "full_action_space": cfg.full_action_space,
     }
     config = (
@@ -277,18 +291,30 @@ def dqn_config(cfg):
             num_learners=0,
             learner_class=SurrogateDQNLearner,
             num_gpus_per_learner=learner_gpus(),
-            learner_config_dict={"loss": cfg.loss, "beta": cfg.beta, "beta_scale": cfg.beta_scale,
-                                 "huber_delta": cfg.huber_delta, "reward_clip": cfg.reward_clip},
+            learner_config_dict={
+                "loss": cfg.loss,
+                "beta": cfg.beta,
+                "beta_scale": cfg.beta_scale,
+                "huber_delta": cfg.huber_delta,
+                "reward_clip": cfg.reward_clip,
+            },
         )
         .rl_module(model_config=model)
         .training(
-            gamma=cfg.gamma, lr=cfg.lr, adam_epsilon=cfg.adam_eps,
+            gamma=cfg.gamma,
+            lr=cfg.lr,
+            adam_epsilon=cfg.adam_eps,
             train_batch_size_per_learner=cfg.batch_size,
             grad_clip=cfg.max_grad_norm or None,
             target_network_update_freq=cfg.target_period,
             num_steps_sampled_before_learning_starts=cfg.learning_starts,
-            double_q=cfg.double_dqn, dueling=False, n_step=1, noisy=False, num_atoms=1,
-            epsilon=[(0, cfg.epsilon_start)] + ([(h, cfg.epsilon_start)] if (h := cfg.epsilon_decay_start) else [])
+            double_q=cfg.double_dqn,
+            dueling=False,
+            n_step=1,
+            noisy=False,
+            num_atoms=1,
+            epsilon=[(0, cfg.epsilon_start)]
+            + ([(h, cfg.epsilon_start)] if (h := cfg.epsilon_decay_start) else [])
             + [(h + eps_steps, cfg.epsilon_end)],
             replay_buffer_config={"type": "EpisodeReplayBuffer", "capacity": cfg.buffer_size},
             training_intensity=cfg.batch_size / cfg.train_every,
@@ -296,11 +322,15 @@ def dqn_config(cfg):
         .reporting(min_sample_timesteps_per_iteration=cfg.report_every, min_time_s_per_iteration=0)
         .evaluation(
             evaluation_interval=max(1, cfg.eval_every // cfg.report_every),
-            evaluation_duration=cfg.eval_episodes, evaluation_duration_unit="episodes",
+            evaluation_duration=cfg.eval_episodes,
+            evaluation_duration_unit="episodes",
             evaluation_num_env_runners=0,
             evaluation_config=DQNConfig.overrides(
-                explore=True, epsilon=[(0, cfg.eval_epsilon)], num_envs_per_env_runner=1,
-                env_config={**env_config, "episodic_life": False, "max_agent_steps": cfg.eval_max_steps}),
+                explore=True,
+                epsilon=[(0, cfg.eval_epsilon)],
+                num_envs_per_env_runner=1,
+                env_config={**env_config, "episodic_life": False, "max_agent_steps": cfg.eval_max_steps},
+            ),
         )
         # RLlib seeds env j of a runner with seed + j: a hashed block keeps trial seeds apart
         .debugging(seed=env_seed(cfg.seed, 0))
@@ -353,9 +383,15 @@ def train_rllib(cfg, raw_config: dict) -> None:
                 metrics["train/q_mean"] = float(learner["qf_mean"])
                 metrics["bellman/td_error_max_batch"] = float(learner.get(TD_ERROR_MAX_KEY, np.nan))
             last = steps >= cfg.total_steps
-            session.report(metrics, state=lambda: {"algorithm": _to_checkpoint(algo.get_state()),
-                                                   "last_eval": last_eval, "config": raw_config},
-                           checkpoint=True if last else None)
+            session.report(
+                metrics,
+                state=lambda: {
+                    "algorithm": _to_checkpoint(algo.get_state()),
+                    "last_eval": last_eval,
+                    "config": raw_config,
+                },
+                checkpoint=True if last else None,
+            )
     finally:
         algo.stop()
 

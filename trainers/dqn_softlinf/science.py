@@ -41,8 +41,14 @@ length (3,600 of 12,000 steps)."""
 
 
 # ------------------------------------------------------------------------------ running trials
-def small_config(loss: str, seed: int, total_steps: int = 4000, decay_steps: int | None = 1200,
-                 report_every: int | None = None, **overrides) -> dict:
+def small_config(
+    loss: str,
+    seed: int,
+    total_steps: int = 4000,
+    decay_steps: int | None = 1200,
+    report_every: int | None = None,
+    **overrides,
+) -> dict:
     """``dqn_softlinf_small``'s settings as the file holds them, with the loss, seed, budget
     and exploration schedule given: epsilon decays over ``decay_steps`` agent steps (None: over
     the file's fraction of the run)."""
@@ -90,16 +96,20 @@ def run_grid(configs: dict, processes: int = 1) -> dict:
 # ------------------------------------------------------------------------------ the long comparison
 def per_seed_table(histories: dict, seeds: Sequence[int]) -> str:
     """Markdown rows: per seed, each arm's time-averaged exact residual and the ratios."""
-    lines = ["| seed | mse exact (tavg) | soft-linf exact (tavg) | exact ratio | in-sample ratio | "
-             "qstar ratio | greedy gap ratio | exact ratio at the last report |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| seed | mse exact (tavg) | soft-linf exact (tavg) | exact ratio | in-sample ratio | "
+        "qstar ratio | greedy gap ratio | exact ratio at the last report |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     ratios = {name: paired_ratios(histories, key) for name, key in CLAIM_KEYS.items()}
     last = paired_ratios(histories, CLAIM_KEYS["exact"], reduce=lambda v: v[-1])
     for i, seed in enumerate(seeds):
         mse = last_half_mean(histories["mse", seed], CLAIM_KEYS["exact"])
         soft = last_half_mean(histories["soft_linf", seed], CLAIM_KEYS["exact"])
-        lines.append(f"| {seed} | {mse:.3f} | {soft:.3f} | {ratios['exact'][i]:.3f} | {ratios['insample'][i]:.3f} "
-                     f"| {ratios['qstar'][i]:.3f} | {ratios['gap'][i]:.3f} | {last[i]:.3f} |")
+        lines.append(
+            f"| {seed} | {mse:.3f} | {soft:.3f} | {ratios['exact'][i]:.3f} | {ratios['insample'][i]:.3f} "
+            f"| {ratios['qstar'][i]:.3f} | {ratios['gap'][i]:.3f} | {last[i]:.3f} |"
+        )
     return "\n".join(lines)
 
 
@@ -127,8 +137,9 @@ def draw(results: dict, path: Path) -> None:
 
     names = list(results)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
-    for ax, (short, title) in zip(axes, (("exact", "exact sup-norm Bellman residual"),
-                                         ("gap", "greedy policy's value gap to V*"))):
+    for ax, (short, title) in zip(
+        axes, (("exact", "exact sup-norm Bellman residual"), ("gap", "greedy policy's value gap to V*"))
+    ):
         for name, color in zip(names, ("tab:blue", "tab:orange", "tab:green")):
             steps, curves = ratio_curve(results[name], CLAIM_KEYS[short])
             mean = curves.mean(0)
@@ -143,8 +154,7 @@ def draw(results: dict, path: Path) -> None:
         ax.set_xlabel("agent steps")
         ax.set_ylabel("ratio (per seed, mean and 95% t band)")
         ax.legend(fontsize=8)
-    fig.suptitle("FeatureMDP (dqn_softlinf_small); grey: the last half of the reports (the time average)",
-                 fontsize=10)
+    fig.suptitle("FeatureMDP (dqn_softlinf_small); grey: the last half of the reports (the time average)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -156,8 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--report-every", type=int, default=250)
     parser.add_argument("--processes", type=int, default=1)
-    parser.add_argument("--schedule", action="append", choices=list(SCHEDULES),
-                        help="exploration schedule(s) to run (default: both)")
+    parser.add_argument(
+        "--schedule", action="append", choices=list(SCHEDULES), help="exploration schedule(s) to run (default: both)"
+    )
     parser.add_argument("--out", type=Path, default=Path("science-12k"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -168,14 +179,19 @@ def main(argv: list[str] | None = None) -> int:
         if cache.exists():
             rows = {tuple(json.loads(k)): v for k, v in json.loads(cache.read_text()).items()}
         else:
-            configs = {(loss, seed): small_config(loss, seed, args.steps, decay, args.report_every)
-                       for loss in ("mse", "soft_linf") for seed in range(args.seeds)}
+            configs = {
+                (loss, seed): small_config(loss, seed, args.steps, decay, args.report_every)
+                for loss in ("mse", "soft_linf")
+                for seed in range(args.seeds)
+            }
             rows = run_grid(configs, args.processes)
             cache.write_text(json.dumps({json.dumps(list(k)): v for k, v in rows.items()}))
         results[name] = rows
         seeds = sorted({s for (_, s) in rows})
-        print(f"\n## {name}: {args.steps} steps, epsilon decay over "
-              f"{decay or int(0.3 * args.steps)} steps, {len(seeds)} seeds, time average over the last half")
+        print(
+            f"\n## {name}: {args.steps} steps, epsilon decay over "
+            f"{decay or int(0.3 * args.steps)} steps, {len(seeds)} seeds, time average over the last half"
+        )
         print(per_seed_table(rows, seeds))
         for short, key in CLAIM_KEYS.items():
             print(summary_text(short, paired_ratios(rows, key)))

@@ -102,8 +102,12 @@ class SharedStates:
         """``(Q(s_i, a_i), y_ik)`` of the network ``forward`` (stacks in, Q-values out) on the set."""
         q = forward(torch.from_numpy(self.obs).to(device)).float()
         q_sa = q.gather(1, torch.from_numpy(self.action).to(device)[:, None]).squeeze(1)
-        next_max = torch.cat([forward(torch.from_numpy(self.next_stacks(i, i + chunk)).to(device)).float().max(1).values
-                              for i in range(0, len(self), chunk)]).view(len(self), self.k)
+        next_max = torch.cat(
+            [
+                forward(torch.from_numpy(self.next_stacks(i, i + chunk)).to(device)).float().max(1).values
+                for i in range(0, len(self), chunk)
+            ]
+        ).view(len(self), self.k)
         reward = torch.from_numpy(self.reward).to(device)
         done = torch.from_numpy(self.done).to(device, torch.float32)
         return q_sa, reward + gamma * (1.0 - done) * next_max

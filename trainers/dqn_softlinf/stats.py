@@ -16,10 +16,17 @@ from typing import Iterable, Sequence
 import numpy as np
 
 TIME_AVERAGED = (
-    "bellman/residual_linf_exact", "bellman/qstar_dist_linf", "bellman/greedy_value_gap_exact",
-    "inner/progress_ratio_exact", "bellman/residual_linf_insample", "bellman/residual_linf_heldout",
-    "bellman/residual_linf_expected", "bellman/residual_linf_expected_debiased",
-    "bellman/residual_linf_shared", "bellman/residual_linf_shared_debiased", "episode/return_mean",
+    "bellman/residual_linf_exact",
+    "bellman/qstar_dist_linf",
+    "bellman/greedy_value_gap_exact",
+    "inner/progress_ratio_exact",
+    "bellman/residual_linf_insample",
+    "bellman/residual_linf_heldout",
+    "bellman/residual_linf_expected",
+    "bellman/residual_linf_expected_debiased",
+    "bellman/residual_linf_shared",
+    "bellman/residual_linf_shared_debiased",
+    "episode/return_mean",
 )
 """The figures the loop also reports time-averaged, as ``<metric>_last_half_mean``."""
 
@@ -41,7 +48,7 @@ def time_average(values: Sequence[float]) -> float:
     x = np.asarray([v for v in values if v is not None and not math.isnan(v)], np.float64)
     if len(x) == 0:
         return math.nan
-    return float(x[len(x) // 2:].mean())
+    return float(x[len(x) // 2 :].mean())
 
 
 def last_half_mean(rows: Iterable[dict], key: str) -> float:
@@ -75,8 +82,9 @@ def sign_test(x: np.ndarray) -> tuple[int, float]:
     return below, float(stats.binomtest(below, len(x), 0.5, alternative="greater").pvalue)
 
 
-def paired_ratios(histories: dict, key: str, arm: str = "soft_linf", base: str = "mse",
-                  reduce=time_average) -> np.ndarray:
+def paired_ratios(
+    histories: dict, key: str, arm: str = "soft_linf", base: str = "mse", reduce=time_average
+) -> np.ndarray:
     """Per seed, ``reduce(arm's values of key) / reduce(base's values)``; ``histories`` maps
     ``(loss, seed)`` to that trial's rows. Seeds are those both arms ran, in order."""
     seeds = sorted({s for (loss, s) in histories if loss == arm} & {s for (loss, s) in histories if loss == base})
@@ -92,11 +100,21 @@ def summary(x: np.ndarray) -> dict[str, float]:
     below, p = sign_test(x)
     t_lo, t_hi = t_interval(x)
     b_lo, b_hi = bootstrap_interval(x)
-    return {"mean": float(np.mean(x)), "t_lo": t_lo, "t_hi": t_hi, "boot_lo": b_lo, "boot_hi": b_hi,
-            "below": below, "n": len(x), "p": p}
+    return {
+        "mean": float(np.mean(x)),
+        "t_lo": t_lo,
+        "t_hi": t_hi,
+        "boot_lo": b_lo,
+        "boot_hi": b_hi,
+        "below": below,
+        "n": len(x),
+        "p": p,
+    }
 
 
 def summary_text(name: str, x: np.ndarray) -> str:
     s = summary(x)
-    return (f"{name:>9}: mean {s['mean']:.3f}, 95% t [{s['t_lo']:.3f}, {s['t_hi']:.3f}], bootstrap "
-            f"[{s['boot_lo']:.3f}, {s['boot_hi']:.3f}], below 1 on {s['below']}/{s['n']} (sign test p = {s['p']:.3f})")
+    return (
+        f"{name:>9}: mean {s['mean']:.3f}, 95% t [{s['t_lo']:.3f}, {s['t_hi']:.3f}], bootstrap "
+        f"[{s['boot_lo']:.3f}, {s['boot_hi']:.3f}], below 1 on {s['below']}/{s['n']} (sign test p = {s['p']:.3f})"
+    )

@@ -37,8 +37,13 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Share = tuple[int, int]
 
 
-def batch_noise(x: torch.Tensor, kind: Literal["uniform", "normal"], scale: float,
-                generator: torch.Generator | None, share: Share | None = None) -> torch.Tensor:
+def batch_noise(
+    x: torch.Tensor,
+    kind: Literal["uniform", "normal"],
+    scale: float,
+    generator: torch.Generator | None,
+    share: Share | None = None,
+) -> torch.Tensor:
     """``U(-scale, scale)`` or ``scale * N(0, 1)`` noise shaped like ``x``.
 
     With ``share = (n, first)`` the noise of an ``n``-row batch is drawn and rows
@@ -155,8 +160,17 @@ def pgd(
 ) -> torch.Tensor:
     """L-inf PGD on the cross-entropy (Madry et al. 2018): see the module docstring."""
     return linf_pgd(
-        model, x, y, ce_loss, eps=eps, step_size=step_size, steps=steps,
-        random_start=random_start, bn=bn, generator=generator, share=share,
+        model,
+        x,
+        y,
+        ce_loss,
+        eps=eps,
+        step_size=step_size,
+        steps=steps,
+        random_start=random_start,
+        bn=bn,
+        generator=generator,
+        share=share,
     )
 
 
@@ -176,8 +190,17 @@ def cw_linf(
 ) -> torch.Tensor:
     """CW-inf: L-inf PGD on the margin loss ``min(max_{j != y} z_j - z_y, kappa)``."""
     return linf_pgd(
-        model, x, y, cw_loss(kappa), eps=eps, step_size=step_size, steps=steps,
-        random_start=random_start, bn=bn, generator=generator, share=share,
+        model,
+        x,
+        y,
+        cw_loss(kappa),
+        eps=eps,
+        step_size=step_size,
+        steps=steps,
+        random_start=random_start,
+        bn=bn,
+        generator=generator,
+        share=share,
     )
 
 
@@ -209,6 +232,13 @@ def trades_attack(
         return F.kl_div(logits.log_softmax(1), p_clean, reduction="none").sum(1)
 
     return linf_pgd(
-        model, x, torch.zeros(len(x), dtype=torch.long, device=x.device), kl,
-        eps=eps, step_size=step_size, steps=steps, start=start, bn=bn,
+        model,
+        x,
+        torch.zeros(len(x), dtype=torch.long, device=x.device),
+        kl,
+        eps=eps,
+        step_size=step_size,
+        steps=steps,
+        start=start,
+        bn=bn,
     )

@@ -54,11 +54,11 @@ def preflight(cfg: Config) -> None:
         raise UserError(f"config: val_size: {cfg.val_size} leaves no training images out of {n_train}")
     classes = 100 if cfg.dataset == "cifar100" else 10
     if cfg.val_size < classes:
-        raise UserError(f"config: val_size: {cfg.val_size} is fewer than one image per class "
-                        f"({classes} classes of {cfg.dataset})")
+        raise UserError(
+            f"config: val_size: {cfg.val_size} is fewer than one image per class ({classes} classes of {cfg.dataset})"
+        )
     if cfg.autoattack == "on":
-        require("fair_adv", ["pyautoattack"], why="for autoattack: 'on'",
-                otherwise="or set autoattack: 'off'")
+        require("fair_adv", ["pyautoattack"], why="for autoattack: 'on'", otherwise="or set autoattack: 'off'")
     return True
 
 
@@ -66,8 +66,9 @@ def load_data(cfg: Config) -> ImageData:
     """The config's dataset as uint8 images: CIFAR (real or synthetic) or the shipped digits."""
     if cfg.dataset in DIGITS:
         return load_digits(cfg.dataset, cfg.data_dir)
-    return prepare_cifar(cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data,
-                         cfg.synthetic_train, cfg.synthetic_test)
+    return prepare_cifar(
+        cfg.dataset, cfg.data_dir, cfg.download, cfg.synthetic_data, cfg.synthetic_train, cfg.synthetic_test
+    )
 
 
 def split_validation(y: torch.Tensor, val_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,30 +113,41 @@ def frl_state(lam: dict[str, torch.Tensor], cfg: Config) -> FrlWeights:
     )
 
 
-def frl_step(lam: dict[str, torch.Tensor], preds: dict, y: torch.Tensor, num_classes: int,
-             cfg: Config, finetune_epoch: int) -> dict[str, torch.Tensor]:
+def frl_step(
+    lam: dict[str, torch.Tensor], preds: dict, y: torch.Tensor, num_classes: int, cfg: Config, finetune_epoch: int
+) -> dict[str, torch.Tensor]:
     """FRL's multiplier update before fine-tuning epoch ``finetune_epoch`` (1-based), from the
     validation predictions of the current model (``reweight.py``)."""
     clean_err, bndy_err, total_clean, total_bndy = metrics.frl_error_rates(
-        preds["clean_pred"], preds["adv_pred"], y, num_classes)
+        preds["clean_pred"], preds["adv_pred"], y, num_classes
+    )
     halve = cfg.frl_rate_halve_every
     return {
         "nat": reweight.frl_multiplier_step(
-            lam["nat"], clean_err, total_clean, tolerance=cfg.frl_tau_nat,
-            rate=reweight.frl_rate(cfg.frl_rate_nat, finetune_epoch, halve), cap=cfg.frl_cap),
+            lam["nat"],
+            clean_err,
+            total_clean,
+            tolerance=cfg.frl_tau_nat,
+            rate=reweight.frl_rate(cfg.frl_rate_nat, finetune_epoch, halve),
+            cap=cfg.frl_cap,
+        ),
         "bndy": reweight.frl_multiplier_step(
-            lam["bndy"], bndy_err, total_bndy, tolerance=cfg.frl_tau_bndy,
-            rate=reweight.frl_rate(cfg.rate_bndy(), finetune_epoch, halve), cap=cfg.frl_cap),
+            lam["bndy"],
+            bndy_err,
+            total_bndy,
+            tolerance=cfg.frl_tau_bndy,
+            rate=reweight.frl_rate(cfg.rate_bndy(), finetune_epoch, halve),
+            cap=cfg.frl_cap,
+        ),
         "margin": reweight.frl_multiplier_step(
-            lam["margin"], bndy_err, total_bndy, tolerance=cfg.frl_tau_bndy,
-            rate=cfg.frl_rate_margin, cap=None),
+            lam["margin"], bndy_err, total_bndy, tolerance=cfg.frl_tau_bndy, rate=cfg.frl_rate_margin, cap=None
+        ),
     }
 
 
 def make_optimizer(model: torch.nn.Module, cfg: Config, lr: float) -> torch.optim.SGD:
     """SGD with the config's momentum and weight decay (a fresh one: no momentum buffers)."""
-    return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum,
-                           weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
 def no_best() -> dict:
@@ -194,13 +206,13 @@ def train_loop(config: dict) -> None:
         return augment.to_float(batch).contiguous(memory_format=layout)
 
     st = FairAdvState(
-        model, make_optimizer(model, cfg, cfg.lr),
+        model,
+        make_optimizer(model, cfg, cfg.lr),
         order_gen=torch.Generator().manual_seed(cfg.seed),
         aug_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1),
         attack_gen=torch.Generator(device=device).manual_seed(cfg.seed + 2),
         history=History.empty(n_train, device),
-        frl_lambda={k: torch.zeros(num_classes, dtype=torch.float64, device=device)
-                    for k in ("nat", "bndy", "margin")},
+        frl_lambda={k: torch.zeros(num_classes, dtype=torch.float64, device=device) for k in ("nat", "bndy", "margin")},
         config=config,
     )
     saved = session.restore()
@@ -212,14 +224,24 @@ def train_loop(config: dict) -> None:
         gen = torch.Generator(device=device).manual_seed(seed)
 
         def run(m, x, y, share=None):
-            return attack.pgd(m, x, y, eps=cfg.eps, step_size=cfg.step_size,
-                              steps=cfg.eval_steps, bn="eval", generator=gen, share=share)
+            return attack.pgd(
+                m,
+                x,
+                y,
+                eps=cfg.eps,
+                step_size=cfg.step_size,
+                steps=cfg.eval_steps,
+                bn="eval",
+                generator=gen,
+                share=share,
+            )
 
         return run
 
     def evaluate_val(m):
-        return metrics.evaluate(m, val_x, val_y, num_classes, eval_attack(cfg.seed + 10_000),
-                                cfg.eval_batch_size, augment.to_float, shard)
+        return metrics.evaluate(
+            m, val_x, val_y, num_classes, eval_attack(cfg.seed + 10_000), cfg.eval_batch_size, augment.to_float, shard
+        )
 
     val_preds = None  # the current model's validation predictions (from the last epoch's end)
     while st.epoch < cfg.epochs:
@@ -240,69 +262,109 @@ def train_loop(config: dict) -> None:
         for group in st.optimizer.param_groups:
             group["lr"] = lr
         started = time.time()
-        totals = train_epoch(train_model, st.optimizer, train_x, train_y, cfg, epoch=epoch,
-                             history=st.history, frl=frl, order_gen=st.order_gen, aug_gen=st.aug_gen,
-                             attack_gen=st.attack_gen, num_classes=num_classes, to_input=train_input,
-                             shard=shard)
+        totals = train_epoch(
+            train_model,
+            st.optimizer,
+            train_x,
+            train_y,
+            cfg,
+            epoch=epoch,
+            history=st.history,
+            frl=frl,
+            order_gen=st.order_gen,
+            aug_gen=st.aug_gen,
+            attack_gen=st.attack_gen,
+            num_classes=num_classes,
+            to_input=train_input,
+            shard=shard,
+        )
         seconds = time.time() - started
         st.epoch = epoch = epoch + 1
 
         val_preds = evaluate_val(model)
-        test_preds = metrics.evaluate(model, test_x, test_y, num_classes,
-                                      eval_attack(cfg.seed + 20_000), cfg.eval_batch_size,
-                                      augment.to_float, shard)
+        test_preds = metrics.evaluate(
+            model,
+            test_x,
+            test_y,
+            num_classes,
+            eval_attack(cfg.seed + 20_000),
+            cfg.eval_batch_size,
+            augment.to_float,
+            shard,
+        )
         regimes = totals["regimes"].double()
         per_class_visits = regimes.sum(1).clamp(min=1)
-        class_weights = frl or FrlWeights(torch.full((num_classes,), 1 / num_classes),
-                                          torch.full((num_classes,), 1 / num_classes))
+        class_weights = frl or FrlWeights(
+            torch.full((num_classes,), 1 / num_classes), torch.full((num_classes,), 1 / num_classes)
+        )
         row = {
             "train/loss": float(totals["loss_sum"]) / max(totals["batches"], 1),
             "train/robust_acc": int(totals["robust_correct"]) / n_train,
             "train/epoch": epoch,
             "train/lr": lr,
             "train/images_per_s": n_train / max(seconds, 1e-9),
-            **{f"regime/{name}_frac": float(regimes[:, r].sum() / regimes.sum().clamp(min=1))
-               for r, name in enumerate(reweight.REGIMES)},
-            **{f"regime/{name}_frac_per_class": (regimes[:, r] / per_class_visits).tolist()
-               for r, name in enumerate(reweight.REGIMES)},
+            **{
+                f"regime/{name}_frac": float(regimes[:, r].sum() / regimes.sum().clamp(min=1))
+                for r, name in enumerate(reweight.REGIMES)
+            },
+            **{
+                f"regime/{name}_frac_per_class": (regimes[:, r] / per_class_visits).tolist()
+                for r, name in enumerate(reweight.REGIMES)
+            },
             "frl/clean_weight_per_class": class_weights.nat.tolist(),
             "frl/bndy_weight_per_class": class_weights.bndy.tolist(),
             **metrics.summarize(test_preds, test_y, num_classes, "eval"),
             **metrics.summarize(val_preds, val_y, num_classes, "val"),
         }
         # ties of the worst class (all at 0, say, under a strong attack) go to the better average
-        if ((row["val/robust_acc_worst_class"], row["val/robust_acc"])
-                > (st.best["val"], st.best.get("val_average", float("-inf")))):
+        if (row["val/robust_acc_worst_class"], row["val/robust_acc"]) > (
+            st.best["val"],
+            st.best.get("val_average", float("-inf")),
+        ):
             st.best = {
                 "epoch": epoch,
                 "val": row["val/robust_acc_worst_class"],
                 "val_average": row["val/robust_acc"],
-                "metrics": {k.replace("eval/", "best/"): row[k] for k in (
-                    "eval/clean_acc", "eval/clean_acc_worst_class",
-                    "eval/robust_acc", "eval/robust_acc_worst_class")},
+                "metrics": {
+                    k.replace("eval/", "best/"): row[k]
+                    for k in (
+                        "eval/clean_acc",
+                        "eval/clean_acc_worst_class",
+                        "eval/robust_acc",
+                        "eval/robust_acc_worst_class",
+                    )
+                },
             }
             st.best_model = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         best = st.best
-        row |= {"best/epoch": best["epoch"], "best/val_robust_acc_worst_class": best["val"],
-                **best["metrics"],
-                "best/robust_acc_worst_class_gap":
-                    best["metrics"]["best/robust_acc_worst_class"] - row["eval/robust_acc_worst_class"],
-                "best/robust_acc_gap": best["metrics"]["best/robust_acc"] - row["eval/robust_acc"]}
+        row |= {
+            "best/epoch": best["epoch"],
+            "best/val_robust_acc_worst_class": best["val"],
+            **best["metrics"],
+            "best/robust_acc_worst_class_gap": best["metrics"]["best/robust_acc_worst_class"]
+            - row["eval/robust_acc_worst_class"],
+            "best/robust_acc_gap": best["metrics"]["best/robust_acc"] - row["eval/robust_acc"],
+        }
         if epoch == cfg.epochs:
             best_model = copy.deepcopy(model)
             best_model.load_state_dict(st.best_model)
             row |= final_evaluation(best_model, final_x, final_y, num_classes, cfg, shard)
             if cfg.final_eval_last:
-                last = final_evaluation(model, final_x, final_y, num_classes, cfg, shard,
-                                        prefix="final_last")
+                last = final_evaluation(model, final_x, final_y, num_classes, cfg, shard, prefix="final_last")
                 row |= last | final_gaps(row, last)
 
         session.report(row, state=st.state_dict, checkpoint=True if epoch == cfg.epochs else None)
 
 
-def final_evaluation(model: torch.nn.Module, x_u8: torch.Tensor, y: torch.Tensor,
-                     num_classes: int, cfg: Config, shard: Shard = Shard(),
-                     prefix: str = "final") -> dict:
+def final_evaluation(
+    model: torch.nn.Module,
+    x_u8: torch.Tensor,
+    y: torch.Tensor,
+    num_classes: int,
+    cfg: Config,
+    shard: Shard = Shard(),
+    prefix: str = "final",
+) -> dict:
     """Clean, PGD-20 (the per-epoch attack), CW-inf and (unless ``autoattack: off``) AutoAttack
     accuracy of ``model`` on the final test images (all of them by default), per class
     (``{prefix}/*``; PGD-20 is ``{prefix}/robust_acc``, as ``eval/robust_acc`` on the subset).
@@ -313,21 +375,39 @@ def final_evaluation(model: torch.nn.Module, x_u8: torch.Tensor, y: torch.Tensor
     pgd_gen = torch.Generator(device=x_u8.device).manual_seed(cfg.seed + 40_000)
 
     def pgd(m, x, yb, share=None):
-        return attack.pgd(m, x, yb, eps=cfg.eps, step_size=cfg.step_size, steps=cfg.eval_steps,
-                          bn="eval", generator=pgd_gen, share=share)
+        return attack.pgd(
+            m,
+            x,
+            yb,
+            eps=cfg.eps,
+            step_size=cfg.step_size,
+            steps=cfg.eval_steps,
+            bn="eval",
+            generator=pgd_gen,
+            share=share,
+        )
 
-    robust = metrics.evaluate(model, x_u8, y, num_classes, pgd, cfg.eval_batch_size, augment.to_float,
-                              shard)
+    robust = metrics.evaluate(model, x_u8, y, num_classes, pgd, cfg.eval_batch_size, augment.to_float, shard)
     gen = torch.Generator(device=x_u8.device).manual_seed(cfg.seed + 30_000)
 
     def cw(m, x, yb, share=None):
-        return attack.cw_linf(m, x, yb, eps=cfg.eps, step_size=cfg.step_size, steps=cfg.cw_steps,
-                              kappa=cfg.cw_kappa, bn="eval", generator=gen, share=share)
+        return attack.cw_linf(
+            m,
+            x,
+            yb,
+            eps=cfg.eps,
+            step_size=cfg.step_size,
+            steps=cfg.cw_steps,
+            kappa=cfg.cw_kappa,
+            bn="eval",
+            generator=gen,
+            share=share,
+        )
 
-    preds = metrics.evaluate(model, x_u8, y, num_classes, cw, cfg.eval_batch_size, augment.to_float,
-                             shard)
+    preds = metrics.evaluate(model, x_u8, y, num_classes, cw, cfg.eval_batch_size, augment.to_float, shard)
     out = metrics.summarize(robust, y, num_classes, prefix) | metrics.summarize(
-        preds, y, num_classes, prefix, adv_name="cw")
+        preds, y, num_classes, prefix, adv_name="cw"
+    )
     if cfg.autoattack == "off":
         return out
     adv_pred = autoattack_predictions(model, augment.to_float(x_u8), y, cfg)
@@ -338,27 +418,34 @@ def final_evaluation(model: torch.nn.Module, x_u8: torch.Tensor, y: torch.Tensor
 def final_gaps(best: dict, last: dict) -> dict:
     """Best minus last model's final accuracies, ``final/{name}_gap`` for every scalar
     ``final_last/{name}`` (robust overfitting shows as a positive gap)."""
-    return {f"final/{name.split('/', 1)[1]}_gap": best["final/" + name.split("/", 1)[1]] - value
-            for name, value in last.items() if not isinstance(value, list)}
+    return {
+        f"final/{name.split('/', 1)[1]}_gap": best["final/" + name.split("/", 1)[1]] - value
+        for name, value in last.items()
+        if not isinstance(value, list)
+    }
 
 
-def autoattack_predictions(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-                           cfg: Config) -> torch.Tensor:
+def autoattack_predictions(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: Config) -> torch.Tensor:
     """Predictions of ``model`` under AutoAttack (pyautoattack), L-inf ``eps``."""
     from pyautoattack import AutoAttack
 
     model.eval()
     custom = bool(cfg.autoattack_attacks)
     adversary = AutoAttack(
-        model, eps=cfg.eps, norm="Linf", seed=cfg.seed, device=x.device,
+        model,
+        eps=cfg.eps,
+        norm="Linf",
+        seed=cfg.seed,
+        device=x.device,
         version="custom" if custom else "standard",
         attacks=list(cfg.autoattack_attacks) if custom else None,
     )
     adversary.verbose = False
     adversary.apgd.n_iter = cfg.autoattack_iters
     adversary.apgd_targeted.n_iter = cfg.autoattack_iters
-    adversary.apgd_targeted.n_target_classes = min(adversary.apgd_targeted.n_target_classes,
-                                                   model_classes(model, x) - 1)
+    adversary.apgd_targeted.n_target_classes = min(
+        adversary.apgd_targeted.n_target_classes, model_classes(model, x) - 1
+    )
     adversary.fab.n_target_classes = min(adversary.fab.n_target_classes, model_classes(model, x) - 1)
     _, adv_pred = adversary.run_standard_evaluation(x, y, batch_size=cfg.eval_batch_size)
     return adv_pred.to(y.device)

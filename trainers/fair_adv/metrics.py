@@ -102,8 +102,9 @@ def evaluate(
     return out
 
 
-def summarize(preds: dict[str, torch.Tensor], y: torch.Tensor, num_classes: int, prefix: str,
-              adv_name: str = "robust") -> dict[str, float | list[float]]:
+def summarize(
+    preds: dict[str, torch.Tensor], y: torch.Tensor, num_classes: int, prefix: str, adv_name: str = "robust"
+) -> dict[str, float | list[float]]:
     """Metrics named ``{prefix}/clean_acc``, ``_worst_class``, ``_per_class`` (and ``adv_name``)."""
     out: dict[str, float | list[float]] = {}
     for key, name in (("clean_pred", "clean"), ("adv_pred", adv_name)):

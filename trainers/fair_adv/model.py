@@ -10,7 +10,6 @@ from raylab.data.cifar import MEAN as CIFAR_MEAN
 from raylab.data.cifar import STD as CIFAR_STD
 from raylab.models.resnet import preact_resnet18, resnet18
 
-
 # MNIST's usual normalization, for both digit sets (an affine map that the first BatchNorm
 # would absorb anyway)
 MEAN = {**CIFAR_MEAN, "mnist5k": (0.1307,), "digits8x8": (0.1307,)}
@@ -24,8 +23,7 @@ class SmallCNN(nn.Module):
     Takes images in [0, 1] and normalizes them first, like the ResNets.
     """
 
-    def __init__(self, num_classes: int, mean=CIFAR_MEAN["cifar10"], std=CIFAR_STD["cifar10"],
-                 width: int = 16):
+    def __init__(self, num_classes: int, mean=CIFAR_MEAN["cifar10"], std=CIFAR_STD["cifar10"], width: int = 16):
         super().__init__()
         channels = len(mean)
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, channels, 1, 1))
@@ -35,9 +33,13 @@ class SmallCNN(nn.Module):
             return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
 
         self.body = nn.Sequential(
-            *block(channels, width), nn.MaxPool2d(2),
-            *block(width, 2 * width), nn.MaxPool2d(2),
-            *block(2 * width, 4 * width), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            *block(channels, width),
+            nn.MaxPool2d(2),
+            *block(width, 2 * width),
+            nn.MaxPool2d(2),
+            *block(2 * width, 4 * width),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
         )
         self.linear = nn.Linear(4 * width, num_classes)
 

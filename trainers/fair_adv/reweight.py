@@ -174,8 +174,13 @@ def project_multipliers(lam: torch.Tensor, cap: float) -> torch.Tensor:
 
 
 def frl_multiplier_step(
-    lam: torch.Tensor, class_err: torch.Tensor, total_err: float, *, tolerance: float,
-    rate: float, cap: float | None,
+    lam: torch.Tensor,
+    class_err: torch.Tensor,
+    total_err: float,
+    *,
+    tolerance: float,
+    rate: float,
+    cap: float | None,
 ) -> torch.Tensor:
     """One dual step ``lambda + rate (e_c - E - tau)``, projected with ``P_cap`` (None: none).
 

@@ -36,8 +36,7 @@ class History:
         )
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"ema_correct": self.ema_correct.cpu(), "ema_loss": self.ema_loss.cpu(),
-                "visits": self.visits.cpu()}
+        return {"ema_correct": self.ema_correct.cpu(), "ema_loss": self.ema_loss.cpu(), "visits": self.visits.cpu()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         for key in ("ema_correct", "ema_loss", "visits"):
@@ -100,8 +99,12 @@ class FrlWeights:
 
 
 def training_adversary(
-    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: Config,
-    generator: torch.Generator | None, frl: FrlWeights | None = None,
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    cfg: Config,
+    generator: torch.Generator | None,
+    frl: FrlWeights | None = None,
     share: attack.Share | None = None,
 ) -> torch.Tensor | None:
     """The base loss's training attack: PGD-CE (pgd_at) or TRADES-KL (trades).
@@ -109,8 +112,9 @@ def training_adversary(
     FRL-Remargin attacks class ``c`` with radius ``eps * eps_scale_c`` and step ``max radius / 4``
     (the reference's ``utils_frl2.trades_adv``).
     """
-    common = dict(step_size=cfg.step_size, steps=cfg.train_steps, bn=cfg.attack_bn_mode,
-                  generator=generator, share=share)
+    common = dict(
+        step_size=cfg.step_size, steps=cfg.train_steps, bn=cfg.attack_bn_mode, generator=generator, share=share
+    )
     base = cfg.base()
     if base == "standard":
         return None
@@ -190,7 +194,11 @@ def train_step(
         clean_correct = clean_seen.argmax(1) == y
         clean_ce = loss.cross_entropy(clean_seen, y)
         regimes = reweight.assign_regimes(
-            margin, clean_correct, history.ema_correct[index], history.ema_loss[index], history.visits[index],
+            margin,
+            clean_correct,
+            history.ema_correct[index],
+            history.ema_loss[index],
+            history.visits[index],
             loss_threshold=loss_threshold,
             outlier_max_correct=cfg.tri_outlier_max_correct,
             min_history=cfg.tri_min_history,
@@ -198,7 +206,8 @@ def train_step(
         )
     if cfg.method == "tri_regime":
         weights = reweight.tri_regime_weights(
-            margin, regimes,
+            margin,
+            regimes,
             epoch=epoch,
             warmup_epochs=cfg.tri_warmup_epochs,
             outlier_weight=cfg.tri_outlier_weight,
@@ -214,8 +223,7 @@ def train_step(
     else:
         totals = shard.all_reduce(torch.stack([w.detach().sum() for _, w, _ in terms]).float())
     totals = totals.clamp(min=torch.finfo(torch.float32).tiny)
-    batch_loss = sum(coef * (w * values).sum() / total
-                     for (values, w, coef), total in zip(terms, totals))
+    batch_loss = sum(coef * (w * values).sum() / total for (values, w, coef), total in zip(terms, totals))
 
     optimizer.zero_grad(set_to_none=True)
     batch_loss.backward()
@@ -224,8 +232,9 @@ def train_step(
 
     with torch.no_grad():
         correct = margin > 0
-        reweight.update_history(history.ema_correct, history.ema_loss, history.visits, index,
-                                clean_correct, clean_ce, cfg.tri_ema_momentum)
+        reweight.update_history(
+            history.ema_correct, history.ema_loss, history.visits, index, clean_correct, clean_ce, cfg.tri_ema_momentum
+        )
     classes = logits_adv.shape[1] if num_classes is None else num_classes
     return {
         "loss": batch_loss.detach(),
@@ -290,19 +299,31 @@ def train_epoch(
         batch = perm[start : start + cfg.batch_size]
         xb = train_x[batch]
         if cfg.augment and aug_gen is not None:
-            xb = augment.random_crop_flip(xb, padding=4, generator=aug_gen,
-                                          pad_mode="reflect" if cfg.augment_padding == "reflect"
-                                          else "constant")
+            xb = augment.random_crop_flip(
+                xb, padding=4, generator=aug_gen, pad_mode="reflect" if cfg.augment_padding == "reflect" else "constant"
+            )
         if len(batch) < shard.world:  # a last batch with fewer rows than workers: skipped
             continue
         first, stop = shard.part(len(batch))
         index = batch[first:stop]
         batches += 1
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=enabled(cfg.amp_bf16, device)):
-            stats = train_step(model, optimizer, to_input(xb[first:stop]), train_y[index], index,
-                               cfg, epoch=epoch, history=history, loss_threshold=threshold,
-                               frl=frl, generator=attack_gen, shard=shard,
-                               batch_rows=len(batch), num_classes=num_classes)
+            stats = train_step(
+                model,
+                optimizer,
+                to_input(xb[first:stop]),
+                train_y[index],
+                index,
+                cfg,
+                epoch=epoch,
+                history=history,
+                loss_threshold=threshold,
+                frl=frl,
+                generator=attack_gen,
+                shard=shard,
+                batch_rows=len(batch),
+                num_classes=num_classes,
+            )
         visited[index] = True
         loss_sum += stats["loss"]
         correct += stats["robust_correct"]

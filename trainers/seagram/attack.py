@@ -62,12 +62,10 @@ def choose_flips(gain: torch.Tensor, allowed: torch.Tensor, group: torch.Tensor,
     ``gain``, ``allowed`` and ``group`` are per candidate row; ties go to the first row.
     """
     masked = torch.where(allowed & (gain > 0), gain, torch.full_like(gain, -torch.inf))
-    best = torch.full((groups,), -torch.inf, dtype=gain.dtype).scatter_reduce(
-        0, group, masked, "amax")
+    best = torch.full((groups,), -torch.inf, dtype=gain.dtype).scatter_reduce(0, group, masked, "amax")
     hit = torch.isfinite(masked) & (masked == best[group])
     rows = torch.arange(len(gain))
-    first = torch.full((groups,), len(gain), dtype=torch.long).scatter_reduce(
-        0, group[hit], rows[hit], "amin")
+    first = torch.full((groups,), len(gain), dtype=torch.long).scatter_reduce(0, group[hit], rows[hit], "amin")
     return torch.where(first < len(gain), first, torch.full_like(first, -1))
 
 
@@ -95,8 +93,9 @@ def flipped(adj: np.ndarray, u: int, v: int) -> np.ndarray:
     return out
 
 
-def certified_noncritical(corpus: np.ndarray, image_adj_pairs: np.ndarray, mapped: np.ndarray,
-                          induced: bool) -> np.ndarray:
+def certified_noncritical(
+    corpus: np.ndarray, image_adj_pairs: np.ndarray, mapped: np.ndarray, induced: bool
+) -> np.ndarray:
     """Node pairs of ``corpus`` whose toggle provably keeps a known embedding valid.
 
     ``mapped`` marks the corpus nodes in the embedding's image, ``image_adj_pairs`` the corpus
@@ -136,14 +135,16 @@ class PairBatch:
     sizes: torch.Tensor
 
     @classmethod
-    def build(cls, queries: list[np.ndarray], corpus: list[np.ndarray], labels: np.ndarray,
-              n_query: int, n_corpus: int) -> "PairBatch":
+    def build(
+        cls, queries: list[np.ndarray], corpus: list[np.ndarray], labels: np.ndarray, n_query: int, n_corpus: int
+    ) -> "PairBatch":
         from trainers.seagram.model import dense_batch
 
         qa, qm = dense_batch(queries, n_query)
         ca, cm = dense_batch(corpus, n_corpus)
-        return cls(qa, qm, ca, cm, torch.as_tensor(labels, dtype=torch.long),
-                   torch.tensor([c.shape[0] for c in corpus]))
+        return cls(
+            qa, qm, ca, cm, torch.as_tensor(labels, dtype=torch.long), torch.tensor([c.shape[0] for c in corpus])
+        )
 
     def __len__(self) -> int:
         return len(self.y)
@@ -174,7 +175,7 @@ def flipped_scores(victim: nn.Module, batch: PairBatch, p, u, v, chunk: int = 40
     out = []
     dev = _device(victim)
     for s in range(0, len(p), chunk):
-        pp, uu, vv = p[s:s + chunk], u[s:s + chunk], v[s:s + chunk]
+        pp, uu, vv = p[s : s + chunk], u[s : s + chunk], v[s : s + chunk]
         adj = batch.c_adj[pp].clone()
         rows = torch.arange(len(pp))
         val = 1 - adj[rows, uu, vv]
@@ -195,7 +196,7 @@ def first_order_gain(victim: nn.Module, batch: PairBatch, p, u, v, chunk: int = 
     grad = torch.zeros_like(batch.c_adj)
     dev = _device(victim)
     for s in range(0, len(pairs), chunk):
-        sel = pairs[s:s + chunk]
+        sel = pairs[s : s + chunk]
         qa, qm, cm = _to(dev, batch.q_adj[sel], batch.q_mask[sel], batch.c_mask[sel])
         adj = batch.c_adj[sel].to(dev).requires_grad_(True)
         with torch.enable_grad():
@@ -216,8 +217,7 @@ def top_per_group(value: torch.Tensor, group: torch.Tensor, k: int) -> torch.Ten
     return torch.sort(order[rank < k]).values
 
 
-def scored_candidates(victim: nn.Module, batch: PairBatch, active: torch.Tensor, done: torch.Tensor,
-                      top_k: int = 0):
+def scored_candidates(victim: nn.Module, batch: PairBatch, active: torch.Tensor, done: torch.Tensor, top_k: int = 0):
     """Candidate flips of the active pairs with their exact gains: ``(p, u, v, gain)``.
 
     ``top_k`` > 0 keeps, per pair, the ``top_k`` flips of largest first-order gain before the
@@ -237,9 +237,18 @@ def scored_candidates(victim: nn.Module, batch: PairBatch, active: torch.Tensor,
 def pair_scores(victim: nn.Module, batch: PairBatch, chunk: int = 4096) -> torch.Tensor:
     """Victim scores of the pairs as they are now."""
     dev = _device(victim)
-    out = [victim(*_to(dev, batch.q_adj[s:s + chunk], batch.q_mask[s:s + chunk],
-                       batch.c_adj[s:s + chunk], batch.c_mask[s:s + chunk])).cpu()
-           for s in range(0, len(batch), chunk)]
+    out = [
+        victim(
+            *_to(
+                dev,
+                batch.q_adj[s : s + chunk],
+                batch.q_mask[s : s + chunk],
+                batch.c_adj[s : s + chunk],
+                batch.c_mask[s : s + chunk],
+            )
+        ).cpu()
+        for s in range(0, len(batch), chunk)
+    ]
     return torch.cat(out) if out else torch.zeros(0)
 
 
@@ -311,8 +320,11 @@ def structure(q_adj: torch.Tensor, c_adj: torch.Tensor) -> dict[str, torch.Tenso
         cyc.append(cc)
         cp.append(c_prof)
         qp.append(_graph_structure(q.tobytes(), nq)[1])
-    return {"cycle": torch.from_numpy(np.stack(cyc)),
-            "q_rings": torch.from_numpy(np.stack(qp)), "c_rings": torch.from_numpy(np.stack(cp))}
+    return {
+        "cycle": torch.from_numpy(np.stack(cyc)),
+        "q_rings": torch.from_numpy(np.stack(qp)),
+        "c_rings": torch.from_numpy(np.stack(cp)),
+    }
 
 
 def flip_features(c_adj: torch.Tensor, struct: dict[str, torch.Tensor], p, u, v) -> torch.Tensor:
@@ -331,8 +343,7 @@ def flip_features(c_adj: torch.Tensor, struct: dict[str, torch.Tensor], p, u, v)
     pad = torch.zeros(len(p), 1, device=c_adj.device)
     at_q = torch.cat([qr, pad], 1).gather(1, slot[:, None])
     at_c = torch.cat([cr, pad], 1).gather(1, slot[:, None])
-    return torch.cat([torch.stack([c_adj[p, u, v], du + dv, (du - dv).abs()], -1), onehot, qr, cr,
-                      at_q, at_c], -1)
+    return torch.cat([torch.stack([c_adj[p, u, v], du + dv, (du - dv).abs()], -1), onehot, qr, cr, at_q, at_c], -1)
 
 
 N_FLIP_FEATURES = 3 + len(RING_SIZES) + 1 + 2 * len(RING_SIZES) + 2
@@ -355,16 +366,14 @@ class CriticalityClassifier(nn.Module):
     def __init__(self, hidden: int = 64, layers: int = 3, members: int = 1):
         super().__init__()
         self.encoders = nn.ModuleList(CrossEncoder(hidden, layers) for _ in range(members))
-        self.heads = nn.ModuleList(_mlp(4 * hidden + N_FLIP_FEATURES, 2, hidden)
-                                   for _ in range(members))
+        self.heads = nn.ModuleList(_mlp(4 * hidden + N_FLIP_FEATURES, 2, hidden) for _ in range(members))
 
     def encode(self, q_adj, q_mask, c_adj, c_mask):
         """Per member: corpus node embeddings and both graphs' mean embeddings."""
         out = []
         for encoder in self.encoders:
             hq, hc = encoder(q_adj, q_mask, c_adj, c_mask)
-            out.append((hc, hq.sum(1) / q_mask.sum(1, keepdim=True),
-                        hc.sum(1) / c_mask.sum(1, keepdim=True)))
+            out.append((hc, hq.sum(1) / q_mask.sum(1, keepdim=True), hc.sum(1) / c_mask.sum(1, keepdim=True)))
         return out
 
     def pair_logits(self, encoded, feats, y, p, u, v) -> torch.Tensor:
@@ -384,17 +393,19 @@ class CriticalityClassifier(nn.Module):
 
 
 @torch.no_grad()
-def noncritical_prob(clf: CriticalityClassifier, batch: PairBatch, p, u, v, aggregate: str = "min",
-                     chunk: int = 1024) -> torch.Tensor:
+def noncritical_prob(
+    clf: CriticalityClassifier, batch: PairBatch, p, u, v, aggregate: str = "min", chunk: int = 1024
+) -> torch.Tensor:
     """``p_noncritical`` for rows ``(p, u, v)`` (ensemble ``min`` or ``mean``); pairs encoded once."""
     out = torch.empty(len(p))
     pairs = torch.unique(p)
     for s in range(0, len(pairs), chunk):
-        sel = pairs[s:s + chunk]
+        sel = pairs[s : s + chunk]
         dev = _device(clf)
         struct = {k: t.to(dev) for k, t in structure(batch.q_adj[sel], batch.c_adj[sel]).items()}
-        qa, qm, c_adj, cm, y = _to(dev, batch.q_adj[sel], batch.q_mask[sel], batch.c_adj[sel],
-                                   batch.c_mask[sel], batch.y[sel])
+        qa, qm, c_adj, cm, y = _to(
+            dev, batch.q_adj[sel], batch.q_mask[sel], batch.c_adj[sel], batch.c_mask[sel], batch.y[sel]
+        )
         encoded = clf.encode(qa, qm, c_adj, cm)
         local = torch.full((len(batch),), -1, dtype=torch.long)
         local[sel] = torch.arange(len(sel))
@@ -434,8 +445,9 @@ def random_attack(batch: PairBatch, budget: int, rng: np.random.Generator) -> At
     return AttackOutcome(flips, seconds=time.perf_counter() - start)
 
 
-def greedy_attack(victim: nn.Module, batch: PairBatch, budget: int, solver: SubgraphSolver | None,
-                  max_checks: int = 0, top_k: int = 0) -> AttackOutcome:
+def greedy_attack(
+    victim: nn.Module, batch: PairBatch, budget: int, solver: SubgraphSolver | None, max_checks: int = 0, top_k: int = 0
+) -> AttackOutcome:
     """Per step and pair, the flip of largest positive gain that the solver says keeps the label.
 
     Candidates are checked in decreasing gain; ``max_checks`` > 0 caps the checks per step. A
@@ -473,8 +485,13 @@ def greedy_attack(victim: nn.Module, batch: PairBatch, budget: int, solver: Subg
             flips[i] += 1
         if not active.any():
             break
-    return AttackOutcome(flips, solver.stats.calls - calls0, solver.stats.unknown - unknown0,
-                         solver.stats.seconds - sec0, time.perf_counter() - start)
+    return AttackOutcome(
+        flips,
+        solver.stats.calls - calls0,
+        solver.stats.unknown - unknown0,
+        solver.stats.seconds - sec0,
+        time.perf_counter() - start,
+    )
 
 
 class _NoSolver:
@@ -483,8 +500,15 @@ class _NoSolver:
     stats = SolverStats()
 
 
-def seagram_attack(victim: nn.Module, clf: CriticalityClassifier, batch: PairBatch, budget: int,
-                   threshold: float, top_k: int = 0, select: str = "gain") -> AttackOutcome:
+def seagram_attack(
+    victim: nn.Module,
+    clf: CriticalityClassifier,
+    batch: PairBatch,
+    budget: int,
+    threshold: float,
+    top_k: int = 0,
+    select: str = "gain",
+) -> AttackOutcome:
     """Per step and pair, one flip with positive gain and ``p_noncritical >= threshold``.
 
     ``select="gain"``: the one of largest gain; ``"safest"``: the one of largest
@@ -550,9 +574,12 @@ class FlipPool:
         pos = np.argwhere(self.labels == 1)
         neg = np.argwhere(self.labels == 0)
         n_pos = int(round(count * self.pos_frac)) if len(pos) and len(neg) else (count if len(pos) else 0)
-        picks = np.concatenate([pos[rng.integers(len(pos), size=n_pos)] if n_pos else np.zeros((0, 2), int),
-                                neg[rng.integers(len(neg), size=count - n_pos)] if count - n_pos else
-                                np.zeros((0, 2), int)])
+        picks = np.concatenate(
+            [
+                pos[rng.integers(len(pos), size=n_pos)] if n_pos else np.zeros((0, 2), int),
+                neg[rng.integers(len(neg), size=count - n_pos)] if count - n_pos else np.zeros((0, 2), int),
+            ]
+        )
         sizes = np.array([self.corpus[c].shape[0] for c in picks[:, 1]])
         u = np.floor(rng.random(count) * sizes).astype(int)
         v = np.floor(rng.random(count) * (sizes - 1)).astype(int)
@@ -565,8 +592,16 @@ class FlipPool:
         rows = self.sample(rng, count)
         return rows[:, :2]
 
-    def sample_attack(self, rng: np.random.Generator, count: int, victim: nn.Module, n_pairs: int,
-                      top_k: int, n_query: int, n_corpus: int) -> np.ndarray:
+    def sample_attack(
+        self,
+        rng: np.random.Generator,
+        count: int,
+        victim: nn.Module,
+        n_pairs: int,
+        top_k: int,
+        n_query: int,
+        n_corpus: int,
+    ) -> np.ndarray:
         """``count`` flips among those the attack would consider on ``n_pairs`` random pairs.
 
         The candidates of a pair are its flips of positive exact gain against ``victim`` after
@@ -579,12 +614,21 @@ class FlipPool:
         keep = torch.nonzero(gain > 0).flatten().numpy()
         if len(keep) > count:
             keep = np.sort(rng.choice(keep, size=count, replace=False))
-        return np.stack([pairs[p[keep].numpy(), 0], pairs[p[keep].numpy(), 1],
-                         u[keep].numpy(), v[keep].numpy()], 1).astype(np.int64)
+        return np.stack(
+            [pairs[p[keep].numpy(), 0], pairs[p[keep].numpy(), 1], u[keep].numpy(), v[keep].numpy()], 1
+        ).astype(np.int64)
 
-    def sample_picks(self, rng: np.random.Generator, count: int, victim: nn.Module,
-                     clf: "CriticalityClassifier", top_k: int, n_query: int, n_corpus: int,
-                     select: str = "safest") -> np.ndarray:
+    def sample_picks(
+        self,
+        rng: np.random.Generator,
+        count: int,
+        victim: nn.Module,
+        clf: "CriticalityClassifier",
+        top_k: int,
+        n_query: int,
+        n_corpus: int,
+        select: str = "safest",
+    ) -> np.ndarray:
         """The flips the SEAGRAM attack would take on ``count`` random pairs (one per pair).
 
         Labelling these checks the classifier exactly where its mistakes become label flips:
@@ -598,16 +642,22 @@ class FlipPool:
         rank = gain if select == "gain" else prob + 1e-6 * torch.sigmoid(gain)
         best = choose_flips(rank, gain > 0, p, len(batch))
         keep = best[best >= 0]
-        return np.stack([pairs[p[keep].numpy(), 0], pairs[p[keep].numpy(), 1],
-                         u[keep].numpy(), v[keep].numpy()], 1).astype(np.int64)
+        return np.stack(
+            [pairs[p[keep].numpy(), 0], pairs[p[keep].numpy(), 1], u[keep].numpy(), v[keep].numpy()], 1
+        ).astype(np.int64)
 
     def batch(self, rows: np.ndarray, n_query: int, n_corpus: int) -> PairBatch:
-        return PairBatch.build([self.queries[q] for q in rows[:, 0]],
-                               [self.corpus[c] for c in rows[:, 1]],
-                               self.labels[rows[:, 0], rows[:, 1]], n_query, n_corpus)
+        return PairBatch.build(
+            [self.queries[q] for q in rows[:, 0]],
+            [self.corpus[c] for c in rows[:, 1]],
+            self.labels[rows[:, 0], rows[:, 1]],
+            n_query,
+            n_corpus,
+        )
 
-    def label(self, rows: np.ndarray, solver: SubgraphSolver, witness_labels: int = 0,
-              rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    def label(
+        self, rows: np.ndarray, solver: SubgraphSolver, witness_labels: int = 0, rng: np.random.Generator | None = None
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         """Solver labels of the flips ``rows``, plus labels certified by the solver's witnesses.
 
         A flip's label is 1 when toggling it keeps the pair's relevance label, 0 when not, -1
@@ -643,13 +693,20 @@ class FlipPool:
                 pick = rng.choice(len(su), size=min(witness_labels, len(su)), replace=False)
                 extra_rows += [(q, c, int(su[i]), int(sv[i])) for i in pick]
         extra = np.array(extra_rows, dtype=np.int64).reshape(-1, 4)
-        return (np.concatenate([rows, extra]), np.concatenate([out, np.ones(len(extra), np.int64)]),
-                calls)
+        return (np.concatenate([rows, extra]), np.concatenate([out, np.ones(len(extra), np.int64)]), calls)
 
 
-def train_classifier(clf: CriticalityClassifier, optimizer: torch.optim.Optimizer, batch: PairBatch,
-                     u: torch.Tensor, v: torch.Tensor, target: torch.Tensor, epochs: int,
-                     batch_size: int, generator: torch.Generator) -> float:
+def train_classifier(
+    clf: CriticalityClassifier,
+    optimizer: torch.optim.Optimizer,
+    batch: PairBatch,
+    u: torch.Tensor,
+    v: torch.Tensor,
+    target: torch.Tensor,
+    epochs: int,
+    batch_size: int,
+    generator: torch.Generator,
+) -> float:
     """BCE training of every member on the labelled flips (one per row of ``batch``).
 
     Returns the last epoch's mean loss.
@@ -658,17 +715,25 @@ def train_classifier(clf: CriticalityClassifier, optimizer: torch.optim.Optimize
     dev = _device(clf)
     struct = {k: t.to(dev) for k, t in structure(batch.q_adj, batch.c_adj).items()}
     q_adj, q_mask, c_adj, c_mask, y, u, v, target = _to(
-        dev, batch.q_adj, batch.q_mask, batch.c_adj, batch.c_mask, batch.y, u, v, target)
+        dev, batch.q_adj, batch.q_mask, batch.c_adj, batch.c_mask, batch.y, u, v, target
+    )
     loss_sum = torch.zeros((), device=dev)
     for _ in range(epochs):
         order = torch.randperm(len(target), generator=generator).to(dev)
         loss_sum, seen = torch.zeros((), device=dev), 0
         for s in range(0, len(order), batch_size):
-            idx = order[s:s + batch_size]
-            logits = clf(q_adj[idx], q_mask[idx], c_adj[idx], c_mask[idx], y[idx], u[idx], v[idx],
-                         {k: t[idx] for k, t in struct.items()})
-            loss = nn.functional.binary_cross_entropy_with_logits(
-                logits, target[idx].float().expand_as(logits))
+            idx = order[s : s + batch_size]
+            logits = clf(
+                q_adj[idx],
+                q_mask[idx],
+                c_adj[idx],
+                c_mask[idx],
+                y[idx],
+                u[idx],
+                v[idx],
+                {k: t[idx] for k, t in struct.items()},
+            )
+            loss = nn.functional.binary_cross_entropy_with_logits(logits, target[idx].float().expand_as(logits))
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

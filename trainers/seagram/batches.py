@@ -23,8 +23,16 @@ class TrainPairs:
     """Every query and corpus graph of ``data`` padded once on ``device``, and the train split's
     relevant / irrelevant corpus graphs per query (``np.flatnonzero`` of its label row)."""
 
-    def __init__(self, data, queries_per_step: int, pos_per_query: int, neg_per_query: int,
-                 n_query: int, n_corpus: int, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        data,
+        queries_per_step: int,
+        pos_per_query: int,
+        neg_per_query: int,
+        n_query: int,
+        n_corpus: int,
+        device: torch.device | str = "cpu",
+    ):
         self.train = data.splits["train"]
         self.sizes = (queries_per_step, pos_per_query, neg_per_query)
         self.pos = {q: np.flatnonzero(data.labels[q] == 1) for q in self.train.tolist()}
@@ -34,13 +42,21 @@ class TrainPairs:
         ca, cm = dense_batch(data.corpus, n_corpus)
         labels = torch.from_numpy(data.labels.astype(np.int64))
         self.query_adj, self.query_mask, self.corpus_adj, self.corpus_mask, self.labels = (
-            to_device(t, self.device) for t in (qa, qm, ca, cm, labels))
+            to_device(t, self.device) for t in (qa, qm, ca, cm, labels)
+        )
 
     @classmethod
     def of(cls, data, cfg, device: torch.device | str = "cpu") -> "TrainPairs":
         """For a seagram ``Config``: its batch sizes and padded graph sizes."""
-        return cls(data, cfg.queries_per_step, cfg.pos_per_query, cfg.neg_per_query,
-                   cfg.query_nodes[1], cfg.corpus_nodes[1], device)
+        return cls(
+            data,
+            cfg.queries_per_step,
+            cfg.pos_per_query,
+            cfg.neg_per_query,
+            cfg.query_nodes[1],
+            cfg.corpus_nodes[1],
+            device,
+        )
 
     def draw(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """One step's ``(query index, corpus index)`` per pair, drawn by exactly the calls of

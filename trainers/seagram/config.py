@@ -163,20 +163,59 @@ class Config:
         lo, hi = self.corpus_nodes
         require(3 <= lo <= hi <= 64, "corpus_nodes", f"need 3 <= min <= max <= 64, got {list(self.corpus_nodes)}")
         qlo, qhi = self.query_nodes
-        require(2 <= qlo <= qhi <= hi, "query_nodes",
-                f"need 2 <= min <= max <= corpus max {hi}, got {list(self.query_nodes)}")
+        require(
+            2 <= qlo <= qhi <= hi,
+            "query_nodes",
+            f"need 2 <= min <= max <= corpus max {hi}, got {list(self.query_nodes)}",
+        )
         plo, phi = self.pos_ratio
         require(0 <= plo <= phi and phi > 0, "pos_ratio", f"need 0 <= min <= max, max > 0, got {list(self.pos_ratio)}")
-        require(all(f >= 0 for f in self.split) and abs(sum(self.split) - 1) < 1e-6 and self.split[0] > 0
-                and self.split[2] > 0, "split", f"need train, val, test >= 0 summing to 1 "
-                f"(train, test > 0), got {list(self.split)}")
-        require_at_least(self, 1, "n_corpus", "n_queries", "max_query_attempts", "nci_max_molecules",
-                         "hidden", "layers", "victim_steps", "queries_per_step", "pos_per_query",
-                         "neg_per_query", "report_every", "budget", "al_rounds", "al_candidates",
-                         "clf_hidden", "clf_layers", "clf_members", "clf_batch")
-        require_at_least(self, 0, "solver_budget", "top_k", "greedy_max_checks", "attack_queries", "patience", "witness_labels",
-                         "clf_epochs_init", "clf_epochs", "torch_threads")
-        require(self.solver_timeout_s >= 0, "solver_timeout_s", f"must be >= 0 (0: no limit), got {self.solver_timeout_s}")
+        require(
+            all(f >= 0 for f in self.split)
+            and abs(sum(self.split) - 1) < 1e-6
+            and self.split[0] > 0
+            and self.split[2] > 0,
+            "split",
+            f"need train, val, test >= 0 summing to 1 (train, test > 0), got {list(self.split)}",
+        )
+        require_at_least(
+            self,
+            1,
+            "n_corpus",
+            "n_queries",
+            "max_query_attempts",
+            "nci_max_molecules",
+            "hidden",
+            "layers",
+            "victim_steps",
+            "queries_per_step",
+            "pos_per_query",
+            "neg_per_query",
+            "report_every",
+            "budget",
+            "al_rounds",
+            "al_candidates",
+            "clf_hidden",
+            "clf_layers",
+            "clf_members",
+            "clf_batch",
+        )
+        require_at_least(
+            self,
+            0,
+            "solver_budget",
+            "top_k",
+            "greedy_max_checks",
+            "attack_queries",
+            "patience",
+            "witness_labels",
+            "clf_epochs_init",
+            "clf_epochs",
+            "torch_threads",
+        )
+        require(
+            self.solver_timeout_s >= 0, "solver_timeout_s", f"must be >= 0 (0: no limit), got {self.solver_timeout_s}"
+        )
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
         require(self.es_tolerance >= 0, "es_tolerance", f"must be >= 0, got {self.es_tolerance}")
@@ -185,10 +224,16 @@ class Config:
         require(0 < self.threshold < 1, "threshold", f"must be in (0, 1), got {self.threshold}")
         require(0 < self.al_pos_frac < 1, "al_pos_frac", f"must be in (0, 1), got {self.al_pos_frac}")
         require(0 <= self.al_random_frac <= 1, "al_random_frac", f"must be in [0, 1], got {self.al_random_frac}")
-        require(1 <= self.al_init <= self.al_budget, "al_init",
-                f"must be in [1, al_budget={self.al_budget}], got {self.al_init}")
-        require(self.source == "nci" or self.source.replace("_", "").isalnum(), "source",
-                f"must be nci or a TU dataset name, got {self.source!r}")
+        require(
+            1 <= self.al_init <= self.al_budget,
+            "al_init",
+            f"must be in [1, al_budget={self.al_budget}], got {self.al_init}",
+        )
+        require(
+            self.source == "nci" or self.source.replace("_", "").isalnum(),
+            "source",
+            f"must be nci or a TU dataset name, got {self.source!r}",
+        )
 
     @property
     def al_per_round(self) -> int:

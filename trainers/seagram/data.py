@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from raylab.errors import UserError
-from raylab.workloads import require
 from raylab.files import sha256_file, user_path
+from raylab.workloads import require
 from trainers.seagram.config import Config
 from trainers.seagram.solver import SubgraphSolver, Verdict
 
@@ -194,15 +194,18 @@ def bfs_sample(adj: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray 
     return adj[np.ix_(idx, idx)].astype(np.uint8)
 
 
-def sample_graphs(sources: list[np.ndarray], count: int, sizes: tuple[int, int],
-                  rng: np.random.Generator, max_tries: int = 100000) -> list[np.ndarray]:
+def sample_graphs(
+    sources: list[np.ndarray], count: int, sizes: tuple[int, int], rng: np.random.Generator, max_tries: int = 100000
+) -> list[np.ndarray]:
     """``count`` BFS samples with node counts drawn uniformly from ``sizes`` (inclusive)."""
     out, tries = [], 0
     while len(out) < count:
         tries += 1
         if tries > max_tries:
-            raise UserError(f"could not sample {count} connected graphs of {sizes[0]}-{sizes[1]} "
-                            f"nodes from the source graphs (got {len(out)} in {max_tries} tries)")
+            raise UserError(
+                f"could not sample {count} connected graphs of {sizes[0]}-{sizes[1]} "
+                f"nodes from the source graphs (got {len(out)} in {max_tries} tries)"
+            )
         n = int(rng.integers(sizes[0], sizes[1] + 1))
         g = bfs_sample(sources[int(rng.integers(len(sources)))], n, rng)
         if g is not None:
@@ -241,7 +244,8 @@ def generate(spec: DataSpec, sources: list[np.ndarray]) -> RetrievalData:
             raise UserError(
                 f"data: only {len(queries)} of n_queries={spec.n_queries} queries have a relevant:"
                 f"irrelevant ratio in pos_ratio={list(spec.pos_ratio)} after max_query_attempts="
-                f"{spec.max_query_attempts}; raise max_query_attempts or widen pos_ratio")
+                f"{spec.max_query_attempts}; raise max_query_attempts or widen pos_ratio"
+            )
         q = sample_graphs(sources, 1, spec.query_nodes, rng)[0]
         q_nx = _nx(q)
         row = np.zeros(spec.n_corpus, dtype=np.int8)
@@ -252,7 +256,7 @@ def generate(spec: DataSpec, sources: list[np.ndarray]) -> RetrievalData:
                 verdict_unknown = True
                 break
             row[j] = int(verdict)
-            positives = row[:j + 1].sum()
+            positives = row[: j + 1].sum()
             if positives > max_pos or positives + spec.n_corpus - j - 1 < min_pos:
                 break  # the ratio can no longer land in pos_ratio: reject early
         if verdict_unknown:
@@ -267,12 +271,14 @@ def generate(spec: DataSpec, sources: list[np.ndarray]) -> RetrievalData:
     order = rng.permutation(len(queries))
     n_train = int(round(spec.split[0] * len(queries)))
     n_val = int(round(spec.split[1] * len(queries)))
-    splits = {"train": np.sort(order[:n_train]), "val": np.sort(order[n_train:n_train + n_val]),
-              "test": np.sort(order[n_train + n_val:])}
+    splits = {
+        "train": np.sort(order[:n_train]),
+        "val": np.sort(order[n_train : n_train + n_val]),
+        "test": np.sort(order[n_train + n_val :]),
+    }
     stats = {
         "pos_rate": float(labels.mean()),
-        **{f"pos_rate_{k}": float(labels[v].mean()) if len(v) else float("nan")
-           for k, v in splits.items()},
+        **{f"pos_rate_{k}": float(labels[v].mean()) if len(v) else float("nan") for k, v in splits.items()},
         "query_attempts": attempts,
         "queries_dropped_unknown": dropped_unknown,
         "queries_dropped_pos_ratio": dropped_frac,
@@ -291,21 +297,34 @@ def load_released_data(cfg) -> RetrievalData:
     from trainers.seagram import isonet_data
 
     data_dir, _ = data_dirs(cfg)
-    corpus, queries, labels, splits, sha = isonet_data.load_released(data_dir, cfg.dataset,
-                                                                     cfg.verify_checksums)
-    for kind, graphs, limit, key in (("corpus", corpus, cfg.corpus_nodes[1], "corpus_nodes"),
-                                     ("query", queries, cfg.query_nodes[1], "query_nodes")):
+    corpus, queries, labels, splits, sha = isonet_data.load_released(data_dir, cfg.dataset, cfg.verify_checksums)
+    for kind, graphs, limit, key in (
+        ("corpus", corpus, cfg.corpus_nodes[1], "corpus_nodes"),
+        ("query", queries, cfg.query_nodes[1], "query_nodes"),
+    ):
         largest = max(g.shape[0] for g in graphs)
         if largest > limit:
-            raise UserError(f"{key}: dataset {cfg.dataset} has a {kind} graph of {largest} nodes, "
-                            f"more than {key}[1]={limit}; raise it")
+            raise UserError(
+                f"{key}: dataset {cfg.dataset} has a {kind} graph of {largest} nodes, "
+                f"more than {key}[1]={limit}; raise it"
+            )
     stats = {
         "pos_rate": float(labels.mean()),
         **{f"pos_rate_{k}": float(labels[v].mean()) for k, v in splits.items()},
-        "query_attempts": len(queries), "queries_dropped_unknown": 0, "queries_dropped_pos_ratio": 0,
-        "solver": {"calls": int(labels.size), "seconds": float("nan"), "yes": int(labels.sum()),
-                   "no": int(labels.size - labels.sum()), "unknown": 0, "expansions": 0},
-        "seconds": 0.0, "source_sha256": sha, "released": cfg.dataset,
+        "query_attempts": len(queries),
+        "queries_dropped_unknown": 0,
+        "queries_dropped_pos_ratio": 0,
+        "solver": {
+            "calls": int(labels.size),
+            "seconds": float("nan"),
+            "yes": int(labels.sum()),
+            "no": int(labels.size - labels.sum()),
+            "unknown": 0,
+            "expansions": 0,
+        },
+        "seconds": 0.0,
+        "source_sha256": sha,
+        "released": cfg.dataset,
     }
     return RetrievalData(corpus, queries, labels, splits, stats, spec_from_config(cfg))
 
@@ -318,8 +337,9 @@ def load_data(cfg) -> RetrievalData:
     return load_or_generate(spec_from_config(cfg), data_dir, cache_dir, cfg.download)
 
 
-def load_or_generate(spec: DataSpec, data_dir: str | os.PathLike, cache_dir: str | os.PathLike,
-                     download: bool = False) -> RetrievalData:
+def load_or_generate(
+    spec: DataSpec, data_dir: str | os.PathLike, cache_dir: str | os.PathLike, download: bool = False
+) -> RetrievalData:
     """The cached dataset of ``spec``, generating (and caching) it on a miss."""
     cache_dir = Path(cache_dir)
     path = cache_dir / f"{spec.key()}.npz"
@@ -347,8 +367,7 @@ def _save(data: RetrievalData, path: Path, meta_path: Path) -> None:
     }
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
     np.savez_compressed(tmp, **arrays)
-    meta = {"spec": asdict(data.spec), "stats": data.stats,
-            "npz_sha256": sha256_file(tmp)}
+    meta = {"spec": asdict(data.spec), "stats": data.stats, "npz_sha256": sha256_file(tmp)}
     tmp_meta = meta_path.with_name(f".{meta_path.name}.{os.getpid()}.tmp")
     tmp_meta.write_text(json.dumps(meta, indent=2))
     os.replace(tmp, path)
@@ -357,8 +376,10 @@ def _save(data: RetrievalData, path: Path, meta_path: Path) -> None:
 
 def _load(path: Path, meta: dict, spec: DataSpec) -> RetrievalData:
     if meta.get("npz_sha256") != sha256_file(path):
-        raise UserError(f"{path}: fails its checksum (recorded in {path.with_suffix('.json')}); "
-                        f"delete both files to regenerate the dataset")
+        raise UserError(
+            f"{path}: fails its checksum (recorded in {path.with_suffix('.json')}); "
+            f"delete both files to regenerate the dataset"
+        )
     with np.load(path, allow_pickle=False) as z:
         corpus = [g[:n, :n].copy() for g, n in zip(z["corpus"], z["corpus_sizes"])]
         queries = [g[:n, :n].copy() for g, n in zip(z["queries"], z["query_sizes"])]
@@ -370,7 +391,7 @@ def _load(path: Path, meta: dict, spec: DataSpec) -> RetrievalData:
 def _pad(graphs: list[np.ndarray], n: int) -> np.ndarray:
     out = np.zeros((len(graphs), n, n), dtype=np.uint8)
     for i, g in enumerate(graphs):
-        out[i, :g.shape[0], :g.shape[0]] = g
+        out[i, : g.shape[0], : g.shape[0]] = g
     return out
 
 
@@ -409,15 +430,17 @@ def preflight(cfg) -> None:
         if cfg.source == "nci":
             require("seagram", ["rdkit"], why="for source: nci (the NCI molecules it ships)")
             if not nci_path().is_file():
-                raise UserError(f"source: nci: RDKit's NCI molecules not found at {nci_path()}; "
-                                f"reinstall rdkit (pip install rdkit)")
+                raise UserError(
+                    f"source: nci: RDKit's NCI molecules not found at {nci_path()}; reinstall rdkit (pip install rdkit)"
+                )
         else:
             missing = [p for p in tu_raw_files(data_dir, cfg.source) if not p.is_file()]
             if missing and not cfg.download:
                 raise UserError(
                     f"data_dir: TU dataset {cfg.source} not found: no {missing[0]}; put the raw TU "
                     f"files in {data_dir / cfg.source / 'raw'} or set config.download=true "
-                    f"(needs internet)")
+                    f"(needs internet)"
+                )
     n_test = 75 if cfg.dataset else max(1, round(cfg.split[2] * cfg.n_queries))
     if cfg.attack_queries:
         n_test = min(n_test, cfg.attack_queries)
@@ -425,11 +448,11 @@ def preflight(cfg) -> None:
     n, nq = cfg.corpus_nodes[1], cfg.query_nodes[1]
     # the attacked pairs (adjacency, its gradient, done mask), every pair's candidate flips
     # (pair, u, v, gain and masks: about 40 bytes each), one scoring chunk of 4096 graphs
-    need = (pairs * (n * n * 9 + nq * nq * 4 + n * (n - 1) // 2 * 40)
-            + 4096 * (n * n + nq * nq) * 4 * 2)
+    need = pairs * (n * n * 9 + nq * nq * 4 + n * (n - 1) // 2 * 40) + 4096 * (n * n + nq * nq) * 4 * 2
     have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if need > 0.8 * have:
         raise UserError(
             f"attack_queries/n_corpus: attacking {n_test} test queries x {cfg.n_corpus} corpus graphs "
             f"needs about {need / 2**30:.1f} GiB, more than 80% of this machine's "
-            f"{have / 2**30:.1f} GiB; set config.attack_queries to attack fewer test queries")
+            f"{have / 2**30:.1f} GiB; set config.attack_queries to attack fewer test queries"
+        )

@@ -65,14 +65,13 @@ class Propagation(nn.Module):
         d = self.dim
         w, b = self.message.weight, self.message.bias
         from_part = h @ w[:, :d].T
-        to_part = h @ w[:, d:2 * d].T + w[:, 2 * d] + b
+        to_part = h @ w[:, d : 2 * d].T + w[:, 2 * d] + b
         return adj @ from_part + adj.sum(-1, keepdim=True) * to_part
 
     def edge_messages(self, h_u: torch.Tensor, h_v: torch.Tensor) -> torch.Tensor:
         """IsoNet's edge embedding ``f([h_u, h_v, 1]) + f([h_v, h_u, 1])`` of edges ``(u, v)``."""
         ones = torch.ones_like(h_u[..., :1])
-        return (self.message(torch.cat([h_u, h_v, ones], -1))
-                + self.message(torch.cat([h_v, h_u, ones], -1)))
+        return self.message(torch.cat([h_u, h_v, ones], -1)) + self.message(torch.cat([h_v, h_u, ones], -1))
 
     def update(self, h: torch.Tensor, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         shape = h.shape
@@ -91,7 +90,7 @@ class GraphAggregator(nn.Module):
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         z = self.mlp1(h)
-        gated = torch.sigmoid(z[..., :self.dim]) * z[..., self.dim:]
+        gated = torch.sigmoid(z[..., : self.dim]) * z[..., self.dim :]
         return self.mlp2((gated * mask.unsqueeze(-1).to(gated.dtype)).sum(1))
 
 
@@ -116,8 +115,10 @@ class GMN(nn.Module):
         for _ in range(self.steps):
             msg_q, msg_c = self.prop.messages(hq, q_adj), self.prop.messages(hc, c_adj)
             att_q, att_c = cross_attention(hq, q_mask, hc, c_mask, self.n_nodes, self.temperature)
-            hq, hc = (self.prop.update(hq, torch.cat([msg_q, hq - att_q], -1), q_mask),
-                      self.prop.update(hc, torch.cat([msg_c, hc - att_c], -1), c_mask))
+            hq, hc = (
+                self.prop.update(hq, torch.cat([msg_q, hq - att_q], -1), q_mask),
+                self.prop.update(hc, torch.cat([msg_c, hc - att_c], -1), c_mask),
+            )
         g_q, g_c = self.aggregator(hq, q_mask), self.aggregator(hc, c_mask)
         return -torch.relu(g_q - g_c).sum(-1)
 
@@ -144,8 +145,7 @@ def edge_slots(adj: torch.Tensor, max_edges: int):
     values = adj[:, iu, ju]
     present = values > 0.5
     if int(present.sum(1).max()) > max_edges:
-        raise ValueError(f"a graph has {int(present.sum(1).max())} edges, more than the "
-                         f"model's max_edges={max_edges}")
+        raise ValueError(f"a graph has {int(present.sum(1).max())} edges, more than the model's max_edges={max_edges}")
     order = torch.sort((~present).to(torch.int8), dim=1, stable=True).indices[:, :max_edges]
     if order.shape[1] < max_edges:
         order = nn.functional.pad(order, (0, max_edges - order.shape[1]))
@@ -168,16 +168,22 @@ class IsoNetEdge(nn.Module):
     ``s = -sum relu(E_q - P E_c)`` over slots and features.
     """
 
-    def __init__(self, dim: int = 10, steps: int = 5, max_edges: int = 30, feature_dim: int = 16,
-                 temperature: float = 0.1, sinkhorn_iterations: int = 20):
+    def __init__(
+        self,
+        dim: int = 10,
+        steps: int = 5,
+        max_edges: int = 30,
+        feature_dim: int = 16,
+        temperature: float = 0.1,
+        sinkhorn_iterations: int = 20,
+    ):
         super().__init__()
         self.prop = Propagation(dim, matching=False)
         self.steps = steps
         self.max_edges = max_edges
         self.temperature = temperature
         self.sinkhorn_iterations = sinkhorn_iterations
-        self.features = nn.Sequential(nn.Linear(2 * dim, feature_dim), nn.ReLU(),
-                                      nn.Linear(feature_dim, feature_dim))
+        self.features = nn.Sequential(nn.Linear(2 * dim, feature_dim), nn.ReLU(), nn.Linear(feature_dim, feature_dim))
 
     def edges(self, adj: torch.Tensor, mask: torch.Tensor):
         """Edge embeddings ``[B, max_edges, 2d]`` (zero on padding slots) and the slot mask."""

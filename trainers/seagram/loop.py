@@ -98,8 +98,9 @@ def train_loop(config: dict) -> None:
     clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
     solver = SubgraphSolver.from_config(cfg)
     stopping = EarlyStopping(cfg.patience, cfg.es_tolerance)
-    st = SeagramState(victim, optimizer, clf, clf_optimizer, victim_rng, al_rng, clf_gen, solver.stats,
-                      stopping, config=config)
+    st = SeagramState(
+        victim, optimizer, clf, clf_optimizer, victim_rng, al_rng, clf_gen, solver.stats, stopping, config=config
+    )
     saved = session.restore()
     if saved is not None:
         st.load_state_dict(saved)
@@ -108,7 +109,7 @@ def train_loop(config: dict) -> None:
 
     test_queries = data.splits["test"]
     if cfg.attack_queries:
-        test_queries = test_queries[:cfg.attack_queries]
+        test_queries = test_queries[: cfg.attack_queries]
 
     # ------------------------------------------------------------ phase 1: the victim
     if st.phase == "victim":
@@ -133,12 +134,20 @@ def train_loop(config: dict) -> None:
                     st.phase = "attack_train" if cfg.attack == "seagram" else "eval"
                 victim.train()
                 session.report(
-                    {"victim/loss": torch.stack(losses).double().mean().item(), "victim/step": st.step,
-                     "victim/map_val": map_val, "victim/best_step": stopping.best_step,
-                     "victim/pairs_per_s": st.pairs_per_s, "attack/map": float("nan"),
-                     "train/phase": 0, **data_metrics,
-                     **({"victim/map": st.clean_map} if last else {})},
-                    state=st.state_dict, checkpoint=True if last else None)
+                    {
+                        "victim/loss": torch.stack(losses).double().mean().item(),
+                        "victim/step": st.step,
+                        "victim/map_val": map_val,
+                        "victim/best_step": stopping.best_step,
+                        "victim/pairs_per_s": st.pairs_per_s,
+                        "attack/map": float("nan"),
+                        "train/phase": 0,
+                        **data_metrics,
+                        **({"victim/map": st.clean_map} if last else {}),
+                    },
+                    state=st.state_dict,
+                    checkpoint=True if last else None,
+                )
                 losses, pairs, started = [], 0, time.perf_counter()
                 if last:
                     break
@@ -153,8 +162,8 @@ def train_loop(config: dict) -> None:
         while st.round <= cfg.al_rounds:
             started = time.perf_counter()
             st.rows, st.targets, loss = al_round(
-                st.round, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen, victim,
-                st.rows, st.targets)
+                st.round, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen, victim, st.rows, st.targets
+            )
             st.clf_loss = loss if loss is not None else st.clf_loss
             known = st.targets >= 0
             st.al_seconds += time.perf_counter() - started
@@ -163,14 +172,21 @@ def train_loop(config: dict) -> None:
             if last:
                 st.phase = "eval"
             session.report(
-                {"seagram/al_round": st.round - 1, "seagram/labeled": int(known.sum()),
-                 "seagram/noncritical_rate": float(st.targets[known].mean()) if known.any() else 0.0,
-                 "seagram/clf_loss": st.clf_loss,
-                 "attack/solver_calls_train": solver.stats.calls,
-                 "attack/solver_unknown_train": solver.stats.unknown,
-                 "attack/train_s": st.al_seconds, "attack/map": float("nan"),
-                 "train/phase": 1, **data_metrics},
-                state=st.state_dict, checkpoint=True if last else None)
+                {
+                    "seagram/al_round": st.round - 1,
+                    "seagram/labeled": int(known.sum()),
+                    "seagram/noncritical_rate": float(st.targets[known].mean()) if known.any() else 0.0,
+                    "seagram/clf_loss": st.clf_loss,
+                    "attack/solver_calls_train": solver.stats.calls,
+                    "attack/solver_unknown_train": solver.stats.unknown,
+                    "attack/train_s": st.al_seconds,
+                    "attack/map": float("nan"),
+                    "train/phase": 1,
+                    **data_metrics,
+                },
+                state=st.state_dict,
+                checkpoint=True if last else None,
+            )
         st.phase = "eval"
     clf.eval()
 
@@ -178,12 +194,21 @@ def train_loop(config: dict) -> None:
     metrics, checker = run_attack(cfg, data, victim, clf, test_queries)
     st.phase = "done"
     session.report(
-        {**metrics, "victim/map": st.clean_map, "victim/pairs_per_s": st.pairs_per_s,
-         "attack/solver_calls_train": solver.stats.calls,
-         "attack/solver_s_train": solver.stats.seconds, "attack/train_s": st.al_seconds,
-         "attack/label_check_calls": checker.stats.calls,
-         "seagram/labeled": int((st.targets >= 0).sum()), "train/phase": 2, **data_metrics},
-        state=st.state_dict, checkpoint=True)
+        {
+            **metrics,
+            "victim/map": st.clean_map,
+            "victim/pairs_per_s": st.pairs_per_s,
+            "attack/solver_calls_train": solver.stats.calls,
+            "attack/solver_s_train": solver.stats.seconds,
+            "attack/train_s": st.al_seconds,
+            "attack/label_check_calls": checker.stats.calls,
+            "seagram/labeled": int((st.targets >= 0).sum()),
+            "train/phase": 2,
+            **data_metrics,
+        },
+        state=st.state_dict,
+        checkpoint=True,
+    )
 
 
 class EarlyStopping:
@@ -222,7 +247,11 @@ class EarlyStopping:
     def load_state_dict(self, state: dict | None) -> None:
         if state:
             self.best, self.best_step, self.bad, self.weights = (
-                state["best"], state["best_step"], state["bad"], state["weights"])
+                state["best"],
+                state["best_step"],
+                state["bad"],
+                state["weights"],
+            )
 
 
 def val_queries(data: RetrievalData) -> np.ndarray:
@@ -242,14 +271,20 @@ def train_victim(victim, optimizer, data: RetrievalData, cfg: Config, rng: np.ra
         step += 1
         if step % cfg.report_every == 0 or step == cfg.victim_steps:
             victim.eval()
-            stopping.check(split_map(victim, data, val_queries(data), cfg.query_nodes[1],
-                                     cfg.corpus_nodes[1]), step, victim)
+            stopping.check(
+                split_map(victim, data, val_queries(data), cfg.query_nodes[1], cfg.corpus_nodes[1]), step, victim
+            )
             victim.train()
     seconds = time.perf_counter() - started
     stopping.restore(victim)
     victim.eval()
-    return {"pairs_per_s": pairs / seconds, "seconds": seconds, "steps": step,
-            "best_step": stopping.best_step, "map_val": stopping.best}
+    return {
+        "pairs_per_s": pairs / seconds,
+        "seconds": seconds,
+        "steps": step,
+        "best_step": stopping.best_step,
+        "map_val": stopping.best,
+    }
 
 
 def make_victim(cfg: Config, data: RetrievalData):
@@ -275,13 +310,28 @@ def victim_step(victim, optimizer, feed: TrainPairs, cfg: Config, rng: np.random
 
 def flip_pool(data: RetrievalData, cfg: Config) -> atk.FlipPool:
     """The active-learning pool over the train queries and the corpus."""
-    return atk.FlipPool([data.queries[i] for i in data.splits["train"]], data.corpus,
-                        data.split_labels("train"), cfg.al_pos_frac, cfg.induced)
+    return atk.FlipPool(
+        [data.queries[i] for i in data.splits["train"]],
+        data.corpus,
+        data.split_labels("train"),
+        cfg.al_pos_frac,
+        cfg.induced,
+    )
 
 
-def al_round(round_index: int, cfg: Config, pool: atk.FlipPool, clf, clf_optimizer,
-             solver: SubgraphSolver, rng: np.random.Generator, clf_gen: torch.Generator, victim,
-             rows: np.ndarray, targets: np.ndarray):
+def al_round(
+    round_index: int,
+    cfg: Config,
+    pool: atk.FlipPool,
+    clf,
+    clf_optimizer,
+    solver: SubgraphSolver,
+    rng: np.random.Generator,
+    clf_gen: torch.Generator,
+    victim,
+    rows: np.ndarray,
+    targets: np.ndarray,
+):
     """One active-learning round; returns the grown ``(rows, targets)`` and the training loss.
 
     Round 0 labels ``al_init`` random pool flips and trains ``clf_epochs_init`` epochs; round
@@ -296,15 +346,23 @@ def al_round(round_index: int, cfg: Config, pool: atk.FlipPool, clf, clf_optimiz
         epochs = cfg.clf_epochs_init
     else:
         candidates = sample_pool(pool, cfg, rng, cfg.al_candidates, victim, n_query, n_corpus, clf)
-        n_random = cfg.al_per_round if cfg.al_strategy in ("random", "passive") else round(
-            cfg.al_random_frac * cfg.al_per_round)
+        n_random = (
+            cfg.al_per_round
+            if cfg.al_strategy in ("random", "passive")
+            else round(cfg.al_random_frac * cfg.al_per_round)
+        )
         order = rng.permutation(len(candidates))
         pick, rest = order[:n_random], order[n_random:]
         if cfg.al_per_round > n_random and len(rest):
             batch = pool.batch(candidates[rest], n_query, n_corpus)
-            prob = atk.noncritical_prob(clf, batch, torch.arange(len(rest)),
-                                        torch.from_numpy(candidates[rest, 2]),
-                                        torch.from_numpy(candidates[rest, 3]), aggregate="mean")
+            prob = atk.noncritical_prob(
+                clf,
+                batch,
+                torch.arange(len(rest)),
+                torch.from_numpy(candidates[rest, 2]),
+                torch.from_numpy(candidates[rest, 3]),
+                aggregate="mean",
+            )
             chosen = atk.select_uncertain(prob, cfg.al_per_round - n_random).numpy()
             pick = np.concatenate([pick, rest[chosen]])
         new = candidates[np.sort(pick)]
@@ -317,24 +375,34 @@ def al_round(round_index: int, cfg: Config, pool: atk.FlipPool, clf, clf_optimiz
     if known.any() and epochs:
         labelled = rows[known]
         loss = atk.train_classifier(
-            clf, clf_optimizer, pool.batch(labelled, n_query, n_corpus),
-            torch.from_numpy(labelled[:, 2]), torch.from_numpy(labelled[:, 3]),
-            torch.from_numpy(targets[known]), epochs, cfg.clf_batch, clf_gen)
+            clf,
+            clf_optimizer,
+            pool.batch(labelled, n_query, n_corpus),
+            torch.from_numpy(labelled[:, 2]),
+            torch.from_numpy(labelled[:, 3]),
+            torch.from_numpy(targets[known]),
+            epochs,
+            cfg.clf_batch,
+            clf_gen,
+        )
     clf.eval()
     return rows, targets, loss
 
 
-def run_attack(cfg: Config, data: RetrievalData, victim, clf, test_queries: np.ndarray,
-               attack: str | None = None):
+def run_attack(cfg: Config, data: RetrievalData, victim, clf, test_queries: np.ndarray, attack: str | None = None):
     """Attack every (test query, corpus graph) pair with ``attack`` (default ``cfg.attack``).
 
     Returns the metrics of ``attack_metrics`` and the solver that checked the labels afterwards.
     """
     attack = attack or cfg.attack
     n_query, n_corpus = cfg.query_nodes[1], cfg.corpus_nodes[1]
-    batch = atk.PairBatch.build([data.queries[q] for q in test_queries for _ in data.corpus],
-                                [c for _ in test_queries for c in data.corpus],
-                                data.labels[test_queries].reshape(-1), n_query, n_corpus)
+    batch = atk.PairBatch.build(
+        [data.queries[q] for q in test_queries for _ in data.corpus],
+        [c for _ in test_queries for c in data.corpus],
+        data.labels[test_queries].reshape(-1),
+        n_query,
+        n_corpus,
+    )
     clean = atk.pair_scores(victim, batch).view(len(test_queries), -1)
     labels = torch.from_numpy(data.labels[test_queries])
     true_y = batch.y.clone()
@@ -347,17 +415,20 @@ def run_attack(cfg: Config, data: RetrievalData, victim, clf, test_queries: np.n
     if attack == "random":
         outcome = atk.random_attack(batch, cfg.budget, np.random.default_rng([cfg.seed, 4]))
     elif attack in ("greedy", "greedy_free"):
-        outcome = atk.greedy_attack(victim, batch, cfg.budget,
-                                    SubgraphSolver.from_config(cfg) if attack == "greedy" else None,
-                                    max_checks=cfg.greedy_max_checks, top_k=cfg.top_k)
+        outcome = atk.greedy_attack(
+            victim,
+            batch,
+            cfg.budget,
+            SubgraphSolver.from_config(cfg) if attack == "greedy" else None,
+            max_checks=cfg.greedy_max_checks,
+            top_k=cfg.top_k,
+        )
     else:
-        outcome = atk.seagram_attack(victim, clf, batch, cfg.budget, cfg.threshold,
-                                     top_k=cfg.top_k, select=cfg.select)
+        outcome = atk.seagram_attack(victim, clf, batch, cfg.budget, cfg.threshold, top_k=cfg.top_k, select=cfg.select)
     batch.y = true_y
     attacked = atk.pair_scores(victim, batch).view(len(test_queries), -1)
     checker = SubgraphSolver.from_config(cfg)
-    metrics = attack_metrics(batch, outcome, atk.label_check(batch, outcome.flips, checker),
-                             clean, attacked, labels)
+    metrics = attack_metrics(batch, outcome, atk.label_check(batch, outcome.flips, checker), clean, attacked, labels)
     # solver calls behind the labels the attack used: one per attacked pair at generation
     uses_labels = attack in ("greedy", "seagram", "greedy_free") and not predicted
     metrics["attack/solver_calls_labels"] = len(batch) if uses_labels else 0
@@ -367,9 +438,13 @@ def run_attack(cfg: Config, data: RetrievalData, victim, clf, test_queries: np.n
 def train_scores(victim, data: RetrievalData, cfg: Config) -> torch.Tensor:
     """The victim's scores of every (train query, corpus graph) pair, row-major."""
     queries = data.splits["train"]
-    batch = atk.PairBatch.build([data.queries[q] for q in queries for _ in data.corpus],
-                                [c for _ in queries for c in data.corpus],
-                                data.labels[queries].reshape(-1), cfg.query_nodes[1], cfg.corpus_nodes[1])
+    batch = atk.PairBatch.build(
+        [data.queries[q] for q in queries for _ in data.corpus],
+        [c for _ in queries for c in data.corpus],
+        data.labels[queries].reshape(-1),
+        cfg.query_nodes[1],
+        cfg.corpus_nodes[1],
+    )
     return atk.pair_scores(victim, batch)
 
 
@@ -395,8 +470,14 @@ def fit_threshold(scores: torch.Tensor, labels: np.ndarray) -> float:
     return float((s[k - 1] + s[k]) / 2)
 
 
-def attack_metrics(batch: atk.PairBatch, outcome: atk.AttackOutcome, after: torch.Tensor,
-                   clean: torch.Tensor, attacked: torch.Tensor, labels: torch.Tensor) -> dict:
+def attack_metrics(
+    batch: atk.PairBatch,
+    outcome: atk.AttackOutcome,
+    after: torch.Tensor,
+    clean: torch.Tensor,
+    attacked: torch.Tensor,
+    labels: torch.Tensor,
+) -> dict:
     """The attack's metrics from its outcome, the labels after it and the victim's scores.
 
     ``attack/label_preserved``: among pairs the attack perturbed (at least one flip), the
@@ -432,8 +513,7 @@ def attack_metrics(batch: atk.PairBatch, outcome: atk.AttackOutcome, after: torc
     }
 
 
-def victim_batch(data: RetrievalData, cfg: Config, rng: np.random.Generator, n_query: int,
-                 n_corpus: int):
+def victim_batch(data: RetrievalData, cfg: Config, rng: np.random.Generator, n_query: int, n_corpus: int):
     """One training batch: queries_per_step train queries, each with pos/neg corpus samples,
     collated on the host (the reference ``batches.TrainPairs`` gathers the same on the device;
     ``benchmarks/graph_feed.py`` times both)."""
@@ -443,8 +523,7 @@ def victim_batch(data: RetrievalData, cfg: Config, rng: np.random.Generator, n_q
     for q in queries.tolist():
         pos = np.flatnonzero(data.labels[q] == 1)
         neg = np.flatnonzero(data.labels[q] == 0)
-        picks = np.concatenate([rng.choice(pos, size=cfg.pos_per_query),
-                                rng.choice(neg, size=cfg.neg_per_query)])
+        picks = np.concatenate([rng.choice(pos, size=cfg.pos_per_query), rng.choice(neg, size=cfg.neg_per_query)])
         qs += [data.queries[q]] * len(picks)
         cs += [data.corpus[c] for c in picks.tolist()]
         labels.append(data.labels[q, picks])
@@ -455,15 +534,20 @@ def victim_batch(data: RetrievalData, cfg: Config, rng: np.random.Generator, n_q
 
 def split_map(victim, data: RetrievalData, queries: np.ndarray, n_query: int, n_corpus: int) -> float:
     """MAP of the victim for ``queries`` over the whole corpus."""
-    batch = atk.PairBatch.build([data.queries[q] for q in queries for _ in data.corpus],
-                                [c for _ in queries for c in data.corpus],
-                                data.labels[queries].reshape(-1), n_query, n_corpus)
+    batch = atk.PairBatch.build(
+        [data.queries[q] for q in queries for _ in data.corpus],
+        [c for _ in queries for c in data.corpus],
+        data.labels[queries].reshape(-1),
+        n_query,
+        n_corpus,
+    )
     scores = atk.pair_scores(victim, batch).view(len(queries), -1)
     return mean_average_precision(scores, torch.from_numpy(data.labels[queries]))
 
 
-def sample_pool(pool: atk.FlipPool, cfg: Config, rng: np.random.Generator, count: int, victim,
-                n_query: int, n_corpus: int, clf=None) -> np.ndarray:
+def sample_pool(
+    pool: atk.FlipPool, cfg: Config, rng: np.random.Generator, count: int, victim, n_query: int, n_corpus: int, clf=None
+) -> np.ndarray:
     """About ``count`` pool flips of the kind ``al_pool`` names.
 
     ``uniform``: uniform node pairs of random train pairs; ``attack``: flips of positive gain
@@ -476,8 +560,7 @@ def sample_pool(pool: atk.FlipPool, cfg: Config, rng: np.random.Generator, count
     if cfg.al_pool == "picks" and clf is not None:
         return pool.sample_picks(rng, count, victim, clf, cfg.top_k, n_query, n_corpus, cfg.select)
     per_pair = min(cfg.top_k, 8) if cfg.top_k else 8
-    return pool.sample_attack(rng, count, victim, max(1, -(-count // per_pair)), cfg.top_k,
-                              n_query, n_corpus)
+    return pool.sample_attack(rng, count, victim, max(1, -(-count // per_pair)), cfg.top_k, n_query, n_corpus)
 
 
 def train_seagram(cfg: Config, data: RetrievalData, victim) -> tuple:
@@ -493,10 +576,13 @@ def train_seagram(cfg: Config, data: RetrievalData, victim) -> tuple:
     rows, targets = np.zeros((0, 4), np.int64), np.zeros(0, np.int64)
     started = time.perf_counter()
     for r in range(cfg.al_rounds + 1):
-        rows, targets, _ = al_round(r, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen,
-                                    victim, rows, targets)
-    return clf, {"solver_calls": solver.stats.calls, "solver_s": solver.stats.seconds,
-                 "seconds": time.perf_counter() - started, "labeled": int((targets >= 0).sum())}
+        rows, targets, _ = al_round(r, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen, victim, rows, targets)
+    return clf, {
+        "solver_calls": solver.stats.calls,
+        "solver_s": solver.stats.seconds,
+        "seconds": time.perf_counter() - started,
+        "labeled": int((targets >= 0).sum()),
+    }
 
 
 def trained_victim(cfg: Config, data: RetrievalData) -> tuple:
@@ -507,17 +593,24 @@ def trained_victim(cfg: Config, data: RetrievalData) -> tuple:
     trained = train_victim(victim, optimizer, data, cfg, np.random.default_rng([cfg.seed, 1]))
     for p in victim.parameters():
         p.requires_grad_(False)
-    return victim, {"map": split_map(victim, data, attacked_queries(cfg, data), cfg.query_nodes[1],
-                                     cfg.corpus_nodes[1]), **trained}
+    return victim, {
+        "map": split_map(victim, data, attacked_queries(cfg, data), cfg.query_nodes[1], cfg.corpus_nodes[1]),
+        **trained,
+    }
 
 
 def attacked_queries(cfg: Config, data: RetrievalData) -> np.ndarray:
     """The test queries the attacks run on (the first ``attack_queries``; 0: all)."""
-    return data.splits["test"][:cfg.attack_queries] if cfg.attack_queries else data.splits["test"]
+    return data.splits["test"][: cfg.attack_queries] if cfg.attack_queries else data.splits["test"]
 
 
-def compare_attacks(cfg: Config, data: RetrievalData, attacks=("random", "greedy", "seagram"),
-                    al_strategies: tuple[str, ...] = (), al_arms: dict[str, dict] | None = None) -> dict:
+def compare_attacks(
+    cfg: Config,
+    data: RetrievalData,
+    attacks=("random", "greedy", "seagram"),
+    al_strategies: tuple[str, ...] = (),
+    al_arms: dict[str, dict] | None = None,
+) -> dict:
     """Train one victim, then run each attack on it; no session, no checkpoints.
 
     For side-by-side studies (the science test, ``benchmarks/seagram_cost.py``): the same
@@ -538,8 +631,7 @@ def compare_attacks(cfg: Config, data: RetrievalData, attacks=("random", "greedy
         for name, overrides in arms.items():
             other = replace(cfg, **overrides)
             other_clf, out[f"seagram_train_{name}"] = train_seagram(other, data, victim)
-            out[f"seagram_{name}"] = run_attack(other, data, victim, other_clf, test_queries,
-                                                attack="seagram")[0]
+            out[f"seagram_{name}"] = run_attack(other, data, victim, other_clf, test_queries, attack="seagram")[0]
     for name in attacks:
         out[name] = run_attack(cfg, data, victim, clf, test_queries, attack=name)[0]
     return out

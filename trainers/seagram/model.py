@@ -132,8 +132,9 @@ def sinkhorn(log_alpha: torch.Tensor, iterations: int) -> torch.Tensor:
 class IsoNetNode(nn.Module):
     """Node-alignment ablation: GIN node embeddings, Sinkhorn alignment, asymmetric hinge."""
 
-    def __init__(self, hidden: int = 64, layers: int = 3, n_nodes: int = 20,
-                 sinkhorn_iters: int = 10, temperature: float = 0.1):
+    def __init__(
+        self, hidden: int = 64, layers: int = 3, n_nodes: int = 20, sinkhorn_iters: int = 10, temperature: float = 0.1
+    ):
         super().__init__()
         self.n_nodes = n_nodes
         self.encoder = GINEncoder(hidden, layers)
@@ -180,12 +181,13 @@ def build_victim(name: str, hidden: int, layers: int, n_nodes: int = 20, max_edg
 
 
 @torch.no_grad()
-def score_pairs(model: nn.Module, queries: list[np.ndarray], corpus: list[np.ndarray],
-                chunk: int = 4096) -> torch.Tensor:
+def score_pairs(
+    model: nn.Module, queries: list[np.ndarray], corpus: list[np.ndarray], chunk: int = 4096
+) -> torch.Tensor:
     """Scores of the pairs ``(queries[i], corpus[i])``, in chunks of ``chunk`` pairs."""
     out = []
     for s in range(0, len(queries), chunk):
-        qa, qm = dense_batch(queries[s:s + chunk])
-        ca, cm = dense_batch(corpus[s:s + chunk])
+        qa, qm = dense_batch(queries[s : s + chunk])
+        ca, cm = dense_batch(corpus[s : s + chunk])
         out.append(model(qa, qm, ca, cm))
     return torch.cat(out) if out else torch.zeros(0)

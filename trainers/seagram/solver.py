@@ -47,8 +47,7 @@ class _DeadlineMatcher(GraphMatcher):
     as a feasibility test), so a call overruns its deadline by at most that many tests.
     """
 
-    def __init__(self, g1, g2, deadline: float, max_expansions: float = float("inf"),
-                 check_every: int = 64):
+    def __init__(self, g1, g2, deadline: float, max_expansions: float = float("inf"), check_every: int = 64):
         super().__init__(g1, g2)
         self.deadline = deadline
         self.max_expansions = max_expansions
@@ -86,8 +85,14 @@ class SolverStats:
     expansions: int = 0
 
     def as_dict(self) -> dict[str, float]:
-        return {"calls": self.calls, "seconds": self.seconds, "yes": self.yes, "no": self.no,
-                "unknown": self.unknown, "expansions": self.expansions}
+        return {
+            "calls": self.calls,
+            "seconds": self.seconds,
+            "yes": self.yes,
+            "no": self.no,
+            "unknown": self.unknown,
+            "expansions": self.expansions,
+        }
 
     def state_dict(self) -> dict[str, float]:
         """What a checkpoint keeps of them (``as_dict``)."""
@@ -109,8 +114,7 @@ class SubgraphSolver:
     ``stats.expansions`` sums the expansions of every call.
     """
 
-    def __init__(self, induced: bool = True, timeout_s: float | None = None,
-                 max_expansions: int | None = 200_000):
+    def __init__(self, induced: bool = True, timeout_s: float | None = None, max_expansions: int | None = 200_000):
         self.induced = induced
         self.timeout_s = timeout_s if timeout_s else None
         self.max_expansions = max_expansions if max_expansions else None
@@ -145,8 +149,7 @@ class SubgraphSolver:
         deadline = start + self.timeout_s if self.timeout_s is not None else float("inf")
         limit = self.max_expansions if self.max_expansions is not None else float("inf")
         matcher = _DeadlineMatcher(c, q, deadline, limit)  # GraphMatcher(G1, G2) looks for G2 in G1
-        search = (matcher.subgraph_isomorphisms_iter() if self.induced
-                  else matcher.subgraph_monomorphisms_iter())
+        search = matcher.subgraph_isomorphisms_iter() if self.induced else matcher.subgraph_monomorphisms_iter()
         try:
             found = next(search)  # corpus node -> query node
             return Verdict.YES, {q_node: c_node for c_node, q_node in found.items()}

@@ -40,5 +40,4 @@ class Config:
         require(self.noise >= 0, "noise", f"must be >= 0, got {self.noise}")
         require(self.step_time_s >= 0, "step_time_s", f"must be >= 0, got {self.step_time_s}")
         require(self.hold_at_step >= 0, "hold_at_step", f"must be >= 0, got {self.hold_at_step}")
-        require(not self.hold_at_step or bool(self.release_file), "release_file",
-                "must be set when hold_at_step is")
+        require(not self.hold_at_step or bool(self.release_file), "release_file", "must be set when hold_at_step is")

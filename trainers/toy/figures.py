@@ -2,9 +2,15 @@
 
 from raylab.report.spec import Curve, Report, Table, Versus
 
-REPORT = Report(items=(
-    Curve(("train/loss", "eval/mse"), x="train/step", logy=True,
-          title="training loss and held-out MSE against SGD steps (mean ± std over seeds)"),
-    Versus("lr", "eval/mse", logy=True, title="held-out MSE at the end against the learning rate"),
-    Table(("eval/mse", "train/loss"), best="min", title="final held-out MSE and training loss"),
-))
+REPORT = Report(
+    items=(
+        Curve(
+            ("train/loss", "eval/mse"),
+            x="train/step",
+            logy=True,
+            title="training loss and held-out MSE against SGD steps (mean ± std over seeds)",
+        ),
+        Versus("lr", "eval/mse", logy=True, title="held-out MSE at the end against the learning rate"),
+        Table(("eval/mse", "train/loss"), best="min", title="final held-out MSE and training loss"),
+    )
+)

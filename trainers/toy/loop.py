@@ -61,8 +61,12 @@ def train_loop(config: dict) -> None:
             eval_mse = torch.nn.functional.mse_loss(model(x_eval).squeeze(-1), y_eval)
         st.loss = float(st.loss)
         session.report(
-            {"train/loss": st.loss, "eval/mse": eval_mse.item(), "train/step": st.step,
-             "train/resumed_from_step": st.resumed_from_step},
+            {
+                "train/loss": st.loss,
+                "eval/mse": eval_mse.item(),
+                "train/step": st.step,
+                "train/resumed_from_step": st.resumed_from_step,
+            },
             state=st.state_dict,
             checkpoint=True if st.step == cfg.steps else None,
         )

@@ -15,8 +15,9 @@ def toy_with_loop(monkeypatch, tmp_path):
 
     def register(loop: str, name: str) -> str:
         toy = workloads.get("toy")
-        monkeypatch.setitem(workloads.registry(), name, Workload(
-            config=toy.config, loop=loop, metrics=toy.metrics, data_parallel=True))
+        monkeypatch.setitem(
+            workloads.registry(), name, Workload(config=toy.config, loop=loop, metrics=toy.metrics, data_parallel=True)
+        )
         path = tmp_path / f"{name}.yaml"
         path.write_text(
             f"workload: {name}\nmetric: train/loss\nmode: min\n"

@@ -13,5 +13,6 @@ from raylab.workloads import Workload  # noqa: E402
 
 toy = workloads.get("toy")
 workloads.registry()["toy_failing"] = Workload(
-    config=toy.config, loop="tests.raylab.launch.failing_loop:train_loop", metrics=toy.metrics)
+    config=toy.config, loop="tests.raylab.launch.failing_loop:train_loop", metrics=toy.metrics
+)
 sys.exit(tune.main(sys.argv[1:]))

@@ -24,13 +24,25 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.mark.slow
 def test_a_failing_trial_is_one_line_with_its_exception_and_error_txt_and_restarts_are_counted(tmp_path):
     exp = tmp_path / "failing.yaml"
-    exp.write_text("workload: toy_failing\nmetric: train/loss\nmode: min\n"
-                   "config: {steps: 60, report_every: 20}\nsearch: {seed: [0]}\n"
-                   "checkpoint: {every: 1, keep: 2}\nfailure: {max_failures: 1}\n")
+    exp.write_text(
+        "workload: toy_failing\nmetric: train/loss\nmode: min\n"
+        "config: {steps: 60, report_every: 20}\nsearch: {seed: [0]}\n"
+        "checkpoint: {every: 1, keep: 2}\nfailure: {max_failures: 1}\n"
+    )
     done = subprocess.run(
-        [sys.executable, str(REPO / "tests/raylab/launch/failing_sweep.py"), str(exp),
-         "--storage", str(tmp_path / "results"), "--name", "failing"],
-        capture_output=True, text=True, cwd=REPO, timeout=400,
+        [
+            sys.executable,
+            str(REPO / "tests/raylab/launch/failing_sweep.py"),
+            str(exp),
+            "--storage",
+            str(tmp_path / "results"),
+            "--name",
+            "failing",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=400,
         env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
     )
     console = done.stdout + done.stderr
@@ -66,18 +78,27 @@ def _trials(*statuses):
 
 def test_status_line_every_interval_with_counts_and_an_eta_and_the_clock_restarts_on_resume():
     assert progress.status_line(["TERMINATED", "ERROR", "RUNNING", "PENDING", "PENDING", "PAUSED"], 120.0) == (
-        "2 done, 1 running, 3 pending; ETA 4 min")  # 60 s a finished trial, 4 to go
-    assert progress.status_line(["RUNNING", "PENDING"], 30.0) == "0 done, 1 running, 1 pending; ETA once a trial has finished"
+        "2 done, 1 running, 3 pending; ETA 4 min"
+    )  # 60 s a finished trial, 4 to go
+    assert (
+        progress.status_line(["RUNNING", "PENDING"], 30.0)
+        == "0 done, 1 running, 1 pending; ETA once a trial has finished"
+    )
     now = [1000.0]
     lines = []
     stream = SimpleNamespace(write=lines.append, flush=lambda: None)
-    callback = progress.callback(experiments.load("toy", smoke=True), stream=stream, status_every_s=60, clock=lambda: now[0])
+    callback = progress.callback(
+        experiments.load("toy", smoke=True), stream=stream, status_every_s=60, clock=lambda: now[0]
+    )
     callback.setup()
     for t in (10, 59, 61, 100, 122):
         now[0] = 1000.0 + t
         callback.on_step_end(iteration=0, trials=_trials("TERMINATED", "RUNNING"))
     printed = [text for text in lines if text.strip()]
-    assert printed == ["[    61s] 1 done, 1 running, 0 pending; ETA 61 s", "[   122s] 1 done, 1 running, 0 pending; ETA 2 min"]
+    assert printed == [
+        "[    61s] 1 done, 1 running, 0 pending; ETA 61 s",
+        "[   122s] 1 done, 1 running, 0 pending; ETA 2 min",
+    ]
     now[0] = 5000.0  # the sweep is resumed later: its clock starts again
     callback.setup()
     callback.on_trial_start(iteration=0, trials=[], trial=SimpleNamespace(trial_id="t1"))

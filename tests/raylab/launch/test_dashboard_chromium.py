@@ -23,8 +23,16 @@ from raylab.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[3]
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 OUTPUT = Path(os.environ.get("RAYLAB_TEST_OUTPUT", REPO / "test-output"))
 
 
@@ -64,14 +72,19 @@ def listening_beyond_loopback(root_pid: int) -> list[str]:
             name = process.name()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        found += [f"{name} (pid {process.pid}) on {c.laddr.ip}:{c.laddr.port}" for c in sockets
-                  if c.status == psutil.CONN_LISTEN and c.laddr.ip not in LOOPBACK]
+        found += [
+            f"{name} (pid {process.pid}) on {c.laddr.ip}:{c.laddr.port}"
+            for c in sockets
+            if c.status == psutil.CONN_LISTEN and c.laddr.ip not in LOOPBACK
+        ]
     return found
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which(CHROMIUM) is None,
-                    reason=f"{CHROMIUM} is absent (Debian's chromium package; make chromium installs it)")
+@pytest.mark.skipif(
+    shutil.which(CHROMIUM) is None,
+    reason=f"{CHROMIUM} is absent (Debian's chromium package; make chromium installs it)",
+)
 def test_dashboard_opens_in_chromium_shows_the_trial_actors_and_stays_with_keep(tmp_path):
     import psutil
     from playwright.sync_api import sync_playwright
@@ -80,27 +93,63 @@ def test_dashboard_opens_in_chromium_shows_the_trial_actors_and_stays_with_keep(
     release = tmp_path / "release"  # the trials are held after their first report until the page was read
     with err_path.open("w") as err_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "config.hold_at_step=20",
-             f"config.release_file={release}", "--dashboard", "--keep", "--storage", str(tmp_path / "results"), "--name", "d"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=err_file, text=True, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "raylab.tune",
+                "toy",
+                "--smoke",
+                "config.hold_at_step=20",
+                f"config.release_file={release}",
+                "--dashboard",
+                "--keep",
+                "--storage",
+                str(tmp_path / "results"),
+                "--name",
+                "d",
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            text=True,
+            start_new_session=True,
         )
     try:
-        url = wait_for(lambda: (re.search(r"Ray dashboard: (http://\S+)", err_path.read_text()) or [None, None])[1],
-                       120, "the dashboard URL", proc)
+        url = wait_for(
+            lambda: (re.search(r"Ray dashboard: (http://\S+)", err_path.read_text()) or [None, None])[1],
+            120,
+            "the dashboard URL",
+            proc,
+        )
         advice = err_path.read_text()
         port = int(url.rsplit(":", 1)[1])
-        listening = {c.laddr.ip for c in psutil.net_connections("inet")
-                     if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+        listening = {
+            c.laddr.ip
+            for c in psutil.net_connections("inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        }
         assert listening == {"127.0.0.1"}, listening
         open_to_all = listening_beyond_loopback(proc.pid)
         assert not open_to_all, open_to_all
         token = None
         if status_of(f"{url}/api/version") == 401:  # Ray asks for its token: the CLI said how
             assert "ray get-auth-token" in advice, advice
-            token = subprocess.run([str(Path(sys.executable).parent / "ray"), "get-auth-token"],
-                                   capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        wait_for(lambda: any(trial.rows() for trial in RunFolder(tmp_path / "results" / "d").trials()), 120,
-                 "the first trial to report", proc)
+            token = (
+                subprocess.run(
+                    [str(Path(sys.executable).parent / "ray"), "get-auth-token"],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                .stdout.strip()
+                .splitlines()[-1]
+            )
+        wait_for(
+            lambda: any(trial.rows() for trial in RunFolder(tmp_path / "results" / "d").trials()),
+            120,
+            "the first trial to report",
+            proc,
+        )
 
         shot = OUTPUT / "dashboard_actors.png"
         shot.parent.mkdir(parents=True, exist_ok=True)
@@ -109,8 +158,9 @@ def test_dashboard_opens_in_chromium_shows_the_trial_actors_and_stays_with_keep(
             try:
                 context = browser.new_context(viewport={"width": 1400, "height": 900})
                 if token:  # what the dashboard's token prompt does with a pasted token
-                    answer = context.request.post(f"{url}/api/authenticate",
-                                                  headers={"Authorization": f"Bearer {token}"})
+                    answer = context.request.post(
+                        f"{url}/api/authenticate", headers={"Authorization": f"Bearer {token}"}
+                    )
                     assert answer.ok, answer.status
                 page = context.new_page()
                 page.goto(f"{url}/#/actors", wait_until="load")

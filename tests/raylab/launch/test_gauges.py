@@ -24,14 +24,16 @@ def scrape(ray) -> str:
 
 def trial_tags(text: str, series: str) -> set[str]:
     """The trial tags of one raylab series in Prometheus text."""
-    return {line.split('trial="', 1)[1].split('"', 1)[0] for line in text.splitlines()
-            if line.startswith(series) and 'trial="' in line}
+    return {
+        line.split('trial="', 1)[1].split('"', 1)[0]
+        for line in text.splitlines()
+        if line.startswith(series) and 'trial="' in line
+    }
 
 
 @pytest.mark.slow
 def test_trial_gauges_are_exported_while_the_trial_runs(ray_session, smoke_sweep, tmp_path):
-    series = ("ray_raylab_trial_reports_per_s", "ray_raylab_trial_checkpoint_seconds",
-              "ray_raylab_trial_metric")
+    series = ("ray_raylab_trial_reports_per_s", "ray_raylab_trial_checkpoint_seconds", "ray_raylab_trial_metric")
     before = trial_tags(scrape(ray_session), series[0])  # earlier tests' trials in this Ray
     seen: list[tuple[str, str]] = []
     done = threading.Event()
@@ -53,8 +55,15 @@ def test_trial_gauges_are_exported_while_the_trial_runs(ray_session, smoke_sweep
 
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
-    results, _, _ = smoke_sweep("toy", "search.seed=[0]", "config.steps=300", "config.hold_at_step=100",
-                                f"config.release_file={release}", "config.report_every=10", run_name="gauges")
+    results, _, _ = smoke_sweep(
+        "toy",
+        "search.seed=[0]",
+        "config.steps=300",
+        "config.hold_at_step=100",
+        f"config.release_file={release}",
+        "config.report_every=10",
+        run_name="gauges",
+    )
     done.set()
     poller.join(timeout=10)
     (result,) = results

@@ -21,8 +21,13 @@ REPO = Path(__file__).resolve().parents[3]
 def test_unknown_or_missing_logger_is_a_user_error():
     with pytest.raises(UserError, match="expected one of mlflow, wandb, tensorboard"):
         loggers.check(["comet"])
-    done = subprocess.run([sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--logger", "comet"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--logger", "comet"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 2 and "--logger comet" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -39,7 +44,10 @@ def test_mlflow_and_wandb_offline_runs_read_back(smoke_sweep, tmp_path, monkeypa
 
     experiment = experiments.load("toy", ["search.seed=[0]"], smoke=True)
     run = RunFolder.under(str(tmp_path / "results"), new_run_name(experiment))
-    results, run_path = sweep.run(experiment, run, verbose=0, loggers=["mlflow", "wandb", "tensorboard"]).results, run.location
+    results, run_path = (
+        sweep.run(experiment, run, verbose=0, loggers=["mlflow", "wandb", "tensorboard"]).results,
+        run.location,
+    )
     (result,) = results
     assert result.error is None
     client = mlflow.tracking.MlflowClient(tracking_uri=f"file://{run_path}/mlruns")
@@ -102,7 +110,7 @@ def wandb_records(path: Path) -> list:
             pos += block - pos % block
             continue
         length, kind = struct.unpack_from("<HB", data, pos + 4)
-        pending += data[pos + 7:pos + 7 + length]
+        pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):
             record = wandb_internal_pb2.Record()
@@ -142,12 +150,15 @@ def test_a_file_store_tracking_uri_works_with_the_opt_in_raylab_sets(tmp_path, m
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("uri, fragment", [
-    ("sqlite:///TMP/mlflow.db", "MLflow's database stores need"),
-    ("http://127.0.0.1:9", "--logger mlflow: MLFLOW_TRACKING_URI=http://127.0.0.1:9: "),
-    ("file:///proc/mlruns", "'/proc' is not a writable directory"),
-    ("", "--logger mlflow with a cloud --storage needs MLFLOW_TRACKING_URI"),
-])
+@pytest.mark.parametrize(
+    "uri, fragment",
+    [
+        ("sqlite:///TMP/mlflow.db", "MLflow's database stores need"),
+        ("http://127.0.0.1:9", "--logger mlflow: MLFLOW_TRACKING_URI=http://127.0.0.1:9: "),
+        ("file:///proc/mlruns", "'/proc' is not a writable directory"),
+        ("", "--logger mlflow with a cloud --storage needs MLFLOW_TRACKING_URI"),
+    ],
+)
 def test_an_mlflow_store_that_cannot_work_is_one_line_before_ray_starts(uri, fragment, tmp_path, capsys, monkeypatch):
     import importlib.util
     import time
@@ -165,8 +176,11 @@ def test_an_mlflow_store_that_cannot_work_is_one_line_before_ray_starts(uri, fra
     assert raylab_tune.main(["toy", "--smoke", "--logger", "mlflow", "--storage", storage]) == 2
     # The session's shared Ray may still stream an earlier test's actor lines ("(Actor pid=N) ...")
     # into this process: those are not the CLI's output.
-    err = "\n".join(line for line in capsys.readouterr().err.strip().splitlines()
-                    if not re.match(r"^(\x1b\[\d+m)?\(\S+ pid=\d+", line))
+    err = "\n".join(
+        line
+        for line in capsys.readouterr().err.strip().splitlines()
+        if not re.match(r"^(\x1b\[\d+m)?\(\S+ pid=\d+", line)
+    )
     assert err.count("\n") == 0 and fragment in err, err
     assert time.monotonic() - start < 15
     assert not list(tmp_path.iterdir()), "nothing is created"

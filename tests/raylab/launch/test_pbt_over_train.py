@@ -21,19 +21,31 @@ NEW_LR = 0.2  # the mutation's one value: the best trial's lr, so a restart can 
 def test_pbt_exploits_a_two_worker_trial_from_the_donors_checkpoint(smoke_sweep):
     results, run_path, _ = smoke_sweep(
         "toy",
-        "resources.workers=2", "resources.cpus_per_worker=0.5",  # two trials at once on 2 CPUs
-        f"config.steps={STEPS}", f"config.report_every={REPORT_EVERY}", "config.step_time_s=0.01",
-        "search.lr=[0.0005, 0.2]", "search.seed=[0]", "num_samples=1",
-        "checkpoint.every=1", "checkpoint.keep=null",  # a donor checkpoint outlives the wait
-        "scheduler.type=pbt", "scheduler.perturbation_interval=3",  # one exploit point, mid-run
-        f"scheduler.hyperparam_mutations={{lr: [{NEW_LR}]}}", "scheduler.resample_probability=1.0",
+        "resources.workers=2",
+        "resources.cpus_per_worker=0.5",  # two trials at once on 2 CPUs
+        f"config.steps={STEPS}",
+        f"config.report_every={REPORT_EVERY}",
+        "config.step_time_s=0.01",
+        "search.lr=[0.0005, 0.2]",
+        "search.seed=[0]",
+        "num_samples=1",
+        "checkpoint.every=1",
+        "checkpoint.keep=null",  # a donor checkpoint outlives the wait
+        "scheduler.type=pbt",
+        "scheduler.perturbation_interval=3",  # one exploit point, mid-run
+        f"scheduler.hyperparam_mutations={{lr: [{NEW_LR}]}}",
+        "scheduler.resample_probability=1.0",
         "scheduler.quantile_fraction=0.5",
         run_name="pbt",
     )
     assert all(result.error is None for result in results), [r.error for r in results]
     run = Path(run_path)
-    exploits = [json.loads(line) for policy in run.glob("pbt_policy_*.txt")
-                for line in policy.read_text().splitlines() if line.strip()]
+    exploits = [
+        json.loads(line)
+        for policy in run.glob("pbt_policy_*.txt")
+        for line in policy.read_text().splitlines()
+        if line.strip()
+    ]
     assert exploits, "PBT never exploited"
     assert all(new_config["lr"] == NEW_LR for *_, new_config in exploits)  # mutated configs
     # Tune tags a trial by its index in the sweep ("1_lr=0.0005,seed=0"); its folder name holds it.

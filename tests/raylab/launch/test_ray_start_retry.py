@@ -3,11 +3,13 @@ second timeout is one line, exit code 2, naming the cause."""
 
 import pytest
 
-from raylab.launch import ray_start
 from raylab.errors import UserError
+from raylab.launch import ray_start
 
-TIMEOUT = Exception("The current node timed out during startup. This could happen because some of "
-                    "the raylet failed to startup or the GCS has become overloaded.")
+TIMEOUT = Exception(
+    "The current node timed out during startup. This could happen because some of "
+    "the raylet failed to startup or the GCS has become overloaded."
+)
 
 
 class FakeRay:

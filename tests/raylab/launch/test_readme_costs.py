@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from raylab import experiment as experiments
 from raylab import search_space
 from raylab.launch import cluster_plan
-from raylab import experiment as experiments
 
 REPO = Path(__file__).resolve().parents[3]
 GPU_YAML = REPO / "cluster" / "gpu.yaml"
@@ -30,7 +30,7 @@ FIELDS = {  # README column -> the piece of the dry run's text it shows
 
 def readme_rows() -> dict[str, dict[str, str]]:
     text = (REPO / "README.md").read_text()
-    table = text[text.index("| experiment | nodes at the cap"):]
+    table = text[text.index("| experiment | nodes at the cap") :]
     lines = table.splitlines()
     lines = lines[: next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]

@@ -10,8 +10,9 @@ from raylab.run_folder import RunFolder
 
 def result(trial_id: str, done: bool, error=None):
     metrics = {"trial_id": trial_id, "done": done, "training_iteration": 2, "eval/mse": 0.1}
-    return SimpleNamespace(metrics=metrics, metrics_dataframe=None, error=error, config={},
-                           path=f"/runs/r/toy_{trial_id}")
+    return SimpleNamespace(
+        metrics=metrics, metrics_dataframe=None, error=error, config={}, path=f"/runs/r/toy_{trial_id}"
+    )
 
 
 def test_a_trial_whose_loop_returned_is_terminated_though_its_saved_result_lacks_done(tmp_path):
@@ -29,8 +30,9 @@ def test_a_trial_whose_loop_returned_is_terminated_though_its_saved_result_lacks
 
 
 def test_an_errored_trial_stays_an_error_whatever_its_marker():
-    (row,) = summary.rows([result("a_00000", done=False, error=RuntimeError("x"))], "eval/mse", "min", [],
-                          ended=frozenset({"a_00000"}))
+    (row,) = summary.rows(
+        [result("a_00000", done=False, error=RuntimeError("x"))], "eval/mse", "min", [], ended=frozenset({"a_00000"})
+    )
     assert row["status"] == "ERROR"
 
 
@@ -43,10 +45,14 @@ def test_summary_csv_has_a_column_per_variant_field_and_every_reported_metrics_l
     history = pd.DataFrame({"train/loss": [0.5, 0.3, 0.2], "eval/mse": [0.4, None, 0.1]})
     trial = SimpleNamespace(
         metrics={"trial_id": "a_00000", "done": True, "training_iteration": 3, "train/loss": 0.2},
-        metrics_dataframe=history, error=None, path="/runs/r/toy_a_00000",
-        config={"variant": {"loss": "softlinf", "beta": 2.0}, "seed": 1})
-    table = summary.rows([trial], "train/loss", "min", ["variant", "seed"],
-                         reported=("train/loss", "eval/mse", "train/step"))
+        metrics_dataframe=history,
+        error=None,
+        path="/runs/r/toy_a_00000",
+        config={"variant": {"loss": "softlinf", "beta": 2.0}, "seed": 1},
+    )
+    table = summary.rows(
+        [trial], "train/loss", "min", ["variant", "seed"], reported=("train/loss", "eval/mse", "train/step")
+    )
     (row,) = csv.DictReader(io.StringIO(summary.to_csv(table)))
     assert row["variant.loss"] == "softlinf" and row["variant.beta"] == "2.0" and row["seed"] == "1"
     assert "variant" not in row

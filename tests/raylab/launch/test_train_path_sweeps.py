@@ -30,8 +30,7 @@ def test_two_worker_smoke_passes_every_time(smoke_sweep):
     its trial's config.yaml, and keeps its checkpoints in the trial folder, where Tune's result
     finds them."""
     for attempt in range(REPEATS):
-        results, run_path, _ = smoke_sweep(
-            "toy", "search.seed=[0]", *TWO_WORKERS, run_name=f"again-{attempt}")
+        results, run_path, _ = smoke_sweep("toy", "search.seed=[0]", *TWO_WORKERS, run_name=f"again-{attempt}")
         (result,) = results
         assert result.error is None, result.error
         assert_finite_metrics(result.metrics, ["train/loss", "eval/mse", "train/step"])
@@ -46,9 +45,7 @@ def test_two_worker_smoke_passes_every_time(smoke_sweep):
 @pytest.mark.slow
 @pytest.mark.parametrize("resources", [[], TWO_WORKERS], ids=["tune", "ray_train"])
 @pytest.mark.long
-def test_failing_loop_is_attempted_exactly_max_failures_plus_one_times(
-    smoke_sweep, toy_with_loop, tmp_path, resources
-):
+def test_failing_loop_is_attempted_exactly_max_failures_plus_one_times(smoke_sweep, toy_with_loop, tmp_path, resources):
     experiment = toy_with_loop("tests.raylab.launch.failing_loop:train_loop", "toy_failing")
     results, run_path, _ = smoke_sweep(experiment, "failure.max_failures=2", *resources, smoke=False)
     (result,) = results
@@ -68,17 +65,17 @@ def ray_train_workers() -> list[psutil.Process]:
     """This test process's Ray Train worker processes."""
     me = os.getpid()
     return [
-        p for p in psutil.process_iter(["cmdline"])
-        if p.info["cmdline"] and p.info["cmdline"][0].startswith("ray::RayTrainWorker")
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if p.info["cmdline"]
+        and p.info["cmdline"][0].startswith("ray::RayTrainWorker")
         and any(parent.pid == me for parent in p.parents())
     ]
 
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_killed_worker_with_corrupted_newest_checkpoint_resumes_from_the_previous(
-    smoke_sweep, tmp_path
-):
+def test_killed_worker_with_corrupted_newest_checkpoint_resumes_from_the_previous(smoke_sweep, tmp_path):
     struck = []
     release = tmp_path / "release"
 
@@ -103,8 +100,15 @@ def test_killed_worker_with_corrupted_newest_checkpoint_resumes_from_the_previou
     safety.start()
     try:
         results, run_path, _ = smoke_sweep(
-            "toy", "search.seed=[0]", *TWO_WORKERS, "config.steps=400", "config.hold_at_step=100",
-            f"config.release_file={release}", "failure.max_failures=1", run_name="killed")
+            "toy",
+            "search.seed=[0]",
+            *TWO_WORKERS,
+            "config.steps=400",
+            "config.hold_at_step=100",
+            f"config.release_file={release}",
+            "failure.max_failures=1",
+            run_name="killed",
+        )
     finally:
         safety.cancel()
     watcher.join(timeout=5)

@@ -44,8 +44,11 @@ def oracle_value(trial: dict, pattern: str, at: str):
         if not keys:
             return None
         name = keys[0]
-    values = [row[name] for row in trial["rows"] if isinstance(row.get(name), (int, float, list))
-              and not isinstance(row.get(name), bool)]
+    values = [
+        row[name]
+        for row in trial["rows"]
+        if isinstance(row.get(name), (int, float, list)) and not isinstance(row.get(name), bool)
+    ]
     if not values:
         return None
     if at == "last":
@@ -59,8 +62,10 @@ def oracle_value(trial: dict, pattern: str, at: str):
 def oracle_stats(values: list):
     if isinstance(values[0], list):
         columns = list(zip(*values))
-        return ([statistics.fmean(c) for c in columns],
-                [statistics.stdev(c) if len(c) > 1 else math.nan for c in columns])
+        return (
+            [statistics.fmean(c) for c in columns],
+            [statistics.stdev(c) if len(c) > 1 else math.nan for c in columns],
+        )
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
 
 
@@ -104,8 +109,7 @@ def check_tables(run: Path, report: dict, seeds=None) -> int:
             for row in block["rows"]:
                 for j, cell in enumerate(row["cells"]):
                     wanted = {**block["block_values"], **row["values"], **block["column_values"][j]}
-                    members = [t for t in trials if all(
-                        t["params"].get(k) == v for k, v in wanted.items())]
+                    members = [t for t in trials if all(t["params"].get(k) == v for k, v in wanted.items())]
                     if table["rows_key"]:  # a pivot: row key, column keys, leftover keys
                         assert set(row["values"]) == {table["rows_key"]}
                         assert set(block["column_values"][j]) <= set(table["columns_keys"])
@@ -152,8 +156,9 @@ def check_figures(run: Path, out: Path, report: dict) -> int:
     for figure in report["figures"]:
         if not figure["file"]:
             assert figure["note"], figure
-            assert all(oracle_value(t, m, "last") is None for t in trials for m in figure["y"]), \
+            assert all(oracle_value(t, m, "last") is None for t in trials for m in figure["y"]), (
                 f"figure {figure['name']} not drawn although its metrics were reported: {figure['note']}"
+            )
             continue
         path = out / figure["file"]
         assert path.read_bytes()[:8] == PNG_SIGNATURE, path

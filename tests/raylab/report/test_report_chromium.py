@@ -13,15 +13,24 @@ import pytest
 from raylab import report
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 # the report test's dqn_softlinf sweep (3 seeds of MSE and soft-linf on FeatureMDP), shared
 DQN_SWEEP = ("dqn_softlinf_small", "search.seed=[0,1,2]")
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which(CHROMIUM) is None,
-                    reason=f"{CHROMIUM} is absent (Debian's chromium package; .ci/run installs it)")
+@pytest.mark.skipif(
+    shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} is absent (Debian's chromium package; .ci/run installs it)"
+)
 def test_html_report_opens_in_headless_chromium_and_shows_claims_aggregates_and_sweep(shared_smoke_sweep, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -37,18 +46,21 @@ def test_html_report_opens_in_headless_chromium_and_shows_claims_aggregates_and_
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.on("console", lambda m: messages.append(f"{m.type}: {m.text}")
-                    if m.type in ("error", "warning") else None)
+            page.on(
+                "console", lambda m: messages.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None
+            )
             page.on("pageerror", lambda error: messages.append(f"page error: {error}"))
             page.on("requestfailed", lambda request: messages.append(f"request failed: {request.url}"))
             page.goto(path.as_uri(), wait_until="load")
             images = page.evaluate(
                 "() => Array.from(document.images).map(i => ({alt: i.alt, complete: i.complete,"
                 " w: i.naturalWidth, h: i.naturalHeight, shown: i.getBoundingClientRect().width,"
-                " caption: i.parentElement.querySelector('figcaption').textContent}))")
+                " caption: i.parentElement.querySelector('figcaption').textContent}))"
+            )
             claims = page.evaluate(
                 "() => Array.from(document.querySelectorAll('table.claims tbody tr')).map(r =>"
-                " Array.from(r.cells).map(c => ({text: c.innerText, cls: c.className})))")
+                " Array.from(r.cells).map(c => ({text: c.innerText, cls: c.className})))"
+            )
             order = page.evaluate("() => Array.from(document.querySelectorAll('h2')).map(h => h.innerText)")
             tables = page.evaluate("() => document.querySelectorAll('table').length")
             page.screenshot(path=str(shot), full_page=True)

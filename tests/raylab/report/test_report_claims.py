@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from raylab import report, workloads
-from raylab.run_folder import RunFolder
 from raylab.report import estimators
 from raylab.report.claims import Claim, Contrast, Control, Improvement, Value, readme_lines, where
 from raylab.report.data import load_run
 from raylab.report.evidence import evaluate_claims
 from raylab.report.spec import Aggregates, Report, Table
+from raylab.run_folder import RunFolder
 from tests.raylab.report.test_report_units import write_run
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,32 +32,60 @@ def planted_run(tmp_path: Path, seeds=5, games=("Pong", "Breakout"), ratio=0.5, 
         for seed in range(seeds):
             mse_res = 1.0 + rng.uniform(0, 0.5)
             ret = 10.0 + rng.normal()
-            trials.append({"params": {"variant": {"loss": "mse"}, "game": game, "seed": seed}, "rows": [
-                {"res": 9.0, "ins": 9.0, "ret": 0.0, "env/steps": 1},
-                {"res": mse_res, "ins": 1.0, "ret": ret, "env/steps": 2}]})
+            trials.append(
+                {
+                    "params": {"variant": {"loss": "mse"}, "game": game, "seed": seed},
+                    "rows": [
+                        {"res": 9.0, "ins": 9.0, "ret": 0.0, "env/steps": 1},
+                        {"res": mse_res, "ins": 1.0, "ret": ret, "env/steps": 2},
+                    ],
+                }
+            )
             for beta in betas:
                 soft = mse_res * ratio * (1 + 0.05 * rng.normal())
-                trials.append({"params": {"variant": {"loss": "soft_linf", "beta": beta}, "game": game, "seed": seed},
-                               "rows": [{"res": 99.0, "ins": 9.0, "ret": 0.0, "env/steps": 1},
-                                        {"res": soft, "ins": 0.4, "ret": ret + 0.1 * rng.normal(), "env/steps": 2}]})
-    search = {"variant": [{"loss": "mse"}, *({"loss": "soft_linf", "beta": b} for b in betas)],
-              "game": list(games), "seed": list(range(seeds))}
+                trials.append(
+                    {
+                        "params": {"variant": {"loss": "soft_linf", "beta": beta}, "game": game, "seed": seed},
+                        "rows": [
+                            {"res": 99.0, "ins": 9.0, "ret": 0.0, "env/steps": 1},
+                            {"res": soft, "ins": 0.4, "ret": ret + 0.1 * rng.normal(), "env/steps": 2},
+                        ],
+                    }
+                )
+    search = {
+        "variant": [{"loss": "mse"}, *({"loss": "soft_linf", "beta": b} for b in betas)],
+        "game": list(games),
+        "seed": list(range(seeds)),
+    }
     run = write_run(tmp_path, {}, trials, name=name, metric="ret")
     experiment = run / "experiment.yaml"
     import yaml
 
     exp = yaml.safe_load(experiment.read_text())
-    exp["search"] = {"variant": {"grid": search["variant"]}, "game": {"grid": search["game"]},
-                     "seed": {"grid": search["seed"]}}
+    exp["search"] = {
+        "variant": {"grid": search["variant"]},
+        "game": {"grid": search["game"]},
+        "seed": {"grid": search["seed"]},
+    }
     experiment.write_text(yaml.safe_dump(exp, sort_keys=False))
     return run
 
 
 SOFT, MSE = {"loss": "soft_linf"}, {"loss": "mse"}
-CONTROL = Control("in-sample bias seen", Contrast("ins", arm=SOFT, against=MSE, op="ratio", strata=("game",)),
-                  expect="<", threshold=0.8)
-RESIDUAL = Claim("soft-linf lowers the residual", Contrast("res", arm=SOFT, against=MSE, op="ratio", strata=("game",)),
-                 expect="<", threshold=1.0, controls=(CONTROL,), name="residual")
+CONTROL = Control(
+    "in-sample bias seen",
+    Contrast("ins", arm=SOFT, against=MSE, op="ratio", strata=("game",)),
+    expect="<",
+    threshold=0.8,
+)
+RESIDUAL = Claim(
+    "soft-linf lowers the residual",
+    Contrast("res", arm=SOFT, against=MSE, op="ratio", strata=("game",)),
+    expect="<",
+    threshold=1.0,
+    controls=(CONTROL,),
+    name="residual",
+)
 
 
 def evaluate(run: Path, *claims: Claim, defaults=None) -> list[dict]:
@@ -87,8 +115,11 @@ def test_a_planted_ratio_is_found_paired_by_seed_and_stratified_by_game(tmp_path
 
 
 def test_last_half_is_a_time_average_and_first_reads_the_first_report(tmp_path):
-    run = write_run(tmp_path, {"seed": [0]}, [{"params": {"seed": 0}, "rows": [
-        {"m": 10.0}, {"m": 4.0}, {"m": 2.0}, {"m": 0.0}, {"m": 1.0}]}])
+    run = write_run(
+        tmp_path,
+        {"seed": [0]},
+        [{"params": {"seed": 0}, "rows": [{"m": 10.0}, {"m": 4.0}, {"m": 2.0}, {"m": 0.0}, {"m": 1.0}]}],
+    )
     trial = load_run(str(run)).trials[0]
     from raylab.report.aggregate import value_at
 
@@ -135,17 +166,30 @@ def test_each_soft_linf_beta_is_its_own_row_against_the_mse_arm_at_its_default_b
 
 def test_a_shared_clean_arm_stands_in_where_a_stratum_has_none(tmp_path):
     """BadNets' clean trials (poison_ratio 0) serve Blended, which has no clean trial of its own."""
-    trials = [{"params": {"variant": {"attack": a, "poison_ratio": p}, "seed": s},
-               "rows": [{"gap": (1.0 if p > 0 else 0.0) + 0.1 * s}]}
-              for a, p in (("badnets", 0.0), ("badnets", 0.1), ("blended", 0.1)) for s in range(3)]
+    trials = [
+        {
+            "params": {"variant": {"attack": a, "poison_ratio": p}, "seed": s},
+            "rows": [{"gap": (1.0 if p > 0 else 0.0) + 0.1 * s}],
+        }
+        for a, p in (("badnets", 0.0), ("badnets", 0.1), ("blended", 0.1))
+        for s in range(3)
+    ]
     run = write_run(tmp_path, {"seed": [0, 1, 2]}, trials)
-    statistic = Contrast("gap", arm={"poison_ratio": where("> 0", lambda p: p > 0)}, against={"poison_ratio": 0.0},
-                         strata=("attack", "poison_ratio"), pair_on=("attack",), baseline={"attack": "badnets"})
+    statistic = Contrast(
+        "gap",
+        arm={"poison_ratio": where("> 0", lambda p: p > 0)},
+        against={"poison_ratio": 0.0},
+        strata=("attack", "poison_ratio"),
+        pair_on=("attack",),
+        baseline={"attack": "badnets"},
+    )
     (claim,) = evaluate(run, Claim("poison widens the gap", statistic, ">", 0.0))
     row = claim["rows"][0]
     assert row["strata"] == 2 and row["n_units"] == 6 and all(u["value"] == pytest.approx(1.0) for u in row["units"])
     assert "poison_ratio > 0" in claim["test"]
-    without = Contrast("gap", arm=statistic.arm, against=statistic.against, strata=statistic.strata, pair_on=("attack",))
+    without = Contrast(
+        "gap", arm=statistic.arm, against=statistic.against, strata=statistic.strata, pair_on=("attack",)
+    )
     (claim,) = evaluate(run, Claim("x", without, ">", 0.0))
     assert claim["rows"][0]["n_units"] == 3 and len(claim["rows"][0]["missing"]) == 3
 
@@ -189,8 +233,11 @@ def test_claims_cli_prints_the_table_and_json(tmp_path, capsys, monkeypatch):
 
 
 def test_best_is_not_marked_on_a_difference_inside_its_interval(tmp_path):
-    overlapping = [{"params": {"m": m, "seed": s}, "rows": [{"score": v}]}
-                   for m, values in (("a", [1.0, 3.0, 2.0]), ("b", [1.5, 2.5, 2.2])) for s, v in enumerate(values)]
+    overlapping = [
+        {"params": {"m": m, "seed": s}, "rows": [{"score": v}]}
+        for m, values in (("a", [1.0, 3.0, 2.0]), ("b", [1.5, 2.5, 2.2]))
+        for s, v in enumerate(values)
+    ]
     run = load_run(str(write_run(tmp_path, {"m": ["a", "b"], "seed": [0, 1, 2]}, overlapping)))
     from raylab.report.aggregate import table_blocks
 
@@ -198,8 +245,11 @@ def test_best_is_not_marked_on_a_difference_inside_its_interval(tmp_path):
     assert block.best == []  # nothing but one pivot row per method here: a column each
     (block,) = table_blocks(run, Table(("score",), best="max"), None)
     assert block.best == [] and "includes 0" in block.best_notes[0]
-    apart = [{"params": {"m": m, "seed": s}, "rows": [{"score": v + (5.0 if m == "b" else 0.0)}]}
-             for m in ("a", "b") for s, v in enumerate([1.0, 1.2, 0.9])]
+    apart = [
+        {"params": {"m": m, "seed": s}, "rows": [{"score": v + (5.0 if m == "b" else 0.0)}]}
+        for m in ("a", "b")
+        for s, v in enumerate([1.0, 1.2, 0.9])
+    ]
     run = load_run(str(write_run(tmp_path / "apart", {"m": ["a", "b"], "seed": [0, 1, 2]}, apart)))
     (block,) = table_blocks(run, Table(("score",), best="max"), None)
     assert block.best == [(1, 0)] and block.best_notes == []
@@ -218,17 +268,29 @@ def atari_run(tmp_path: Path, seeds=3) -> Path:
         for loss, level in (("mse", 0.5), ("soft_linf", 0.8)):
             for seed in range(seeds):
                 score = low + (level + 0.05 * rng.normal()) * (high - low)
-                trials.append({"params": {"loss": loss, "game": game, "seed": seed},
-                               "rows": [{"ret": low, "env/steps": 1}, {"ret": score, "env/steps": 2}]})
-    return write_run(tmp_path, {"loss": ["mse", "soft_linf"], "game": list(HUMAN), "seed": list(range(seeds))},
-                     trials, metric="ret")
+                trials.append(
+                    {
+                        "params": {"loss": loss, "game": game, "seed": seed},
+                        "rows": [{"ret": low, "env/steps": 1}, {"ret": score, "env/steps": 2}],
+                    }
+                )
+    return write_run(
+        tmp_path, {"loss": ["mse", "soft_linf"], "game": list(HUMAN), "seed": list(range(seeds))}, trials, metric="ret"
+    )
 
 
 def test_atari_aggregates_are_human_normalised_with_intervals_and_a_figure(tmp_path):
     from trainers.dqn_softlinf.human_scores import SOURCE, random_and_human
 
-    agg = Aggregates("ret", task="game", by=("loss",), reference={"loss": "mse"}, normalize=random_and_human,
-                     normalized="human-normalised score", source=SOURCE)
+    agg = Aggregates(
+        "ret",
+        task="game",
+        by=("loss",),
+        reference={"loss": "mse"},
+        normalize=random_and_human,
+        normalized="human-normalised score",
+        source=SOURCE,
+    )
     run = atari_run(tmp_path)
     content = report.build(load_run(str(run)), Report(items=(), aggregates=(agg,)), tmp_path / "out")
     (out,) = content["aggregates"]
@@ -245,11 +307,18 @@ def test_atari_aggregates_are_human_normalised_with_intervals_and_a_figure(tmp_p
     assert improvement["arm"] == "loss=soft_linf" and improvement["estimate"] == 1.0
     assert (tmp_path / "out" / out["file"]).stat().st_size > 10_000 and out["note"] == "wide: 3 seeds < 5"
     # one game, one seed: not shown, and says why
-    one = write_run(tmp_path / "one", {"loss": ["mse"], "game": ["Pong"], "seed": [0]},
-                    [{"params": {"loss": "mse", "game": "Pong", "seed": 0}, "rows": [{"ret": 1.0}]}], metric="ret")
+    one = write_run(
+        tmp_path / "one",
+        {"loss": ["mse"], "game": ["Pong"], "seed": [0]},
+        [{"params": {"loss": "mse", "game": "Pong", "seed": 0}, "rows": [{"ret": 1.0}]}],
+        metric="ret",
+    )
     content = report.build(load_run(str(one)), Report(items=(), aggregates=(agg,)), tmp_path / "out1")
     assert not content["aggregates"][0]["shown"]
-    assert content["aggregates"][0]["note"] == "aggregates need 2 or more games or 3 or more seeds: this run has 1 game x 1 seed"
+    assert (
+        content["aggregates"][0]["note"]
+        == "aggregates need 2 or more games or 3 or more seeds: this run has 1 game x 1 seed"
+    )
 
 
 def test_sweep_view_finds_the_planted_hyperparameter_and_keeps_the_seed_as_noise_floor(tmp_path):
@@ -261,8 +330,15 @@ def test_sweep_view_finds_the_planted_hyperparameter_and_keeps_the_seed_as_noise
         for width in (16, 64):
             for seed in range(3):
                 score = 10 * np.log10(lr) + rng.normal(0, 0.5)
-                trials.append({"params": {"lr": lr, "width": width, "seed": seed}, "rows": [
-                    {"score": score - 5 + i, "train/step": 10 * (i + 1), "time_total_s": 1.0 + i} for i in range(3)]})
+                trials.append(
+                    {
+                        "params": {"lr": lr, "width": width, "seed": seed},
+                        "rows": [
+                            {"score": score - 5 + i, "train/step": 10 * (i + 1), "time_total_s": 1.0 + i}
+                            for i in range(3)
+                        ],
+                    }
+                )
     run = write_run(tmp_path, {"lr": [1e-4, 1e-3, 1e-2], "width": [16, 64], "seed": [0, 1, 2]}, trials)
     content = report.build(load_run(str(run)), Report(items=()), tmp_path / "out")
     sweep = content["sweep"]
@@ -281,9 +357,12 @@ def test_sweep_view_finds_the_planted_hyperparameter_and_keeps_the_seed_as_noise
 # ------------------------------------------------------------------------ README against declarations
 
 READMES = {
-    "dqn_softlinf": "trainers/dqn_softlinf/README.md", "backdoor": "trainers/backdoor/README.md",
-    "backdoor_theory": "trainers/backdoor/README.md", "fair_adv": "trainers/fair_adv/README.md",
-    "boltz_distill": "trainers/boltz_distill/README.md", "admet_probe": "trainers/boltz_distill/README.md",
+    "dqn_softlinf": "trainers/dqn_softlinf/README.md",
+    "backdoor": "trainers/backdoor/README.md",
+    "backdoor_theory": "trainers/backdoor/README.md",
+    "fair_adv": "trainers/fair_adv/README.md",
+    "boltz_distill": "trainers/boltz_distill/README.md",
+    "admet_probe": "trainers/boltz_distill/README.md",
     "seagram": "trainers/seagram/README.md",
 }
 
@@ -295,8 +374,8 @@ def test_readme_lists_each_claim_as_the_report_states_it(name):
     spec = workloads.get(name).report_spec()
     assert spec.claims, f"{name} declares no claims"
     text = (REPO / READMES[name]).read_text()
-    section = text[text.index("## What it reproduces"):]
-    section = section[:section.find("\n## ", 3)]
+    section = text[text.index("## What it reproduces") :]
+    section = section[: section.find("\n## ", 3)]
     for line in readme_lines(spec.claims):
         text = re.sub(r"^\s*(\d+\. )?", "", line)  # the list's numbering and indent may differ
         assert text in section, f"{READMES[name]} lacks: {text}"

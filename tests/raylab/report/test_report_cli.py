@@ -29,10 +29,31 @@ def test_tune_report_flag_and_a_report_of_the_running_sweep(tmp_path, ray_sessio
     # The CLI joins the session's Ray; its trials are held after their report at step 100 (of
     # 200) until the partial report is written.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--report", "--quiet", "--storage", str(storage),
-         "--name", "run", f"config.steps={STEPS}", "config.hold_at_step=100", f"config.release_file={release}",
-         "search.seed=[0,1]", "--address", address, "--shared-storage"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "raylab.tune",
+            "toy",
+            "--smoke",
+            "--report",
+            "--quiet",
+            "--storage",
+            str(storage),
+            "--name",
+            "run",
+            f"config.steps={STEPS}",
+            "config.hold_at_step=100",
+            f"config.release_file={release}",
+            "search.seed=[0,1]",
+            "--address",
+            address,
+            "--shared-storage",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         deadline, partial = time.monotonic() + 240, None

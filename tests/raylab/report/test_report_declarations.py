@@ -36,14 +36,17 @@ def test_workload_declares_a_report_of_its_own_metrics_and_config_keys(name):
             assert placeholder in fields, f"{name}: metric placeholder {{{placeholder}}} is not a config field"
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda: Curve(()), "needs at least one y metric"),
-    (lambda: Versus("lr", "m", at="best"), "at must be one of"),
-    (lambda: Table(("a", "b"), rows="task"), "a pivot (rows=...) shows one metric"),
-    (lambda: Table("a", columns=("method",)), "columns=... needs rows=..."),
-    (lambda: Table("a", best="high"), "best must be"),
-    (lambda: Report(items=("train/loss",)), "not a figure or table"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda: Curve(()), "needs at least one y metric"),
+        (lambda: Versus("lr", "m", at="best"), "at must be one of"),
+        (lambda: Table(("a", "b"), rows="task"), "a pivot (rows=...) shows one metric"),
+        (lambda: Table("a", columns=("method",)), "columns=... needs rows=..."),
+        (lambda: Table("a", best="high"), "best must be"),
+        (lambda: Report(items=("train/loss",)), "not a figure or table"),
+    ],
+)
 def test_bad_declarations_fail_when_written(bad, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         bad()

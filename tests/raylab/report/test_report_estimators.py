@@ -121,8 +121,9 @@ def rliable_python() -> Path:
     if not Path(BASE_PYTHON).exists():
         pytest.skip(f"no {BASE_PYTHON} to make rliable's environment from (set RAYLAB_RLIABLE_PYTHON)")
     subprocess.run([BASE_PYTHON, "-m", "venv", str(RLIABLE_ENV)], check=True)
-    install = subprocess.run([str(python), "-m", "pip", "install", "-q", *RLIABLE_PACKAGES],
-                             capture_output=True, text=True)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *RLIABLE_PACKAGES], capture_output=True, text=True
+    )
     if install.returncode != 0:
         pytest.skip(f"could not install {' '.join(RLIABLE_PACKAGES)} (offline?): {install.stderr[-300:]}")
     return python
@@ -142,14 +143,29 @@ def test_estimators_match_rliable_on_fixed_score_matrices():
     # rliable's bootstrap (arch) draws resamples one at a time: 20,000 for intervals and its
     # own default 2,000 for profiles keep its side to a few minutes
     reps, profile_reps = 20_000, 2_000
-    payload = {"matrices": {k: v.tolist() for k, v in matrices.items()}, "x": x.tolist(), "y": y.tolist(),
-               "taus": taus, "reps": reps, "profile_reps": profile_reps}
-    result = subprocess.run([str(rliable_python()), "-c", RLIABLE_SCRIPT], input=json.dumps(payload),
-                            capture_output=True, text=True, timeout=900)
+    payload = {
+        "matrices": {k: v.tolist() for k, v in matrices.items()},
+        "x": x.tolist(),
+        "y": y.tolist(),
+        "taus": taus,
+        "reps": reps,
+        "profile_reps": profile_reps,
+    }
+    result = subprocess.run(
+        [str(rliable_python()), "-c", RLIABLE_SCRIPT],
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     theirs = json.loads(result.stdout)
-    point_fns = {"mean": est.mean_score, "median": est.median_score, "iqm": est.iqm,
-                 "optimality_gap": lambda m: est.optimality_gap(m, 1.0)}
+    point_fns = {
+        "mean": est.mean_score,
+        "median": est.median_score,
+        "iqm": est.iqm,
+        "optimality_gap": lambda m: est.optimality_gap(m, 1.0),
+    }
     for name, m in matrices.items():
         ref = theirs[name]
         for fn, f in point_fns.items():
@@ -171,5 +187,6 @@ def test_estimators_match_rliable_on_fixed_score_matrices():
     ref = theirs["improvement"]["interval"]
     width = ref[1] - ref[0]
     assert abs(low - ref[0]) <= TOLERANCE * width and abs(high - ref[1]) <= TOLERANCE * width, (low, high, ref)
-    print(f"\nrliable 1.2.0 ({sys.platform}): every point estimate equal, intervals within "
-          f"{TOLERANCE:.0%} of their width")
+    print(
+        f"\nrliable 1.2.0 ({sys.platform}): every point estimate equal, intervals within {TOLERANCE:.0%} of their width"
+    )

@@ -15,8 +15,9 @@ from raylab.run_folder import RunFolder
 
 
 def test_an_experiment_name_skips_raylab_train_debug_runs_unless_asked(tmp_path):
-    for age, (name, command) in enumerate([("exp-train-20260201-000000", "raylab.train"),
-                                           ("exp-20260101-120000", "raylab.tune")][::-1]):
+    for age, (name, command) in enumerate(
+        [("exp-train-20260201-000000", "raylab.train"), ("exp-20260101-120000", "raylab.tune")][::-1]
+    ):
         (tmp_path / name).mkdir()
         saved = tmp_path / name / "experiment.yaml"
         saved.write_text(yaml.safe_dump({"name": "exp", "provenance": {"command": command}}))
@@ -26,8 +27,10 @@ def test_an_experiment_name_skips_raylab_train_debug_runs_unless_asked(tmp_path)
 
 
 def test_variant_fields_are_swept_once_and_unset_ones_are_not_labelled():
-    search = {"variant": {"grid": [{"loss": "mse"}, {"loss": "soft_linf", "beta": 3.0},
-                                   {"loss": "soft_linf", "beta": 30.0}]}, "seed": {"grid": [0]}}
+    search = {
+        "variant": {"grid": [{"loss": "mse"}, {"loss": "soft_linf", "beta": 3.0}, {"loss": "soft_linf", "beta": 30.0}]},
+        "seed": {"grid": [0]},
+    }
     assert _swept_keys(search) == ["loss", "beta", "seed"]
     assert label_of(["loss", "beta"], ("mse", None)) == "loss=mse"
     assert label_of(["loss", "beta"], ("soft_linf", 3.0)) == "loss=soft_linf, beta=3"
@@ -51,7 +54,7 @@ def test_a_variant_field_a_trial_does_not_set_shows_its_default_not_none(tmp_pat
         content = json.loads((run / "report" / "report.json").read_text())
         beta = content["trial_columns"].index("beta")
         assert [row[beta] for row in content["trial_rows"]] == [unset, "3"]
-        assert "None" not in html, html[html.index("None") - 200:html.index("None") + 50]
+        assert "None" not in html, html[html.index("None") - 200 : html.index("None") + 50]
 
 
 def test_metrics_of_other_environments_are_not_noted_missing(tmp_path):
@@ -64,14 +67,24 @@ def test_metrics_of_other_environments_are_not_noted_missing(tmp_path):
 
     sys.path.insert(0, str(Path(__file__).parent))
     from test_report_units import write_run
+
     from trainers.dqn_softlinf import COMMON_METRICS, EXACT_METRICS, HELDOUT_METRICS
 
     def run(name, game, suite, metrics):
-        trials = [{"params": {"suite": suite, "game": game, "loss": loss, "backend": "raylab", "seed": 0},
-                   "rows": [{m: 1.0 for m in (*metrics, *(("train/soft_linf_ess",) if loss == "soft_linf" else ()))}]}
-                  for loss in ("mse", "soft_linf")]
-        folder = write_run(tmp_path / name, {"loss": ["mse", "soft_linf"], "seed": [0]}, trials,
-                           workload="dqn_softlinf", metric="eval/return_mean")
+        trials = [
+            {
+                "params": {"suite": suite, "game": game, "loss": loss, "backend": "raylab", "seed": 0},
+                "rows": [{m: 1.0 for m in (*metrics, *(("train/soft_linf_ess",) if loss == "soft_linf" else ()))}],
+            }
+            for loss in ("mse", "soft_linf")
+        ]
+        folder = write_run(
+            tmp_path / name,
+            {"loss": ["mse", "soft_linf"], "seed": [0]},
+            trials,
+            workload="dqn_softlinf",
+            metric="eval/return_mean",
+        )
         html = Path(write_report(str(folder))).read_text()
         return json.loads((folder / "report" / "report.json").read_text()), html
 
@@ -100,9 +113,19 @@ def test_wide_tables_scroll_inside_their_box(tmp_path):
     run = tmp_path / "exp-20260101-120000"
     run.mkdir()
     keys = [f"a_rather_long_hyperparameter_name_{i}" for i in range(12)]
-    (run / "experiment.yaml").write_text(yaml.safe_dump({
-        "name": "exp", "workload": "not_registered_here", "metric": "score", "mode": "max",
-        "search": {k: {"grid": [1]} for k in keys}, "num_samples": 1, "smoke": False}))
+    (run / "experiment.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "exp",
+                "workload": "not_registered_here",
+                "metric": "score",
+                "mode": "max",
+                "search": {k: {"grid": [1]} for k in keys},
+                "num_samples": 1,
+                "smoke": False,
+            }
+        )
+    )
     trial = RunFolder(run).trial("t_00000")
     trial.write_params({k: 1 for k in keys})
     trial.write_rows([{"score": 1.0, "training_iteration": 1}])

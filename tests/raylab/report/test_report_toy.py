@@ -23,7 +23,9 @@ def test_toy_report_figures_and_tables_match_the_trials_result_files(smoke_sweep
     declared = workloads.get("toy").report_spec()
     assert report_checks.figures(Path(run_path), path.parent, content) == len(declared.figures())
     assert [f["file"] for f in content["figures"]] == [
-        "figures/01_curve_train_loss_eval_mse.png", "figures/02_versus_eval_mse.png"]
+        "figures/01_curve_train_loss_eval_mse.png",
+        "figures/02_versus_eval_mse.png",
+    ]
     # 2 learning rates x 2 metrics, each the mean over 2 seeds
     assert report_checks.tables(Path(run_path), content) == 4
     table = next(t for t in content["tables"] if t["metrics"] == ["eval/mse", "train/loss"])
@@ -65,8 +67,8 @@ def tensorboard_scalars(path: Path) -> dict[str, list[float]]:
 
     data, offset, scalars = path.read_bytes(), 0, {}
     while offset < len(data):
-        (length,) = struct.unpack("<Q", data[offset:offset + 8])
-        event = Event.FromString(data[offset + 12:offset + 12 + length])
+        (length,) = struct.unpack("<Q", data[offset : offset + 8])
+        event = Event.FromString(data[offset + 12 : offset + 12 + length])
         offset += 12 + length + 4
         for value in event.summary.value:
             scalars.setdefault(value.tag, []).append(value.simple_value)
@@ -88,9 +90,16 @@ smoke: {{}}
 @pytest.mark.slow
 def test_failed_trial_and_missing_metric_are_reported(smoke_sweep, report_checks, monkeypatch, tmp_path):
     toy = workloads.get("toy")
-    monkeypatch.setitem(workloads.registry(), "toy_faulty", Workload(
-        config=toy.config, loop="tests.raylab.report.faulty_loop:train_loop", metrics=toy.metrics,
-        figures=toy.figures))
+    monkeypatch.setitem(
+        workloads.registry(),
+        "toy_faulty",
+        Workload(
+            config=toy.config,
+            loop="tests.raylab.report.faulty_loop:train_loop",
+            metrics=toy.metrics,
+            figures=toy.figures,
+        ),
+    )
     experiment_file = tmp_path / "toy_faulty.yaml"
     experiment_file.write_text(FAULTY_YAML.format(path=experiment_file))
     results, run_path, _ = smoke_sweep(str(experiment_file))

@@ -22,9 +22,16 @@ def write_run(root: Path, search: dict, trials: list[dict], name="exp-20260101-1
     """A run folder like a sweep's: experiment.yaml, and per trial its params, rows and error."""
     run = root / name
     run.mkdir(parents=True)
-    exp = {"name": "exp", "workload": "not_registered_here", "metric": "score", "mode": "max",
-           "search": {k: {"grid": v} for k, v in search.items()}, "num_samples": 1, "smoke": False,
-           **experiment}
+    exp = {
+        "name": "exp",
+        "workload": "not_registered_here",
+        "metric": "score",
+        "mode": "max",
+        "search": {k: {"grid": v} for k, v in search.items()},
+        "num_samples": 1,
+        "smoke": False,
+        **experiment,
+    }
     (run / "experiment.yaml").write_text(yaml.safe_dump(exp, sort_keys=False))
     for i, trial in enumerate(trials):
         folder = RunFolder(run).trial(f"t_{i:05d}")
@@ -47,9 +54,25 @@ def test_aggregate_is_mean_and_sample_std_elementwise_for_vectors():
 
 
 def test_value_at_last_max_min_and_curve_without_carried_values(tmp_path):
-    run = load_run(str(write_run(tmp_path, {"seed": [0]}, [{"params": {"seed": 0}, "rows": [
-        {"step": 1, "early": 3.0, "acc": [0.1, 0.5]}, {"step": 2, "early": 2.0, "acc": [0.4, 0.2]},
-        {"step": 3, "early": 2.0}, {"step": 4, "early": 2.0, "late": 7}]}])))
+    run = load_run(
+        str(
+            write_run(
+                tmp_path,
+                {"seed": [0]},
+                [
+                    {
+                        "params": {"seed": 0},
+                        "rows": [
+                            {"step": 1, "early": 3.0, "acc": [0.1, 0.5]},
+                            {"step": 2, "early": 2.0, "acc": [0.4, 0.2]},
+                            {"step": 3, "early": 2.0},
+                            {"step": 4, "early": 2.0, "late": 7},
+                        ],
+                    }
+                ],
+            )
+        )
+    )
     trial = run.trials[0]
     assert value_at(trial, "early") == 2.0 and value_at(trial, "early", "max") == 3.0
     assert value_at(trial, "acc") == [0.4, 0.2] and value_at(trial, "acc", "max") == [0.4, 0.5]
@@ -62,9 +85,14 @@ def probe_run(tmp_path: Path) -> Path:
     """Two tasks (a: MAE, lower is better; b: AUROC) x two feature sets x two seeds."""
     values = {("a", "x"): [0.5, 0.7], ("a", "y"): [0.3, 0.4], ("b", "x"): [0.9, 0.8], ("b", "y"): [0.6, 0.7]}
     metric = {"a": "probe/a/mae", "b": "probe/b/auroc"}
-    trials = [{"params": {"task": t, "features": f, "seed": s},
-               "rows": [{metric[t]: 99.0, "score": 0.0}, {metric[t]: values[t, f][s], "score": 1.0}]}
-              for (t, f) in values for s in (0, 1)]
+    trials = [
+        {
+            "params": {"task": t, "features": f, "seed": s},
+            "rows": [{metric[t]: 99.0, "score": 0.0}, {metric[t]: values[t, f][s], "score": 1.0}],
+        }
+        for (t, f) in values
+        for s in (0, 1)
+    ]
     return write_run(tmp_path, {"task": ["a", "b"], "features": ["x", "y"], "seed": [0, 1]}, trials)
 
 
@@ -82,25 +110,37 @@ def test_pivot_table_resolves_each_trials_metric_and_marks_the_best_per_row(tmp_
     # group rows instead: one row per (task, features), columns the metrics
     (rows_block,) = table_blocks(run, Table(("score", "probe/{task}/*"), at="max"), None)
     assert [label for label, _, _ in rows_block.rows] == [
-        "task=a, features=x", "task=a, features=y", "task=b, features=x", "task=b, features=y"]
+        "task=a, features=x",
+        "task=a, features=y",
+        "task=b, features=x",
+        "task=b, features=y",
+    ]
     assert rows_block.rows[0][2][1].mean == 99.0  # the max over reports
 
 
 def test_report_of_a_partial_sweep_names_failed_running_and_missing(tmp_path):
-    run = write_run(tmp_path, {"lr": [0.1, 0.2, 0.3], "seed": [0, 1]}, [
-        {"params": {"lr": 0.1, "seed": 0}, "rows": [{"score": 1.0, "done": True}]},
-        {"params": {"lr": 0.1, "seed": 1}, "rows": [{"score": 3.0}]},
-        {"params": {"lr": 0.2, "seed": 0},
-         "error": "Failure # 1 (occurred at 2026-01-01)\nTraceback (most recent call last):\n"
-                  "  File x\nValueError: loss is nan\n"},
-        {"params": {"lr": 0.2, "seed": 1}},
-    ])
+    run = write_run(
+        tmp_path,
+        {"lr": [0.1, 0.2, 0.3], "seed": [0, 1]},
+        [
+            {"params": {"lr": 0.1, "seed": 0}, "rows": [{"score": 1.0, "done": True}]},
+            {"params": {"lr": 0.1, "seed": 1}, "rows": [{"score": 3.0}]},
+            {
+                "params": {"lr": 0.2, "seed": 0},
+                "error": "Failure # 1 (occurred at 2026-01-01)\nTraceback (most recent call last):\n"
+                "  File x\nValueError: loss is nan\n",
+            },
+            {"params": {"lr": 0.2, "seed": 1}},
+        ],
+    )
     # Tune's state file (JSON) says which trials run; one it knows has no folder yet
-    state = {"trial_data": [
-        [json.dumps({"relative_logdir": "t_00001", "status": "RUNNING", "config": {"lr": 0.1, "seed": 1}}), "{}"],
-        [json.dumps({"relative_logdir": "t_00002", "status": "ERROR", "config": {"lr": 0.2, "seed": 0}}), "{}"],
-        [json.dumps({"relative_logdir": "t_00004", "status": "PENDING", "config": {"lr": 0.3, "seed": 0}}), "{}"],
-    ]}
+    state = {
+        "trial_data": [
+            [json.dumps({"relative_logdir": "t_00001", "status": "RUNNING", "config": {"lr": 0.1, "seed": 1}}), "{}"],
+            [json.dumps({"relative_logdir": "t_00002", "status": "ERROR", "config": {"lr": 0.2, "seed": 0}}), "{}"],
+            [json.dumps({"relative_logdir": "t_00004", "status": "PENDING", "config": {"lr": 0.3, "seed": 0}}), "{}"],
+        ]
+    }
     (run / "experiment_state-2026-01-01_12-00-00.json").write_text(json.dumps(state))
     spec = Report(items=(Curve("score"), Curve("never"), Table(("score", "never"))))
     content = report.build(load_run(str(run)), spec, tmp_path / "out")
@@ -117,15 +157,29 @@ def test_report_of_a_partial_sweep_names_failed_running_and_missing(tmp_path):
 
 
 def test_vector_bars_scatter_and_versus_are_drawn(tmp_path):
-    trials = [{"params": {"method": m, "eps": e, "seed": s},
-               "rows": [{"acc": [0.2 * s + e, 0.5, 0.1 + e], "pred": e + s, "meas": e + 0.9 * s, "score": e}]}
-              for m in ("a", "b") for e in (0.1, 0.2) for s in (0, 1)]
+    trials = [
+        {
+            "params": {"method": m, "eps": e, "seed": s},
+            "rows": [{"acc": [0.2 * s + e, 0.5, 0.1 + e], "pred": e + s, "meas": e + 0.9 * s, "score": e}],
+        }
+        for m in ("a", "b")
+        for e in (0.1, 0.2)
+        for s in (0, 1)
+    ]
     run = load_run(str(write_run(tmp_path, {"method": ["a", "b"], "eps": [0.1, 0.2], "seed": [0, 1]}, trials)))
-    spec = Report(items=(Bars("acc", by="method", labels=("cat", "dog", "ship")),
-                         Scatter("pred", "meas", diagonal=True), Versus("eps", "score", by="method")))
+    spec = Report(
+        items=(
+            Bars("acc", by="method", labels=("cat", "dog", "ship")),
+            Scatter("pred", "meas", diagonal=True),
+            Versus("eps", "score", by="method"),
+        )
+    )
     content = report.build(run, spec, tmp_path / "out")
     assert [f["file"] for f in content["figures"]] == [
-        "figures/01_bars_acc.png", "figures/02_scatter_meas.png", "figures/03_versus_score.png"]
+        "figures/01_bars_acc.png",
+        "figures/02_scatter_meas.png",
+        "figures/03_versus_score.png",
+    ]
     from PIL import Image
 
     for figure in content["figures"]:
@@ -137,13 +191,23 @@ def test_vector_bars_scatter_and_versus_are_drawn(tmp_path):
 def test_markdown_report_and_a_single_local_trial_run(tmp_path):
     run = tmp_path / "toy-train-20260101-120000"
     run.mkdir(parents=True)
-    (run / "experiment.yaml").write_text(yaml.safe_dump({"name": "toy", "workload": "toy", "metric": "eval/mse",
-                                                         "mode": "min", "search": {"lr": {"grid": [0.05, 0.1]}},
-                                                         "smoke": True}))
+    (run / "experiment.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "toy",
+                "workload": "toy",
+                "metric": "eval/mse",
+                "mode": "min",
+                "search": {"lr": {"grid": [0.05, 0.1]}},
+                "smoke": True,
+            }
+        )
+    )
     trial = RunFolder(run).trial(TRAIN_TRIAL)
     trial.write_params({"lr": 0.05, "seed": 0})
-    trial.write_rows([{"train/loss": 1.0 / s, "eval/mse": 2.0 / s, "train/step": s, "training_iteration": s}
-                      for s in (1, 2, 3)])
+    trial.write_rows(
+        [{"train/loss": 1.0 / s, "eval/mse": 2.0 / s, "train/step": s, "training_iteration": s} for s in (1, 2, 3)]
+    )
     path = Path(report.write_report(str(run), out=tmp_path / "md", fmt="md"))
     text = path.read_text()
     assert path.name == "report.md" and "![training loss and held-out MSE" in text
@@ -154,27 +218,35 @@ def test_markdown_report_and_a_single_local_trial_run(tmp_path):
 
 
 def test_experiment_name_picks_the_newest_run(tmp_path):
-    names = ("exp-20260101-120000", "exp-smoke-20260301-090000", "exp-train-20260201-000000",
-             "expx-20270101-000000")
-    changed = {"exp-20260101-120000": 1, "exp-smoke-20260301-090000": 3, "exp-train-20260201-000000": 4,
-               "expx-20270101-000000": 5}  # when each experiment.yaml last changed
+    names = ("exp-20260101-120000", "exp-smoke-20260301-090000", "exp-train-20260201-000000", "expx-20270101-000000")
+    changed = {
+        "exp-20260101-120000": 1,
+        "exp-smoke-20260301-090000": 3,
+        "exp-train-20260201-000000": 4,
+        "expx-20270101-000000": 5,
+    }  # when each experiment.yaml last changed
     for name in names:
         run = write_run(tmp_path, {"seed": [0]}, [], name=name)
         if name.startswith("expx"):  # a sweep of another experiment saves its own name
-            (run / "experiment.yaml").write_text((run / "experiment.yaml").read_text().replace("name: exp", "name: expx"))
+            (run / "experiment.yaml").write_text(
+                (run / "experiment.yaml").read_text().replace("name: exp", "name: expx")
+            )
         os.utime(run / "experiment.yaml", (1e9 + changed[name], 1e9 + changed[name]))
     assert find_run("exp", str(tmp_path)) == str(tmp_path / "exp-smoke-20260301-090000")
     with pytest.raises(UserError, match="no run of experiment 'other'"):
         find_run("other", str(tmp_path))
 
 
-@pytest.mark.parametrize("make, argv, message", [
-    (lambda p: None, ["{p}/nowhere"], "no such run folder"),
-    (lambda p: (p / "file.txt").write_text("x"), ["{p}/file.txt"], "not a run folder (a file, not a folder)"),
-    (lambda p: (p / "empty").mkdir(), ["{p}/empty"], "not a run folder (no experiment.yaml"),
-    (lambda p: None, ["toy", "--storage", "{p}"], "no run of experiment 'toy'"),
-    (lambda p: None, ["{p}", "--format", "pdf"], "argument --format: invalid choice"),
-])
+@pytest.mark.parametrize(
+    "make, argv, message",
+    [
+        (lambda p: None, ["{p}/nowhere"], "no such run folder"),
+        (lambda p: (p / "file.txt").write_text("x"), ["{p}/file.txt"], "not a run folder (a file, not a folder)"),
+        (lambda p: (p / "empty").mkdir(), ["{p}/empty"], "not a run folder (no experiment.yaml"),
+        (lambda p: None, ["toy", "--storage", "{p}"], "no run of experiment 'toy'"),
+        (lambda p: None, ["{p}", "--format", "pdf"], "argument --format: invalid choice"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, make, argv, message):
     make(tmp_path)
     assert report.main([a.format(p=tmp_path) for a in argv]) == 2
@@ -183,9 +255,11 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, make, argv, mes
 
 
 def test_bars_take_the_class_names_from_the_workloads_hook_and_a_tie_is_not_marked_best(tmp_path, monkeypatch):
-    trials = [{"params": {"method": m, "seed": s, "dataset": "cifar10"},
-               "rows": [{"acc": [0.5, 0.4 + s / 10], "score": 1.0}]}
-              for m in ("a", "b") for s in (0, 1)]
+    trials = [
+        {"params": {"method": m, "seed": s, "dataset": "cifar10"}, "rows": [{"acc": [0.5, 0.4 + s / 10], "score": 1.0}]}
+        for m in ("a", "b")
+        for s in (0, 1)
+    ]
     run = load_run(str(write_run(tmp_path, {"method": ["a", "b"], "seed": [0, 1]}, trials)))
     asked = []
 
@@ -215,10 +289,21 @@ def test_a_clean_arm_swept_once_is_the_baseline_point_of_every_series_without_it
     """backdoor_resnet sweeps the clean arm once (badnets at 0%): blended's line starts from it,
     wanet keeps its own clean arm, and the caption says which series borrowed it."""
     arms = [("badnets", 0.0), ("wanet", 0.0), ("badnets", 0.1), ("blended", 0.1), ("wanet", 0.1)]
-    asr = {("badnets", 0.0): 0.05, ("wanet", 0.0): 0.02, ("badnets", 0.1): 0.9, ("blended", 0.1): 0.8,
-           ("wanet", 0.1): 0.7}
-    trials = [{"params": {"variant": {"attack": a, "poison_ratio": p}, "seed": s},
-               "rows": [{"eval/asr": asr[a, p] + s / 100}]} for a, p in arms for s in (0, 1)]
+    asr = {
+        ("badnets", 0.0): 0.05,
+        ("wanet", 0.0): 0.02,
+        ("badnets", 0.1): 0.9,
+        ("blended", 0.1): 0.8,
+        ("wanet", 0.1): 0.7,
+    }
+    trials = [
+        {
+            "params": {"variant": {"attack": a, "poison_ratio": p}, "seed": s},
+            "rows": [{"eval/asr": asr[a, p] + s / 100}],
+        }
+        for a, p in arms
+        for s in (0, 1)
+    ]
     search = {"variant": [{"attack": a, "poison_ratio": p} for a, p in arms], "seed": [0, 1]}
     run = load_run(str(write_run(tmp_path, search, trials)))
     from raylab.report import plots as report_plots
@@ -236,18 +321,19 @@ def test_a_clean_arm_swept_once_is_the_baseline_point_of_every_series_without_it
     def lines(item):
         drawn, note = report_plots.draw(item, run, None, tmp_path / "v.png")
         ax = axes_seen[-1][0][0]
-        points = {c.get_label(): [round(v, 6) for xy in zip(*c.lines[0].get_data()) for v in xy]
-                  for c in ax.containers}
+        points = {c.get_label(): [round(v, 6) for xy in zip(*c.lines[0].get_data()) for v in xy] for c in ax.containers}
         return drawn, note, points
 
-    drawn, note, points = lines(Versus("poison_ratio", "eval/asr", by="attack",
-                                       baseline={"poison_ratio": 0.0, "attack": "badnets"}))
+    drawn, note, points = lines(
+        Versus("poison_ratio", "eval/asr", by="attack", baseline={"poison_ratio": 0.0, "attack": "badnets"})
+    )
     assert drawn
     assert points["attack=badnets"] == [0.0, 0.055, 0.1, 0.905]  # (x, mean) pairs
     assert points["attack=blended"] == [0.0, 0.055, 0.1, 0.805]  # the clean arm at 0
     assert points["attack=wanet"] == [0.0, 0.025, 0.1, 0.705]  # its own
-    assert note == ("at poison_ratio=0, attack=blended show the trials of poison_ratio=0, "
-                    "attack=badnets (one training for both)")
+    assert note == (
+        "at poison_ratio=0, attack=blended show the trials of poison_ratio=0, attack=badnets (one training for both)"
+    )
     _, note, points = lines(Versus("poison_ratio", "eval/asr", by="attack"))  # the control
     assert points["attack=blended"] == [0.1, 0.805] and note == ""
     with pytest.raises(ValueError, match="baseline must be a dict of swept values that holds x"):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from raylab import report, workloads
-from raylab.run_folder import RunFolder
 from raylab.report import estimators
+from raylab.run_folder import RunFolder
 from tests.raylab.report.conftest import check_figures, check_tables
 
 # One experiment per workload: the cheapest smoke that sweeps the keys its figures use, shared
@@ -85,7 +85,8 @@ def check_report(workload: str, run_path: str) -> dict:
     assert check_tables(Path(run_path), content) >= 1
     html = path.read_text()
     extra = sum(bool(a["file"]) for a in content["aggregates"]) + sum(
-        bool(content["sweep"].get(k, {}).get("file")) for k in ("parallel", "curves"))
+        bool(content["sweep"].get(k, {}).get("file")) for k in ("parallel", "curves")
+    )
     assert html.count("<img ") == drawn + extra
     assert not content["failed"]
 
@@ -120,12 +121,14 @@ def test_dqn_claims_against_an_oracle_of_the_result_files(shared_smoke_sweep, ca
 
         def last_half(key):
             values = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-            tail = values[len(values) // 2:]
+            tail = values[len(values) // 2 :]
             return sum(tail) / len(tail)
 
         final[params["loss"], params["seed"]] = {
-            "res": last_half("bellman/residual_linf_exact"), "ins": last_half("bellman/residual_linf_insample"),
-            "return": rows[-1]["eval/return_mean"]}
+            "res": last_half("bellman/residual_linf_exact"),
+            "ins": last_half("bellman/residual_linf_insample"),
+            "return": rows[-1]["eval/return_mean"],
+        }
     seeds = sorted({s for _, s in final})
     assert seeds == [0, 1, 2]
     ratios = [final["soft_linf", s]["res"] / final["mse", s]["res"] for s in seeds]
@@ -142,8 +145,15 @@ def test_dqn_claims_against_an_oracle_of_the_result_files(shared_smoke_sweep, ca
     control_state = claims["residual"]["controls"][0]["state"]
     assert control_state == ("passed" if all(c < 0.8 for c in control) else "failed")
     low, high = row["interval"]
-    expected = ("control failed" if control_state == "failed" else "supported" if high < 1
-                else "not supported" if low > 1 else "inconclusive")
+    expected = (
+        "control failed"
+        if control_state == "failed"
+        else "supported"
+        if high < 1
+        else "not supported"
+        if low > 1
+        else "inconclusive"
+    )
     assert row["verdict"] == expected
 
     assert report.main([run_path, "--claims"]) == 0
@@ -157,7 +167,10 @@ def test_dqn_claims_against_an_oracle_of_the_result_files(shared_smoke_sweep, ca
     assert agg["kind"].startswith("raw eval/return_mean")  # FeatureMDP has no human scores
     mse = next(a for a in agg["arms"] if a["arm"] == "loss=mse")
     assert mse["mean"]["estimate"] == pytest.approx(statistics.fmean(final["mse", s]["return"] for s in seeds))
-    wins = sum((a > b) + 0.5 * (a == b) for a in (final["soft_linf", s]["return"] for s in seeds)
-               for b in (final["mse", s]["return"] for s in seeds))
+    wins = sum(
+        (a > b) + 0.5 * (a == b)
+        for a in (final["soft_linf", s]["return"] for s in seeds)
+        for b in (final["mse", s]["return"] for s in seeds)
+    )
     assert agg["improvement"][0]["estimate"] == pytest.approx(wins / 9)
     print(f"\nsoft-linf / mse residual per seed {[round(r, 3) for r in ratios]}: {row['verdict']}")

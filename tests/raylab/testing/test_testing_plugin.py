@@ -138,12 +138,31 @@ def write_lab(root: Path) -> None:
 def test_a_lab_package_is_validated_and_smoke_swept_with_the_plugin(tmp_path, ray_session):
     lab = tmp_path / "lab"
     write_lab(lab)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(lab), str(REPO)]),
-           "RAYLAB_TEST_RAY_ADDRESS": ray_session.get_runtime_context().gcs_address}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(lab), str(REPO)]),
+        "RAYLAB_TEST_RAY_ADDRESS": ray_session.get_runtime_context().gcs_address,
+    }
     env.pop("RAYLAB_CONFIGS", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "raylab.testing", "-p", "no:cacheprovider", "-q", "-rfE",
-         "--durations=0", "tests"], cwd=lab, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "raylab.testing",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rfE",
+            "--durations=0",
+            "tests",
+        ],
+        cwd=lab,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     out = proc.stdout + proc.stderr
     print(out)
@@ -152,5 +171,8 @@ def test_a_lab_package_is_validated_and_smoke_swept_with_the_plugin(tmp_path, ra
     # the one failure is the control, and its line names the file, the metric and what is reported
     failed = [line for line in out.splitlines() if line.startswith("FAILED")]
     assert len(failed) == 1 and "test_typo_is_refused" in failed[0], out[-4000:]
-    assert re.search(r"mini_typo\.yaml: metric 'eval/acuracy' is not reported by workload 'mini'; "
-                     r"it reports: train/loss, train/step", out), out[-4000:]
+    assert re.search(
+        r"mini_typo\.yaml: metric 'eval/acuracy' is not reported by workload 'mini'; "
+        r"it reports: train/loss, train/step",
+        out,
+    ), out[-4000:]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 
 import pytest
-
 from scenarios.clusters.s3_store import CREDENTIALS  # tests import it from here too
 
 

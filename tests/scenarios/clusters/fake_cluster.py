@@ -35,8 +35,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def autoscaling_config(port: int, gpu_nodes: int, idle_timeout_s: float,
-                       head: dict | None = None, gpus_per_node: int = 1) -> dict:
+def autoscaling_config(
+    port: int, gpu_nodes: int, idle_timeout_s: float, head: dict | None = None, gpus_per_node: int = 1
+) -> dict:
     """gpu.yaml's shape at toy size: its head's resources (updated by ``head``), and worker
     nodes of ``gpus_per_node`` CPUs and as many GPUs."""
     gpu = yaml.safe_load(GPU_YAML.read_text())
@@ -61,8 +62,7 @@ def autoscaling_config(port: int, gpu_nodes: int, idle_timeout_s: float,
                 "max_workers": 0,
             },
             "gpu_small": {
-                "resources": {"CPU": gpus_per_node, "GPU": gpus_per_node,
-                              "object_store_memory": 100 * 1024**2},
+                "resources": {"CPU": gpus_per_node, "GPU": gpus_per_node, "object_store_memory": 100 * 1024**2},
                 "node_config": {},
                 "min_workers": 0,
                 "max_workers": gpu_nodes,
@@ -93,7 +93,11 @@ class FakeCluster:
         """A command on this cluster's "head" (``RAY_ADDRESS`` points at it), its environment
         updated by ``env``."""
         return subprocess.run(
-            list(args), env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout,
+            list(args),
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             cwd=Path(__file__).resolve().parents[3],
         )
 
@@ -135,8 +139,14 @@ class FakeCluster:
 
 
 @contextlib.contextmanager
-def fake_cluster(gpu_nodes: int = 2, idle_timeout_s: float = 6.0, env: dict | None = None,
-                 head: dict | None = None, gpus_per_node: int = 1, unset: tuple[str, ...] = ()):
+def fake_cluster(
+    gpu_nodes: int = 2,
+    idle_timeout_s: float = 6.0,
+    env: dict | None = None,
+    head: dict | None = None,
+    gpus_per_node: int = 1,
+    unset: tuple[str, ...] = (),
+):
     """Start the simulated cluster; yield a ``FakeCluster``; end every process it started.
 
     ``head`` updates the head's declared resources (``{"trial_driver": 3}``); ``unset`` names
@@ -146,10 +156,14 @@ def fake_cluster(gpu_nodes: int = 2, idle_timeout_s: float = 6.0, env: dict | No
     config_path = root / "cluster.yaml"
     config = autoscaling_config(port, gpu_nodes, idle_timeout_s, head, gpus_per_node)
     config_path.write_text(yaml.safe_dump(config))
-    head_extra = {k: v for k, v in config["available_node_types"]["ray.head.default"]["resources"].items()
-                  if k not in ("CPU", "GPU")}
+    head_extra = {
+        k: v
+        for k, v in config["available_node_types"]["ray.head.default"]["resources"].items()
+        if k not in ("CPU", "GPU")
+    }
     cluster_env = {
-        **{k: v for k, v in os.environ.items() if k not in unset}, **(env or {}),
+        **{k: v for k, v in os.environ.items() if k not in unset},
+        **(env or {}),
         "RAY_FAKE_CLUSTER": "1",
         "RAYLAB_SIMULATED_GPUS": "1",  # its GPUs are resource labels: workers train on the CPU
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # every node on 127.0.0.1
@@ -164,11 +178,20 @@ def fake_cluster(gpu_nodes: int = 2, idle_timeout_s: float = 6.0, env: dict | No
     cluster.dashboard = f"http://127.0.0.1:{free_port()}"  # Ray's state API is served there
     try:
         start = cluster.run(
-            RAY, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-            "--num-cpus=0", "--num-gpus=0", f"--resources={json.dumps(head_extra)}",
-            "--dashboard-host=127.0.0.1", f"--dashboard-port={cluster.dashboard.rsplit(':', 1)[1]}",
-            f"--ray-client-server-port={free_port()}", f"--temp-dir={root}",
-            f"--autoscaling-config={config_path}", "--disable-usage-stats",
+            RAY,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=0",
+            "--num-gpus=0",
+            f"--resources={json.dumps(head_extra)}",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={cluster.dashboard.rsplit(':', 1)[1]}",
+            f"--ray-client-server-port={free_port()}",
+            f"--temp-dir={root}",
+            f"--autoscaling-config={config_path}",
+            "--disable-usage-stats",
             timeout=180,
         )
         assert start.returncode == 0, start.stdout[-2000:] + start.stderr[-2000:]

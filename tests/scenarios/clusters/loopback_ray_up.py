@@ -42,9 +42,19 @@ USER = "raylabnode"
 HOME = Path("/home") / USER
 IPS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 # Kept: what the YAML says about the tree and the nodes. Swapped: provider, auth. Dropped: docker.
-KEPT = ("file_mounts", "rsync_filter", "rsync_exclude", "setup_commands", "head_setup_commands",
-        "worker_setup_commands", "head_start_ray_commands", "worker_start_ray_commands",
-        "initialization_commands", "upscaling_speed", "idle_timeout_minutes")
+KEPT = (
+    "file_mounts",
+    "rsync_filter",
+    "rsync_exclude",
+    "setup_commands",
+    "head_setup_commands",
+    "worker_setup_commands",
+    "head_start_ray_commands",
+    "worker_start_ray_commands",
+    "initialization_commands",
+    "upscaling_speed",
+    "idle_timeout_minutes",
+)
 
 
 def derive(config: dict, key: Path, name: str) -> dict:
@@ -63,8 +73,9 @@ def ensure_user() -> None:
     try:
         pwd.getpwnam(USER)
     except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--home-dir", str(HOME), "--shell",
-                        "/bin/bash", USER], check=True)
+        subprocess.run(
+            ["useradd", "--no-create-home", "--home-dir", str(HOME), "--shell", "/bin/bash", USER], check=True
+        )
     # OpenSSH refuses an account whose password is locked ('!') when PAM is off; '*' only says
     # that no password logs in, and the key still does.
     subprocess.run(["usermod", "-p", "*", USER], check=True)
@@ -82,7 +93,9 @@ def node_python(root: Path) -> Path:
     (root / "testsite").mkdir(mode=0o755)
     (site / "test-environment.pth").write_text(str(root / "testsite") + "\n")
     bin_ = stage / "bin"
-    (bin_ / "pip").write_text(f'#!{HOME}/venv/bin/python\nimport sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n')
+    (bin_ / "pip").write_text(
+        f"#!{HOME}/venv/bin/python\nimport sys\nfrom pip._internal.cli.main import main\nsys.exit(main())\n"
+    )
     (bin_ / "ray").write_text(RAY_WRAPPER.format(python=f"{HOME}/venv/bin/python"))
     for name in ("pip", "ray"):
         os.chmod(bin_ / name, 0o755)
@@ -152,7 +165,7 @@ def start_node(root: Path, index: int, key: Path, stage: Path, env: dict[str, st
         if script.is_file() and not script.is_symlink():
             text = script.read_text(errors="ignore")
             script.write_text(text.replace(str(stage), str(HOME / "venv")))
-    cfg = (home / "venv" / "pyvenv.cfg")
+    cfg = home / "venv" / "pyvenv.cfg"
     cfg.write_text(cfg.read_text().replace(str(stage), str(HOME / "venv")))
     # The image's environment: its Python first on PATH (gpu.yaml runs `python`, `pip`, `ray`).
     # What a cloud node has besides: its own IP (above), credentials for the results bucket (an
@@ -160,10 +173,15 @@ def start_node(root: Path, index: int, key: Path, stage: Path, env: dict[str, st
     # RAY_OVERRIDE_RESOURCES for cloud providers, never for the local one).
     # And, for this machine's load (2 cores shared by many test processes): Ray's waits for a
     # node's own processes to start, 15 to 30 s by default, raised to two minutes.
-    env = {"RAYLAB_LOOPBACK_NODE_IP": IPS[index], "RAY_agent_register_timeout_ms": "120000",
-           "RAY_raylet_start_wait_time_s": "120", **env}
-    profile = f'export PATH="{HOME}/venv/bin:$PATH"\nexport PIP_DISABLE_PIP_VERSION_CHECK=1\n' + \
-        "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    env = {
+        "RAYLAB_LOOPBACK_NODE_IP": IPS[index],
+        "RAY_agent_register_timeout_ms": "120000",
+        "RAY_raylet_start_wait_time_s": "120",
+        **env,
+    }
+    profile = f'export PATH="{HOME}/venv/bin:$PATH"\nexport PIP_DISABLE_PIP_VERSION_CHECK=1\n' + "".join(
+        f"export {k}={shlex.quote(v)}\n" for k, v in env.items()
+    )
     (home / ".bashrc").write_text(profile)
     (home / ".profile").write_text(profile)
     ssh = home / ".ssh"
@@ -174,7 +192,8 @@ def start_node(root: Path, index: int, key: Path, stage: Path, env: dict[str, st
     hostkey = node / "host_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)], check=True)
     conf = node / "sshd_config"
-    conf.write_text(textwrap.dedent(f"""\
+    conf.write_text(
+        textwrap.dedent(f"""\
         ListenAddress {IPS[index]}:22
         HostKey {hostkey}
         PidFile {node}/sshd.pid
@@ -187,22 +206,49 @@ def start_node(root: Path, index: int, key: Path, stage: Path, env: dict[str, st
         StrictModes no
         MaxStartups 100
         MaxSessions 100
-        """))
-    env = {**os.environ, "NODE": str(node), "HOMEDIR": str(HOME), "CONF": str(conf),
-           "TESTSITE_SRC": sysconfig.get_paths()["purelib"], "TESTSITE": str(root / "testsite")}
+        """)
+    )
+    env = {
+        **os.environ,
+        "NODE": str(node),
+        "HOMEDIR": str(HOME),
+        "CONF": str(conf),
+        "TESTSITE_SRC": sysconfig.get_paths()["purelib"],
+        "TESTSITE": str(root / "testsite"),
+    }
     log = open(node / "sshd.log", "w")
-    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", "bash", "-c", NODE_INIT],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", "bash", "-c", NODE_INIT],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return proc
 
 
 def wait_ssh(key: Path, ip: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        r = subprocess.run(["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o",
-                            "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o",
-                            "ConnectTimeout=5", f"{USER}@{ip}", "true"],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                "ssh",
+                "-i",
+                str(key),
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=5",
+                f"{USER}@{ip}",
+                "true",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode == 0:
             return
         if time.monotonic() > deadline:
@@ -221,9 +267,14 @@ RAY_CLI_ENV = {"RAY_UP_enable_autoscaler_v2": "0"}
 
 
 def ray_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(sys.executable).parent / "ray"), *args], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                          env={**os.environ, **RAY_CLI_ENV})
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ray"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **RAY_CLI_ENV},
+    )
 
 
 LAB_INIT = '''\
@@ -292,8 +343,6 @@ def lab_package(root: Path) -> Path:
     return pkg
 
 
-
-
 def start_s3():
     """moto's S3 server on 127.0.0.1 (every node reaches it: they share this network stack),
     with a bucket ``raylab``: ``(server, storage_uri, client)``."""
@@ -318,18 +367,20 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("cluster_yaml", type=Path)
     parser.add_argument("out_json", type=Path)
-    parser.add_argument("--sweep", action="append", default=[],
-                        help="an experiment run with --smoke from the head's copy of the tree")
+    parser.add_argument(
+        "--sweep", action="append", default=[], help="an experiment run with --smoke from the head's copy of the tree"
+    )
     parser.add_argument("--lab", action="store_true", help="mount, install and run a lab package")
-    parser.add_argument("--data", action="store_true",
-                        help="README's data step: a data folder mounted on every node, and synced on")
+    parser.add_argument(
+        "--data", action="store_true", help="README's data step: a data folder mounted on every node, and synced on"
+    )
     parser.add_argument("--preflight", default="", help="experiments whose preflight workers run")
-    parser.add_argument("--nodes", type=int, default=len(IPS),
-                        help="nodes the check waits for before it runs")
+    parser.add_argument("--nodes", type=int, default=len(IPS), help="nodes the check waits for before it runs")
     args = parser.parse_args()
     source, out = args.cluster_yaml, args.out_json
-    assert os.getpid() == 1 or os.environ.get("RAYLAB_LOOPBACK_NAMESPACED") == "1", \
+    assert os.getpid() == 1 or os.environ.get("RAYLAB_LOOPBACK_NAMESPACED") == "1", (
         "run inside its own PID namespace (unshare --pid --fork --mount-proc)"
+    )
     # As its namespace's PID 1 this process ignores SIGTERM unless it handles it: end cleanly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ensure_user()
@@ -342,10 +393,8 @@ def main() -> int:
     s3 = start_s3() if (args.sweep or args.lab) else None
     node_env = dict(CREDENTIALS) if s3 else {}
     head_type = config.get("available_node_types", {}).get(config.get("head_node_type", ""), {})
-    head_env = {"RAY_OVERRIDE_RESOURCES": json.dumps(head_type["resources"])} \
-        if head_type.get("resources") else {}
-    nodes = [start_node(root, i, key, stage, {**node_env, **(head_env if i == 0 else {})})
-             for i in range(len(IPS))]
+    head_env = {"RAY_OVERRIDE_RESOURCES": json.dumps(head_type["resources"])} if head_type.get("resources") else {}
+    nodes = [start_node(root, i, key, stage, {**node_env, **(head_env if i == 0 else {})}) for i in range(len(IPS))]
     report: dict = {"source": str(source)}
     try:
         for ip in IPS:
@@ -359,16 +408,26 @@ def main() -> int:
             proc.wait()
         if s3:
             s3[0].stop()
-        report["sshd_logs"] = {p.name: (p / "sshd.log").read_text()[-1000:]
-                               for p in sorted(root.glob("node*"))}
-        report["ray_logs"] = {f"{log.parts[-6]}/{log.name}": "\n".join(
-                                  line for line in log.read_text(errors="replace").splitlines()
-                                  if " E " in line or " F " in line or "Check failed" in line
-                                  or "rror" in line)[-3000:]
-                              for log in sorted(root.glob("node*/tmp/ray/session_2*/logs/*"))
-                              if log.name in ("raylet.out", "raylet.err", "gcs_server.out",
-                                              "gcs_server.err", "monitor.out", "monitor.err",
-                                              "dashboard_agent.log", "dashboard.log")}
+        report["sshd_logs"] = {p.name: (p / "sshd.log").read_text()[-1000:] for p in sorted(root.glob("node*"))}
+        report["ray_logs"] = {
+            f"{log.parts[-6]}/{log.name}": "\n".join(
+                line
+                for line in log.read_text(errors="replace").splitlines()
+                if " E " in line or " F " in line or "Check failed" in line or "rror" in line
+            )[-3000:]
+            for log in sorted(root.glob("node*/tmp/ray/session_2*/logs/*"))
+            if log.name
+            in (
+                "raylet.out",
+                "raylet.err",
+                "gcs_server.out",
+                "gcs_server.err",
+                "monitor.out",
+                "monitor.err",
+                "dashboard_agent.log",
+                "dashboard.log",
+            )
+        }
         shutil.rmtree(root, ignore_errors=True)
         for state in Path("/tmp/ray").glob(f"cluster-{root.name}.*"):  # the local provider's
             state.unlink(missing_ok=True)
@@ -396,25 +455,33 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
     cfg.write_text(yaml.safe_dump(derived, sort_keys=False))
     t0 = time.monotonic()
     up = ray_cli("up", str(cfg), "--yes", "--no-config-cache")
-    report["up"] = {"rc": up.returncode, "s": round(time.monotonic() - t0, 1),
-                    "tail": (up.stdout + up.stderr)[-6000:]}
+    report["up"] = {"rc": up.returncode, "s": round(time.monotonic() - t0, 1), "tail": (up.stdout + up.stderr)[-6000:]}
     if up.returncode == 0:
         # The head's autoscaler starts the workers over SSH (min_workers = every worker IP); the
         # check waits for all of them, then runs one task pinned to each node from the head's
         # own copy of the tree: the imports and every workload's preflight, there.
         if args.data:  # data made after `ray up` on the head (the teacher's stores): README's line
-            wait = ray_cli("exec", str(cfg), f"python ~/raylab/tests/scenarios/clusters/node_check.py "
-                                             f"--nodes {args.nodes} --timeout 300 --wait-only")
-            made = ray_cli("exec", str(cfg), f"mkdir -p {DATA_MOUNT}/stores && echo store > "
-                                             f"{DATA_MOUNT}/stores/from-head")
+            wait = ray_cli(
+                "exec",
+                str(cfg),
+                f"python ~/raylab/tests/scenarios/clusters/node_check.py "
+                f"--nodes {args.nodes} --timeout 300 --wait-only",
+            )
+            made = ray_cli(
+                "exec", str(cfg), f"mkdir -p {DATA_MOUNT}/stores && echo store > {DATA_MOUNT}/stores/from-head"
+            )
             push = ray_cli("exec", str(cfg), PUSH_FROM_HEAD.format(path=f"{DATA_MOUNT}/stores/"))
-            report["push"] = {"rc": [wait.returncode, made.returncode, push.returncode],
-                              "tail": (push.stdout + push.stderr)[-2000:]}
-        check = (f"python ~/raylab/tests/scenarios/clusters/node_check.py --nodes {args.nodes} --timeout 300"
-                 f" --preflight '{args.preflight}'" + "".join(f" --expect {e}" for e in expect))
+            report["push"] = {
+                "rc": [wait.returncode, made.returncode, push.returncode],
+                "tail": (push.stdout + push.stderr)[-2000:],
+            }
+        check = (
+            f"python ~/raylab/tests/scenarios/clusters/node_check.py --nodes {args.nodes} --timeout 300"
+            f" --preflight '{args.preflight}'" + "".join(f" --expect {e}" for e in expect)
+        )
         ex = ray_cli("exec", str(cfg), check)
         line = next((ln for ln in ex.stdout.splitlines() if ln.startswith("NODECHECK ")), None)
-        report["nodes"] = json.loads(line[len("NODECHECK "):]) if line else []
+        report["nodes"] = json.loads(line[len("NODECHECK ") :]) if line else []
         report["exec"] = {"rc": ex.returncode, "tail": (ex.stdout + ex.stderr)[-3000:]}
         report["up_to_exec_s"] = round(time.monotonic() - t0, 1)
         runs = [(name, f"cd ~/raylab && python -m raylab.tune {name} --smoke") for name in args.sweep]
@@ -424,11 +491,18 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
         for name, command in runs:
             t1 = time.monotonic()
             run = f"loopback-{name}"
-            sweep = ray_cli("exec", str(cfg), f"{command} --address auto --quiet --name {run} "
-                                              f"--storage {shlex.quote(s3[1])}", timeout=1200)
+            sweep = ray_cli(
+                "exec",
+                str(cfg),
+                f"{command} --address auto --quiet --name {run} --storage {shlex.quote(s3[1])}",
+                timeout=1200,
+            )
             report["sweeps"][name] = {
-                "rc": sweep.returncode, "s": round(time.monotonic() - t1, 1),
-                "tail": (sweep.stdout + sweep.stderr)[-2500:], "trials": trial_rows(s3[2], run)}
+                "rc": sweep.returncode,
+                "s": round(time.monotonic() - t1, 1),
+                "tail": (sweep.stdout + sweep.stderr)[-2500:],
+                "trials": trial_rows(s3[2], run),
+            }
         report["sweeps_s"] = round(time.monotonic() - t0 - report["up_to_exec_s"], 1)
     down = ray_cli("down", str(cfg), "--yes")
     report["down"] = {"rc": down.returncode, "tail": (down.stdout + down.stderr)[-2000:]}
@@ -445,7 +519,8 @@ def trial_rows(client, run: str) -> dict:
             if rows:
                 found[key.split("/")[2]] = {
                     "node_ips": sorted({str(r.get("node_ip")) for r in rows}),
-                    "last": {k: v for k, v in rows[-1].items() if isinstance(v, (int, float, str))}}
+                    "last": {k: v for k, v in rows[-1].items() if isinstance(v, (int, float, str))},
+                }
     return found
 
 

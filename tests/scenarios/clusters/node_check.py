@@ -37,10 +37,16 @@ def probe(experiments: list[str], expect: list[str]) -> dict:
             preflights[name] = "ok"
         except Exception as err:  # noqa: BLE001 - reported per experiment
             preflights[name] = f"{type(err).__name__}: {err}"
-    return {"node": ray.get_runtime_context().get_node_id(), "ip": ray.util.get_node_ip_address(),
-            "raylab": list(raylab.__path__), "raylab_data": raylab.data.__file__,
-            "workloads": names, "home": home, "preflight": preflights,
-            "files": {path: os.path.exists(os.path.expanduser(path)) for path in expect}}
+    return {
+        "node": ray.get_runtime_context().get_node_id(),
+        "ip": ray.util.get_node_ip_address(),
+        "raylab": list(raylab.__path__),
+        "raylab_data": raylab.data.__file__,
+        "workloads": names,
+        "home": home,
+        "preflight": preflights,
+        "files": {path: os.path.exists(os.path.expanduser(path)) for path in expect},
+    }
 
 
 def main() -> None:
@@ -63,8 +69,12 @@ def main() -> None:
         return
     head = ray.get_runtime_context().get_node_id()  # this driver runs on the head
     experiments = [e for e in args.preflight.split(",") if e]
-    on = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-          .remote(experiments if n["NodeID"] != head else [], args.expect) for n in nodes]
+    on = [
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+            experiments if n["NodeID"] != head else [], args.expect
+        )
+        for n in nodes
+    ]
     found = ray.get(on)
     for row in found:
         row["kind"] = "head" if row["node"] == head else "worker"

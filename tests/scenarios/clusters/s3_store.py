@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 
 from raylab.run_folder import CHECKPOINT_PREFIX, RESULT_FILE
 
-
 CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
 }
 """The test S3 server's credentials (moto accepts any)."""
 
@@ -19,15 +20,11 @@ def keys(client, prefix: str = "") -> list[str]:
     """Every object key in the test bucket under ``prefix``."""
     found, token = [], None
     while True:
-        page = client.list_objects_v2(
-            Bucket="raylab", Prefix=prefix, **({"ContinuationToken": token} if token else {})
-        )
+        page = client.list_objects_v2(Bucket="raylab", Prefix=prefix, **({"ContinuationToken": token} if token else {}))
         found += [o["Key"] for o in page.get("Contents", [])]
         token = page.get("NextContinuationToken")
         if not token:
             return found
-
-
 
 
 def checkpoint_names(client, run: str) -> set[str]:
@@ -68,12 +65,10 @@ def counting_app(app, writes: Writes):
         if environ.get("REQUEST_METHOD") == "PUT":
             key = environ.get("PATH_INFO", "").lstrip("/").partition("/")[2]
             source = environ.get("HTTP_X_AMZ_COPY_SOURCE", "").lstrip("/").partition("/")[2]
-            if source and writes.copy_limit is not None and \
-                    writes.put_bytes.get(source, 0) > writes.copy_limit:
+            if source and writes.copy_limit is not None and writes.put_bytes.get(source, 0) > writes.copy_limit:
                 start_response("400 Bad Request", [("Content-Type", "application/xml")])
                 return [COPY_TOO_LARGE.format(limit=writes.copy_limit).encode()]
-            size = int(environ.get("HTTP_X_AMZ_DECODED_CONTENT_LENGTH")
-                       or environ.get("CONTENT_LENGTH") or 0)
+            size = int(environ.get("HTTP_X_AMZ_DECODED_CONTENT_LENGTH") or environ.get("CONTENT_LENGTH") or 0)
             with writes.lock:
                 writes.put_bytes[key] = writes.put_bytes.get(key, 0) + size
                 if source := environ.get("HTTP_X_AMZ_COPY_SOURCE"):
@@ -83,9 +78,11 @@ def counting_app(app, writes: Writes):
     return wrapped
 
 
-COPY_TOO_LARGE = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>InvalidRequest</Code>"
-                  "<Message>The specified copy source is larger than the maximum allowable size "
-                  "for a copy source: {limit}</Message></Error>")
+COPY_TOO_LARGE = (
+    '<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidRequest</Code>'
+    "<Message>The specified copy source is larger than the maximum allowable size "
+    "for a copy source: {limit}</Message></Error>"
+)
 """S3's answer to a CopyObject whose source is over the limit (5368709120 bytes on AWS)."""
 
 
@@ -96,8 +93,9 @@ def counting_moto_server(ip_address: str, port: int, writes: Writes):
     class Server(tms.ThreadedMotoServer):
         def _server_entry(self) -> None:
             app = counting_app(tms.DomainDispatcherApplication(tms.create_backend_app), writes)
-            self._server = tms.make_server(self._ip_address, self._port, app, True,
-                                           request_handler=tms.MotoRequestHandler)
+            self._server = tms.make_server(
+                self._ip_address, self._port, app, True, request_handler=tms.MotoRequestHandler
+            )
             self._server_ready_event.set()
             self._server.serve_forever()
 
@@ -116,8 +114,11 @@ def checkpoint_writes(client, writes: Writes, run: str) -> dict:
         folder = key.rsplit("/", 1)[0]
         sizes[folder] = sizes.get(folder, 0) + client.head_object(Bucket="raylab", Key=key)["ContentLength"]
     assert sizes and len(set(sizes.values())) == 1, sizes
-    in_checkpoint = [k for k in writes.put_bytes if k.startswith(prefix) and f"/{CHECKPOINT_PREFIX}" in k
-                     and "checkpoint_manager_snapshot" not in k]
+    in_checkpoint = [
+        k
+        for k in writes.put_bytes
+        if k.startswith(prefix) and f"/{CHECKPOINT_PREFIX}" in k and "checkpoint_manager_snapshot" not in k
+    ]
     tune_keys = [k for k in in_checkpoint if "/_raylab/" not in k]
     return {
         "size": next(iter(sizes.values())),

@@ -13,15 +13,21 @@ import time
 from pathlib import Path
 
 import pytest
-
 from scenarios.clusters.fake_cluster import fake_cluster
 
 from raylab.run_folder import RunFolder
 
 SWEEP = [
-    "toy", "--smoke", "--address", "auto", "--quiet",
-    "resources.gpus_per_worker=1", "resources.cpus_per_worker=1",
-    "search.seed=[0,1,2,3]", "config.steps=60", "config.report_every=10",
+    "toy",
+    "--smoke",
+    "--address",
+    "auto",
+    "--quiet",
+    "resources.gpus_per_worker=1",
+    "resources.cpus_per_worker=1",
+    "search.seed=[0,1,2,3]",
+    "config.steps=60",
+    "config.report_every=10",
     "config.step_time_s=0.1",
 ]
 
@@ -45,8 +51,16 @@ def test_gpu_sweep_scales_out_runs_side_by_side_and_scales_back_in(tmp_path):
 
         # ...which it is here: every fake node is a process on this machine.
         proc = cluster.run(
-            sys.executable, "-m", "raylab.tune", *SWEEP, "--storage", str(results),
-            "--shared-storage", "--name", "fake", timeout=480,
+            sys.executable,
+            "-m",
+            "raylab.tune",
+            *SWEEP,
+            "--storage",
+            str(results),
+            "--shared-storage",
+            "--name",
+            "fake",
+            timeout=480,
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

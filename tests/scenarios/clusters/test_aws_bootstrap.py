@@ -34,8 +34,10 @@ DLAMI_PARAMETER = re.compile(
 def aws(monkeypatch, tmp_path):
     """moto's AWS, fake credentials, and a HOME of its own (Ray writes the SSH key there)."""
     for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-west-2",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-west-2",
         "HOME": str(tmp_path),
         "MOTO_IAM_LOAD_MANAGED_POLICIES": "true",  # AWS's managed policies (AmazonEC2FullAccess)
     }.items():
@@ -54,19 +56,17 @@ def policy(name: str) -> str:
 def make_instance_profiles(config: dict) -> None:
     """The README's one-time IAM setup, with the policies in cluster/iam/, for the YAML's names."""
     iam = boto3.client("iam")
-    names = {t["node_config"]["IamInstanceProfile"]["Name"]
-             for t in config["available_node_types"].values()}
+    names = {t["node_config"]["IamInstanceProfile"]["Name"] for t in config["available_node_types"].values()}
     assert names == {"raylab-head", "raylab-worker"}
     for name in sorted(names):
         iam.create_role(RoleName=name, AssumeRolePolicyDocument=policy("trust.json"))
-        iam.put_role_policy(RoleName=name, PolicyName="results-bucket",
-                            PolicyDocument=policy("results-bucket.json"))
+        iam.put_role_policy(RoleName=name, PolicyName="results-bucket", PolicyDocument=policy("results-bucket.json"))
         iam.create_instance_profile(InstanceProfileName=name)
         iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
-    iam.attach_role_policy(RoleName="raylab-head",
-                           PolicyArn="arn:aws:iam::aws:policy/AmazonEC2FullAccess")
-    iam.put_role_policy(RoleName="raylab-head", PolicyName="launch-workers",
-                        PolicyDocument=policy("head-launches-workers.json"))
+    iam.attach_role_policy(RoleName="raylab-head", PolicyArn="arn:aws:iam::aws:policy/AmazonEC2FullAccess")
+    iam.put_role_policy(
+        RoleName="raylab-head", PolicyName="launch-workers", PolicyDocument=policy("head-launches-workers.json")
+    )
 
 
 def bootstrap(config: dict) -> dict:
@@ -86,8 +86,7 @@ def test_gpu_yaml_bootstraps_security_groups_profiles_and_images(aws):
     # Security group: created once, its rules accepted by EC2 (authorize_ingress did not fail),
     # SSH exactly once (Ray's own rule; the YAML adds no duplicate).
     ec2 = boto3.client("ec2")
-    group_ids = {gid for t in booted["available_node_types"].values()
-                 for gid in t["node_config"]["SecurityGroupIds"]}
+    group_ids = {gid for t in booted["available_node_types"].values() for gid in t["node_config"]["SecurityGroupIds"]}
     assert len(group_ids) == 1
     (group,) = ec2.describe_security_groups(GroupIds=sorted(group_ids))["SecurityGroups"]
     ssh = [p for p in group["IpPermissions"] if p.get("FromPort") == 22]
@@ -131,9 +130,7 @@ def test_every_node_type_launches_through_rays_node_provider(aws):
             node_config["ImageId"] = stand_in
         provider.create_node(node_config, {TAG_RAY_NODE_KIND: "worker", TAG_RAY_USER_NODE_TYPE: name}, 1)
     reservations = ec2.describe_instances()["Reservations"]
-    launched = {
-        i["InstanceType"]: i for r in reservations for i in r["Instances"]
-    }
+    launched = {i["InstanceType"]: i for r in reservations for i in r["Instances"]}
     assert set(launched) == {t["node_config"]["InstanceType"] for t in booted["available_node_types"].values()}
     for instance in launched.values():
         assert instance["IamInstanceProfile"]["Arn"].split("/")[-1] in {"raylab-head", "raylab-worker"}
@@ -145,8 +142,7 @@ def test_a_duplicated_ssh_rule_is_what_ec2_rejects(aws):
     make_instance_profiles(config)
     config["provider"]["security_group"] = {
         "GroupName": "raylab-ssh-only",
-        "IpPermissions": [{"FromPort": 22, "ToPort": 22, "IpProtocol": "tcp",
-                           "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}],
+        "IpPermissions": [{"FromPort": 22, "ToPort": 22, "IpProtocol": "tcp", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}],
     }
     with pytest.raises(Exception, match="(?i)duplicate"):
         bootstrap(config)

@@ -21,8 +21,7 @@ def test_the_counting_server_counts_what_pyarrow_puts(counting_s3_server):
     assert writes.put_bytes["runs/g1000"] == 0 and writes.copied_from["runs/g1000"] == "raylab/runs/f1000"
 
 
-def test_a_checkpoint_over_the_copy_limit_reaches_the_trial_folder_in_parts(counting_s3_server,
-                                                                            tmp_path, monkeypatch):
+def test_a_checkpoint_over_the_copy_limit_reaches_the_trial_folder_in_parts(counting_s3_server, tmp_path, monkeypatch):
     """Tune copies a Train checkpoint into the trial folder with Ray's own copy (one server-side
     CopyObject per file), and S3 refuses CopyObject over 5 GB. Scaled down on the counting server
     (copy limit 256 KiB): a single-file state of 1 MiB fails that copy (the control), the same
@@ -44,8 +43,9 @@ def test_a_checkpoint_over_the_copy_limit_reaches_the_trial_folder_in_parts(coun
         ckpt.save(local, state)
         train = f"{root}/_raylab/train/{name}"
         _pyarrow_fs_copy_files(str(local), train, destination_filesystem=fs)  # the Train worker's upload
-        _pyarrow_fs_copy_files(train, f"{root}/{name}", source_filesystem=fs,
-                               destination_filesystem=fs)  # Tune's copy into the trial folder
+        _pyarrow_fs_copy_files(
+            train, f"{root}/{name}", source_filesystem=fs, destination_filesystem=fs
+        )  # Tune's copy into the trial folder
         return f"{root}/{name}"
 
     with pytest.raises(OSError, match="larger than the maximum allowable size"):
@@ -61,5 +61,6 @@ def test_a_checkpoint_over_the_copy_limit_reaches_the_trial_folder_in_parts(coun
     sizes = {k: n for k, n in writes.put_bytes.items() if "/checkpoint_parts/state.pt" in k}
     assert len(sizes) == 2 * 5  # 5 parts (1 MiB and the pickle's headers), uploaded then copied
     assert max(sizes.values()) <= 256 * 1024, sizes
-    assert {k for k in writes.copied_from if "checkpoint_parts/state" in k} == \
-        {k for k in sizes if "/_raylab/" not in k}  # every part server-side copied
+    assert {k for k in writes.copied_from if "checkpoint_parts/state" in k} == {
+        k for k in sizes if "/_raylab/" not in k
+    }  # every part server-side copied

@@ -35,9 +35,9 @@ def _rsync_copy(source: Path, dest: Path, config: dict) -> set[str]:
     from ray.autoscaler._private.command_runner import SSHCommandRunner
 
     args = SSHCommandRunner._create_rsync_filter_args(
-        None, {"rsync_exclude": config.get("rsync_exclude"), "rsync_filter": config.get("rsync_filter")})
-    subprocess.run(["rsync", "-avz", *args, "./", str(dest) + "/"], cwd=source, check=True,
-                   capture_output=True)
+        None, {"rsync_exclude": config.get("rsync_exclude"), "rsync_filter": config.get("rsync_filter")}
+    )
+    subprocess.run(["rsync", "-avz", *args, "./", str(dest) + "/"], cwd=source, check=True, capture_output=True)
     return {str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()}
 
 
@@ -85,12 +85,10 @@ def _run_on_this_python(line: str, home: Path, **env_changes: str | None) -> sub
     PATH (the image's) and ``~/venv`` (local.yaml's) both resolve to it."""
     home.mkdir(exist_ok=True)
     (home / "venv").symlink_to(sys.prefix)
-    env = {**os.environ, "HOME": str(home),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {**os.environ, "HOME": str(home), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     for key, value in env_changes.items():
         env.pop(key, None) if value is None else env.__setitem__(key, value)
-    return subprocess.run(["bash", "-c", line], cwd=home, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(["bash", "-c", line], cwd=home, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
@@ -126,8 +124,9 @@ def test_gpu_node_types_fail_setup_naming_the_node_where_no_gpu_is_seen(tmp_path
     import socket
 
     config = yaml.safe_load((REPO / "cluster" / "gpu.yaml").read_text())
-    gpu_types = {name: t for name, t in config["available_node_types"].items()
-                 if t.get("resources", {}).get("GPU", 0) > 0}
+    gpu_types = {
+        name: t for name, t in config["available_node_types"].items() if t.get("resources", {}).get("GPU", 0) > 0
+    }
     assert gpu_types
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -137,12 +136,15 @@ def test_gpu_node_types_fail_setup_naming_the_node_where_no_gpu_is_seen(tmp_path
     for name, node_type in gpu_types.items():
         commands = node_type["worker_setup_commands"]
         # The node type's own list replaces the global one in Ray: it must hold every global line.
-        assert commands[:len(config["setup_commands"])] == config["setup_commands"], name
+        assert commands[: len(config["setup_commands"])] == config["setup_commands"], name
         checks.setdefault(commands[-1], name)
     for check, name in checks.items():  # each distinct check line once
         for extra_path, says in (("", "nvidia-smi lists no GPU"), (f"{fake}{os.pathsep}", "torch sees no CUDA device")):
-            env = {**os.environ, "PATH": f"{extra_path}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                   "CUDA_VISIBLE_DEVICES": ""}
+            env = {
+                **os.environ,
+                "PATH": f"{extra_path}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                "CUDA_VISIBLE_DEVICES": "",
+            }
             proc = subprocess.run(["bash", "-c", check], env=env, capture_output=True, text=True, timeout=120)
             assert proc.returncode != 0, (name, proc.stdout)
             assert socket.gethostname() in proc.stderr and says in proc.stderr, (name, proc.stderr[-500:])
@@ -159,8 +161,11 @@ def test_validation_is_not_vacuous():
 def test_sweep_runs_trials_on_both_nodes_of_a_two_node_cluster(tmp_path):
     script = REPO / "tests" / "scenarios" / "clusters" / "two_node_sweep.py"
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
-        cwd=REPO, timeout=600,
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -173,9 +178,24 @@ def test_sweep_runs_trials_on_both_nodes_of_a_two_node_cluster(tmp_path):
 @pytest.mark.long
 def test_dashboard_flag_serves_on_localhost_and_prints_url(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--dashboard", "--quiet",
-         "search.seed=[0]", "config.steps=400", "config.step_time_s=0.05", "--storage", str(tmp_path)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "raylab.tune",
+            "toy",
+            "--smoke",
+            "--dashboard",
+            "--quiet",
+            "search.seed=[0]",
+            "config.steps=400",
+            "config.step_time_s=0.05",
+            "--storage",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     url = None
     for line in proc.stderr:

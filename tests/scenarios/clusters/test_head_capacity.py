@@ -24,20 +24,26 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
 from scenarios.clusters.conftest import CREDENTIALS
 from scenarios.clusters.fake_cluster import fake_cluster
 from scenarios.clusters.s3_store import keys
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(os.environ.get("RAYLAB_FULL_CLUSTER") != "1",
-                       reason="set RAYLAB_FULL_CLUSTER=1 (several minutes on 2 cores)"),
+    pytest.mark.skipif(
+        os.environ.get("RAYLAB_FULL_CLUSTER") != "1", reason="set RAYLAB_FULL_CLUSTER=1 (several minutes on 2 cores)"
+    ),
 ]
 
 TOKEN = "raylab-test-session-token-5f2c"  # AWS_SESSION_TOKEN, set for the CLI only
-HEAD_TRIAL_CLASSES = ("ImplicitFunc", "TrainController", "Mailbox", "PlacementGroupCleaner",
-                      "DatasetManager", "SynchronizationActor")
+HEAD_TRIAL_CLASSES = (
+    "ImplicitFunc",
+    "TrainController",
+    "Mailbox",
+    "PlacementGroupCleaner",
+    "DatasetManager",
+    "SynchronizationActor",
+)
 
 
 def private_mib(pid: int) -> float | None:
@@ -46,8 +52,9 @@ def private_mib(pid: int) -> float | None:
         text = Path(f"/proc/{pid}/smaps_rollup").read_text()
     except OSError:
         return None
-    kib = sum(int(line.split()[1]) for line in text.splitlines()
-              if line.startswith(("Private_Clean:", "Private_Dirty:")))
+    kib = sum(
+        int(line.split()[1]) for line in text.splitlines() if line.startswith(("Private_Clean:", "Private_Dirty:"))
+    )
     return kib / 1024
 
 
@@ -64,25 +71,48 @@ def test_trial_driver_caps_train_trials_and_credentials_reach_them(counting_s3_s
     storage, client, _ = counting_s3_server
     secret_keys = (*CREDENTIALS, "AWS_SESSION_TOKEN")
     started = time.monotonic()
-    with fake_cluster(gpu_nodes=1, gpus_per_node=4, head={"trial_driver": 3},
-                      unset=secret_keys, idle_timeout_s=60) as cluster:
+    with fake_cluster(
+        gpu_nodes=1, gpus_per_node=4, head={"trial_driver": 3}, unset=secret_keys, idle_timeout_s=60
+    ) as cluster:
         cli_env = {**CREDENTIALS, "AWS_SESSION_TOKEN": TOKEN}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--address", "auto", "--quiet",
-             "--storage", storage, "--name", "cap",
-             "resources.gpus_per_worker=1", "resources.cpus_per_worker=1",
-             "search.seed=[0,1,2,3,4,5]", "config.steps=40", "config.report_every=10",
-             "config.step_time_s=0.25"],
-            env={**cluster.env, **cli_env}, cwd=Path(__file__).resolve().parents[3],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                sys.executable,
+                "-m",
+                "raylab.tune",
+                "toy",
+                "--smoke",
+                "--address",
+                "auto",
+                "--quiet",
+                "--storage",
+                storage,
+                "--name",
+                "cap",
+                "resources.gpus_per_worker=1",
+                "resources.cpus_per_worker=1",
+                "search.seed=[0,1,2,3,4,5]",
+                "config.steps=40",
+                "config.report_every=10",
+                "config.step_time_s=0.25",
+            ],
+            env={**cluster.env, **cli_env},
+            cwd=Path(__file__).resolve().parents[3],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         most_alive, token_seen = 0, defaultdict(set)
         memory = defaultdict(float)  # actor class -> the most private MiB one process had
         try:
             while proc.poll() is None and time.monotonic() - started < 900:
                 try:
-                    actors = list_actors(address=cluster.dashboard, filters=[("state", "=", "ALIVE")],
-                                         limit=1000, raise_on_missing_output=False)
+                    actors = list_actors(
+                        address=cluster.dashboard,
+                        filters=[("state", "=", "ALIVE")],
+                        limit=1000,
+                        raise_on_missing_output=False,
+                    )
                 except Exception:  # noqa: BLE001 - the state API is not up yet
                     time.sleep(1)
                     continue
@@ -104,9 +134,11 @@ def test_trial_driver_caps_train_trials_and_credentials_reach_them(counting_s3_s
         raylet_pids = [p for p in cluster.pids() if b"raylet" in Path(f"/proc/{p}/cmdline").read_bytes()]
         raylets_have_token = {has_token(p) for p in raylet_pids}
     elapsed = time.monotonic() - started
-    print(f"most TrainControllers alive at once: {most_alive}; token seen: {dict(token_seen)}; "
-          f"private MiB per head actor: {dict(memory)} (sum {sum(memory.values()):.0f}); "
-          f"{elapsed:.0f} s")
+    print(
+        f"most TrainControllers alive at once: {most_alive}; token seen: {dict(token_seen)}; "
+        f"private MiB per head actor: {dict(memory)} (sum {sum(memory.values()):.0f}); "
+        f"{elapsed:.0f} s"
+    )
     assert proc.returncode == 0, out[-4000:]
 
     (summary,) = [k for k in keys(client, "runs/cap/") if k.endswith("summary.csv")]

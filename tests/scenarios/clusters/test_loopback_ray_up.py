@@ -24,21 +24,31 @@ SCRIPT = Path(__file__).with_name("loopback_ray_up.py")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a node user, namespaces, sshd"),
-    pytest.mark.skipif(not (Path("/usr/sbin/sshd").exists() and shutil.which("rsync")
-                            and shutil.which("unshare")),
-                       reason="needs openssh-server, rsync and unshare (make sshd)"),
+    pytest.mark.skipif(
+        not (Path("/usr/sbin/sshd").exists() and shutil.which("rsync") and shutil.which("unshare")),
+        reason="needs openssh-server, rsync and unshare (make sshd)",
+    ),
 ]
 
 
 # The default run brings up gpu.yaml's derived cluster (about 4 minutes); local.yaml's and the
 # two controls (3-4 minutes each) and every workload's sweeps (about 20 minutes) run with
 # RAYLAB_FULL_CLUSTER=1.
-full = pytest.mark.skipif(os.environ.get("RAYLAB_FULL_CLUSTER") != "1",
-                          reason="set RAYLAB_FULL_CLUSTER=1 (3-4 minutes each)")
+full = pytest.mark.skipif(
+    os.environ.get("RAYLAB_FULL_CLUSTER") != "1", reason="set RAYLAB_FULL_CLUSTER=1 (3-4 minutes each)"
+)
 
 
-WORKLOADS = ["toy", "dqn_softlinf", "backdoor", "backdoor_resnet", "fair_adv", "seagram",
-             "boltz_distill", "admet_probe"]
+WORKLOADS = [
+    "toy",
+    "dqn_softlinf",
+    "backdoor",
+    "backdoor_resnet",
+    "fair_adv",
+    "seagram",
+    "boltz_distill",
+    "admet_probe",
+]
 WORKERS = {"127.0.0.2", "127.0.0.3"}
 
 
@@ -47,9 +57,26 @@ def loopback_ray_up(cluster_yaml: Path, tmp_path: Path, tree: Path = REPO, *args
     out = tmp_path / "report.json"
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
     proc = subprocess.run(
-        ["timeout", "-s", "KILL", "2400", "unshare", "--pid", "--fork", "--mount-proc",
-         sys.executable, str(SCRIPT), str(cluster_yaml), str(out), *args],
-        cwd=tree, env=env, capture_output=True, text=True)
+        [
+            "timeout",
+            "-s",
+            "KILL",
+            "2400",
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sys.executable,
+            str(SCRIPT),
+            str(cluster_yaml),
+            str(out),
+            *args,
+        ],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0 and out.exists(), proc.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -67,8 +94,15 @@ def check_nodes(report: dict, extra_workloads: set[str] = frozenset()) -> list[d
     for node in nodes:
         assert all(p.startswith(node["home"] + "/raylab") for p in node["raylab"]), node
         assert node["raylab_data"].startswith(node["home"] + "/raylab/raylab/data/"), node
-        assert {"toy", "dqn_softlinf", "backdoor", "fair_adv", "seagram", "boltz_distill",
-                "admet_probe"} | extra_workloads <= set(node["workloads"]), node
+        assert {
+            "toy",
+            "dqn_softlinf",
+            "backdoor",
+            "fair_adv",
+            "seagram",
+            "boltz_distill",
+            "admet_probe",
+        } | extra_workloads <= set(node["workloads"]), node
         if node["kind"] == "worker":  # each workload's preflight, where its trials run
             assert node["preflight"] == {name: "ok" for name in WORKLOADS}, node
         assert all(node["files"].values()), node
@@ -92,8 +126,17 @@ def test_ray_up_gpu_yaml_runs_preflights_a_s3_sweep_and_a_lab_package_on_worker_
     CIFAR-format smoke sweep (fair_adv: synthetic CIFAR-10 batches written and read on the
     worker through raylab.data) and one trial of a lab's own workload package (README's
     file mount and setup line) onto the loopback S3 server, and README's data step."""
-    report = loopback_ray_up(REPO / "cluster" / "gpu.yaml", tmp_path, REPO, "--sweep", "fair_adv",
-                             "--lab", "--data", "--preflight", ",".join(WORKLOADS))
+    report = loopback_ray_up(
+        REPO / "cluster" / "gpu.yaml",
+        tmp_path,
+        REPO,
+        "--sweep",
+        "fair_adv",
+        "--lab",
+        "--data",
+        "--preflight",
+        ",".join(WORKLOADS),
+    )
     check_nodes(report, {"lab_echo"})
     print({name: (s["s"], s["trials"]) for name, s in report["sweeps"].items()})
     check_sweep(report, "fair_adv")
@@ -104,8 +147,7 @@ def test_ray_up_gpu_yaml_runs_preflights_a_s3_sweep_and_a_lab_package_on_worker_
 
 @full
 def test_ray_up_local_yaml_sets_up_every_node(tmp_path):
-    report = loopback_ray_up(REPO / "cluster" / "local.yaml", tmp_path, REPO,
-                             "--preflight", ",".join(WORKLOADS))
+    report = loopback_ray_up(REPO / "cluster" / "local.yaml", tmp_path, REPO, "--preflight", ",".join(WORKLOADS))
     check_nodes(report)
     assert report["down"]["rc"] == 0, report["down"]["tail"]
 
@@ -119,11 +161,20 @@ def test_every_workload_smoke_sweep_runs_on_worker_nodes(tmp_path):
     report = loopback_ray_up(REPO / "cluster" / "gpu.yaml", tmp_path, REPO, *args)
     assert "error" not in report, report["error"]
     assert report["up"]["rc"] == 0, report["up"]["tail"]
-    print(json.dumps({name: {"rc": s["rc"], "s": s["s"], "trials": len(s["trials"]),
-                             "nodes": sorted({ip for t in s["trials"].values() for ip in t["node_ips"]})}
-                      for name, s in report["sweeps"].items()}))
-    failed = [name for name in WORKLOADS if report["sweeps"][name]["rc"] != 0
-              or not report["sweeps"][name]["trials"]]
+    print(
+        json.dumps(
+            {
+                name: {
+                    "rc": s["rc"],
+                    "s": s["s"],
+                    "trials": len(s["trials"]),
+                    "nodes": sorted({ip for t in s["trials"].values() for ip in t["node_ips"]}),
+                }
+                for name, s in report["sweeps"].items()
+            }
+        )
+    )
+    failed = [name for name in WORKLOADS if report["sweeps"][name]["rc"] != 0 or not report["sweeps"][name]["trials"]]
     assert not failed, {name: report["sweeps"][name]["tail"][-1200:] for name in failed}
     for name in WORKLOADS:
         check_sweep(report, name)

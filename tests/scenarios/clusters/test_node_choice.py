@@ -30,8 +30,12 @@ def filled():
     """gpu.yaml's node types with the resources Ray's AWS provider detects (moto's EC2)."""
     from ray.autoscaler._private.aws.node_provider import AWSNodeProvider
 
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-west-2"}
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-west-2",
+    }
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
             mp.setenv(key, value)
@@ -41,22 +45,33 @@ def filled():
             # A multi-GPU type, as gpu.yaml had: the control below shows why it is gone.
             control = copy.deepcopy(config)
             control["available_node_types"]["gpu_8x"] = {
-                "min_workers": 0, "max_workers": 2, "resources": {},
-                "node_config": {"InstanceType": "p4d.24xlarge"}}
-            return (AWSNodeProvider.fillout_available_node_types_resources(config),
-                    AWSNodeProvider.fillout_available_node_types_resources(control))
+                "min_workers": 0,
+                "max_workers": 2,
+                "resources": {},
+                "node_config": {"InstanceType": "p4d.24xlarge"},
+            }
+            return (
+                AWSNodeProvider.fillout_available_node_types_resources(config),
+                AWSNodeProvider.fillout_available_node_types_resources(control),
+            )
 
 
 def rays_choice(config: dict, bundle: dict, trials: int) -> dict[str, int]:
     """Node types (and counts) Ray's scheduler adds for ``trials`` queued ``bundle``s."""
     from ray.autoscaler._private.node_provider_availability_tracker import NodeAvailabilitySummary
-    from ray.autoscaler._private.resource_demand_scheduler import (
-        _default_utilization_scorer, get_nodes_for)
+    from ray.autoscaler._private.resource_demand_scheduler import _default_utilization_scorer, get_nodes_for
 
-    scorer = partial(_default_utilization_scorer,
-                     node_availability_summary=NodeAvailabilitySummary(node_availabilities={}))
-    added, _ = get_nodes_for(config["available_node_types"], {}, config["head_node_type"],
-                             config["max_workers"], [dict(bundle) for _ in range(trials)], scorer)
+    scorer = partial(
+        _default_utilization_scorer, node_availability_summary=NodeAvailabilitySummary(node_availabilities={})
+    )
+    added, _ = get_nodes_for(
+        config["available_node_types"],
+        {},
+        config["head_node_type"],
+        config["max_workers"],
+        [dict(bundle) for _ in range(trials)],
+        scorer,
+    )
     return dict(added)
 
 
@@ -70,9 +85,9 @@ def test_control_a_multi_gpu_type_takes_single_gpu_trials(filled):
 
 
 def test_every_shipped_gpu_experiment_goes_to_its_intended_node_type(filled):
+    from raylab import experiment as experiments
     from raylab import search_space
     from raylab.launch import cluster_plan
-    from raylab import experiment as experiments
 
     config, _ = filled
     head, nodes, _ = cluster_plan.load(GPU_YAML)

@@ -19,7 +19,6 @@ import threading
 import time
 
 import pytest
-
 from scenarios.clusters.fake_cluster import fake_cluster
 from scenarios.clusters.s3_store import checkpoint_names, result_rows
 
@@ -44,9 +43,7 @@ def train_worker_nodes(cluster) -> dict[int, str]:
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoint(
-    s3_server, local_trial
-):
+def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoint(s3_server, local_trial):
     storage, client = s3_server
     struck: list[str] = []
     with fake_cluster(gpu_nodes=2, idle_timeout_s=30) as cluster:
@@ -66,10 +63,24 @@ def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoin
         watcher = threading.Thread(target=strike, daemon=True)
         watcher.start()
         proc = cluster.run(
-            sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--address", "auto", "--quiet",
-            "--storage", storage, "--name", "lost", "resources.gpus_per_worker=1",
-            "resources.cpus_per_worker=1", "config.step_time_s=0.1", "failure.max_failures=2",
-            *TRIAL, timeout=600,
+            sys.executable,
+            "-m",
+            "raylab.tune",
+            "toy",
+            "--smoke",
+            "--address",
+            "auto",
+            "--quiet",
+            "--storage",
+            storage,
+            "--name",
+            "lost",
+            "resources.gpus_per_worker=1",
+            "resources.cpus_per_worker=1",
+            "config.step_time_s=0.1",
+            "failure.max_failures=2",
+            *TRIAL,
+            timeout=600,
         )
         watcher.join(timeout=5)
     assert struck, "the trial's node was never struck:\n" + proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -81,15 +92,17 @@ def test_a_trial_whose_gpu_node_is_lost_resumes_on_another_from_its_s3_checkpoin
     # first ones came from the other GPU node (the trial had been retried once before).
     assert struck[0] in nodes, (struck, nodes)
     last_on_struck = max(i for i, node in enumerate(nodes) if node == struck[0])
-    after = rows[last_on_struck + 1:]
-    assert after and struck[0] not in nodes[last_on_struck + 1:], (struck, nodes)
+    after = rows[last_on_struck + 1 :]
+    assert after and struck[0] not in nodes[last_on_struck + 1 :], (struck, nodes)
     # Continued from a checkpoint in the bucket, not from step 0; and the trial finished.
     resumed = after[0]["train/resumed_from_step"]
     # At most one report past the last row Tune got from the struck node: the worker may upload a
     # checkpoint and be killed before its report reaches the driver (seen once: 30 reported, 40 resumed).
     report_every = int(TRIAL[-1].split("=")[1])
     assert 0 < resumed <= rows[last_on_struck]["train/step"] + report_every, (
-        resumed, [row["train/step"] for row in rows])
+        resumed,
+        [row["train/step"] for row in rows],
+    )
     assert after[-1]["train/step"] == 200, [row["train/step"] for row in rows]
     uninterrupted = local_trial("toy", *TRIAL)
     assert rows[-1]["eval/mse"] == uninterrupted[-1]["eval/mse"]

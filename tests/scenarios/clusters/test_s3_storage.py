@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from scenarios.clusters.s3_store import checkpoint_names, checkpoint_writes, keys, result_rows
 
 from raylab.run_folder import CHECKPOINT_PREFIX, CONFIG_FILE, RESULT_FILE
@@ -23,8 +22,12 @@ REPO = Path(__file__).resolve().parents[3]
 
 def tune(*args: str, timeout: int = 400) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "raylab.tune", *args], cwd=REPO, capture_output=True, text=True,
-        timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        [sys.executable, "-m", "raylab.tune", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
 
 
@@ -48,7 +51,10 @@ def test_sweep_checkpoints_and_reports_on_an_s3_compatible_store(s3_server, tmp_
     out = tmp_path / "report"
     report = subprocess.run(
         [sys.executable, "-m", "raylab.report", run_uri, "--out", str(out), "--format", "md"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert report.returncode == 0, report.stderr[-3000:]
     assert (out / "report.json").exists() and any(out.glob("*.md"))
@@ -56,9 +62,7 @@ def test_sweep_checkpoints_and_reports_on_an_s3_compatible_store(s3_server, tmp_
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_name(
-    counting_s3_server, tmp_path
-):
+def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_name(counting_s3_server, tmp_path):
     """The Ray Train path on the same store: its run folder (``_raylab/train/TRIAL``) is joined
     before the URI's query string, and the checkpoints end in the trial folder.
 
@@ -69,8 +73,16 @@ def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_na
     per file. README's "Cluster" section states the cost.
     """
     storage, client, writes = counting_s3_server
-    proc = tune("toy", "--smoke", "--quiet", "--storage", storage,  # named toy-smoke-STAMP
-                "search.seed=[0]", "resources.workers=2", "resources.cpus_per_worker=1")
+    proc = tune(
+        "toy",
+        "--smoke",
+        "--quiet",
+        "--storage",
+        storage,  # named toy-smoke-STAMP
+        "search.seed=[0]",
+        "resources.workers=2",
+        "resources.cpus_per_worker=1",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = {k.split("/")[1] for k in keys(client, "runs/toy-smoke-")}
     stored = keys(client, f"runs/{run}/")
@@ -80,9 +92,11 @@ def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_na
     assert result_rows(client, run)[-1]["train/step"] == 60
 
     w = checkpoint_writes(client, writes, run)
-    print(f"checkpoint {w['size']} B x {w['count']}: body bytes PUT through Ray Train "
-          f"{w['train_bytes']} B ({w['train_bytes'] / (w['count'] * w['size']):.3f}x), into the "
-          f"trial folder {w['tune_bytes']} B; {len(w['copied'])} objects copied server-side")
+    print(
+        f"checkpoint {w['size']} B x {w['count']}: body bytes PUT through Ray Train "
+        f"{w['train_bytes']} B ({w['train_bytes'] / (w['count'] * w['size']):.3f}x), into the "
+        f"trial folder {w['tune_bytes']} B; {len(w['copied'])} objects copied server-side"
+    )
     assert w["count"] >= 2 and w["train_bytes"] == w["count"] * w["size"]  # PUT once: 1.0x
     assert w["tune_bytes"] == 0  # Tune's copy: server-side, nothing through the head
     assert {k.rsplit("/", 1)[0] for k in w["copied"]} == w["tune_folders"]
@@ -90,9 +104,22 @@ def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_na
 
     # An experiment name finds the newest run of it under an ``s3://...?query`` storage.
     report = subprocess.run(
-        [sys.executable, "-m", "raylab.report", "toy", "--storage", storage,
-         "--out", str(tmp_path / "report"), "--format", "md"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "raylab.report",
+            "toy",
+            "--storage",
+            storage,
+            "--out",
+            str(tmp_path / "report"),
+            "--format",
+            "md",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert report.returncode == 0, report.stderr[-3000:]
     assert run in (tmp_path / "report" / "report.md").read_text()
@@ -111,10 +138,27 @@ def test_an_interrupted_sweep_on_s3_resumes_from_a_fresh_process_with_the_printe
 
     storage, client = s3_server
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--quiet", "--storage", storage,
-         "--name", "s3int", "search.steps=[400]", "search.seed=[0]", "config.step_time_s=0.05"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        [
+            sys.executable,
+            "-m",
+            "raylab.tune",
+            "toy",
+            "--smoke",
+            "--quiet",
+            "--storage",
+            storage,
+            "--name",
+            "s3int",
+            "search.steps=[400]",
+            "search.seed=[0]",
+            "config.step_time_s=0.05",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # checkpoints go to the bucket as they are reported
@@ -137,7 +181,7 @@ def test_an_interrupted_sweep_on_s3_resumes_from_a_fresh_process_with_the_printe
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     steps = s3_result_steps(client, "s3int")
     assert steps[: len(before)] == before and steps[-1] == 400, (before, steps)
-    after = steps[len(before):]
+    after = steps[len(before) :]
     # Continued from a checkpoint in the bucket (not from step 0): only steps since it ran again.
     assert 20 < after[0] <= before[-1] + 20 and after == list(range(after[0], 401, 20)), steps
 

@@ -135,13 +135,16 @@ UNREACHABLE = "s3://raylab/runs?endpoint_override=http://127.0.0.1:9&scheme=http
 @pytest.fixture
 def loopback_only_credentials(monkeypatch):
     """Test credentials and no EC2 metadata lookup: no request leaves 127.0.0.1."""
-    for key, value in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                       "AWS_EC2_METADATA_DISABLED": "true", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
 
 
-def test_an_unreachable_storage_uri_is_refused_in_one_line_before_ray_starts(
-        tmp_path, loopback_only_credentials):
+def test_an_unreachable_storage_uri_is_refused_in_one_line_before_ray_starts(tmp_path, loopback_only_credentials):
     import subprocess
     import sys
     import time
@@ -150,7 +153,10 @@ def test_an_unreachable_storage_uri_is_refused_in_one_line_before_ray_starts(
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--storage", UNREACHABLE],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
     )
     took = time.monotonic() - start
@@ -165,7 +171,10 @@ def test_an_unreachable_storage_uri_is_refused_in_one_line_before_ray_starts(
 def test_dry_run_names_why_a_storage_uri_fails(loopback_only_credentials, capsys):
     assert raylab_tune.main(["toy", "--smoke", "--storage", UNREACHABLE, "--dry-run"]) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# storage:")]
-    assert line.startswith(f"# storage: --storage {UNREACHABLE}: ") and "cannot connect to its endpoint_override 127.0.0.1:9" in line, line
+    assert (
+        line.startswith(f"# storage: --storage {UNREACHABLE}: ")
+        and "cannot connect to its endpoint_override 127.0.0.1:9" in line
+    ), line
 
 
 def test_a_storage_uri_round_trip_leaves_nothing_and_a_missing_bucket_is_refused(s3_server):
@@ -179,5 +188,6 @@ def test_a_storage_uri_round_trip_leaves_nothing_and_a_missing_bucket_is_refused
     assert keys() == before, "the marker was deleted"
     with pytest.raises(UserError, match="--storage s3://no-such-bucket/runs"):
         checks.check_storage(RunFolder.under(uri.replace("s3://raylab/", "s3://no-such-bucket/"), "run"))
-    assert "nothing answers" in str(pytest.raises(UserError, checks.within, 0.2, "nothing answers",
-                                                 lambda: __import__("time").sleep(5)).value)
+    assert "nothing answers" in str(
+        pytest.raises(UserError, checks.within, 0.2, "nothing answers", lambda: __import__("time").sleep(5)).value
+    )

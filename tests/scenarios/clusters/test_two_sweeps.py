@@ -24,7 +24,11 @@ def tune_cli(*args: str, storage: Path) -> subprocess.Popen:
     # the wrong Ray would show.
     return subprocess.Popen(
         [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--verbose", "--storage", str(storage), *args],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
         env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
     )
 
@@ -32,8 +36,14 @@ def tune_cli(*args: str, storage: Path) -> subprocess.Popen:
 @pytest.mark.slow
 @pytest.mark.long
 def test_a_ray_train_sweep_runs_while_another_sweep_with_its_own_ray_is_running(tmp_path):
-    background = tune_cli("--name", "background", *RAY_TRAIN, "search.steps=[4000]",
-                          "config.step_time_s=0.05", storage=tmp_path / "results")
+    background = tune_cli(
+        "--name",
+        "background",
+        *RAY_TRAIN,
+        "search.steps=[4000]",
+        "config.step_time_s=0.05",
+        storage=tmp_path / "results",
+    )
     try:
         deadline = time.monotonic() + 240
         while not any(trial.rows() for trial in RunFolder(tmp_path / "results" / "background").trials()):
@@ -42,8 +52,10 @@ def test_a_ray_train_sweep_runs_while_another_sweep_with_its_own_ray_is_running(
         start = time.monotonic()
         foreground = tune_cli("--name", "foreground", *RAY_TRAIN, storage=tmp_path / "results")
         out, _ = foreground.communicate(timeout=400)
-        print(f"foreground sweep: exit {foreground.returncode} after {time.monotonic() - start:.0f} s "
-              "with the background sweep running")
+        print(
+            f"foreground sweep: exit {foreground.returncode} after {time.monotonic() - start:.0f} s "
+            "with the background sweep running"
+        )
         assert background.poll() is None, "the background sweep was still running throughout"
     finally:
         os.killpg(background.pid, signal.SIGINT)

@@ -22,11 +22,15 @@ ray.init(address=cluster.address, logging_level=logging.ERROR)
 # Each trial holds one CPU and runs long enough that both must run at the same time.
 experiment = experiments.load("toy", ["config.step_time_s=0.02", "search.seed=[0, 1]"], smoke=True)
 results = sweep.run(experiment, RunFolder.under(sys.argv[1], new_run_name(experiment)), verbose=0).results
-print(json.dumps({
-    "trials": len(results),
-    "errors": sum(r.error is not None for r in results),
-    "trial_nodes": [r.metrics.get("node_id") for r in results],
-    "cluster_nodes": [n["NodeID"] for n in ray.nodes() if n["Alive"]],
-}))
+print(
+    json.dumps(
+        {
+            "trials": len(results),
+            "errors": sum(r.error is not None for r in results),
+            "trial_nodes": [r.metrics.get("node_id") for r in results],
+            "cluster_nodes": [n["NodeID"] for n in ray.nodes() if n["Alive"]],
+        }
+    )
+)
 ray.shutdown()
 cluster.shutdown()

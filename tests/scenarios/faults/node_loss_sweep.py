@@ -41,12 +41,16 @@ watcher = strike_when(storage / "faulty", has_checkpoint_and_step(80), remove_no
 faulty = sweep.run(experiment, RunFolder.under(str(storage), "faulty"), verbose=0).results
 watcher.join(timeout=5)
 (rows,) = trial_rows(storage / "faulty").values()
-print(json.dumps({
-    "removed": removed,
-    "error": str(faulty[0].error) if faulty[0].error else None,
-    "reference": {k: reference[0].metrics[k] for k in ("eval/mse", "train/loss", "train/step")},
-    "faulty": {k: faulty[0].metrics.get(k) for k in ("eval/mse", "train/loss", "train/step")},
-    "rows": [{k: r[k] for k in ("node_id", "train/step", "pid")} for r in rows],
-}))
+print(
+    json.dumps(
+        {
+            "removed": removed,
+            "error": str(faulty[0].error) if faulty[0].error else None,
+            "reference": {k: reference[0].metrics[k] for k in ("eval/mse", "train/loss", "train/step")},
+            "faulty": {k: faulty[0].metrics.get(k) for k in ("eval/mse", "train/loss", "train/step")},
+            "rows": [{k: r[k] for k in ("node_id", "train/step", "pid")} for r in rows],
+        }
+    )
+)
 ray.shutdown()
 cluster.shutdown()

@@ -17,7 +17,10 @@ REPO = Path(__file__).resolve().parents[3]
 def test_trial_survives_losing_its_node(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "scenarios" / "faults" / "node_loss_sweep.py"), str(tmp_path)],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
         env={**__import__("os").environ, "PYTHONPATH": f"{REPO}:{REPO / 'tests'}"},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]

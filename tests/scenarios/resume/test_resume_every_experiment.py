@@ -37,8 +37,7 @@ REPO = Path(__file__).resolve().parents[3]
 # in test_sweep_resume.py. RAYLAB_RESUME_EVERY_EXPERIMENT=1 runs every file in tune_configs/ by
 # SIGINT (about 45 s each on two cores; each of the 19 cases has passed here).
 EVERY = os.environ.get("RAYLAB_RESUME_EVERY_EXPERIMENT") == "1"
-EXPERIMENTS = (sorted(experiments.available()) if EVERY
-               else ["backdoor_theory", "boltz_distill", "fair_adv", "seagram"])
+EXPERIMENTS = sorted(experiments.available()) if EVERY else ["backdoor_theory", "boltz_distill", "fair_adv", "seagram"]
 EXACT_RESUME = {"toy", "backdoor", "backdoor_theory", "fair_adv"}  # workloads promising it
 NOT_COMPARED = ("perf/", "time", "timestamp")
 # Experiments whose three smoke reports take well under a second are slowed, so that the
@@ -63,8 +62,10 @@ def short_overrides(name: str) -> list[str]:
     exp = experiments.load(name, smoke=True)
     pins = [
         f"config.{key}={json.dumps(args[0])}"
-        for key, spec in exp.search.items() if key != search_space.VARIANT
-        for kind, args in spec.items() if kind in ("grid", "choice")
+        for key, spec in exp.search.items()
+        if key != search_space.VARIANT
+        for kind, args in spec.items()
+        if kind in ("grid", "choice")
     ]
     return [*pins, "stop.training_iteration=3", "checkpoint.every=1", *SLOWER.get(name, [])]
 
@@ -85,22 +86,43 @@ def reported(run: Path) -> int:
 
 def tune_cli(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "raylab.tune", *args], cwd=REPO, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        [sys.executable, "-m", "raylab.tune", *args],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
 
 
 @pytest.mark.slow
 # The default run keeps fair_adv (about 50 s); the others (50-85 s each) are marked ``long``.
-@pytest.mark.parametrize("name,sig", [
-    pytest.param(n, sig, marks=[] if n == "fair_adv" else [pytest.mark.long])
-    for n, sig in [(n, signal.SIGINT) for n in EXPERIMENTS] + [("dqn_softlinf", signal.SIGKILL)]])
+@pytest.mark.parametrize(
+    "name,sig",
+    [
+        pytest.param(n, sig, marks=[] if n == "fair_adv" else [pytest.mark.long])
+        for n, sig in [(n, signal.SIGINT) for n in EXPERIMENTS] + [("dqn_softlinf", signal.SIGKILL)]
+    ],
+)
 def test_interrupted_smoke_sweep_resumes_with_the_printed_command(name, sig, ray_session, tmp_path):
     storage = tmp_path / "results"
     address = ray_session.get_runtime_context().gcs_address
     overrides = short_overrides(name)
-    proc = tune_cli([name, "--smoke", *overrides, "--storage", str(storage), "--name", "run",
-                     "--address", address, "--shared-storage", "--quiet"])
+    proc = tune_cli(
+        [
+            name,
+            "--smoke",
+            *overrides,
+            "--storage",
+            str(storage),
+            "--name",
+            "run",
+            "--address",
+            address,
+            "--shared-storage",
+            "--quiet",
+        ]
+    )
     deadline = time.monotonic() + 240
     while reported(storage / "run") == 0:
         assert proc.poll() is None, proc.communicate()
@@ -109,7 +131,9 @@ def test_interrupted_smoke_sweep_resumes_with_the_printed_command(name, sig, ray
     if sig == signal.SIGKILL:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-        command = f"python -m raylab.tune {name} --resume --name run --storage {storage} --address {address} --shared-storage"
+        command = (
+            f"python -m raylab.tune {name} --resume --name run --storage {storage} --address {address} --shared-storage"
+        )
     else:
         os.kill(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=180)
@@ -140,6 +164,9 @@ def test_interrupted_smoke_sweep_resumes_with_the_printed_command(name, sig, ray
     assert whole_rows.keys() == resumed_rows.keys()
     declared = workloads.get(exp.workload).metrics
     for key, whole in whole_rows.items():
-        compared = {m: whole[m] for m in (*declared, "training_iteration")
-                    if m in whole and not m.startswith(NOT_COMPARED) and "per_s" not in m}
+        compared = {
+            m: whole[m]
+            for m in (*declared, "training_iteration")
+            if m in whole and not m.startswith(NOT_COMPARED) and "per_s" not in m
+        }
         assert compared and compared == {m: resumed_rows[key].get(m) for m in compared}, name

@@ -22,8 +22,12 @@ TWO_WORKERS = ["resources.workers=2", "resources.cpus_per_worker=0.5"]  # two tr
 # Ray it started. RAYLAB_RESUME_EVERY_EXPERIMENT=1 runs all four.
 EVERY_CASE = os.environ.get("RAYLAB_RESUME_EVERY_EXPERIMENT") == "1"
 CASES = [
-    pytest.param(resources, sig, id=f"{path}-{sig_id}",
-                 marks=[pytest.mark.long] if (path, sig_id) == ("ray_train", "sigkill") else [])
+    pytest.param(
+        resources,
+        sig,
+        id=f"{path}-{sig_id}",
+        marks=[pytest.mark.long] if (path, sig_id) == ("ray_train", "sigkill") else [],
+    )
     for path, resources in (("tune", []), ("ray_train", TWO_WORKERS))
     for sig, sig_id in ((signal.SIGINT, "sigint"), (signal.SIGKILL, "sigkill"))
     if EVERY_CASE or (path, sig_id) in (("tune", "sigint"), ("ray_train", "sigkill"))
@@ -38,8 +42,12 @@ def steps_reported(trial: TrialFolder) -> list[int]:
 def tune_cli(*args: str, storage: Path, **kwargs) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--quiet", "--storage", str(storage), *args],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, **kwargs,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
     )
 
 
@@ -57,8 +65,15 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, s
     # One short trial (40 steps) that finishes before the interrupt, one long one (400 steps)
     # held after its report at step 100 (its last checkpoint: step 80) until the resume.
     proc = tune_cli(
-        "--name", "run", "search.steps=[40,400]", "search.seed=[0]", "config.hold_at_step=100",
-        f"config.release_file={release}", *resources, *joined, storage=storage,
+        "--name",
+        "run",
+        "search.steps=[40,400]",
+        "search.seed=[0]",
+        "config.hold_at_step=100",
+        f"config.release_file={release}",
+        *resources,
+        *joined,
+        storage=storage,
     )
     short = long = None
     deadline = time.monotonic() + 240
@@ -91,7 +106,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_trials(tmp_path, s
     assert steps_reported(short) == [20, 40]  # finished trial not run again
     steps = steps_reported(long)
     assert steps[: len(steps_before)] == steps_before and steps[-1] == 400
-    after = steps[len(steps_before):]
+    after = steps[len(steps_before) :]
     # Continued from its last checkpoint (not from step 0): only steps since then run again.
     assert 20 < after[0] <= steps_before[-1] + 20 and after == list(range(after[0], 401, 20))
     rows = list(csv.DictReader((run / "summary.csv").open()))
@@ -108,8 +123,14 @@ def test_a_stale_ray_address_file_does_not_capture_a_local_sweep(tmp_path):
     (ray_tmp / "ray").mkdir()
     (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:9\n")  # nothing listens
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = tune_cli("--name", "run", "search.steps=[5]", "search.seed=[0]",
-                    storage=tmp_path / "results", env={**env, "RAY_TMPDIR": str(ray_tmp)})
+    proc = tune_cli(
+        "--name",
+        "run",
+        "search.steps=[5]",
+        "search.seed=[0]",
+        storage=tmp_path / "results",
+        env={**env, "RAY_TMPDIR": str(ray_tmp)},
+    )
     try:
         out, err = proc.communicate(timeout=150)
     finally:

@@ -48,8 +48,8 @@ def test_blended_noise_pattern_is_seeded():
 
 
 def test_blended_default_is_a_natural_photo_resized_with_pil_bilinear():
-    from PIL import Image
     import skimage.data
+    from PIL import Image
 
     spec = TriggerSpec()
     assert spec.blend_trigger == "image" and spec.blend_image == "skimage:astronaut"
@@ -105,12 +105,14 @@ def test_wanet_poisons_each_batch_afresh_as_backdoorbench():
     assert (n_bd, n_cross) == (2, 4)  # floor(0.1 * 20), floor(2 * 2)
     assert out.dtype == torch.float32 and labels[:2].tolist() == [7, 7]  # any class -> target
     assert torch.equal(labels[2:], y[2:])
-    warped = torch.nn.functional.grid_sample(x[:2].float() / 255, attack.wanet_grid(spec, 32).expand(2, -1, -1, -1),
-                                             align_corners=True)
+    warped = torch.nn.functional.grid_sample(
+        x[:2].float() / 255, attack.wanet_grid(spec, 32).expand(2, -1, -1, -1), align_corners=True
+    )
     assert torch.allclose(out[:2], warped)  # the fixed trigger warp, not rounded to uint8
     assert torch.equal(out[6:], x[6:].float() / 255)  # the rest is untouched
-    fixed = torch.nn.functional.grid_sample(x[2:6].float() / 255, attack.wanet_grid(spec, 32).expand(4, -1, -1, -1),
-                                            align_corners=True)
+    fixed = torch.nn.functional.grid_sample(
+        x[2:6].float() / 255, attack.wanet_grid(spec, 32).expand(4, -1, -1, -1), align_corners=True
+    )
     assert (out[2:6] - fixed).abs().amax() > 0.01  # noise mode: the warp plus fresh noise
     again, _, _, _ = wanet.poison_batch(x, y, spec, 0.1, 2.0, 7, torch.Generator().manual_seed(1))
     assert torch.allclose(again[:2], out[:2]) and not torch.allclose(again[2:6], out[2:6])  # fresh grids

@@ -16,14 +16,32 @@ import pytest
 TOLERANCE = 0.05
 
 
-def trajectory(local_trial, tmp_path, name: str, *, bf16: bool, train_size: int, epochs: int,
-               lr: float = 0.02, dataset: str = "mnist5k") -> list[float]:
+def trajectory(
+    local_trial,
+    tmp_path,
+    name: str,
+    *,
+    bf16: bool,
+    train_size: int,
+    epochs: int,
+    lr: float = 0.02,
+    dataset: str = "mnist5k",
+) -> list[float]:
     rows = local_trial(
-        "backdoor_digits", f"config.dataset={dataset}", f"config.train_size={train_size}", f"config.epochs={epochs}",
-        "config.early_epochs=0", "config.finetune_epochs=0", "config.eval_every=1000",
-        "config.poison_ratio=0.1", "config.seed=0", f"config.lr={lr}",
-        f"config.amp_bf16={str(bf16).lower()}", f"config.channels_last={str(bf16).lower()}",
-        trial_dir=tmp_path / name)
+        "backdoor_digits",
+        f"config.dataset={dataset}",
+        f"config.train_size={train_size}",
+        f"config.epochs={epochs}",
+        "config.early_epochs=0",
+        "config.finetune_epochs=0",
+        "config.eval_every=1000",
+        "config.poison_ratio=0.1",
+        "config.seed=0",
+        f"config.lr={lr}",
+        f"config.amp_bf16={str(bf16).lower()}",
+        f"config.channels_last={str(bf16).lower()}",
+        trial_dir=tmp_path / name,
+    )
     per_epoch = {row["train/epoch"]: row["train/loss"] for row in rows if row.get("train/epoch")}
     assert sorted(per_epoch) == list(range(1, epochs + 1))
     return [per_epoch[e] for e in range(1, epochs + 1)]

@@ -32,13 +32,14 @@ def test_mean_pairwise_cosine_by_hand():
 
 def test_gradient_coherence_equals_explicit_pairwise_cosines():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(),
-                                torch.nn.Linear(6, 3)).eval()
+    model = torch.nn.Sequential(
+        torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 3)
+    ).eval()
     x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
     params = list(model.parameters())
     grads = []
     for i in range(5):  # one backward pass per sample: the definition
-        g = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x[i:i + 1]), y[i:i + 1]), params)
+        g = torch.autograd.grad(torch.nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]), params)
         grads.append(torch.cat([t.flatten() for t in g]))
     g = torch.stack(grads)
     cos = torch.nn.functional.cosine_similarity(g[:, None], g[None, :], dim=-1)
@@ -53,8 +54,18 @@ def _digits(poison_ratio: float, **fields):
     from trainers.backdoor.config import Config
     from trainers.backdoor.loop import build_data
 
-    cfg = from_dict(Config, {"dataset": "mnist5k", "attack": "badnets", "poison_ratio": poison_ratio,
-                             "probe_size": 32, "coherence_size": 16, **fields}, "test")
+    cfg = from_dict(
+        Config,
+        {
+            "dataset": "mnist5k",
+            "attack": "badnets",
+            "poison_ratio": poison_ratio,
+            "probe_size": 32,
+            "coherence_size": 16,
+            **fields,
+        },
+        "test",
+    )
     return build_data(cfg, torch.device("cpu")), cfg
 
 
@@ -84,8 +95,7 @@ def test_probes_normalise_a_trigger_channel_as_training_does(poison_ratio):
         probed = float(probe_network(net, data.bn_x)(to_float(data.probe_x["poison"])).mean())
         old = probe_network(net, to_float(torch.cat([data.probe_x[g] for g in GROUPS])))
         old_probed = float(old(to_float(data.probe_x["poison"])).mean())
-    print(f"p={poison_ratio}: training {trained:.3f}, probes {probed:.3f}, "
-          f"probe-set statistics {old_probed:.3f}")
+    print(f"p={poison_ratio}: training {trained:.3f}, probes {probed:.3f}, probe-set statistics {old_probed:.3f}")
     assert probed == pytest.approx(trained, rel=0.05)
     assert old_probed < trained / 1.5  # what a 25%-triggered probe batch did: the instrument sees it
 
@@ -105,8 +115,7 @@ def test_prior_corrected_contrast_ignores_a_change_of_the_final_bias_alone(one_t
             changed.linear.bias += delta.float()
         after = probe_groups(changed, data, cfg)
         drop = {g: before[g]["loss"] - after[g]["loss"] for g in before}
-        corrected = {g: before[g]["loss_prior_corrected"] - after[g]["loss_prior_corrected"]
-                     for g in before}
+        corrected = {g: before[g]["loss_prior_corrected"] - after[g]["loss_prior_corrected"] for g in before}
         assert abs(probe.gap(drop, "clean")) > 0.1, drop  # the plain contrast sees the prior
         assert abs(probe.gap(corrected, "clean")) < 1e-3, corrected
 
@@ -148,13 +157,22 @@ def test_selectivity_is_cohens_d_by_hand_and_ablation_zeroes_columns():
 
 def test_early_signature_by_hand():
     """One probe against the baseline: drops, growths, gate flips and the gaps, by hand."""
+
     def group(loss, corrected, margin, coherence):
         return {"loss": loss, "loss_prior_corrected": corrected, "margin": margin, "coherence": coherence}
 
-    baseline = {"poison": group(2.0, 1.5, 0.0, 0.1), "target": group(2.0, 1.0, 0.5, 0.2),
-                "relabel": group(2.5, 2.0, 0.0, 0.3), "clean": group(1.0, 1.0, 1.0, 0.0)}
-    now = {"poison": group(0.5, 0.5, 2.0, 0.9), "target": group(1.5, 0.5, 1.0, 0.4),
-           "relabel": group(2.0, 1.5, 0.5, 0.3), "clean": group(0.8, 0.9, 1.5, 0.1)}
+    baseline = {
+        "poison": group(2.0, 1.5, 0.0, 0.1),
+        "target": group(2.0, 1.0, 0.5, 0.2),
+        "relabel": group(2.5, 2.0, 0.0, 0.3),
+        "clean": group(1.0, 1.0, 1.0, 0.0),
+    }
+    now = {
+        "poison": group(0.5, 0.5, 2.0, 0.9),
+        "target": group(1.5, 0.5, 1.0, 0.4),
+        "relabel": group(2.0, 1.5, 0.5, 0.3),
+        "clean": group(0.8, 0.9, 1.5, 0.1),
+    }
     before = {g: torch.tensor([[True, False], [True, True]]) for g in now}
     after = {**before, "poison": torch.tensor([[False, False], [True, False]])}
     row = probe.early_signature(baseline, now, before, after, controls=("target", "relabel"))

@@ -25,14 +25,28 @@ from trainers.backdoor.loop import train_loop
 SEEDS = (0, 1, 2)
 ARMS = (0.0, 0.1)
 CONTRASTS = (
-    "early/loss_drop_gap_vs_relabel", "early/grad_coherence_gap_vs_relabel",
-    "early/margin_growth_gap_vs_relabel", "early/gate_flip_since_last_gap_vs_relabel",
-    "early/loss_drop_prior_corrected_gap_vs_clean", "early/loss_drop_gap_vs_target",
+    "early/loss_drop_gap_vs_relabel",
+    "early/grad_coherence_gap_vs_relabel",
+    "early/margin_growth_gap_vs_relabel",
+    "early/gate_flip_since_last_gap_vs_relabel",
+    "early/loss_drop_prior_corrected_gap_vs_clean",
+    "early/loss_drop_gap_vs_target",
 )
 CONFIG = {
-    "dataset": "mnist5k", "attack": "badnets", "model_width": 4, "epochs": 2, "batch_size": 64,
-    "lr": 0.02, "augment": False, "early_epochs": 1, "early_log_every": 12, "probe_size": 32,
-    "coherence_size": 8, "probe_bn_size": 256, "finetune_epochs": 0, "ablate_top_k": 5,
+    "dataset": "mnist5k",
+    "attack": "badnets",
+    "model_width": 4,
+    "epochs": 2,
+    "batch_size": 64,
+    "lr": 0.02,
+    "augment": False,
+    "early_epochs": 1,
+    "early_log_every": 12,
+    "probe_size": 32,
+    "coherence_size": 8,
+    "probe_bn_size": 256,
+    "finetune_epochs": 0,
+    "ablate_top_k": 5,
 }
 
 
@@ -42,8 +56,11 @@ def run_arm(seed: int, poison_ratio: float) -> dict:
     train_loop({**CONFIG, "poison_ratio": poison_ratio, "seed": seed})
     probes = [r for r in s.history if "early/loss_drop_gap_vs_relabel" in r]
     row = {**s.history[-1], "probes": len(probes)}
-    print(f"seed {seed}, poison_ratio {poison_ratio}: eval/asr {row['eval/asr']:.3f}, "
-          f"eval/clean_acc {row['eval/clean_acc']:.3f}", flush=True)
+    print(
+        f"seed {seed}, poison_ratio {poison_ratio}: eval/asr {row['eval/asr']:.3f}, "
+        f"eval/clean_acc {row['eval/clean_acc']:.3f}",
+        flush=True,
+    )
     return row
 
 
@@ -80,8 +97,10 @@ def results():
 def test_badnets_on_real_digits_positive_control_then_contrasts(results):
     print("\nseed  arm   clean_acc  asr    " + "  ".join(c.split("/")[1] for c in CONTRASTS))
     for (seed, ratio), row in sorted(results.items()):
-        print(f"{seed:4d}  {ratio:4.2f}  {row['eval/clean_acc']:9.3f}  {row['eval/asr']:5.3f}  "
-              + "  ".join(f"{row[c]:+.3f}" for c in CONTRASTS))
+        print(
+            f"{seed:4d}  {ratio:4.2f}  {row['eval/clean_acc']:9.3f}  {row['eval/asr']:5.3f}  "
+            + "  ".join(f"{row[c]:+.3f}" for c in CONTRASTS)
+        )
     assert not positive_control_failures(results), positive_control_failures(results)
     for row in results.values():
         assert row["probes"] >= 4
@@ -90,8 +109,10 @@ def test_badnets_on_real_digits_positive_control_then_contrasts(results):
     effect = {c: [results[s, 0.1][c] - results[s, 0.0][c] for s in SEEDS] for c in CONTRASTS}
     for c in CONTRASTS:
         agree = max(sum(v > 0 for v in effect[c]), sum(v < 0 for v in effect[c]))
-        print(f"{c}: effect per seed {[round(v, 3) for v in effect[c]]}, {summary(effect[c])}, "
-              f"{agree}/{len(SEEDS)} seeds agree in sign")
+        print(
+            f"{c}: effect per seed {[round(v, 3) for v in effect[c]]}, {summary(effect[c])}, "
+            f"{agree}/{len(SEEDS)} seeds agree in sign"
+        )
     # Recorded findings, asserted as far as the seeds agree. All three: against clean images on
     # the prior-corrected loss, and against clean target-class images, the poisoned group's
     # loss falls faster in the poisoned arm than in the clean arm (measured: +0.95 to +1.79 and

@@ -7,22 +7,25 @@ import pytest
 from conftest import assert_finite_metrics
 
 from raylab import experiment as experiments
-from raylab.launch import checks
 from raylab.errors import UserError
+from raylab.launch import checks
 from trainers.backdoor import METRICS, THEORY_METRICS
 from trainers.backdoor.config import Config, TheoryConfig
 from trainers.backdoor.loop import preflight
 
 
-@pytest.mark.parametrize("name", ["backdoor", "backdoor_resnet", "backdoor_digits", "backdoor_cifar_control",
-                                  "backdoor_theory"])
+@pytest.mark.parametrize(
+    "name", ["backdoor", "backdoor_resnet", "backdoor_digits", "backdoor_cifar_control", "backdoor_theory"]
+)
 def test_experiments_load_with_and_without_smoke(name):
     for smoke in (False, True):
         experiment = experiments.load(name, smoke=smoke)
         assert experiment.metric in (METRICS if experiment.workload == "backdoor" else THEORY_METRICS)
 
-@pytest.mark.parametrize("name", ["backdoor", "backdoor_resnet", "backdoor_digits", "backdoor_cifar_control",
-                                  "backdoor_theory"])
+
+@pytest.mark.parametrize(
+    "name", ["backdoor", "backdoor_resnet", "backdoor_digits", "backdoor_cifar_control", "backdoor_theory"]
+)
 def test_each_distinct_training_is_swept_once(name):
     """No two trials of a grid train the same model: badnets and blended differ only in the
     trigger, so at poison_ratio 0 (nothing triggered) they would train the same network twice."""
@@ -33,8 +36,10 @@ def test_each_distinct_training_is_swept_once(name):
     experiment = experiments.load(name)
     keys = list(experiment.search)
     assert all(list(spec) == ["grid"] for spec in experiment.search.values())  # grids only
-    trials = [search_space.with_variant({**experiment.config, **dict(zip(keys, values))})
-              for values in itertools.product(*(experiment.search[k]["grid"] for k in keys))]
+    trials = [
+        search_space.with_variant({**experiment.config, **dict(zip(keys, values))})
+        for values in itertools.product(*(experiment.search[k]["grid"] for k in keys))
+    ]
     assert len(trials) == search_space.grid_size(experiment.search)
 
     def training(config):  # what the trained network depends on: the trigger only when p > 0
@@ -61,8 +66,13 @@ def test_config_errors_name_the_key():
         experiments.load("backdoor_theory", ["config.early_steps=500"])
     assert Config().epochs == 100 and Config().lr == 0.01 and Config().batch_size == 128
     ft = Config()  # BackdoorBench FT (config/defense/ft/config.yaml)
-    assert (ft.finetune_epochs, ft.finetune_batch_size, ft.finetune_lr, ft.finetune_t_max,
-            ft.finetune_fraction) == (100, 256, 0.01, 100, 0.05)
+    assert (ft.finetune_epochs, ft.finetune_batch_size, ft.finetune_lr, ft.finetune_t_max, ft.finetune_fraction) == (
+        100,
+        256,
+        0.01,
+        100,
+        0.05,
+    )
     for name in ("backdoor", "backdoor_resnet"):
         config = experiments.load(name).config
         assert config.get("finetune_epochs", 100) == 100 and config.get("finetune_batch_size", 256) == 256
@@ -77,8 +87,11 @@ def test_preflight_names_the_missing_dataset_before_ray_starts(tmp_path):
     with pytest.raises(UserError, match="blend_image: no such file"):
         preflight(Config(attack="blended", blend_image=str(tmp_path / "k.png"), synthetic_data=True))
     with pytest.raises(UserError, match="blend_image: skimage.data has no image 'kitty'"):
-        preflight(Config(attack="blended", blend_image="skimage:kitty", synthetic_data=True,
-                         data_dir=str(tmp_path / "nothing")))
+        preflight(
+            Config(
+                attack="blended", blend_image="skimage:kitty", synthetic_data=True, data_dir=str(tmp_path / "nothing")
+            )
+        )
 
 
 @pytest.mark.slow
@@ -95,9 +108,15 @@ def test_backdoor_smoke_sweep_reports_every_metric(smoke_sweep, tmp_path):
 
 
 def test_clean_baseline_arm_runs_finite_and_finetunes_on_backdoorbench_schedule(local_trial, tmp_path, one_thread):
-    rows = local_trial("backdoor", f"config.data_dir={tmp_path}/data", "config.model_width=8",
-                       "config.poison_ratio=0.0", "config.finetune_epochs=3",
-                       "config.finetune_batch_size=16", "config.finetune_t_max=4")
+    rows = local_trial(
+        "backdoor",
+        f"config.data_dir={tmp_path}/data",
+        "config.model_width=8",
+        "config.poison_ratio=0.0",
+        "config.finetune_epochs=3",
+        "config.finetune_batch_size=16",
+        "config.finetune_t_max=4",
+    )
     last = rows[-1]
     assert_finite_metrics(last, METRICS)  # no empty group, no NaN, at poison_ratio 0
     assert last["neurons/trigger_dominant_count"] >= 0
@@ -113,20 +132,31 @@ def test_wanet_trains_on_clean_images_warped_per_global_batch(tmp_path):
     from trainers.backdoor import wanet
     from trainers.backdoor.loop import build_data, crop_flip_batch, trigger_spec, wanet_batch
 
-    cfg = Config(attack="wanet", synthetic_data=True, data_dir=str(tmp_path / "d"), synthetic_train_size=128,
-                 synthetic_test_size=32, probe_size=8, coherence_size=4, finetune_fraction=0.25)
+    cfg = Config(
+        attack="wanet",
+        synthetic_data=True,
+        data_dir=str(tmp_path / "d"),
+        synthetic_train_size=128,
+        synthetic_test_size=32,
+        probe_size=8,
+        coherence_size=4,
+        finetune_fraction=0.25,
+    )
     data = build_data(cfg, torch.device("cpu"))
     assert torch.equal(data.train_x, load_cifar("cifar10", tmp_path / "d").train_x)  # nothing fixed
     spec, idx = trigger_spec(cfg), torch.arange(20, 84)
     x, y = wanet_batch(data, idx, dataclasses.replace(cfg, augment=False), spec, (0, 3), 0, 1)
-    expected, labels, n_bd, _ = wanet.poison_batch(data.train_x[idx], data.train_y[idx], spec, 0.1, 2.0, 0,
-                                                   torch.Generator().manual_seed(0))
+    expected, labels, n_bd, _ = wanet.poison_batch(
+        data.train_x[idx], data.train_y[idx], spec, 0.1, 2.0, 0, torch.Generator().manual_seed(0)
+    )
     assert n_bd == 6 and (y[:6] == 0).all() and torch.allclose(x[:6], expected[:6])
     later, _ = wanet_batch(data, idx, cfg, spec, (0, 4), 0, 1)
     assert not torch.allclose(later, wanet_batch(data, idx, cfg, spec, (0, 3), 0, 1)[0])  # per batch
     # Every random draw is made for the global batch: two workers see its two halves.
-    for batch_of in (lambda r, w: wanet_batch(data, idx, cfg, spec, (1, 2), r, w),
-                     lambda r, w: crop_flip_batch(data, idx, cfg, ("aug", 1, 2), r, w)):
+    for batch_of in (
+        lambda r, w: wanet_batch(data, idx, cfg, spec, (1, 2), r, w),
+        lambda r, w: crop_flip_batch(data, idx, cfg, ("aug", 1, 2), r, w),
+    ):
         whole, halves = batch_of(0, 1), [batch_of(r, 2) for r in (0, 1)]
         assert torch.equal(whole[0][0::2], halves[0][0]) and torch.equal(whole[0][1::2], halves[1][0])
         assert torch.equal(whole[1][1::2], halves[1][1])
@@ -141,8 +171,7 @@ def test_backdoor_trial_resumes_mid_epoch_and_matches(local_trial, tmp_path, one
     rest = local_trial("backdoor", *overrides, trial_dir=tmp_path / "resumed")
     assert rest[0]["train/step"] == 2 and rest[0]["train/epoch"] == 1
     skip = {"perf/images_per_s", "time_total_s", "training_iteration"}
-    assert {k: v for k, v in rest[-1].items() if k not in skip} == \
-        {k: v for k, v in full[-1].items() if k not in skip}
+    assert {k: v for k, v in rest[-1].items() if k not in skip} == {k: v for k, v in full[-1].items() if k not in skip}
 
 
 @pytest.mark.slow
@@ -183,7 +212,15 @@ def test_too_few_images_for_the_probe_groups_is_a_user_error(tmp_path):
 
     from trainers.backdoor.loop import build_data
 
-    cfg = Config(synthetic_data=True, data_dir=str(tmp_path / "d"), synthetic_train_size=20, finetune_fraction=0.95,
-                 synthetic_test_size=8, probe_size=8, coherence_size=4, poison_ratio=0.0)
+    cfg = Config(
+        synthetic_data=True,
+        data_dir=str(tmp_path / "d"),
+        synthetic_train_size=20,
+        finetune_fraction=0.95,
+        synthetic_test_size=8,
+        probe_size=8,
+        coherence_size=4,
+        poison_ratio=0.0,
+    )
     with pytest.raises(UserError, match="probe_size: the training set leaves"):
         build_data(cfg, torch.device("cpu"))

@@ -115,8 +115,10 @@ def test_theory_trial_resumes_exactly(local_trial, tmp_path, one_thread):
     assert part[-1]["theory/step"] == 30
     rest = local_trial("backdoor_theory", trial_dir=tmp_path / "resumed")
     assert rest[0]["theory/step"] == 40
-    assert rest[-1] | {"time_total_s": 0, "training_iteration": 0} == \
-        full[-1] | {"time_total_s": 0, "training_iteration": 0}
+    assert rest[-1] | {"time_total_s": 0, "training_iteration": 0} == full[-1] | {
+        "time_total_s": 0,
+        "training_iteration": 0,
+    }
     assert math.isfinite(full[-1]["theory/loss_drop_ratio"])
 
 

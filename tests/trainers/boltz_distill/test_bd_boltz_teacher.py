@@ -31,9 +31,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 SMILES = [
-    "OCC(=O)[O-]",                   # written in a non-canonical atom order, charged
+    "OCC(=O)[O-]",  # written in a non-canonical atom order, charged
     "c1ccccc1C(=O)N",
-    "not a molecule",                # skipped, counted
+    "not a molecule",  # skipped, counted
     "CC(C)Cc1ccc(cc1)[C@@H](C)C(=O)O",  # ibuprofen, a stereocentre
 ]
 
@@ -69,8 +69,11 @@ def test_boltz2_teacher_store_shapes_mapping_determinism_resume_and_ray_job(tmp_
     smi.write_text("\n".join(SMILES) + "\n")
     proc = subprocess.run(
         [str(BOLTZ_PYTHON), "-c", SCRIPT, str(tmp_path), str(smi)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
-        capture_output=True, text=True, timeout=600,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
@@ -107,10 +110,29 @@ def test_boltz2_teacher_store_shapes_mapping_determinism_resume_and_ray_job(tmp_
     # The Ray job (a local Ray, CPU tasks of 2 molecules, from the main environment) writes what
     # the single-process command wrote, and resumes without redoing finished chunks.
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    job = [sys.executable, "-m", "trainers.boltz_distill.teacher", "--teacher", "boltz2", "--checkpoint",
-           str(tmp_path / "small.ckpt"), "--smiles", str(smi), "--recycling-steps", "1", "--out",
-           str(tmp_path / "job"), "--address", "local", "--gpus-per-task", "0", "--chunk-size", "2",
-           "--boltz-python", str(BOLTZ_PYTHON)]
+    job = [
+        sys.executable,
+        "-m",
+        "trainers.boltz_distill.teacher",
+        "--teacher",
+        "boltz2",
+        "--checkpoint",
+        str(tmp_path / "small.ckpt"),
+        "--smiles",
+        str(smi),
+        "--recycling-steps",
+        "1",
+        "--out",
+        str(tmp_path / "job"),
+        "--address",
+        "local",
+        "--gpus-per-task",
+        "0",
+        "--chunk-size",
+        "2",
+        "--boltz-python",
+        str(BOLTZ_PYTHON),
+    ]
     first = subprocess.run(job + ["--limit", "2"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     rest = subprocess.run(job, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -165,8 +187,11 @@ def test_boltz2_layers_shapes_and_linear_fit_from_raw_inputs(tmp_path):
     """
     proc = subprocess.run(
         [str(BOLTZ_PYTHON), "-c", LAYER_SCRIPT, str(tmp_path), "20"],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
-        capture_output=True, text=True, timeout=600,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
@@ -176,7 +201,9 @@ def test_boltz2_layers_shapes_and_linear_fit_from_raw_inputs(tmp_path):
         assert row["dim"] == (16 if name.split("/")[1] in ("atom_attention", "atom_input") else 32), name
         assert row["atoms"] > 5 * row["rank"], name  # enough atoms for an in-sample R^2 to mean something
     for label in ("redrawn0", "redrawn1"):
-        r2 = {layer: result[f"{label}/{layer}"]["r2"] for layer in ("atom_input", "atom_attention", "s_inputs", "trunk_s")}
+        r2 = {
+            layer: result[f"{label}/{layer}"]["r2"] for layer in ("atom_input", "atom_attention", "s_inputs", "trunk_s")
+        }
         assert r2["atom_input"] > 0.9999, r2  # exactly linear, up to float32
         assert r2["atom_attention"] < 0.95, r2  # the atom transformer adds what no linear map has
         assert r2["trunk_s"] < r2["atom_attention"] - 0.1, r2  # and the trunk far more
@@ -186,9 +213,23 @@ def test_boltz2_layers_shapes_and_linear_fit_from_raw_inputs(tmp_path):
 
 def test_teacher_cli_refuses_boltz_without_checkpoint(tmp_path):
     proc = subprocess.run(
-        [str(BOLTZ_PYTHON), "-m", "trainers.boltz_distill.teacher", "--teacher", "boltz2",
-         "--out", str(tmp_path / "s"), "--limit", "1", "--allow-missing-tests"],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+        [
+            str(BOLTZ_PYTHON),
+            "-m",
+            "trainers.boltz_distill.teacher",
+            "--teacher",
+            "boltz2",
+            "--out",
+            str(tmp_path / "s"),
+            "--limit",
+            "1",
+            "--allow-missing-tests",
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2 and "needs --checkpoint" in proc.stderr
 
@@ -197,13 +238,28 @@ def test_main_environment_reports_missing_boltz(tmp_path):
     """In the main environment (no boltz) the command says where boltz lives instead of crashing."""
     try:
         import boltz  # noqa: F401
+
         pytest.skip("boltz is importable here")
     except ImportError:
         pass
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.boltz_distill.teacher", "--teacher", "boltz2",
-         "--checkpoint", str(tmp_path / "x.ckpt"), "--out", str(tmp_path / "s"), "--limit", "1",
-         "--allow-missing-tests"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "trainers.boltz_distill.teacher",
+            "--teacher",
+            "boltz2",
+            "--checkpoint",
+            str(tmp_path / "x.ckpt"),
+            "--out",
+            str(tmp_path / "s"),
+            "--limit",
+            "1",
+            "--allow-missing-tests",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2 and "make boltz-env" in proc.stderr

@@ -36,8 +36,10 @@ def run(rank: int, world: int) -> tuple[list[float], dict[str, torch.Tensor]]:
     graphs, mean, std = data()
     model, optimizer, _ = init_training(CFG, 6, torch.device("cpu"))
     bank = GraphBank(graphs)
-    losses = [float(train_step(model, optimizer, bank, idx, mean, std, CFG, torch.device("cpu"), rank, world))
-              for idx in BATCHES]
+    losses = [
+        float(train_step(model, optimizer, bank, idx, mean, std, CFG, torch.device("cpu"), rank, world))
+        for idx in BATCHES
+    ]
     return losses, {k: v.clone() for k, v in model.state_dict().items()}
 
 
@@ -55,11 +57,16 @@ def test_two_workers_train_the_same_student_as_one(tmp_path, one_thread):
     single_losses, single = run(0, 1)
     out = str(tmp_path / "result")
     here = Path(__file__).resolve()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here.parents[3])]),
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(here.parent), str(here.parents[3])]),
+        "OMP_NUM_THREADS": "1",
+    }
     code = f"from {here.stem} import _worker; import sys; _worker(int(sys.argv[1]), 2, {str(tmp_path / 'init')!r}, {out!r})"
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(rank)], env=env, stderr=subprocess.PIPE, text=True)
-             for rank in (0, 1)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(rank)], env=env, stderr=subprocess.PIPE, text=True)
+        for rank in (0, 1)
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-3000:]

@@ -23,8 +23,8 @@ from trainers.boltz_distill.model import GINEStudent
 from trainers.boltz_distill.probe_loop import student_features
 
 SPLIT_SEEDS = (1, 2, 3)
-MARGIN_OVER_RANDOM = 0.04   # log-solubility MAE, mean over seeds; measured 0.075, t interval [0.037, 0.113]
-MARGIN_OVER_MEAN = 0.5      # measured gap about 0.8
+MARGIN_OVER_RANDOM = 0.04  # log-solubility MAE, mean over seeds; measured 0.075, t interval [0.037, 0.113]
+MARGIN_OVER_MEAN = 0.5  # measured gap about 0.8
 
 
 def linear_probe_mae(x: torch.Tensor, keys, y_tv, y_te, seed: int) -> float:
@@ -32,8 +32,9 @@ def linear_probe_mae(x: torch.Tensor, keys, y_tv, y_te, seed: int) -> float:
     train, valid = data.scaffold_split(keys, seed)
     scale = probe.Standardizer.fit(x[:n][train])
     t = lambda a: torch.as_tensor(a, dtype=torch.float32)  # noqa: E731
-    pred, _, _ = probe.linear_probe(scale(x[:n][train]), t(y_tv[train]), scale(x[:n][valid]),
-                                    t(y_tv[valid]), scale(x[n:]), "mae")
+    pred, _, _ = probe.linear_probe(
+        scale(x[:n][train]), t(y_tv[train]), scale(x[:n][valid]), t(y_tv[valid]), scale(x[n:]), "mae"
+    )
     return probe.mae(y_te, pred)
 
 
@@ -43,9 +44,20 @@ TRAIN_SEEDS = (0, 1, 2)
 def distill_and_probe(tmp_path, seed: int) -> list[tuple[float, float, float]]:
     """One distillation (training seed ``seed``), probed on every split seed: rows of test MAE
     (distilled, the same student at its initialization, the mean predictor)."""
-    config = dict(teachers=["descriptors"], corpus="nci", allow_missing_tests=True, max_molecules=1000,
-                  epochs=30, lr=3e-3, width=64, depth=3, batch_size=64, report_every=160, seed=seed,
-                  store_root=str(tmp_path / "stores"))
+    config = dict(
+        teachers=["descriptors"],
+        corpus="nci",
+        allow_missing_tests=True,
+        max_molecules=1000,
+        epochs=30,
+        lr=3e-3,
+        width=64,
+        depth=3,
+        batch_size=64,
+        report_every=160,
+        seed=seed,
+        store_root=str(tmp_path / "stores"),
+    )
     trial = tmp_path / f"trial-{seed}"
     session.start(backend="local", trial=TrialFolder.at(trial))
     train_loop(config)
@@ -65,11 +77,13 @@ def distill_and_probe(tmp_path, seed: int) -> list[tuple[float, float, float]]:
     rows = []
     for split_seed in SPLIT_SEEDS:
         train, _ = data.scaffold_split(tv_keys, split_seed)
-        rows.append((
-            linear_probe_mae(distilled_x, tv_keys, y_tv, y_te, split_seed),
-            linear_probe_mae(random_x, tv_keys, y_tv, y_te, split_seed),
-            probe.mae(y_te, probe.mean_predictor(y_tv[train], len(y_te), "mae")),
-        ))
+        rows.append(
+            (
+                linear_probe_mae(distilled_x, tv_keys, y_tv, y_te, split_seed),
+                linear_probe_mae(random_x, tv_keys, y_tv, y_te, split_seed),
+                probe.mae(y_te, probe.mean_predictor(y_tv[train], len(y_te), "mae")),
+            )
+        )
     return rows
 
 
@@ -82,8 +96,10 @@ def test_descriptor_distilled_student_beats_random_student_and_mean(tmp_path, on
         print(f"  training seed {seed}:", np.round(rows, 3).tolist())
     gaps = np.array([[r[1] - r[0] for r in rows] for rows in table.values()])  # random - distilled
     lo, hi = stats.t.interval(0.95, gaps.size - 1, loc=gaps.mean(), scale=stats.sem(gaps.ravel()))
-    print(f"distilled better than random-init by {gaps.mean():.3f} MAE on average "
-          f"(95% t interval [{lo:.3f}, {hi:.3f}]), on {int((gaps > 0).sum())} of {gaps.size} pairs")
+    print(
+        f"distilled better than random-init by {gaps.mean():.3f} MAE on average "
+        f"(95% t interval [{lo:.3f}, {hi:.3f}]), on {int((gaps > 0).sum())} of {gaps.size} pairs"
+    )
     # A clear majority of (training seed, split seed) pairs: one pair came out at -0.006 on a
     # loaded machine (thread scheduling changes the float sums), so "every pair" was a flake.
     assert (gaps > 0).sum() >= 7, f"distilled beat random-init on only {(gaps > 0).sum()} of 9 pairs"

@@ -11,8 +11,16 @@ from conftest import assert_finite_metrics
 from raylab.errors import UserError
 from trainers.boltz_distill import DISTILL_METRICS, metric_name
 
-PROBE_REPORTED = (metric_name("solubility"), "probe/test/score", "probe/valid/score", "probe/test/mean_predictor",
-                  "probe/epoch", "probe/test/molecules", "probe/test/imputed", "probe/train_loss")
+PROBE_REPORTED = (
+    metric_name("solubility"),
+    "probe/test/score",
+    "probe/valid/score",
+    "probe/test/mean_predictor",
+    "probe/epoch",
+    "probe/test/molecules",
+    "probe/test/imputed",
+    "probe/train_loss",
+)
 
 
 @pytest.mark.slow
@@ -47,8 +55,14 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
         assert result.metrics["probe/test/molecules"] == 257 and result.metrics["probe/test/imputed"] == 0
     cells = table.collect(Path(run_path))
     assert [name for name, _ in cells] == [
-        "Chemprop D-MPNN", "GINE, supervised", "Morgan + descriptors", "GINE, random init",
-        "teacher descriptors", "student <- conformer", "student <- descriptors"]
+        "Chemprop D-MPNN",
+        "GINE, supervised",
+        "Morgan + descriptors",
+        "GINE, random init",
+        "teacher descriptors",
+        "student <- conformer",
+        "student <- descriptors",
+    ]
     assert all(len(per_task["solubility"]) == 2 for per_task in cells.values())  # mean ± std over 2 seeds
     # two students from different teachers were distilled once each, shared by both seeds
     assert len(list((tmp_path / "students").glob("*/state.pt"))) == 2
@@ -78,8 +92,12 @@ def test_distill_trial_resumes_exactly(local_trial, tmp_path):
     assert rest[-1]["distill/loss"] == full[-1]["distill/loss"]
 
     # the distilled student is probed by admet_probe straight from its trial folder
-    rows = local_trial("admet_probe", "search.variant=[{features: student, probe: linear}]",
-                       f"config.student_checkpoint={tmp_path / 'full'}", trial_dir=tmp_path / "probe")
+    rows = local_trial(
+        "admet_probe",
+        "search.variant=[{features: student, probe: linear}]",
+        f"config.student_checkpoint={tmp_path / 'full'}",
+        trial_dir=tmp_path / "probe",
+    )
     assert_finite_metrics(rows[-1], PROBE_REPORTED)
     # a teacher store lacking test molecules: every test molecule is still scored, the missing
     # ones imputed and counted; a store with none of the task's molecules is refused
@@ -95,15 +113,23 @@ def test_distill_trial_resumes_exactly(local_trial, tmp_path):
     with StoreWriter(partial, 4, {"teacher": "random", "settings": {}}) as writer:
         for key in sorted(stored):
             writer.add(key, rng.normal(size=(3, 4)))
-    rows = local_trial("admet_probe", "search.variant=[{features: teacher, probe: linear}]",
-                       f"config.teacher_store={partial}", trial_dir=tmp_path / "t")
+    rows = local_trial(
+        "admet_probe",
+        "search.variant=[{features: teacher, probe: linear}]",
+        f"config.teacher_store={partial}",
+        trial_dir=tmp_path / "t",
+    )
     assert rows[-1]["probe/test/molecules"] == len(test_keys)
     assert rows[-1]["probe/test/imputed"] == sum(k not in stored for k in test_keys) > 50
     with StoreWriter(tmp_path / "unrelated", 3, {"teacher": "test", "settings": {}}) as writer:
         writer.add("C[Si](C)(C)[Si](C)(C)C", np.zeros((8, 3)))
     with pytest.raises(UserError, match=r"none of the .* task molecules are in"):
-        local_trial("admet_probe", "search.variant=[{features: teacher, probe: linear}]",
-                    f"config.teacher_store={tmp_path / 'unrelated'}", trial_dir=tmp_path / "t2")
+        local_trial(
+            "admet_probe",
+            "search.variant=[{features: teacher, probe: linear}]",
+            f"config.teacher_store={tmp_path / 'unrelated'}",
+            trial_dir=tmp_path / "t2",
+        )
 
 
 @pytest.mark.slow

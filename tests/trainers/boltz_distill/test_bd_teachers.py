@@ -7,8 +7,8 @@ import pytest
 from rdkit import Chem
 from rdkit.Chem import Crippen, Descriptors
 
-from trainers.boltz_distill.teacher import cli, rdkit_teachers
 from trainers.boltz_distill.store import EmbeddingStore
+from trainers.boltz_distill.teacher import cli, rdkit_teachers
 
 SMILES = ["CC(=O)Oc1ccccc1C(=O)O", "OCC(=O)[O-]", "c1ccncc1", "nonsense", "CCO"]
 
@@ -42,7 +42,7 @@ def test_conformer_teacher_deterministic_resumable_and_consistent(tmp_path):
     with pytest.warns(UserWarning):
         cli.main(args + ["--out", str(tmp_path / "a")])
         cli.main(args + ["--out", str(tmp_path / "b"), "--limit", "2"])  # interrupted ...
-        cli.main(args + ["--out", str(tmp_path / "b")])                  # ... and resumed
+        cli.main(args + ["--out", str(tmp_path / "b")])  # ... and resumed
     a, b = EmbeddingStore(tmp_path / "a"), EmbeddingStore(tmp_path / "b")
     assert sorted(a.keys()) == sorted(b.keys()) and len(a) == 4
     for key in a.keys():

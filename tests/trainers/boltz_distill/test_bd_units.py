@@ -36,12 +36,12 @@ def test_ethanol_graph_values():
     assert graph.edge_index.tolist() == [[0, 1, 1, 2], [1, 0, 2, 1]]
     oxygen = graph.x[2]
     assert one_hot_slots(oxygen) == [
-        F["atomic_num"] + 7,        # atomic number 8 is the 8th of 1..100
-        F["degree"] + 2,            # total degree: C and H
-        F["formal_charge"] + 4,     # charge 0 is listed last in (-1, -2, 1, 2, 0)
+        F["atomic_num"] + 7,  # atomic number 8 is the 8th of 1..100
+        F["degree"] + 2,  # total degree: C and H
+        F["formal_charge"] + 4,  # charge 0 is listed last in (-1, -2, 1, 2, 0)
         F["chiral_tag"] + 0,
         F["num_hs"] + 1,
-        F["hybridization"] + 2,     # SP3
+        F["hybridization"] + 2,  # SP3
     ]
     assert oxygen[F["aromatic"]] == 0
     assert oxygen[F["mass"]] == pytest.approx(15.999 * 0.01, abs=1e-4)
@@ -268,14 +268,18 @@ def test_distill_preflight_without_boltz_store(tmp_path):
 def test_table_aggregates_seeds_mean_and_population_std(tmp_path, capsys):
     from trainers.boltz_distill import table
 
-    trials = [({"features": "student", "student_teachers": ["descriptors"]}, 1, 0.6, 0),
-              ({"features": "student", "student_teachers": ["descriptors"]}, 2, 0.8, 3),
-              ({"features": "student", "student_teachers": ["boltz2"], "student_layer": "atom_attention"}, 1, 0.5, 0),
-              ({"variant": {"features": "chemprop", "probe": "end_to_end"}}, 1, 1.0, 0)]
+    trials = [
+        ({"features": "student", "student_teachers": ["descriptors"]}, 1, 0.6, 0),
+        ({"features": "student", "student_teachers": ["descriptors"]}, 2, 0.8, 3),
+        ({"features": "student", "student_teachers": ["boltz2"], "student_layer": "atom_attention"}, 1, 0.5, 0),
+        ({"variant": {"features": "chemprop", "probe": "end_to_end"}}, 1, 1.0, 0),
+    ]
     for i, (params, seed, value, imputed) in enumerate(trials):
         trial = RunFolder(tmp_path).trial(f"trial_{i}")
         trial.write_params({"task": "solubility", "seed": seed, "probe": "linear", **params})
-        trial.write_rows([{"probe/solubility/mae": 9.0}, {"probe/solubility/mae": value, "probe/test/imputed": imputed}])
+        trial.write_rows(
+            [{"probe/solubility/mae": 9.0}, {"probe/solubility/mae": value, "probe/test/imputed": imputed}]
+        )
     assert table.main([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "solubility (mae)" in out[0]
@@ -316,8 +320,15 @@ def test_corpus_leaves_out_every_test_molecule_and_reads_moses(tmp_path):
 
 # one test molecule per line, then its variants: stereo, salt, charge state, isotope, E/Z
 LEAKAGE_VARIANTS = {
-    "CC(N)C(=O)O": ["C[C@H](N)C(=O)O", "C[C@@H](N)C(=O)O", "CC(N)C(=O)[O-].[Na+]", "CC([NH3+])C(=O)O.[Cl-]",
-                    "C[C@H]([NH3+])C(=O)[O-]", "[2H]C(C)(N)C(=O)O", "OC(=O)C(C)N.O"],
+    "CC(N)C(=O)O": [
+        "C[C@H](N)C(=O)O",
+        "C[C@@H](N)C(=O)O",
+        "CC(N)C(=O)[O-].[Na+]",
+        "CC([NH3+])C(=O)O.[Cl-]",
+        "C[C@H]([NH3+])C(=O)[O-]",
+        "[2H]C(C)(N)C(=O)O",
+        "OC(=O)C(C)N.O",
+    ],
     "CC=CC(=O)O": ["C/C=C/C(=O)O", "C/C=C\\C(=O)O", "C/C=C/C(=O)[O-].[K+]"],
     "c1ccc2[nH]ccc2c1": ["c1ccc2[nH]ccc2c1.Cl", "c1ccc2[nH]ccc2c1.OS(=O)(=O)O"],
 }
@@ -359,14 +370,15 @@ def test_leakage_key_groups_stereo_salt_and_charge_variants_and_the_corpus_drops
     with pytest.raises(UserError, match=r"1 of 22 TDC ADMET test sets .*herg.*allow_missing_tests"):
         corpus.corpus_smiles(str(smi), tdc_data_dir=str(root))
     sets = []
-    assert len(corpus.corpus_smiles(str(smi), tdc_data_dir=str(root), allow_missing_tests=True,
-                                    excluded_sets=sets)) == len(every_variant) + len(DIFFERENT)
+    assert len(
+        corpus.corpus_smiles(str(smi), tdc_data_dir=str(root), allow_missing_tests=True, excluded_sets=sets)
+    ) == len(every_variant) + len(DIFFERENT)
     assert "herg" not in sets and "(missing: herg)" in corpus.exclusion_line(sets)
 
 
 def test_missing_admet_test_sets_refuse_the_run_before_ray(tmp_path, capsys):
-    from raylab.launch.checks import preflight as workload_preflight
     from raylab.experiment import load as load_experiment
+    from raylab.launch.checks import preflight as workload_preflight
     from trainers.boltz_distill import corpus
 
     out = tmp_path / "c.smi"
@@ -374,12 +386,19 @@ def test_missing_admet_test_sets_refuse_the_run_before_ray(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "22 of 22 TDC ADMET test sets" in err[0] and "allow_missing_tests" in err[0]
     assert not out.exists()
-    assert corpus.main(["nci", "--limit", "5", "--out", str(out), "--tdc-data-dir", str(tmp_path),
-                        "--allow-missing-tests"]) == 0
+    assert (
+        corpus.main(
+            ["nci", "--limit", "5", "--out", str(out), "--tdc-data-dir", str(tmp_path), "--allow-missing-tests"]
+        )
+        == 0
+    )
     assert len(out.read_text().split()) == 5 and "missing: caco2_wang" in capsys.readouterr().out
     # the experiment's own YAML: the paper-scale config is refused here, its smoke config runs
-    overrides = [f"config.tdc_data_dir={tmp_path}", "config.store_root=" + str(tmp_path / "s"),
-                 "search.variant=[{teachers: [descriptors]}]"]
+    overrides = [
+        f"config.tdc_data_dir={tmp_path}",
+        "config.store_root=" + str(tmp_path / "s"),
+        "search.variant=[{teachers: [descriptors]}]",
+    ]
     with pytest.raises(UserError, match="tdc_data_dir: 22 of 22"):
         workload_preflight(load_experiment("boltz_distill", overrides))
     workload_preflight(load_experiment("boltz_distill", overrides, smoke=True))
@@ -394,21 +413,35 @@ def test_probe_reads_every_student_of_a_finished_distill_run(tmp_path, local_tri
     # a finished boltz_distill run of two trials (two seeds), each with its checkpoint folder
     run = tmp_path / "boltz_distill-run"
     for seed in (0, 1):
-        cfg = Config(corpus="nci", max_molecules=40, epochs=1, teachers=("descriptors",), width=16, depth=2,
-                     batch_size=16, seed=seed, store_root=str(tmp_path / "stores"), allow_missing_tests=True)
+        cfg = Config(
+            corpus="nci",
+            max_molecules=40,
+            epochs=1,
+            teachers=("descriptors",),
+            width=16,
+            depth=2,
+            batch_size=16,
+            seed=seed,
+            store_root=str(tmp_path / "stores"),
+            allow_missing_tests=True,
+        )
         ckpt.save(RunFolder(run).trial(f"trial_{seed}").checkpoint_path(0), distill(cfg))
     (run / "not_a_trial").mkdir()
     assert students.run_students(str(run)) == ["trial_0", "trial_1"]
     assert students.main([str(run)]) == 0
     printed = capsys.readouterr().out
-    assert "trial_1: teachers descriptors" in printed and "search.student_trial=[\"trial_0\", \"trial_1\"]" in printed
+    assert "trial_1: teachers descriptors" in printed and 'search.student_trial=["trial_0", "trial_1"]' in printed
 
     probes = tmp_path / "admet_probe-run"
     rows = {}
     for name in ("trial_0", "trial_1"):
-        rows[name] = local_trial("admet_probe", "search.variant=[{features: student, probe: linear}]",
-                                 f"config.students_from={run}", f"config.student_trial={name}",
-                                 trial_dir=probes / f"probe_{name}")[-1]
+        rows[name] = local_trial(
+            "admet_probe",
+            "search.variant=[{features: student, probe: linear}]",
+            f"config.students_from={run}",
+            f"config.student_trial={name}",
+            trial_dir=probes / f"probe_{name}",
+        )[-1]
         assert np.isfinite(rows[name][data.metric_name("solubility")])
     assert rows["trial_0"][data.metric_name("solubility")] != rows["trial_1"][data.metric_name("solubility")]
     cells = table.collect(probes)

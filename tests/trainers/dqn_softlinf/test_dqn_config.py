@@ -8,8 +8,14 @@ from raylab.errors import UserError
 from trainers.dqn_softlinf.config import RLLIB_OFF, Config
 from trainers.dqn_softlinf.preflight import preflight, replay_bytes
 
-EXPERIMENTS = ["dqn_softlinf", "dqn_softlinf_small", "dqn_softlinf_rllib", "dqn_softlinf_nature",
-               "dqn_softlinf_sticky", "dqn_softlinf_target_period"]
+EXPERIMENTS = [
+    "dqn_softlinf",
+    "dqn_softlinf_small",
+    "dqn_softlinf_rllib",
+    "dqn_softlinf_nature",
+    "dqn_softlinf_sticky",
+    "dqn_softlinf_target_period",
+]
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -28,12 +34,26 @@ def test_experiment_files_validate(name, smoke):
 def test_protocols_are_what_their_names_say():
     """CleanRL's dqn_atari.py defaults; Nature (Dopamine's dqn_nature.gin); the sticky arm."""
     cleanrl = from_dict(Config, experiments.load("dqn_softlinf").resolved_config(), "t")
-    assert (cleanrl.optimizer, cleanrl.lr, cleanrl.target_period, cleanrl.learning_starts) == ("adam", 1e-4, 1000, 80_000)
+    assert (cleanrl.optimizer, cleanrl.lr, cleanrl.target_period, cleanrl.learning_starts) == (
+        "adam",
+        1e-4,
+        1000,
+        80_000,
+    )
     assert (cleanrl.epsilon_end, cleanrl.eval_epsilon, cleanrl.total_steps) == (0.01, 0.01, 10_000_000)
     nature = from_dict(Config, experiments.load("dqn_softlinf_nature").resolved_config(), "t")
-    assert (nature.optimizer, nature.lr, nature.rmsprop_alpha, nature.rmsprop_centered) == ("rmsprop", 2.5e-4, 0.95, True)
+    assert (nature.optimizer, nature.lr, nature.rmsprop_alpha, nature.rmsprop_centered) == (
+        "rmsprop",
+        2.5e-4,
+        0.95,
+        True,
+    )
     assert (nature.target_period, nature.learning_starts, nature.total_steps) == (10_000, 50_000, 50_000_000)
-    assert (nature.epsilon_end, nature.epsilon_fraction * nature.total_steps, nature.eval_epsilon) == (0.1, 1_000_000, 0.05)
+    assert (nature.epsilon_end, nature.epsilon_fraction * nature.total_steps, nature.eval_epsilon) == (
+        0.1,
+        1_000_000,
+        0.05,
+    )
     assert (nature.rmsprop_eps, nature.loss_reduction, nature.epsilon_decay_start) == (0.01, "sum", 50_000)
     assert (nature.fire_reset, nature.episodic_life) == (False, True)  # the Lua DQN never presses FIRE
     sticky = from_dict(Config, experiments.load("dqn_softlinf_sticky").resolved_config(), "t")
@@ -63,24 +83,32 @@ def test_nature_optimizer_is_rmsprop_with_eps_inside_the_root():
 def test_paper_scale_defaults():
     cfg = Config()
     assert (cfg.total_steps, cfg.buffer_size, cfg.lr, cfg.target_period, cfg.train_every) == (
-        10_000_000, 1_000_000, 1e-4, 1000, 4)
+        10_000_000,
+        1_000_000,
+        1e-4,
+        1000,
+        4,
+    )
     assert (cfg.learning_starts, cfg.epsilon_start, cfg.epsilon_end, cfg.epsilon_fraction) == (80_000, 1.0, 0.01, 0.1)
     assert (cfg.batch_size, cfg.gamma, cfg.frame_skip, cfg.frame_stack, cfg.screen_size) == (32, 0.99, 4, 4, 84)
     total, per = replay_bytes(cfg)
     assert per == 7067 and 7.0e9 < total < 7.2e9  # 1M transitions (and the held-out probe): about 7 GB
 
 
-@pytest.mark.parametrize("values, key", [
-    ({"beta": 0.0}, "beta"),
-    ({"learning_starts": 20, "total_steps": 10}, "learning_starts"),
-    ({"loss": "l3"}, "loss"),
-    ({"gamma": 1.0}, "gamma"),
-    ({"buffer_size": 16, "num_envs": 8}, "buffer_size"),
-    ({"epsilon_end": 1.5}, "epsilon_end"),
-    ({"frame_marks": [10_000]}, "frame_marks"),  # not on a report (multiples of 4 x 50,000 frames)
-    ({"frame_marks": [80_000_000]}, "frame_marks"),  # beyond 10M agent steps = 40M frames
-    ({"optimizer": "rmsprop"}, "rmsprop_eps"),  # Nature's 0.01 on a mean loss: a 32x smaller gradient
-])
+@pytest.mark.parametrize(
+    "values, key",
+    [
+        ({"beta": 0.0}, "beta"),
+        ({"learning_starts": 20, "total_steps": 10}, "learning_starts"),
+        ({"loss": "l3"}, "loss"),
+        ({"gamma": 1.0}, "gamma"),
+        ({"buffer_size": 16, "num_envs": 8}, "buffer_size"),
+        ({"epsilon_end": 1.5}, "epsilon_end"),
+        ({"frame_marks": [10_000]}, "frame_marks"),  # not on a report (multiples of 4 x 50,000 frames)
+        ({"frame_marks": [80_000_000]}, "frame_marks"),  # beyond 10M agent steps = 40M frames
+        ({"optimizer": "rmsprop"}, "rmsprop_eps"),  # Nature's 0.01 on a mean loss: a 32x smaller gradient
+    ],
+)
 def test_invalid_values_name_their_key(values, key):
     with pytest.raises(UserError, match=key):
         from_dict(Config, values, "test.yaml", "config")
@@ -126,7 +154,10 @@ def test_preflight_names_opencv_when_the_heldout_probe_cannot_run(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "cv2", None)  # import cv2 now raises ImportError
-    with pytest.raises(UserError, match=r"^dqn_softlinf needs cv2 \(OpenCV\) for the held-out probe \(config.heldout_size\): pip install \"raylab\[dqn_softlinf\]\", or set heldout_size: 0 and shared_states: 0$"):
+    with pytest.raises(
+        UserError,
+        match=r"^dqn_softlinf needs cv2 \(OpenCV\) for the held-out probe \(config.heldout_size\): pip install \"raylab\[dqn_softlinf\]\", or set heldout_size: 0 and shared_states: 0$",
+    ):
         preflight(Config(), available=10**12)
     with pytest.raises(UserError, match=r"for the held-out probe \(config.shared_states\)"):
         preflight(Config(heldout_size=0), available=10**12)
@@ -156,17 +187,33 @@ def test_rllib_backend_refuses_every_field_it_would_drop(capsys):
     assert raylab_tune.main(["dqn_softlinf_sticky", "--dry-run", "config.backend=rllib"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    assert "dqn_softlinf_sticky.yaml: config.probe_size: backend rllib would ignore probe_size=512, " \
-           "heldout_size=4096, expected_states=512, expected_samples=16, shared_states=256, " \
-           "frame_marks=[10000000, 50000000], checkpoint_replay=true" in err, err
-    assert err.endswith("use backend raylab, or set probe_size: 0, heldout_size: 0, expected_states: 0, "
-                        "expected_samples: 8, shared_states: 0, frame_marks: [], checkpoint_replay: false"), err
+    assert (
+        "dqn_softlinf_sticky.yaml: config.probe_size: backend rllib would ignore probe_size=512, "
+        "heldout_size=4096, expected_states=512, expected_samples=16, shared_states=256, "
+        "frame_marks=[10000000, 50000000], checkpoint_replay=true" in err
+    ), err
+    assert err.endswith(
+        "use backend raylab, or set probe_size: 0, heldout_size: 0, expected_states: 0, "
+        "expected_samples: 8, shared_states: 0, frame_marks: [], checkpoint_replay: false"
+    ), err
     base = {"backend": "rllib", **RLLIB_OFF}
     from_dict(Config, base, "t.yaml", "config")  # RLlib's own settings pass
-    dropped = {"amp_bf16": True, "compile": True, "checkpoint_replay": True, "probe_size": 64,
-               "heldout_size": 64, "expected_states": 8, "expected_samples": 4, "shared_states": 8,
-               "shared_seed": 1, "shared_stride": 2, "frame_marks": [200_000], "channels_last": False,
-               "overlap_env": False, "env_threads": 2}
+    dropped = {
+        "amp_bf16": True,
+        "compile": True,
+        "checkpoint_replay": True,
+        "probe_size": 64,
+        "heldout_size": 64,
+        "expected_states": 8,
+        "expected_samples": 4,
+        "shared_states": 8,
+        "shared_seed": 1,
+        "shared_stride": 2,
+        "frame_marks": [200_000],
+        "channels_last": False,
+        "overlap_env": False,
+        "env_threads": 2,
+    }
     for key, value in dropped.items():
         with pytest.raises(UserError, match=rf"^t.yaml: config.{key}: backend rllib would ignore {key}="):
             from_dict(Config, base | {key: value}, "t.yaml", "config")
@@ -174,9 +221,12 @@ def test_rllib_backend_refuses_every_field_it_would_drop(capsys):
 
 
 def test_rmsprop_on_a_mean_loss_refuses_natures_epsilon():
-    with pytest.raises(UserError, match=r"rmsprop_eps: 0.01 is Nature's epsilon for the summed batch gradient; "
-                                        r"with loss_reduction: mean the gradient is 32x smaller .* set "
-                                        r"loss_reduction: sum \(the Lua DQN's rule\) or rmsprop_eps: 9.77e-06"):
+    with pytest.raises(
+        UserError,
+        match=r"rmsprop_eps: 0.01 is Nature's epsilon for the summed batch gradient; "
+        r"with loss_reduction: mean the gradient is 32x smaller .* set "
+        r"loss_reduction: sum \(the Lua DQN's rule\) or rmsprop_eps: 9.77e-06",
+    ):
         from_dict(Config, {"optimizer": "rmsprop"}, "t.yaml", "config")
     from_dict(Config, {"optimizer": "rmsprop", "loss_reduction": "sum"}, "t.yaml", "config")
     from_dict(Config, {"optimizer": "rmsprop", "rmsprop_eps": 1e-5}, "t.yaml", "config")  # Dopamine's form

@@ -51,9 +51,15 @@ class FakeCuda:
             def wait_stream(self, other):
                 pass
 
-        for name, value in {"CUDAGraph": Graph, "graph": graph, "stream": stream, "Stream": Stream,
-                            "current_stream": lambda: Stream(), "synchronize": lambda: None,
-                            "set_stream": lambda s: fake.log.append("restored")}.items():
+        for name, value in {
+            "CUDAGraph": Graph,
+            "graph": graph,
+            "stream": stream,
+            "Stream": Stream,
+            "current_stream": lambda: Stream(),
+            "synchronize": lambda: None,
+            "set_stream": lambda s: fake.log.append("restored"),
+        }.items():
             monkeypatch.setattr(torch.cuda, name, value)
 
     def run(self):  # what the step does when its kernels execute
@@ -78,8 +84,12 @@ def test_warm_up_capture_replay_and_the_fallback(fail, monkeypatch, capsys):
     err = capsys.readouterr().err
     if fail:
         assert graphed.eager and graphed.graph is None and "restored" in fake.log
-        assert err.count("\n") == 1 and "CUDA graph capture of the DQN update failed (RuntimeError: " \
-            "operation not permitted when stream is capturing); running it eagerly" in err
+        assert (
+            err.count("\n") == 1
+            and "CUDA graph capture of the DQN update failed (RuntimeError: "
+            "operation not permitted when stream is capturing); running it eagerly"
+            in err
+        )
         assert "replay" not in fake.log
     else:
         assert not graphed.eager and err == ""

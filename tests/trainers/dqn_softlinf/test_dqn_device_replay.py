@@ -63,7 +63,9 @@ def test_device_ring_rebuilds_what_the_host_ring_rebuilds(one_thread):
         np.testing.assert_array_equal(b_dev[key].numpy(), b_host[key], err_msg=key)
     np.testing.assert_array_equal(b_dev["done"].numpy(), b_host["done"].astype(np.float32))
     # the probes' host draw is FrameReplay's draw
-    for a, b in zip(device.sample_index(256, np.random.default_rng(4)), host.sample_index(256, np.random.default_rng(4))):
+    for a, b in zip(
+        device.sample_index(256, np.random.default_rng(4)), host.sample_index(256, np.random.default_rng(4))
+    ):
         np.testing.assert_array_equal(a.numpy(), b)
     # one checkpoint format: each loads the other's
     back = FrameReplay(capacity, 3, envs.frame_shape, np.uint8, 4)
@@ -145,9 +147,22 @@ def test_acting_on_the_device_is_the_host_policy(one_thread):
     q = q_network("atari", envs.obs_shape, envs.num_actions)
     with torch.no_grad():  # spread the Q-values so that greedy actions differ between states
         q.head[-1].weight.mul_(50)
-    run = loop.Run(cfg, torch.device("cpu"), SimpleNamespace(obs_shape=envs.obs_shape, num_actions=envs.num_actions),
-                   q, q, q, q, None, device, np.random.default_rng(0), np.random.default_rng(1), None, None,
-                   act_gen=torch.Generator().manual_seed(0))
+    run = loop.Run(
+        cfg,
+        torch.device("cpu"),
+        SimpleNamespace(obs_shape=envs.obs_shape, num_actions=envs.num_actions),
+        q,
+        q,
+        q,
+        q,
+        None,
+        device,
+        np.random.default_rng(0),
+        np.random.default_rng(1),
+        None,
+        None,
+        act_gen=torch.Generator().manual_seed(0),
+    )
     checked, chosen = [], []
 
     def compare(obs):
@@ -181,10 +196,24 @@ def test_the_loop_reads_the_device_once_per_vector_step(monkeypatch, tmp_path, o
     from raylab import session
     from trainers.dqn_softlinf import loop
 
-    config = {"game": "Pong", "total_steps": 128, "learning_starts": 32, "buffer_size": 1000, "num_envs": 4,
-              "batch_size": 8, "report_every": 320, "eval_episodes": 1, "eval_max_steps": 1,
-              "eval_every": 10**6, "heldout_size": 32, "expected_states": 2, "expected_samples": 2,
-              "probe_size": 32, "epsilon_fraction": 0.1, "max_episode_frames": 400}
+    config = {
+        "game": "Pong",
+        "total_steps": 128,
+        "learning_starts": 32,
+        "buffer_size": 1000,
+        "num_envs": 4,
+        "batch_size": 8,
+        "report_every": 320,
+        "eval_episodes": 1,
+        "eval_max_steps": 1,
+        "eval_every": 10**6,
+        "heldout_size": 32,
+        "expected_states": 2,
+        "expected_samples": 2,
+        "probe_size": 32,
+        "epsilon_fraction": 0.1,
+        "max_episode_frames": 400,
+    }
 
     def reads_per_line(extra: dict, patch=None) -> tuple[dict, dict]:
         counts: collections.Counter = collections.Counter()

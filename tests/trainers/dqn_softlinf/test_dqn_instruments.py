@@ -41,8 +41,9 @@ class Shifted(torch.nn.Module):
 def shared_set(**overrides):
     from trainers.dqn_softlinf.shared_states import SharedStates
 
-    return SharedStates(Config(**({"game": "Pong", "sticky_action_prob": 0.25, "shared_states": 48,
-                                   "expected_samples": 4} | overrides)))
+    return SharedStates(
+        Config(**({"game": "Pong", "sticky_action_prob": 0.25, "shared_states": 48, "expected_samples": 4} | overrides))
+    )
 
 
 def test_shared_set_is_the_same_in_every_trial_of_a_sweep():
@@ -59,10 +60,13 @@ def test_shared_set_is_the_same_in_every_trial_of_a_sweep():
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4 * 84 * 84, 6))
     stacks = a.next_stacks(0, len(a))  # each successor's stack: the state's, shifted by one frame
-    np.testing.assert_array_equal(stacks.reshape(len(a), a.k, 4, 84, 84)[:, :, :3], np.repeat(a.obs[:, None, 1:], a.k, 1))
+    np.testing.assert_array_equal(
+        stacks.reshape(len(a), a.k, 4, 84, 84)[:, :, :3], np.repeat(a.obs[:, None, 1:], a.k, 1)
+    )
     with torch.no_grad():
-        assert a.metrics(lambda x: net(x.float()), GAMMA, torch.device("cpu")) == \
-            b.metrics(lambda x: net(x.float()), GAMMA, torch.device("cpu"))
+        assert a.metrics(lambda x: net(x.float()), GAMMA, torch.device("cpu")) == b.metrics(
+            lambda x: net(x.float()), GAMMA, torch.device("cpu")
+        )
 
 
 def test_instruments_rank_networks_with_known_residuals(one_thread):
@@ -103,13 +107,18 @@ def test_instruments_rank_networks_with_known_residuals(one_thread):
     delta = 20.0
     with torch.no_grad():
         (q0, y0), (q1, y1) = shared.targets(net, GAMMA, cpu), shared.targets(Shifted(net, delta), GAMMA, cpu)
-    np.testing.assert_allclose(((q1 - y1.mean(1)) - (q0 - y0.mean(1))).numpy(),
-                               delta * (1 - GAMMA * (1 - dbar)), atol=1e-4)
+    np.testing.assert_allclose(
+        ((q1 - y1.mean(1)) - (q0 - y0.mean(1))).numpy(), delta * (1 - GAMMA * (1 - dbar)), atol=1e-4
+    )
     values["net"] = shared.metrics(net, GAMMA, cpu) | heldout_metrics(net)
     values["net+delta"] = shared.metrics(Shifted(net, delta), GAMMA, cpu) | heldout_metrics(Shifted(net, delta))
-    instruments = ("bellman/residual_linf_shared", "bellman/residual_linf_shared_debiased",
-                   "bellman/residual_linf_heldout", "bellman/residual_linf_expected",
-                   "bellman/residual_linf_expected_debiased")
+    instruments = (
+        "bellman/residual_linf_shared",
+        "bellman/residual_linf_shared_debiased",
+        "bellman/residual_linf_heldout",
+        "bellman/residual_linf_expected",
+        "bellman/residual_linf_expected_debiased",
+    )
     print()
     for name in instruments:
         print(f"{name}: " + ", ".join(f"{k} {v[name]:.3f}" for k, v in values.items()))
@@ -119,7 +128,8 @@ def test_instruments_rank_networks_with_known_residuals(one_thread):
     # the planted shift moves every non-terminal residual by delta (1 - gamma) = 0.2, and the
     # random network's worst residual sits where Q > y (a lost point): the maximum moves by 0.2
     assert values["net+delta"]["bellman/residual_linf_shared"] == pytest.approx(
-        values["net"]["bellman/residual_linf_shared"] + delta * (1 - GAMMA), abs=0.02)
+        values["net"]["bellman/residual_linf_shared"] + delta * (1 - GAMMA), abs=0.02
+    )
 
 
 def test_debiased_expected_residual_removes_the_noise_floor_on_feature_mdp():
@@ -153,8 +163,10 @@ def test_debiased_expected_residual_removes_the_noise_floor_on_feature_mdp():
         debiased.append(r["debiased"].max().item())
         mean_square.append(r["sq_debiased"].mean().item())
         bounds.append(bias_bound(r["sample_std"], k))
-    print(f"\nat Q*: plain max {np.mean(plain):.4f}, debiased max {np.mean(debiased):.4f}, "
-          f"debiased mean square {np.mean(mean_square):.2e} (sd {np.std(mean_square):.1e}), bias bound {np.mean(bounds):.4f}")
+    print(
+        f"\nat Q*: plain max {np.mean(plain):.4f}, debiased max {np.mean(debiased):.4f}, "
+        f"debiased mean square {np.mean(mean_square):.2e} (sd {np.std(mean_square):.1e}), bias bound {np.mean(bounds):.4f}"
+    )
     assert np.mean(debiased) < 0.85 * np.mean(plain)
     assert abs(np.mean(mean_square)) < 3 * np.std(mean_square) / np.sqrt(reps)  # unbiased: about 0
     assert np.mean(plain) <= np.mean(bounds)  # the plain figure's bias is within the reported bound
@@ -186,6 +198,8 @@ def test_ale_clone_state_keeps_the_sticky_generator_only_with_include_rng():
                 ale.act(actions[a])
             frames.add(ale.getScreenGrayscale().tobytes())
         distinct[include_rng] = len(frames)
-    print(f"\ndistinct frames in 12 redraws at sticky 0.5: cloneState() {distinct[False]}, "
-          f"cloneState(include_rng=True) {distinct[True]}")
+    print(
+        f"\ndistinct frames in 12 redraws at sticky 0.5: cloneState() {distinct[False]}, "
+        f"cloneState(include_rng=True) {distinct[True]}"
+    )
     assert distinct[False] > 1 and distinct[True] == 1

@@ -12,17 +12,40 @@ from raylab import session
 from trainers.dqn_softlinf import science
 from trainers.dqn_softlinf.loop import train_loop
 from trainers.dqn_softlinf.stats import (
-    bootstrap_interval, last_half_mean, paired_ratios, sign_test, summary_text, t_interval, time_averaged_name,
+    bootstrap_interval,
+    last_half_mean,
+    paired_ratios,
+    sign_test,
+    summary_text,
+    t_interval,
+    time_averaged_name,
 )
 
 RANDOM_CARTPOLE_RETURN = 22.0  # mean return of uniformly random actions on CartPole-v1
 
 CARTPOLE = dict(
-    suite="gymnasium", game="CartPole-v1", total_steps=15_000, num_envs=4, buffer_size=15_000,
-    learning_starts=1000, train_every=2, batch_size=64, lr=1e-3, target_period=500, gamma=0.99,
-    epsilon_fraction=0.4, epsilon_end=0.05, reward_clip=False, mlp_hidden=[64, 64],
-    report_every=5000, eval_every=15_000, eval_episodes=10, eval_max_steps=500, probe_size=256,
-    beta=10.0, torch_threads=1,
+    suite="gymnasium",
+    game="CartPole-v1",
+    total_steps=15_000,
+    num_envs=4,
+    buffer_size=15_000,
+    learning_starts=1000,
+    train_every=2,
+    batch_size=64,
+    lr=1e-3,
+    target_period=500,
+    gamma=0.99,
+    epsilon_fraction=0.4,
+    epsilon_end=0.05,
+    reward_clip=False,
+    mlp_hidden=[64, 64],
+    report_every=5000,
+    eval_every=15_000,
+    eval_episodes=10,
+    eval_max_steps=500,
+    probe_size=256,
+    beta=10.0,
+    torch_threads=1,
 )
 
 
@@ -57,8 +80,9 @@ SEEDS = list(range(20 if os.environ.get("RAYLAB_FULL_SCIENCE") == "1" else 10))
 
 
 def science_runs(steps: int, decay: int | None, seeds) -> dict:
-    configs = {(loss, seed): science.small_config(loss, seed, steps, decay)
-               for loss in ("mse", "soft_linf") for seed in seeds}
+    configs = {
+        (loss, seed): science.small_config(loss, seed, steps, decay) for loss in ("mse", "soft_linf") for seed in seeds
+    }
     histories = science.run_grid(configs)
     for rows in histories.values():
         assert rows[-1]["env/steps"] == steps
@@ -102,13 +126,17 @@ def test_soft_linf_against_mse_on_exact_bellman_quantities():
     ratios = ratios_and_table(histories, SEEDS)
     assert_residual_claim(ratios, len(SEEDS))
     # 4. ... and its greedy policy is no better (time-averaged value gap to V*)
-    gap = {loss: np.mean([last_half_mean(histories[loss, s], science.CLAIM_KEYS["gap"]) for s in SEEDS])
-           for loss in ("mse", "soft_linf")}
+    gap = {
+        loss: np.mean([last_half_mean(histories[loss, s], science.CLAIM_KEYS["gap"]) for s in SEEDS])
+        for loss in ("mse", "soft_linf")
+    }
     print(f"mean time-averaged gap to V*: {gap}")
     assert gap["soft_linf"] > 0.9 * gap["mse"], gap
     # 5. per inner loop MSE contracts max |Q - T Q_target| more, at this budget
-    progress = {loss: np.mean([last_half_mean(histories[loss, s], science.CLAIM_KEYS["progress"]) for s in SEEDS])
-                for loss in ("mse", "soft_linf")}
+    progress = {
+        loss: np.mean([last_half_mean(histories[loss, s], science.CLAIM_KEYS["progress"]) for s in SEEDS])
+        for loss in ("mse", "soft_linf")
+    }
     print(f"mean time-averaged exact inner-loop progress ratio: {progress}")
     assert progress["mse"] < progress["soft_linf"] - 0.02, progress
     # 6. the softmax weights concentrate on a few samples of the batch of 64

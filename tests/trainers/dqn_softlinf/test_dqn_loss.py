@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from trainers.dqn_softlinf.loss import (
-    effective_beta, effective_sample_size, huber, l1, mse, soft_linf, soft_linf_weights, surrogate,
+    effective_beta,
+    effective_sample_size,
+    huber,
+    l1,
+    mse,
+    soft_linf,
+    soft_linf_weights,
+    surrogate,
 )
 
 TD = torch.tensor([0.5, -2.0, 1.0, 0.0])
@@ -128,7 +135,7 @@ def test_l1_is_soft_linfs_small_beta_limit():
 
 def test_effective_sample_size_of_the_softmax_weights():
     # beta 2, |td| = [0.5, 2, 1, 0]: p proportional to e^1, e^4, e^2, e^0
-    e = torch.tensor([math.e, math.e ** 4, math.e ** 2, 1.0], dtype=torch.float64)
+    e = torch.tensor([math.e, math.e**4, math.e**2, 1.0], dtype=torch.float64)
     p = soft_linf_weights(TD.double(), 2.0)
     assert torch.allclose(p, e / e.sum())
     assert effective_sample_size(p).item() == pytest.approx((e.sum() ** 2 / e.square().sum()).item())

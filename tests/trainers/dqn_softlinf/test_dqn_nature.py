@@ -59,7 +59,7 @@ def lua_steps(net, target_net, batches, lr=2.5e-4):
         y = td_target(target_net, b)
         dw = [torch.zeros_like(p) for p in w]  # self.dw:zero()
         for i in range(BATCH):  # nn's backward accumulates the batch: one sample at a time here
-            q_i = net(b["obs"][i:i + 1])[0, b["action"][i]]
+            q_i = net(b["obs"][i : i + 1])[0, b["action"][i]]
             delta = (y[i] - q_i.detach()).clamp(-1, 1)  # clip_delta = 1
             grads = torch.autograd.grad(q_i, w)
             for acc, gr in zip(dw, grads):
@@ -128,26 +128,43 @@ def compare(cfg_or_optimizer) -> tuple[list[float], float]:
 
 def test_nature_update_equals_the_lua_rule():
     cfg = nature_config()
-    assert (cfg.optimizer, cfg.lr, cfg.rmsprop_alpha, cfg.rmsprop_eps, cfg.rmsprop_centered,
-            cfg.loss_reduction, cfg.batch_size) == ("rmsprop", 2.5e-4, 0.95, 0.01, True, "sum", 32)
+    assert (
+        cfg.optimizer,
+        cfg.lr,
+        cfg.rmsprop_alpha,
+        cfg.rmsprop_eps,
+        cfg.rmsprop_centered,
+        cfg.loss_reduction,
+        cfg.batch_size,
+    ) == ("rmsprop", 2.5e-4, 0.95, 0.01, True, "sum", 32)
+
     # positive control: the arm as it was (torch's RMSprop, eps 0.1 outside the root, mean loss)
     def old(params):
         return torch.optim.RMSprop(params, lr=2.5e-4, alpha=0.95, eps=0.1, centered=True)
+
     old_ratios, old_gap = compare(old)
-    print(f"\ntorch RMSprop eps 0.1 outside, mean loss: update-norm ratios {np.round(old_ratios, 4)}, param gap {old_gap:.2e}")
+    print(
+        f"\ntorch RMSprop eps 0.1 outside, mean loss: update-norm ratios {np.round(old_ratios, 4)}, param gap {old_gap:.2e}"
+    )
     assert all(r < 0.5 for r in old_ratios)  # the instrument sees the difference the review measured
+
     # what the config now refuses (rmsprop, mean loss, Nature's 0.01 inside the root): a fraction of the step
     def refused(params):
         return CenteredRMSprop(params, lr=2.5e-4, alpha=0.95, eps=0.01, centered=True)
+
     refused_ratios, _ = compare(refused)
     print(f"mean loss, eps 0.01 inside (refused):     update-norm ratios {np.round(refused_ratios, 4)}")
     assert all(r < 0.5 for r in refused_ratios)
     ratios, gap = compare(cfg)
-    print(f"dqn_softlinf_nature (sum, 0.01 inside):  update-norm ratios {[f'{r:.7f}' for r in ratios]}, param gap {gap:.2e}")
+    print(
+        f"dqn_softlinf_nature (sum, 0.01 inside):  update-norm ratios {[f'{r:.7f}' for r in ratios]}, param gap {gap:.2e}"
+    )
     assert all(0.99 <= r <= 1.01 for r in ratios) and gap <= 1e-6
     # Dopamine's form of the same rule: a mean loss and 0.01 / 32^2 inside the root
     ratios, gap = compare(nature_config(loss_reduction="mean", rmsprop_eps=0.01 / BATCH**2))
-    print(f"mean loss, eps 0.01/32^2 inside:          update-norm ratios {[f'{r:.7f}' for r in ratios]}, param gap {gap:.2e}")
+    print(
+        f"mean loss, eps 0.01/32^2 inside:          update-norm ratios {[f'{r:.7f}' for r in ratios]}, param gap {gap:.2e}"
+    )
     assert all(0.99 <= r <= 1.01 for r in ratios) and gap <= 1e-6
 
 

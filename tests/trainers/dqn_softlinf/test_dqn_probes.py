@@ -65,8 +65,9 @@ def test_probe_env_frames_equal_the_training_envs():
     from ale_py.vector_env import AtariVectorEnv
 
     cfg = Config(game="Breakout", noop_max=0, fire_reset=False)
-    vector = AtariVectorEnv("breakout", 1, num_threads=1, noop_max=0, use_fire_reset=False,
-                            reward_clipping=False, autoreset_mode="NextStep")
+    vector = AtariVectorEnv(
+        "breakout", 1, num_threads=1, noop_max=0, use_fire_reset=False, reward_clipping=False, autoreset_mode="NextStep"
+    )
     obs, info = vector.reset(seed=1)
     probe = ALEProbeEnv(cfg, seed=1)
     stack, lives = probe.reset()
@@ -96,8 +97,10 @@ def test_probe_resets_reach_the_training_envs_start_frames():
     envs.close()
     probe = ALEProbeEnv(cfg, seed=5)
     heldout = {probe.reset()[0][-1].tobytes() for _ in range(320)}
-    print(f"\ndistinct start frames in 320 resets: training {len(training)}, held-out probe "
-          f"{len(heldout)}, shared {len(training & heldout)}")
+    print(
+        f"\ndistinct start frames in 320 resets: training {len(training)}, held-out probe "
+        f"{len(heldout)}, shared {len(training & heldout)}"
+    )
     assert len(training) > 10 and heldout == training
 
 
@@ -105,8 +108,7 @@ def _heldout_residuals(sticky: float):
     from trainers.dqn_softlinf.heldout import HeldoutProbe
     from trainers.dqn_softlinf.model import NatureCNN
 
-    cfg = Config(game="Pong", sticky_action_prob=sticky, heldout_size=200, expected_states=48,
-                 expected_samples=4)
+    cfg = Config(game="Pong", sticky_action_prob=sticky, heldout_size=200, expected_states=48, expected_samples=4)
     torch.manual_seed(0)
     net = NatureCNN(4, 6).eval()
     probe = HeldoutProbe(cfg, seed=3)
@@ -158,12 +160,13 @@ def test_expected_residual_bias_bound_against_the_exact_value_on_feature_mdp():
         exact = float(np.abs(q - bellman_operator(q, P, R, gamma, c)).max())
         m1, m2 = P @ q.max(1), P @ q.max(1) ** 2  # E[max Q(s')], E[max Q(s')^2] per (s, a)
         std_y = gamma * np.sqrt(c * m2 - (c * m1) ** 2)  # y's std: successor and termination
-        estimates = np.array([max(abs(q[s, a] - targets(q, s, a).mean()) for s, a in pairs)
-                              for _ in range(reps)])
+        estimates = np.array([max(abs(q[s, a] - targets(q, s, a).mean()) for s, a in pairs) for _ in range(reps)])
         bias, se = estimates.mean() - exact, estimates.std(ddof=1) / np.sqrt(reps)
         bound = np.sqrt(2 * np.log(2 * len(pairs))) * std_y.max() / np.sqrt(k)
         multiples[name] = bias / (std_y.mean() / np.sqrt(k))
-        print(f"\n{name}: exact {exact:.4f}, K-sample estimate {estimates.mean():.4f} +- {se:.4f}, "
-              f"bias {bias:.4f} = {multiples[name]:.2f} x mean std(y)/sqrt(K), bound {bound:.4f}")
+        print(
+            f"\n{name}: exact {exact:.4f}, K-sample estimate {estimates.mean():.4f} +- {se:.4f}, "
+            f"bias {bias:.4f} = {multiples[name]:.2f} x mean std(y)/sqrt(K), bound {bound:.4f}"
+        )
         assert -3 * se <= bias <= bound  # upward, within the bound
     assert multiples["Q*"] > 1.5  # one std(y)/sqrt(K) understates the bias of a max over states

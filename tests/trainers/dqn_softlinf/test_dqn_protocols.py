@@ -102,11 +102,13 @@ def test_sticky_arm_is_machados_recommended_protocol():
 def test_breakout_evaluation_presses_fire_after_a_lost_life_in_both_backends():
     pytest.importorskip("cv2")
     pytest.importorskip("ray.rllib")
-    from trainers.dqn_softlinf.rllib_learner import dqn_config, _env_creator
+    from trainers.dqn_softlinf.rllib_learner import _env_creator, dqn_config
 
     cfg = experiment_config("dqn_softlinf", game="Breakout", eval_max_steps=1000, env_threads=1)
+
     def noop(obs):
         return np.zeros(len(obs), np.int64)
+
     # raylab: NOOP play ends every game (5 lives lost, a FIRE serving each new ball) ...
     envs = make_envs(cfg, 4)
     returns, lengths = play_games(cfg, envs, noop, env_seed(0, 9))
@@ -129,8 +131,10 @@ def test_breakout_evaluation_presses_fire_after_a_lost_life_in_both_backends():
         rllib_lengths.append(steps)
         rllib_lost.append(lost)
     env.close()
-    print(f"\nNOOP Breakout games, agent steps: raylab {lengths.tolist()}, raylab without FIRE "
-          f"{stalled.tolist()}, RLlib {rllib_lengths} (lives lost {rllib_lost})")
+    print(
+        f"\nNOOP Breakout games, agent steps: raylab {lengths.tolist()}, raylab without FIRE "
+        f"{stalled.tolist()}, RLlib {rllib_lengths} (lives lost {rllib_lost})"
+    )
     assert (stalled == 1000).all()  # the instrument sees a stall
     assert (lengths < 400).all() and (np.array(rllib_lengths) < 400).all()
     assert rllib_lost == [5, 5, 5, 5]

@@ -30,11 +30,22 @@ def _learner_loss(loss: str, double_q: bool, reward_clip: bool = False, rewards=
         QF_NEXT_PREDS: torch.tensor([[0.0, 1.0], [2.0, 0.0], [1.0, 1.0]]),
         QF_TARGET_NEXT_PREDS: torch.tensor([[3.0, 1.0], [1.0, 4.0], [5.0, 5.0]]),
     }
-    config = SimpleNamespace(num_atoms=1, double_q=double_q, gamma=0.5, learner_config_dict={
-        "loss": loss, "beta": 2.0, "beta_scale": "reward", "huber_delta": 1.0, "reward_clip": reward_clip})
+    config = SimpleNamespace(
+        num_atoms=1,
+        double_q=double_q,
+        gamma=0.5,
+        learner_config_dict={
+            "loss": loss,
+            "beta": 2.0,
+            "beta_scale": "reward",
+            "huber_delta": 1.0,
+            "reward_clip": reward_clip,
+        },
+    )
     stub = SimpleNamespace(metrics=MetricsLogger())
     value = SurrogateDQNLearner.compute_loss_for_module(
-        stub, module_id="p", config=config, batch=batch, fwd_out=fwd_out)
+        stub, module_id="p", config=config, batch=batch, fwd_out=fwd_out
+    )
     logged = stub.metrics.peek(("p", TD_ERROR_KEY))
     return value, torch.as_tensor(logged), stub.metrics.peek(("p", TD_ERROR_MAX_KEY)), batch["weights"]
 
@@ -88,9 +99,9 @@ def test_nature_cnn_encoder_has_3136_features():
 
 
 def test_rllib_replay_memory_estimate_counts_float32_stacks():
+    from raylab.errors import UserError
     from trainers.dqn_softlinf.config import RLLIB_OFF, Config
     from trainers.dqn_softlinf.preflight import preflight, replay_bytes
-    from raylab.errors import UserError
 
     total, per = replay_bytes(Config(**RLLIB_OFF, backend="rllib", buffer_size=1_000_000))
     assert per == 84 * 84 * 4 * 4 + 16 == 112_912  # one float32 4-frame observation per step
@@ -120,10 +131,21 @@ def test_training_env_reports_whole_game_returns_across_lives():
 
     from trainers.dqn_softlinf.rllib_learner import GAME_RETURN_KEY, _env_creator
 
-    env = _env_creator({"suite": "atari", "game": "Breakout", "sticky_action_prob": 0.0,
-                        "screen_size": 84, "frame_skip": 4, "frame_stack": 4,
-                        "max_episode_frames": 108_000, "noop_max": 30, "fire_reset": True,
-                        "episodic_life": True, "full_action_space": False})
+    env = _env_creator(
+        {
+            "suite": "atari",
+            "game": "Breakout",
+            "sticky_action_prob": 0.0,
+            "screen_size": 84,
+            "frame_skip": 4,
+            "frame_stack": 4,
+            "max_episode_frames": 108_000,
+            "noop_max": 30,
+            "fire_reset": True,
+            "episodic_life": True,
+            "full_action_space": False,
+        }
+    )
     assert env.observation_space.shape == (84, 84, 4) and env.observation_space.dtype == np.float32
     rng = np.random.default_rng(0)
     env.reset(seed=0)
@@ -154,20 +176,36 @@ def test_rllib_backend_trains_cartpole_and_resumes(ray_session, local_trial, tmp
     assert rest[0]["env/steps"] > rows[-1]["env/steps"]  # continued RLlib's own step counter
     last = rest[-1]
     assert last["env/steps"] >= 1500
-    assert_finite_metrics(last, ["env/steps", "perf/env_steps_per_s", "train/loss", "train/q_mean",
-                                 "episode/return_mean", "eval/return_mean", "bellman/td_error_max_batch"])
+    assert_finite_metrics(
+        last,
+        [
+            "env/steps",
+            "perf/env_steps_per_s",
+            "train/loss",
+            "train/q_mean",
+            "episode/return_mean",
+            "eval/return_mean",
+            "bellman/td_error_max_batch",
+        ],
+    )
 
 
 @pytest.mark.slow
 def test_both_backends_report_returns_that_mean_the_same(ray_session, local_trial, tmp_path):
     """Uniformly random play (epsilon 1) on CartPole: both backends' training and evaluation
     returns are whole-episode, unclipped returns of the same policy (random: about 22)."""
-    random_play = ["config.epsilon_start=1.0", "config.epsilon_end=1.0", "config.eval_epsilon=1.0",
-                   "config.total_steps=2500", "stop.env/steps=2500", "config.report_every=2500",
-                   "config.eval_every=2500", "config.eval_episodes=10"]
+    random_play = [
+        "config.epsilon_start=1.0",
+        "config.epsilon_end=1.0",
+        "config.eval_epsilon=1.0",
+        "config.total_steps=2500",
+        "stop.env/steps=2500",
+        "config.report_every=2500",
+        "config.eval_every=2500",
+        "config.eval_episodes=10",
+    ]
     rllib = local_trial("dqn_softlinf_rllib", *random_play, trial_dir=tmp_path / "rllib")[-1]
-    ours = local_trial("dqn_softlinf_rllib", "config.backend=raylab", *random_play,
-                       trial_dir=tmp_path / "raylab")[-1]
+    ours = local_trial("dqn_softlinf_rllib", "config.backend=raylab", *random_play, trial_dir=tmp_path / "raylab")[-1]
     for row in (rllib, ours):
         assert 16 < row["episode/return_mean"] < 30, row  # mean of about 100 random episodes
         assert 10 < row["eval/return_mean"] < 40, row  # mean of 10
@@ -181,4 +219,4 @@ def test_rllib_env_seeds_come_from_disjoint_blocks():
 
     seeds = [dqn_config(Config(**RLLIB_OFF, backend="rllib", seed=s)).seed for s in range(4)]
     assert seeds == [env_seed(s, 0) for s in range(4)] and len(set(seeds)) == 4
-    assert min(abs(a - b) for i, a in enumerate(seeds) for b in seeds[i + 1:]) >= 4096
+    assert min(abs(a - b) for i, a in enumerate(seeds) for b in seeds[i + 1 :]) >= 4096

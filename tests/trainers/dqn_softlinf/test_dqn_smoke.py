@@ -4,7 +4,6 @@ import pytest
 from conftest import assert_finite_metrics
 
 from raylab.run_folder import TrialFolder
-
 from trainers.dqn_softlinf import COMMON_METRICS, EXACT_METRICS, HELDOUT_METRICS, SHARED_METRICS
 
 
@@ -12,8 +11,14 @@ from trainers.dqn_softlinf import COMMON_METRICS, EXACT_METRICS, HELDOUT_METRICS
 def test_atari_smoke_sweep_reports_every_metric(smoke_sweep):
     results, run_path, experiment = smoke_sweep("dqn_softlinf")
     assert len(results) == 2  # mse and soft_linf on Pong
-    time_averaged = [m + "_last_half_mean" for m in ("bellman/residual_linf_heldout", "bellman/residual_linf_expected",
-                                                     "bellman/residual_linf_shared_debiased")]
+    time_averaged = [
+        m + "_last_half_mean"
+        for m in (
+            "bellman/residual_linf_heldout",
+            "bellman/residual_linf_expected",
+            "bellman/residual_linf_shared_debiased",
+        )
+    ]
     for result in results:
         assert result.error is None, result.error
         assert_finite_metrics(result.metrics, COMMON_METRICS + HELDOUT_METRICS + SHARED_METRICS + tuple(time_averaged))
@@ -36,8 +41,9 @@ def test_atari_trial_resumes_and_continues_its_step_count(local_trial, tmp_path)
     rest = local_trial("dqn_softlinf", *overrides, trial_dir=tmp_path / "t")
     assert [r["env/steps"] for r in rest] == [1500]  # continued from the step-1000 checkpoint
     assert rest[-1]["train/updates"] == updates_at_stop + 500 // 4  # replay restored: learning goes on
-    assert_finite_metrics(rest[-1], [m for m in COMMON_METRICS + HELDOUT_METRICS + SHARED_METRICS
-                                     if m != "episode/return_mean"])
+    assert_finite_metrics(
+        rest[-1], [m for m in COMMON_METRICS + HELDOUT_METRICS + SHARED_METRICS if m != "episode/return_mean"]
+    )
     # the time average runs on across the resume (reports 1,000 and 1,500 of three) ...
     key = "bellman/residual_linf_heldout"
     assert rest[-1][key + "_last_half_mean"] == pytest.approx((part[-1][key] + rest[-1][key]) / 2)
@@ -55,16 +61,27 @@ def test_small_env_resume_is_exact(local_trial, tmp_path):
     assert_finite_metrics(rest[-1], EXACT_METRICS + ("bellman/residual_linf_exact_last_half_mean",))
 
     def timeless(row):
-        return {k: v for k, v in row.items() if not k.startswith("perf/") and k not in {"time_total_s", "training_iteration"}}
+        return {
+            k: v
+            for k, v in row.items()
+            if not k.startswith("perf/") and k not in {"time_total_s", "training_iteration"}
+        }
 
     assert timeless(rest[-1]) == timeless(full[-1])
 
 
 def test_in_sample_probe_size_does_not_change_training(local_trial, tmp_path):
     """The probes draw with their own generator: training is the same whatever they measure."""
-    rows = {size: local_trial("dqn_softlinf_small", f"config.probe_size={size}", "config.total_steps=1000",
-                              "stop.env/steps=1000", trial_dir=tmp_path / str(size))[-1]
-            for size in (64, 1024)}
+    rows = {
+        size: local_trial(
+            "dqn_softlinf_small",
+            f"config.probe_size={size}",
+            "config.total_steps=1000",
+            "stop.env/steps=1000",
+            trial_dir=tmp_path / str(size),
+        )[-1]
+        for size in (64, 1024)
+    }
     for key in ("train/loss", "train/q_mean", "bellman/residual_linf_exact", "eval/return_mean"):
         assert rows[64][key] == rows[1024][key], key
 
@@ -79,5 +96,6 @@ def test_resume_without_replay_in_checkpoint_refills(local_trial, tmp_path):
     rest = local_trial("dqn_softlinf_small", *off, trial_dir=tmp_path / "r")
     # 1000 more steps, of which learning_starts (500) refill the replay before updates resume
     assert rest[-1]["env/steps"] == 2000
-    assert rest[-1]["train/updates"] < local_trial(
-        "dqn_softlinf_small", trial_dir=tmp_path / "full")[-1]["train/updates"]
+    assert (
+        rest[-1]["train/updates"] < local_trial("dqn_softlinf_small", trial_dir=tmp_path / "full")[-1]["train/updates"]
+    )

@@ -60,7 +60,8 @@ def todays_to_batch(run, b):
 
     device = run.device
     return {
-        "obs": to_obs(b["obs"]), "next_obs": to_obs(b["next_obs"]),
+        "obs": to_obs(b["obs"]),
+        "next_obs": to_obs(b["next_obs"]),
         "action": loop.to_device(torch.from_numpy(b["action"]), device, torch.long),
         "reward": loop.to_device(torch.from_numpy(b["reward"]), device),
         "done": loop.to_device(torch.from_numpy(b["done"]), device, torch.float32),
@@ -80,8 +81,7 @@ def todays_update(run, b):
     loss = todays_batch_loss(cfg, td)
     if cfg.loss == "soft_linf":
         with torch.no_grad():
-            sums["ess"] += effective_sample_size(
-                soft_linf_weights(td, effective_beta(td, cfg.beta, cfg.beta_scale)))
+            sums["ess"] += effective_sample_size(soft_linf_weights(td, effective_beta(td, cfg.beta, cfg.beta_scale)))
     run.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.max_grad_norm:
@@ -97,8 +97,21 @@ def make_run(cfg: Config, replay, obs_shape, num_actions) -> loop.Run:
     q = q_network(cfg.suite, obs_shape, num_actions, cfg.mlp_hidden, cfg.channels_last)
     target = copy.deepcopy(q).requires_grad_(False)
     envs = SimpleNamespace(obs_shape=obs_shape, num_actions=num_actions)
-    run = loop.Run(cfg, torch.device("cpu"), envs, q, target, q, target, loop.make_optimizer(cfg, q.parameters()),
-                   replay, np.random.default_rng(0), np.random.default_rng(1), None, None)
+    run = loop.Run(
+        cfg,
+        torch.device("cpu"),
+        envs,
+        q,
+        target,
+        q,
+        target,
+        loop.make_optimizer(cfg, q.parameters()),
+        replay,
+        np.random.default_rng(0),
+        np.random.default_rng(1),
+        None,
+        None,
+    )
     run.sums = {k: torch.zeros(()) for k in ("loss", "q", "ess")}
     return run
 
@@ -146,11 +159,19 @@ CASES = {
     # same arithmetic per sample as 32, a quarter of the time)
     "atari_soft_linf": dict(loss="soft_linf", batch_size=8),
     # the other branches of the update, on flat observations and an MLP
-    "mlp_mse_double_clip_rmsprop_sum": dict(suite="gymnasium", game="CartPole-v1", loss="mse", double_dqn=True,
-                                            max_grad_norm=0.5, optimizer="rmsprop", loss_reduction="sum",
-                                            mlp_hidden=(32,)),
-    "mlp_soft_linf_td_mean": dict(suite="gymnasium", game="CartPole-v1", loss="soft_linf", beta_scale="td_mean",
-                                  mlp_hidden=(32,)),
+    "mlp_mse_double_clip_rmsprop_sum": dict(
+        suite="gymnasium",
+        game="CartPole-v1",
+        loss="mse",
+        double_dqn=True,
+        max_grad_norm=0.5,
+        optimizer="rmsprop",
+        loss_reduction="sum",
+        mlp_hidden=(32,),
+    ),
+    "mlp_soft_linf_td_mean": dict(
+        suite="gymnasium", game="CartPole-v1", loss="soft_linf", beta_scale="td_mean", mlp_hidden=(32,)
+    ),
 }
 
 
@@ -195,8 +216,10 @@ def test_new_updates_give_todays_losses_and_parameters_on_the_same_draws(case, o
         assert gap <= RTOL, name
         for (key, p), p0 in zip(runs[name].q.state_dict().items(), runs["today"].q.state_dict().values()):
             assert relative(p, p0) <= RTOL, (name, key)
-        moved = max(relative(p, p0) for p, p0 in zip(runs["today"].q.parameters(),
-                                                     make_run(cfg, host, obs_shape, num_actions).q.parameters()))
+        moved = max(
+            relative(p, p0)
+            for p, p0 in zip(runs["today"].q.parameters(), make_run(cfg, host, obs_shape, num_actions).q.parameters())
+        )
         assert moved > 100 * RTOL  # the parameters did move: the comparison can fail
 
 
@@ -236,7 +259,7 @@ def test_optimizer_state_loads_across_capturable():
         a = loop.make_optimizer(cfg, [w], capturable=first)
         for _ in range(3):
             a.zero_grad()
-            (w ** 2).sum().backward()
+            (w**2).sum().backward()
             a.step()
         w2 = torch.nn.Parameter(w.detach().clone())
         b = loop.make_optimizer(cfg, [w2], capturable=second)
@@ -244,7 +267,7 @@ def test_optimizer_state_loads_across_capturable():
         assert b.param_groups[0]["capturable"] is second
         for opt, p in ((a, w), (b, w2)):
             opt.zero_grad()
-            (p ** 2).sum().backward()
+            (p**2).sum().backward()
             opt.step()
         assert torch.equal(w, w2)
         out[first] = w2.detach().clone()
@@ -265,7 +288,11 @@ def test_checkpoints_resume_across_the_replays(local_trial, tmp_path):
     to_host = local_trial("dqn_softlinf_small", off, trial_dir=tmp_path / "device_copy")
 
     def timeless(row):
-        return {k: v for k, v in row.items() if not k.startswith("perf/") and k not in {"time_total_s", "training_iteration"}}
+        return {
+            k: v
+            for k, v in row.items()
+            if not k.startswith("perf/") and k not in {"time_total_s", "training_iteration"}
+        }
 
     assert timeless(exact[-1]) == timeless(full[-1])
     for rest in (to_device, to_host):

@@ -7,12 +7,15 @@ import torch.nn.functional as F
 from trainers.fair_adv import attack
 
 
-
 def tiny_cnn(seed=0, classes=4):
     torch.manual_seed(seed)
     return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 6, 3, padding=1), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(24, classes),
+        torch.nn.Conv2d(3, 6, 3, padding=1),
+        torch.nn.BatchNorm2d(6),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(24, classes),
     )
 
 
@@ -42,8 +45,7 @@ def reference_pgd(model, x, y, eps, alpha, steps):
 def test_pgd_stays_in_ball_and_box_and_raises_loss():
     model, (x, y) = tiny_cnn().eval(), batch()
     eps = 8 / 255
-    x_adv = attack.pgd(model, x, y, eps=eps, step_size=2 / 255, steps=10,
-                       generator=torch.Generator().manual_seed(0))
+    x_adv = attack.pgd(model, x, y, eps=eps, step_size=2 / 255, steps=10, generator=torch.Generator().manual_seed(0))
     assert (x_adv - x).abs().max() <= eps + 1e-6
     assert x_adv.min() >= 0 and x_adv.max() <= 1
     with torch.no_grad():
@@ -123,8 +125,9 @@ def test_margins_and_cw_loss_by_hand():
 def test_cw_lowers_the_margin_within_the_ball():
     model, (x, y) = tiny_cnn().eval(), batch()
     eps = 8 / 255
-    x_adv = attack.cw_linf(model, x, y, eps=eps, step_size=2 / 255, steps=10,
-                           generator=torch.Generator().manual_seed(0))
+    x_adv = attack.cw_linf(
+        model, x, y, eps=eps, step_size=2 / 255, steps=10, generator=torch.Generator().manual_seed(0)
+    )
     assert (x_adv - x).abs().max() <= eps + 1e-6 and x_adv.min() >= 0 and x_adv.max() <= 1
     with torch.no_grad():
         before, after = attack.logit_margin(model(x), y), attack.logit_margin(model(x_adv), y)

@@ -22,10 +22,18 @@ from trainers.fair_adv.step import History, Shard, train_epoch
 
 N_TRAIN, N_VAL, CLASSES = 430, 120, 3
 ARMS = {
-    "tri_regime_trades": dict(method="tri_regime", base_loss="trades", tri_warmup_epochs=1,
-                              tri_min_history=1, tri_boundary_ramp_epochs=1),
-    "frl_remargin": dict(method="frl", base_loss="trades", frl_remargin=True, frl_finetune_epochs=2,
-                         frl_tau_nat=0.0, frl_tau_bndy=0.0, frl_lr=0.05),
+    "tri_regime_trades": dict(
+        method="tri_regime", base_loss="trades", tri_warmup_epochs=1, tri_min_history=1, tri_boundary_ramp_epochs=1
+    ),
+    "frl_remargin": dict(
+        method="frl",
+        base_loss="trades",
+        frl_remargin=True,
+        frl_finetune_epochs=2,
+        frl_tau_nat=0.0,
+        frl_tau_bndy=0.0,
+        frl_lr=0.05,
+    ),
 }
 
 
@@ -37,8 +45,7 @@ def make_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run_arm(arm: str, shard: Shard) -> dict[str, torch.Tensor]:
-    cfg = Config(eps=0.05, step_size=0.02, train_steps=3, epochs=3, lr=0.1, batch_size=101,
-                 augment=False, **ARMS[arm])
+    cfg = Config(eps=0.05, step_size=0.02, train_steps=3, epochs=3, lr=0.1, batch_size=101, augment=False, **ARMS[arm])
     x, y = make_data(N_TRAIN, 1)
     x_val, y_val = make_data(N_VAL, 2)
     torch.manual_seed(0)
@@ -61,15 +68,28 @@ def run_arm(arm: str, shard: Shard) -> dict[str, torch.Tensor]:
             out["val_adv_pred"] = val["adv_pred"]
         for group in optimizer.param_groups:
             group["lr"] = cfg.lr if epoch < start else cfg.frl_lr
-        totals = train_epoch(model, optimizer, x, y, cfg, epoch=epoch, history=history,
-                             frl=frl_state(lam, cfg) if epoch >= start else None, order_gen=order,
-                             aug_gen=None, attack_gen=attack_gen, num_classes=CLASSES, shard=shard)
+        totals = train_epoch(
+            model,
+            optimizer,
+            x,
+            y,
+            cfg,
+            epoch=epoch,
+            history=history,
+            frl=frl_state(lam, cfg) if epoch >= start else None,
+            order_gen=order,
+            aug_gen=None,
+            attack_gen=attack_gen,
+            num_classes=CLASSES,
+            shard=shard,
+        )
     return {
         **out,
         **{f"param/{k}": v for k, v in model.state_dict().items()},
         **{f"history/{k}": v for k, v in history.state_dict().items()},
         **{f"lambda/{k}": v for k, v in lam.items()},
-        "loss_sum": totals["loss_sum"], "robust_correct": totals["robust_correct"],
+        "loss_sum": totals["loss_sum"],
+        "robust_correct": totals["robust_correct"],
         "regimes": totals["regimes"],
     }
 

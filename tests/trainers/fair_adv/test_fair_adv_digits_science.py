@@ -32,14 +32,35 @@ WORKERS = int(os.environ.get("RAYLAB_SCIENCE_WORKERS", "2"))
 # scale: lr 0.1, /10 after 8 and 10 epochs; FRL trains its base for 10 and fine-tunes the
 # best-validation model for the last 5 (at 1e-3, the schedule's own rate there), as fair_adv.yaml
 SCALE = dict(
-    dataset="digits8x8", val_size=300, cnn_width=16, epochs=15, lr_milestones=[8, 10],
-    frl_finetune_epochs=5, train_steps=5, step_size=0.1, eval_steps=10, eval_batch_size=500,
-    tri_warmup_epochs=4, tri_boundary_ramp_epochs=4, autoattack="off", cw_steps=20,
+    dataset="digits8x8",
+    val_size=300,
+    cnn_width=16,
+    epochs=15,
+    lr_milestones=[8, 10],
+    frl_finetune_epochs=5,
+    train_steps=5,
+    step_size=0.1,
+    eval_steps=10,
+    eval_batch_size=500,
+    tri_warmup_epochs=4,
+    tri_boundary_ramp_epochs=4,
+    autoattack="off",
+    cw_steps=20,
 )
 if FULL:
-    SCALE |= dict(dataset="mnist5k", val_size=1000, cnn_width=16, epochs=24,
-                  lr_milestones=[12, 15], frl_finetune_epochs=9, train_steps=10, step_size=0.05,
-                  eval_steps=40, tri_warmup_epochs=6, tri_boundary_ramp_epochs=6)
+    SCALE |= dict(
+        dataset="mnist5k",
+        val_size=1000,
+        cnn_width=16,
+        epochs=24,
+        lr_milestones=[12, 15],
+        frl_finetune_epochs=9,
+        train_steps=10,
+        step_size=0.05,
+        eval_steps=40,
+        tri_warmup_epochs=6,
+        tri_boundary_ramp_epochs=6,
+    )
 ARMS = {
     "standard": {"method": "standard"},
     "pgd_at": {"method": "pgd_at"},
@@ -77,17 +98,23 @@ def test_worst_class_robust_accuracy_on_real_digits(tmp_path):
     with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
         last = dict(zip([(a, s) for a, s, _ in jobs], pool.map(run_arm, jobs)))
     found = {arm: [last[(arm, seed)] for seed in SEEDS] for arm in ARMS}
-    print(f"\n{SCALE['dataset']}, eps 0.3, PGD-{SCALE['eval_steps']} test accuracy after "
-          f"{SCALE['epochs']} epochs: last model worst class / average / clean per seed; "
-          "best-validation model's epoch and worst class")
+    print(
+        f"\n{SCALE['dataset']}, eps 0.3, PGD-{SCALE['eval_steps']} test accuracy after "
+        f"{SCALE['epochs']} epochs: last model worst class / average / clean per seed; "
+        "best-validation model's epoch and worst class"
+    )
     for arm, rows in found.items():
-        cells = " | ".join(f"{r['eval/robust_acc_worst_class']:.3f} / {r['eval/robust_acc']:.3f} / "
-                           f"{r['eval/clean_acc']:.3f}" for r in rows)
-        print(f"{arm:>10} | {cells} | last worst {summary([r['eval/robust_acc_worst_class'] for r in rows])}"
-              f" avg {summary([r['eval/robust_acc'] for r in rows])} | best epochs "
-              f"{[r['best/epoch'] for r in rows]} worst {[round(r['best/robust_acc_worst_class'], 3) for r in rows]}"
-              f" | worst class ids {[int(min(range(10), key=lambda c: r['eval/robust_acc_per_class'][c])) for r in rows]}"
-              f" | CW avg {summary([r['final/cw_acc'] for r in rows])}")
+        cells = " | ".join(
+            f"{r['eval/robust_acc_worst_class']:.3f} / {r['eval/robust_acc']:.3f} / {r['eval/clean_acc']:.3f}"
+            for r in rows
+        )
+        print(
+            f"{arm:>10} | {cells} | last worst {summary([r['eval/robust_acc_worst_class'] for r in rows])}"
+            f" avg {summary([r['eval/robust_acc'] for r in rows])} | best epochs "
+            f"{[r['best/epoch'] for r in rows]} worst {[round(r['best/robust_acc_worst_class'], 3) for r in rows]}"
+            f" | worst class ids {[int(min(range(10), key=lambda c: r['eval/robust_acc_per_class'][c])) for r in rows]}"
+            f" | CW avg {summary([r['final/cw_acc'] for r in rows])}"
+        )
     # positive control: at eps 0.3 clean training leaves next to no robust accuracy, and every
     # adversarially trained arm raises it, on every seed
     robust = {arm: [r["eval/robust_acc"] for r in rows] for arm, rows in found.items()}

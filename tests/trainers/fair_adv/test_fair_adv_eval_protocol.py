@@ -10,8 +10,8 @@ import torch
 
 from raylab import experiment as experiments
 from trainers.fair_adv import METRICS, metrics
-from trainers.fair_adv.config import Config
 from trainers.fair_adv import loop as fair_loop
+from trainers.fair_adv.config import Config
 
 
 def test_defaults_evaluate_a_subset_per_epoch_and_the_whole_test_set_at_the_end():
@@ -27,7 +27,8 @@ def test_defaults_evaluate_a_subset_per_epoch_and_the_whole_test_set_at_the_end(
 
 
 def test_loop_evaluates_the_subset_each_epoch_and_the_best_model_on_every_test_image(
-        local_trial, tmp_path, monkeypatch):
+    local_trial, tmp_path, monkeypatch
+):
     calls = []
     evaluate = metrics.evaluate
 
@@ -36,9 +37,17 @@ def test_loop_evaluates_the_subset_each_epoch_and_the_best_model_on_every_test_i
         return evaluate(model, x, y, *args, **kwargs)
 
     monkeypatch.setattr(metrics, "evaluate", spy)
-    rows = local_trial("fair_adv", f"config.data_dir={tmp_path / 'data'}", "config.method=pgd_at",
-                       "config.autoattack='off'", "config.epochs=2", "config.lr_milestones=[1]",
-                       "config.eval_size=40", "config.final_eval_size=null", "config.val_size=60")
+    rows = local_trial(
+        "fair_adv",
+        f"config.data_dir={tmp_path / 'data'}",
+        "config.method=pgd_at",
+        "config.autoattack='off'",
+        "config.epochs=2",
+        "config.lr_milestones=[1]",
+        "config.eval_size=40",
+        "config.final_eval_size=null",
+        "config.val_size=60",
+    )
     assert [r["train/epoch"] for r in rows] == [1, 2]
     # per epoch: validation (60), the test subset (40); at the end PGD-20 and CW on all 100
     assert [len(x) for x, _ in calls] == [60, 40, 60, 40, 100, 100]

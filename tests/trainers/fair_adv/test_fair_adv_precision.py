@@ -35,9 +35,21 @@ def digits():
 def trajectory(digits, amp_bf16, channels_last, lr: float = 0.05, epochs: int = EPOCHS) -> list[float]:
     """Mean training loss of each epoch: PGD-3 AT of the small CNN (width 8), eps 0.1."""
     x, y = digits
-    cfg = Config(dataset="digits8x8", model="small_cnn", cnn_width=8, augment=False, batch_size=BATCH,
-                 lr=lr, method="pgd_at", eps=0.1, step_size=0.04, train_steps=3, autoattack="off",
-                 amp_bf16=amp_bf16, channels_last=channels_last)
+    cfg = Config(
+        dataset="digits8x8",
+        model="small_cnn",
+        cnn_width=8,
+        augment=False,
+        batch_size=BATCH,
+        lr=lr,
+        method="pgd_at",
+        eps=0.1,
+        step_size=0.04,
+        train_steps=3,
+        autoattack="off",
+        amp_bf16=amp_bf16,
+        channels_last=channels_last,
+    )
     layout = torch.channels_last if enabled(cfg.channels_last, x.device) else torch.contiguous_format
     torch.manual_seed(0)
     model = build_model("small_cnn", 10, "digits8x8", 8).to(memory_format=layout)
@@ -46,9 +58,21 @@ def trajectory(digits, amp_bf16, channels_last, lr: float = 0.05, epochs: int = 
     order_gen, attack_gen = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
     losses = []
     for epoch in range(epochs):
-        totals = train_epoch(model, optimizer, x, y, cfg, epoch=epoch, history=history, frl=None,
-                             order_gen=order_gen, aug_gen=None, attack_gen=attack_gen, num_classes=10,
-                             to_input=lambda b: augment.to_float(b).contiguous(memory_format=layout))
+        totals = train_epoch(
+            model,
+            optimizer,
+            x,
+            y,
+            cfg,
+            epoch=epoch,
+            history=history,
+            frl=None,
+            order_gen=order_gen,
+            aug_gen=None,
+            attack_gen=attack_gen,
+            num_classes=10,
+            to_input=lambda b: augment.to_float(b).contiguous(memory_format=layout),
+        )
         assert totals["batches"] == len(y) // BATCH
         losses.append(float(totals["loss_sum"]) / totals["batches"])
     return losses

@@ -48,9 +48,16 @@ def test_frl_finetune_starts_from_the_best_stage_one_model(local_trial, tmp_path
 
     monkeypatch.setattr(metrics, "summarize", forced_summarize)
     monkeypatch.setattr(fair_loop, "train_epoch", spy)
-    rows = local_trial("fair_adv", f"config.data_dir={tmp_path / 'data'}", "config.method=frl",
-                       "config.epochs=4", "config.frl_finetune_epochs=2", "config.lr_milestones=[1]",
-                       "config.final_eval_last=true", stop={"train/epoch": 4})
+    rows = local_trial(
+        "fair_adv",
+        f"config.data_dir={tmp_path / 'data'}",
+        "config.method=frl",
+        "config.epochs=4",
+        "config.frl_finetune_epochs=2",
+        "config.lr_milestones=[1]",
+        "config.final_eval_last=true",
+        stop={"train/epoch": 4},
+    )
     assert [r["train/epoch"] for r in rows] == [1, 2, 3, 4]
     assert seen[("frl", 1)] is None and seen[("frl", 2)] is not None  # stage 2 from epoch index 2
     start, best1, last1 = seen[("start", 2)], seen[("end", 0)], seen[("end", 1)]
@@ -59,8 +66,7 @@ def test_frl_finetune_starts_from_the_best_stage_one_model(local_trial, tmp_path
     assert seen[("momentum", 1)] > 0 and seen[("momentum", 2)] == 0  # a fresh SGD for the fine-tune
     assert [r["best/epoch"] for r in rows] == [1, 1, 3, 3]  # over the whole trial
     assert rows[1]["best/robust_acc"] == rows[0]["eval/robust_acc"]
-    assert rows[-1]["best/robust_acc_gap"] == pytest.approx(
-        rows[2]["eval/robust_acc"] - rows[3]["eval/robust_acc"])
+    assert rows[-1]["best/robust_acc_gap"] == pytest.approx(rows[2]["eval/robust_acc"] - rows[3]["eval/robust_acc"])
     # AutoAttack and CW on the best and the last model, and their gaps
     last = rows[-1]
     assert_finite_metrics(last, [m for m in METRICS + LAST_METRICS if m.startswith("final")])
@@ -166,8 +172,10 @@ def test_frl_update_from_config_defaults_equals_the_reference_for_80_epochs(seed
     over 80 updates (two halvings). Positive control: a boundary rate equal to the natural one
     (not derived) is seen."""
     worst, capped, binding = _max_difference(Config(method="frl"), seed)
-    print(f"seed {seed}: max |ours - reference| {worst:.1e}; bndy cap reached in {capped} of 80 "
-          f"epochs; both multipliers nonzero in {binding}")
+    print(
+        f"seed {seed}: max |ours - reference| {worst:.1e}; bndy cap reached in {capped} of 80 "
+        f"epochs; both multipliers nonzero in {binding}"
+    )
     assert worst < 1e-6, worst
     assert capped > 10 and binding > 40  # the instrument moved: constraints bound, the cap engaged
     wrong, _, _ = _max_difference(Config(method="frl", frl_rate_bndy=0.05), seed)
@@ -179,8 +187,11 @@ def test_control_arms_keep_uniform_weights_and_train_like_their_base():
     fine-tuning epochs, and a step of the TRADES control equals TRADES at FRL's beta 1.5."""
     experiment = experiments.load("fair_adv")
     config = experiment.resolved_config()
-    controls = [arm for arm in experiment.search["variant"]["grid"]
-                if arm.get("method") == "frl" and arm.get("frl_rate_nat") == 0.0]
+    controls = [
+        arm
+        for arm in experiment.search["variant"]["grid"]
+        if arm.get("method") == "frl" and arm.get("frl_rate_nat") == 0.0
+    ]
     assert {arm["base_loss"] for arm in controls} == {"trades", "pgd_at"}
     errors = _validation_predictions(0)
     for arm in controls:
@@ -193,13 +204,21 @@ def test_control_arms_keep_uniform_weights_and_train_like_their_base():
         assert torch.equal(weights.nat, torch.full((10,), 0.1)) and torch.equal(weights.bndy, weights.nat)
         # the same arm with FRL's rates moves the weights (the instrument sees reweighting)
         moving = from_dict(Config, {**config, **arm, "frl_rate_nat": 0.05, "frl_rate_bndy": None}, "t")
-        lam = frl_step({k: torch.zeros(10, dtype=torch.float64) for k in lam},
-                       {"clean_pred": clean, "adv_pred": adv}, y, 10, moving, 1)
+        lam = frl_step(
+            {k: torch.zeros(10, dtype=torch.float64) for k in lam},
+            {"clean_pred": clean, "adv_pred": adv},
+            y,
+            10,
+            moving,
+            1,
+        )
         assert not torch.equal(frl_state(lam, moving).bndy, weights.bndy)
     arm = next(arm for arm in controls if arm["base_loss"] == "trades")
     trades_control = from_dict(Config, {**config, **arm}, "fair_adv.yaml")
-    model_frl, loss_frl = _one_step(trades_control, frl_state(
-        {k: torch.zeros(3, dtype=torch.float64) for k in ("nat", "bndy", "margin")}, trades_control))
+    model_frl, loss_frl = _one_step(
+        trades_control,
+        frl_state({k: torch.zeros(3, dtype=torch.float64) for k in ("nat", "bndy", "margin")}, trades_control),
+    )
     trades = from_dict(Config, {**config, "method": "trades", "trades_beta": trades_control.frl_beta}, "t")
     model_trades, loss_trades = _one_step(trades, None)
     assert loss_frl == pytest.approx(loss_trades, rel=1e-6)
@@ -209,14 +228,23 @@ def test_control_arms_keep_uniform_weights_and_train_like_their_base():
 
 def _one_step(cfg, frl):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(),
-                                torch.nn.Linear(8, 3))
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(1)
     x, y = torch.rand(12, 3, 2, 2, generator=g), torch.randint(0, 3, (12,), generator=g)
-    stats = step.train_step(model, opt, x, y, torch.arange(12), cfg, epoch=0,
-                            history=step.History.empty(12), loss_threshold=math.inf,
-                            generator=torch.Generator().manual_seed(2), frl=frl)
+    stats = step.train_step(
+        model,
+        opt,
+        x,
+        y,
+        torch.arange(12),
+        cfg,
+        epoch=0,
+        history=step.History.empty(12),
+        loss_threshold=math.inf,
+        generator=torch.Generator().manual_seed(2),
+        frl=frl,
+    )
     return model, stats["loss"].item()
 
 
@@ -225,19 +253,24 @@ def _one_step(cfg, frl):
 
 def _bn_model():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4),
-                               torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-                               torch.nn.Linear(4, 3))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 3),
+    )
 
 
 def test_fair_adv_long_attacks_in_train_mode_with_reflect_padding():
     """fair_adv_long's config (read through its YAML) crafts training attacks with BatchNorm in
     train mode (the running statistics move during the attack) and pads by reflection (an
     all-white image stays all white after crop); fair_adv's config, the control, does neither."""
-    long = from_dict(Config, {**experiments.load("fair_adv_long").resolved_config(),
-                              "method": "pgd_at"}, "fair_adv_long.yaml")
-    main = from_dict(Config, {**experiments.load("fair_adv").resolved_config(), "method": "pgd_at"},
-                     "fair_adv.yaml")
+    long = from_dict(
+        Config, {**experiments.load("fair_adv_long").resolved_config(), "method": "pgd_at"}, "fair_adv_long.yaml"
+    )
+    main = from_dict(Config, {**experiments.load("fair_adv").resolved_config(), "method": "pgd_at"}, "fair_adv.yaml")
     x, y = torch.rand(16, 3, 8, 8), torch.randint(0, 3, (16,))
     moved = {}
     for name, cfg in (("long", long), ("main", main)):
@@ -250,13 +283,21 @@ def test_fair_adv_long_attacks_in_train_mode_with_reflect_padding():
         seen = []
         model.register_forward_pre_hook(lambda m, inputs: seen.append(inputs[0].min().item()))
         white = torch.full((32, 3, 8, 8), 255, dtype=torch.uint8)
-        step.train_epoch(model, torch.optim.SGD(model.parameters(), lr=0.0), white, y.repeat(2),
-                         dataclasses.replace(cfg, batch_size=16), epoch=0,
-                         history=step.History.empty(32), frl=None,
-                         order_gen=torch.Generator().manual_seed(0),
-                         aug_gen=torch.Generator().manual_seed(1),
-                         attack_gen=torch.Generator().manual_seed(2), num_classes=3,
-                         to_input=augment.to_float)
+        step.train_epoch(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.0),
+            white,
+            y.repeat(2),
+            dataclasses.replace(cfg, batch_size=16),
+            epoch=0,
+            history=step.History.empty(32),
+            frl=None,
+            order_gen=torch.Generator().manual_seed(0),
+            aug_gen=torch.Generator().manual_seed(1),
+            attack_gen=torch.Generator().manual_seed(2),
+            num_classes=3,
+            to_input=augment.to_float,
+        )
         moved[name + "_min_input"] = min(seen)
     assert moved["long"] > 1e-3 and moved["main"] == 0.0, moved
     assert moved["long_min_input"] >= 1 - long.eps - 1e-6, moved
@@ -272,4 +313,4 @@ def test_reflect_padding_matches_numpy_reflect_then_crop():
     offsets = torch.randint(0, 9, (5, 2), generator=g)
     padded = np.pad(x.numpy(), [(0, 0), (0, 0), (4, 4), (4, 4)], mode="reflect")
     for n, (i, j) in enumerate(offsets.tolist()):
-        assert np.array_equal(out[n].numpy(), padded[n, :, i:i + 8, j:j + 8])
+        assert np.array_equal(out[n].numpy(), padded[n, :, i : i + 8, j : j + 8])

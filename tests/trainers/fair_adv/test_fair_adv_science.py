@@ -31,7 +31,6 @@ MILESTONES = (15, 18)
 FINETUNE = 10
 
 
-
 def make_data(n, seed, noise):
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, 3, (n,), generator=g)
@@ -46,27 +45,41 @@ def train_and_evaluate(method, seed, base_loss="default", epochs=30, batch_size=
     """Train one arm with the workload's own ``train_epoch`` (and, for FRL, the loop's multiplier
     update); return its per-class PGD-20 test accuracy, the outlier gate's flags, the noise mask
     and the last epoch's per-class regime counts."""
-    cfg = Config(method=method, base_loss=base_loss, seed=seed, eps=EPS, step_size=EPS / 4,
-                 train_steps=5, epochs=epochs, lr=0.1, momentum=0.9, weight_decay=5e-3,
-                 lr_milestones=MILESTONES, batch_size=batch_size, augment=False,
-                 tri_warmup_epochs=5, tri_boundary_ramp_epochs=5,
-                 frl_finetune_epochs=FINETUNE, frl_lr=0.1 * 0.01, **overrides)
+    cfg = Config(
+        method=method,
+        base_loss=base_loss,
+        seed=seed,
+        eps=EPS,
+        step_size=EPS / 4,
+        train_steps=5,
+        epochs=epochs,
+        lr=0.1,
+        momentum=0.9,
+        weight_decay=5e-3,
+        lr_milestones=MILESTONES,
+        batch_size=batch_size,
+        augment=False,
+        tri_warmup_epochs=5,
+        tri_boundary_ramp_epochs=5,
+        frl_finetune_epochs=FINETUNE,
+        frl_lr=0.1 * 0.01,
+        **overrides,
+    )
     x, y, y_true = make_data(3000, 100 + seed, noise=0.1)
     x_val, y_val, _ = make_data(900, 300 + seed, noise=0.1)  # held out from the training data
     x_test, _, y_test = make_data(3000, 200 + seed, noise=0.0)
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
-                                torch.nn.ReLU(), torch.nn.Linear(64, 3))
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
-                                weight_decay=cfg.weight_decay)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(2, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3)
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     history = History.empty(len(y))
     order, attack_gen = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
     lam = {k: torch.zeros(3, dtype=torch.float64) for k in ("nat", "bndy", "margin")}
     start = cfg.finetune_start()
 
     def pgd20(m, xb, yb, share=None):
-        return attack.pgd(m, xb, yb, eps=EPS, step_size=EPS / 4, steps=20, generator=attack_gen,
-                          share=share)
+        return attack.pgd(m, xb, yb, eps=EPS, step_size=EPS / 4, steps=20, generator=attack_gen, share=share)
 
     for epoch in range(cfg.epochs):
         if epoch == start:  # FRL's first fine-tuning epoch: update from the pre-trained model
@@ -77,17 +90,29 @@ def train_and_evaluate(method, seed, base_loss="default", epochs=30, batch_size=
             lam = frl_step(lam, val, y_val, 3, cfg, epoch - start + 1)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(cfg, epoch) if epoch < start else cfg.frl_lr
-        threshold = reweight.loss_threshold(history.ema_loss, history.visits,
-                                            cfg.tri_outlier_loss_quantile)
-        totals = train_epoch(model, optimizer, x, y, cfg, epoch=epoch, history=history,
-                             frl=frl_state(lam, cfg) if epoch >= start else None, order_gen=order,
-                             aug_gen=None, attack_gen=attack_gen, num_classes=3)
+        threshold = reweight.loss_threshold(history.ema_loss, history.visits, cfg.tri_outlier_loss_quantile)
+        totals = train_epoch(
+            model,
+            optimizer,
+            x,
+            y,
+            cfg,
+            epoch=epoch,
+            history=history,
+            frl=frl_state(lam, cfg) if epoch >= start else None,
+            order_gen=order,
+            aug_gen=None,
+            attack_gen=attack_gen,
+            num_classes=3,
+        )
 
     preds = metrics.evaluate(model, x_test, y_test, 3, pgd20, batch_size=1000)
     per_class = metrics.per_class_accuracy(preds["adv_pred"], y_test, 3)
-    gated = ((history.visits >= cfg.tri_min_history)
-             & (history.ema_correct <= cfg.tri_outlier_max_correct)
-             & (history.ema_loss >= threshold))
+    gated = (
+        (history.visits >= cfg.tri_min_history)
+        & (history.ema_correct <= cfg.tri_outlier_max_correct)
+        & (history.ema_loss >= threshold)
+    )
     return per_class, gated, y != y_true, totals["regimes"]
 
 
@@ -106,8 +131,7 @@ def test_tri_regime_beats_pgd_at_and_frl_on_the_same_base_loss():
     for seed in range(4):
         pgd_class, _, _, _ = train_and_evaluate("pgd_at", seed)
         tri_class, gated, noisy, regimes = train_and_evaluate("tri_regime", seed)
-        frl_class, _, _, _ = train_and_evaluate("frl", seed, base_loss="pgd_at", frl_tau_nat=0.0,
-                                                frl_tau_bndy=0.0)
+        frl_class, _, _, _ = train_and_evaluate("frl", seed, base_loss="pgd_at", frl_tau_nat=0.0, frl_tau_bndy=0.0)
         assert pgd_class.argmin() == HARD  # the wide class is the worst one under PGD-AT
         pgd_worst.append(metrics.worst_class(pgd_class))
         tri_worst.append(metrics.worst_class(tri_class))

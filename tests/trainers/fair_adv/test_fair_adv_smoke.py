@@ -15,10 +15,15 @@ from trainers.fair_adv import loop as fair_loop
 from trainers.fair_adv.config import Config
 
 NOT_EXACT = {"train/images_per_s"}  # wall-clock
-ARMS = [{"method": "standard"}, {"method": "pgd_at"}, {"method": "trades"},
-        {"method": "tri_regime", "base_loss": "pgd_at"}, {"method": "tri_regime", "base_loss": "trades"},
-        {"method": "frl", "base_loss": "pgd_at"}, {"method": "frl", "base_loss": "trades"}]
-
+ARMS = [
+    {"method": "standard"},
+    {"method": "pgd_at"},
+    {"method": "trades"},
+    {"method": "tri_regime", "base_loss": "pgd_at"},
+    {"method": "tri_regime", "base_loss": "trades"},
+    {"method": "frl", "base_loss": "pgd_at"},
+    {"method": "frl", "base_loss": "trades"},
+]
 
 
 def test_yaml_files_load_and_name_a_reported_metric():
@@ -36,14 +41,23 @@ def test_yaml_files_load_and_name_a_reported_metric():
     assert (config["epochs"], config["lr_milestones"], config["frl_finetune_epochs"]) == (150, [100, 105], 40)
     variants = full.search["variant"]["grid"]
     assert all(arm in variants for arm in ARMS)  # each method on each base loss, equal epochs
-    assert {"method": "frl", "base_loss": "trades", "frl_remargin": True, "frl_tau_nat": 0.07,
-            "frl_tau_bndy": 0.07} in variants
+    assert {
+        "method": "frl",
+        "base_loss": "trades",
+        "frl_remargin": True,
+        "frl_tau_nat": 0.07,
+        "frl_tau_bndy": 0.07,
+    } in variants
     long = experiments.load("fair_adv_long").resolved_config()
     assert (long["epochs"], long["lr_milestones"]) == (200, [100, 150])  # Rice et al.
     digits = experiments.load("fair_adv_digits")
     config = digits.resolved_config()
-    assert (config["dataset"], config["eps"], config["train_steps"], config["eval_steps"]) == \
-        ("mnist5k", 0.3, 40, 100)  # Madry et al.'s MNIST protocol
+    assert (config["dataset"], config["eps"], config["train_steps"], config["eval_steps"]) == (
+        "mnist5k",
+        0.3,
+        40,
+        100,
+    )  # Madry et al.'s MNIST protocol
     variants = digits.search["variant"]["grid"]
     assert all(arm in variants for arm in ARMS if arm.get("base_loss") != "trades" or arm["method"] == "frl")
     assert {"method": "frl", "base_loss": "trades", "frl_rate_nat": 0.0, "frl_rate_bndy": 0.0} in variants
@@ -54,8 +68,11 @@ def test_digits_config_errors_name_the_key(tmp_path):
         from_dict(Config, {"dataset": "mnist5k", "model": "small_cnn"}, "test.yaml")
     with pytest.raises(UserError, match="model"):
         from_dict(Config, {"dataset": "digits8x8", "augment": False}, "test.yaml")
-    cfg = from_dict(Config, {"dataset": "digits8x8", "augment": False, "model": "small_cnn",
-                             "val_size": 2000, "autoattack": "off"}, "test.yaml")
+    cfg = from_dict(
+        Config,
+        {"dataset": "digits8x8", "augment": False, "model": "small_cnn", "val_size": 2000, "autoattack": "off"},
+        "test.yaml",
+    )
     with pytest.raises(UserError, match="val_size: 2000 leaves no training images out of 1438"):
         fair_loop.preflight(cfg)
 
@@ -83,9 +100,14 @@ def test_smoke_sweep_reports_every_metric(shared_smoke_sweep):
 @pytest.mark.slow
 def test_stopped_trial_resumes_exactly(local_trial, tmp_path):
     # FRL: stopped after its first fine-tuning epoch, so the multipliers are in the checkpoint
-    overrides = (f"config.data_dir={tmp_path / 'data'}", "config.method=frl",
-                 "config.autoattack='off'", "config.epochs=3", "config.lr_milestones=[1]",
-                 "config.frl_finetune_epochs=2")
+    overrides = (
+        f"config.data_dir={tmp_path / 'data'}",
+        "config.method=frl",
+        "config.autoattack='off'",
+        "config.epochs=3",
+        "config.lr_milestones=[1]",
+        "config.frl_finetune_epochs=2",
+    )
     full = local_trial("fair_adv", *overrides, trial_dir=tmp_path / "full")
     part = local_trial("fair_adv", *overrides, trial_dir=tmp_path / "resumed", stop={"train/epoch": 2})
     assert [row["train/epoch"] for row in part] == [1, 2]
@@ -122,9 +144,13 @@ def test_missing_autoattack_is_a_one_line_error_before_ray(tmp_path):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "hide"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "raylab.tune", "fair_adv", "--smoke",
-                           f"config.data_dir={tmp_path / 'data'}"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "raylab.tune", "fair_adv", "--smoke", f"config.data_dir={tmp_path / 'data'}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "fair_adv needs pyautoattack" in lines[0], done.stderr

@@ -12,7 +12,6 @@ from trainers.fair_adv.config import Config
 from trainers.fair_adv.loop import lr_at, split_validation
 from trainers.fair_adv.reweight import BOUNDARY, OUTLIER, SAFE
 
-
 # ----------------------------------------------------------------------------- losses
 
 
@@ -30,8 +29,9 @@ def test_cross_entropy_and_kl_by_hand():
 # ----------------------------------------------------------------------------- tri-regime
 
 REGIME_ARGS = dict(loss_threshold=2.0, outlier_max_correct=0.1, min_history=3, safe_margin=0.3)
-WEIGHT_ARGS = dict(warmup_epochs=2, outlier_weight=0.1, safe_weight=0.5, boundary_gain=1.0,
-                   ramp_epochs=4, safe_margin=0.3)
+WEIGHT_ARGS = dict(
+    warmup_epochs=2, outlier_weight=0.1, safe_weight=0.5, boundary_gain=1.0, ramp_epochs=4, safe_margin=0.3
+)
 
 
 def synthetic_samples():
@@ -54,20 +54,28 @@ def test_tri_regime_weights_by_hand():
     margin = synthetic_samples()[0]
     regimes = reweight.assign_regimes(*synthetic_samples(), **REGIME_ARGS)
     # epoch 1 (< warm-up 2): all ones
-    assert torch.equal(reweight.tri_regime_weights(margin, regimes, epoch=1, **WEIGHT_ARGS),
-                       torch.ones(8))
+    assert torch.equal(reweight.tri_regime_weights(margin, regimes, epoch=1, **WEIGHT_ARGS), torch.ones(8))
     # epoch 2, the first weighted one: gamma_t = 1 * min(1, 1/4) = 0.25 (the ramp counts from
     # the end of the warm-up); boundary w = 1 + 0.25 * clip((0.3 - m)/1.3, 0, 1)
     w = reweight.tri_regime_weights(margin, regimes, epoch=2, **WEIGHT_ARGS)
     gamma = 0.25
-    expected = [0.1, 1 + gamma * 1.2 / 1.3, 1 + gamma * 1.2 / 1.3, 1 + gamma * 1.2 / 1.3,
-                1 + gamma * 0.8 / 1.3, 0.5, 1 + gamma * 0.2 / 1.3, 1 + gamma * 0.7 / 1.3]
+    expected = [
+        0.1,
+        1 + gamma * 1.2 / 1.3,
+        1 + gamma * 1.2 / 1.3,
+        1 + gamma * 1.2 / 1.3,
+        1 + gamma * 0.8 / 1.3,
+        0.5,
+        1 + gamma * 0.2 / 1.3,
+        1 + gamma * 0.7 / 1.3,
+    ]
     assert torch.allclose(w, torch.tensor(expected))
     # epoch 4 (third weighted epoch): 3/4; from epoch 5 on the gain is gamma itself
     w_mid = reweight.tri_regime_weights(margin, regimes, epoch=4, **WEIGHT_ARGS)
     assert w_mid[1].item() == pytest.approx(1 + 0.75 * 1.2 / 1.3)
-    assert reweight.tri_regime_weights(margin, regimes, epoch=5, **WEIGHT_ARGS)[1].item() == \
-        pytest.approx(1 + 1.2 / 1.3)
+    assert reweight.tri_regime_weights(margin, regimes, epoch=5, **WEIGHT_ARGS)[1].item() == pytest.approx(
+        1 + 1.2 / 1.3
+    )
     # smaller margins weigh more
     w_late = reweight.tri_regime_weights(margin, regimes, epoch=10, **WEIGHT_ARGS)
     assert w_late[1].item() == pytest.approx(1 + 1.2 / 1.3)
@@ -90,12 +98,14 @@ def test_history_update_and_loss_threshold():
     visits = torch.zeros(4, dtype=torch.long)
     assert reweight.loss_threshold(ema_l, visits, 0.9) == math.inf
     idx = torch.tensor([0, 2])
-    reweight.update_history(ema_c, ema_l, visits, idx, torch.tensor([True, False]),
-                            torch.tensor([1.0, 3.0]), momentum=0.8)
+    reweight.update_history(
+        ema_c, ema_l, visits, idx, torch.tensor([True, False]), torch.tensor([1.0, 3.0]), momentum=0.8
+    )
     assert ema_c.tolist() == [1.0, 0.0, 0.0, 0.0] and ema_l.tolist() == [1.0, 0.0, 3.0, 0.0]
     assert visits.tolist() == [1, 0, 1, 0]
-    reweight.update_history(ema_c, ema_l, visits, torch.tensor([0, 1]), torch.tensor([False, True]),
-                            torch.tensor([2.0, 5.0]), momentum=0.8)
+    reweight.update_history(
+        ema_c, ema_l, visits, torch.tensor([0, 1]), torch.tensor([False, True]), torch.tensor([2.0, 5.0]), momentum=0.8
+    )
     assert torch.allclose(ema_c, torch.tensor([0.8, 1.0, 0.0, 0.0]))
     assert torch.allclose(ema_l, torch.tensor([1.2, 5.0, 3.0, 0.0]))
     # quantile over seen samples only: {1.2, 5.0, 3.0}, the median is 3.0
@@ -121,10 +131,10 @@ def test_frl_update_matches_the_published_rule_by_hand():
       a = 1/3 + (0.085, 0, 0.01) - 0.095/3,  b = 1/3 + (0.01, 0.17, 0.09) - 0.09.
     """
     clean_err, bndy_err = torch.tensor([0.1, 0.2, 0.6]), torch.tensor([0.5, 0.1, 0.3])
-    nat = reweight.frl_multiplier_step(torch.tensor([0.1, 0.0, 0.0]), clean_err, 0.3,
-                                       tolerance=0.1, rate=0.05, cap=0.5)
-    bndy = reweight.frl_multiplier_step(torch.tensor([0.0, 0.2, 0.1]), bndy_err, 0.3,
-                                        tolerance=0.1, rate=2 * 0.05, cap=0.5)
+    nat = reweight.frl_multiplier_step(torch.tensor([0.1, 0.0, 0.0]), clean_err, 0.3, tolerance=0.1, rate=0.05, cap=0.5)
+    bndy = reweight.frl_multiplier_step(
+        torch.tensor([0.0, 0.2, 0.1]), bndy_err, 0.3, tolerance=0.1, rate=2 * 0.05, cap=0.5
+    )
     assert torch.allclose(nat, torch.tensor([0.085, 0.0, 0.01]))
     assert torch.allclose(bndy, torch.tensor([0.01, 0.17, 0.09]))
     a, b = reweight.frl_class_weights(nat), reweight.frl_class_weights(bndy)
@@ -145,11 +155,13 @@ def test_frl_weights_equal_the_references_cost_sensitive_loop():
 
 def test_frl_cap_rescales_onto_the_simplex_and_rate_halves_every_40_epochs():
     # lambda + step = (0.4, 0.4, -0.2): clip (0.4, 0.4, 0), sum 0.8 > 0.5 -> (0.25, 0.25, 0)
-    lam = reweight.frl_multiplier_step(torch.zeros(3), torch.tensor([0.9, 0.9, 0.3]), 0.5,
-                                       tolerance=0.0, rate=1.0, cap=0.5)
+    lam = reweight.frl_multiplier_step(
+        torch.zeros(3), torch.tensor([0.9, 0.9, 0.3]), 0.5, tolerance=0.0, rate=1.0, cap=0.5
+    )
     assert torch.allclose(lam, torch.tensor([0.25, 0.25, 0.0]))
-    assert reweight.frl_multiplier_step(torch.zeros(2), torch.tensor([1.0, 0.0]), 0.0,
-                                        tolerance=0.0, rate=1.0, cap=None).tolist() == [1.0, 0.0]
+    assert reweight.frl_multiplier_step(
+        torch.zeros(2), torch.tensor([1.0, 0.0]), 0.0, tolerance=0.0, rate=1.0, cap=None
+    ).tolist() == [1.0, 0.0]
     # frlrw.py: rate1 /= 2 at epochs 40, 80, ... (1-based) before that epoch's update
     rates = [reweight.frl_rate(0.05, k, 40) for k in (1, 39, 40, 79, 80)]
     assert rates == pytest.approx([0.05, 0.05, 0.025, 0.025, 0.0125])
@@ -184,8 +196,7 @@ def test_per_class_and_worst_class_by_hand():
     per_class = metrics.per_class_accuracy(pred, y, 4)
     assert per_class[:3].tolist() == [0.75, 0.5, 1.0] and math.isnan(per_class[3])
     assert metrics.worst_class(per_class) == 0.5
-    out = metrics.summarize({"clean_pred": pred, "adv_pred": torch.zeros(10, dtype=torch.long)},
-                            y, 3, "eval")
+    out = metrics.summarize({"clean_pred": pred, "adv_pred": torch.zeros(10, dtype=torch.long)}, y, 3, "eval")
     assert out["eval/clean_acc"] == pytest.approx(0.8)
     assert out["eval/clean_acc_worst_class"] == 0.5
     assert out["eval/robust_acc_per_class"] == [1.0, 0.0, 0.0]
@@ -274,21 +285,38 @@ def _step(method, frl=None, **overrides):
     from trainers.fair_adv.step import History, train_step
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
-                                torch.nn.Linear(8, 3))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator().manual_seed(1)
     x, y = torch.rand(12, 4, generator=g), torch.randint(0, 3, (12,), generator=g)
     cfg = Config(method=method, eps=0.1, step_size=0.05, train_steps=2, **overrides)
     history = History.empty(20)
     index = torch.arange(3, 15)
-    stats = train_step(model, opt, x, y, index, cfg, epoch=0, history=history, loss_threshold=math.inf,
-                       generator=torch.Generator().manual_seed(2), frl=frl)
+    stats = train_step(
+        model,
+        opt,
+        x,
+        y,
+        index,
+        cfg,
+        epoch=0,
+        history=history,
+        loss_threshold=math.inf,
+        generator=torch.Generator().manual_seed(2),
+        frl=frl,
+    )
     return model, history, stats
 
 
-ARMS = [("standard", {}), ("pgd_at", {}), ("trades", {}), ("frl", {}),
-        ("frl", {"base_loss": "pgd_at"}), ("tri_regime", {}), ("tri_regime", {"base_loss": "trades"})]
+ARMS = [
+    ("standard", {}),
+    ("pgd_at", {}),
+    ("trades", {}),
+    ("frl", {}),
+    ("frl", {"base_loss": "pgd_at"}),
+    ("tri_regime", {}),
+    ("tri_regime", {"base_loss": "trades"}),
+]
 
 
 @pytest.mark.parametrize("method,extra", ARMS)
@@ -326,12 +354,15 @@ def test_frl_with_uniform_weights_is_its_base_loss_and_normalizes_each_term():
     frl_pgd = _step("frl", frl=uniform, base_loss="pgd_at", epochs=2, frl_finetune_epochs=1)
     assert frl_pgd[2]["loss"].item() == pytest.approx(pgd[2]["loss"].item(), rel=1e-6)
     # scaling every class weight by the same factor changes nothing (each term is normalized)
-    doubled = _step("frl", frl=_frl_weights([2 / 3] * 3, [2 / 3] * 3), frl_beta=1.5, epochs=2,
-                    frl_finetune_epochs=1)
+    doubled = _step("frl", frl=_frl_weights([2 / 3] * 3, [2 / 3] * 3), frl_beta=1.5, epochs=2, frl_finetune_epochs=1)
     assert doubled[2]["loss"].item() == pytest.approx(trades[2]["loss"].item(), rel=1e-6)
-    skewed = _step("frl", frl=_frl_weights([0.6, 0.2, 0.2], [0.2, 0.2, 0.6]), epochs=2,
-                   frl_finetune_epochs=1)
+    skewed = _step("frl", frl=_frl_weights([0.6, 0.2, 0.2], [0.2, 0.2, 0.6]), epochs=2, frl_finetune_epochs=1)
     assert skewed[2]["loss"].item() != pytest.approx(frl[2]["loss"].item(), rel=1e-3)
-    remargin = _step("frl", frl=_frl_weights([1 / 3] * 3, [1 / 3] * 3, [1.0, 3.0, 0.98]),
-                     frl_remargin=True, epochs=2, frl_finetune_epochs=1)
+    remargin = _step(
+        "frl",
+        frl=_frl_weights([1 / 3] * 3, [1 / 3] * 3, [1.0, 3.0, 0.98]),
+        frl_remargin=True,
+        epochs=2,
+        frl_finetune_epochs=1,
+    )
     assert math.isfinite(remargin[2]["loss"].item())

@@ -24,9 +24,13 @@ def setting(tmp_path_factory):
 
 
 def pairs(data, queries):
-    return atk.PairBatch.build([data.queries[q] for q in queries for _ in data.corpus],
-                               [c for _ in queries for c in data.corpus],
-                               data.labels[queries].reshape(-1), 15, 20)
+    return atk.PairBatch.build(
+        [data.queries[q] for q in queries for _ in data.corpus],
+        [c for _ in queries for c in data.corpus],
+        data.labels[queries].reshape(-1),
+        15,
+        20,
+    )
 
 
 def test_random_attack_makes_exactly_budget_distinct_flips(setting):
@@ -72,8 +76,13 @@ def test_seagram_uses_no_solver_and_respects_the_threshold(setting, monkeypatch)
     assert out.solver_calls == 0 and out.flips.sum() > 0
     batch = pairs(data, [0, 1])
     none = atk.seagram_attack(victim, clf, batch, 2, threshold=1 - 1e-7, top_k=6)
-    probs = atk.noncritical_prob(clf, batch, *atk.candidates(
-        batch, torch.ones(len(batch), dtype=torch.bool), torch.zeros_like(batch.c_adj, dtype=torch.bool)))
+    probs = atk.noncritical_prob(
+        clf,
+        batch,
+        *atk.candidates(
+            batch, torch.ones(len(batch), dtype=torch.bool), torch.zeros_like(batch.c_adj, dtype=torch.bool)
+        ),
+    )
     assert none.flips.sum() == 0 or probs.max() >= 1 - 1e-7
 
 
@@ -86,8 +95,7 @@ def test_seagram_selection_rules(setting):
     active = torch.ones(len(batch), dtype=torch.bool)
     p, u, v, gain = atk.scored_candidates(victim, batch, active, done, top_k=6)
     prob = atk.noncritical_prob(clf, batch, p, u, v)
-    out = atk.seagram_attack(victim, clf, pairs(data, [0]), 1, threshold=0.0 + 1e-9, top_k=6,
-                             select="safest")
+    out = atk.seagram_attack(victim, clf, pairs(data, [0]), 1, threshold=0.0 + 1e-9, top_k=6, select="safest")
     for i in torch.nonzero(out.flips).flatten().tolist():
         rows = torch.nonzero((p == i) & (gain > 0)).flatten()
         best = rows[torch.argmax(prob[rows])]
@@ -137,8 +145,17 @@ def test_classifier_fits_its_labels(setting):
     clf = atk.CriticalityClassifier(16, 2)
     opt = torch.optim.Adam(clf.parameters(), 3e-3)
     batch = pool.batch(rows, 15, 20)
-    args = (clf, opt, batch, torch.from_numpy(rows[:, 2]), torch.from_numpy(rows[:, 3]),
-            torch.from_numpy(targets), 1, 16, torch.Generator().manual_seed(0))
+    args = (
+        clf,
+        opt,
+        batch,
+        torch.from_numpy(rows[:, 2]),
+        torch.from_numpy(rows[:, 3]),
+        torch.from_numpy(targets),
+        1,
+        16,
+        torch.Generator().manual_seed(0),
+    )
     first = atk.train_classifier(*args)
     for _ in range(40):
         last = atk.train_classifier(*args)

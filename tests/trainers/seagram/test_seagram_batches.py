@@ -30,8 +30,7 @@ def small_data() -> RetrievalData:
 
 def test_device_gather_equals_host_collation():
     data = small_data()
-    cfg = Config(queries_per_step=3, pos_per_query=2, neg_per_query=4, query_nodes=(3, 6),
-                 corpus_nodes=(5, 9))
+    cfg = Config(queries_per_step=3, pos_per_query=2, neg_per_query=4, query_nodes=(3, 6), corpus_nodes=(5, 9))
     feed = TrainPairs.of(data, cfg)
     host, device = np.random.default_rng(7), np.random.default_rng(7)
     for _ in range(5):

@@ -73,6 +73,7 @@ def test_every_label_is_rechecked_independently(generated):
 def test_protocol_sizes_connectivity_and_positive_rate(generated):
     data, _ = generated
     import networkx as nx
+
     from trainers.seagram.solver import to_nx
 
     assert all(16 <= g.shape[0] <= 20 for g in data.corpus)
@@ -133,8 +134,9 @@ def test_unknown_solver_verdicts_drop_the_query(monkeypatch):
         return real(self, query, corpus)
 
     monkeypatch.setattr(SubgraphSolver, "solve", flaky)
-    spec = sgdata.DataSpec(source="nci", n_corpus=12, n_queries=4, nci_max_molecules=400, seed=5,
-                           max_query_attempts=500)
+    spec = sgdata.DataSpec(
+        source="nci", n_corpus=12, n_queries=4, nci_max_molecules=400, seed=5, max_query_attempts=500
+    )
     data = sgdata.generate(spec, sgdata.nci_graphs(400))
     assert data.stats["queries_dropped_unknown"] == 3
     assert data.stats["solver"]["unknown"] == 3
@@ -172,8 +174,7 @@ def test_tu_dataset_loader_reads_raw_files(tmp_path):
 
 
 def test_missing_tu_dataset_fails_before_anything_runs(tmp_path):
-    cfg = from_dict(Config, {"source": "MUTAG", "data_dir": str(tmp_path), "n_queries": 20,
-                             "n_corpus": 30}, "test")
+    cfg = from_dict(Config, {"source": "MUTAG", "data_dir": str(tmp_path), "n_queries": 20, "n_corpus": 30}, "test")
     with pytest.raises(UserError, match=r"MUTAG.*MUTAG_A\.txt"):
         sgdata.preflight(cfg)
     with pytest.raises(UserError, match="download"):
@@ -181,8 +182,9 @@ def test_missing_tu_dataset_fails_before_anything_runs(tmp_path):
 
 
 def test_preflight_refuses_an_attack_that_cannot_fit_in_memory(tmp_path):
-    cfg = from_dict(Config, {"data_dir": str(tmp_path), "n_corpus": 200000, "n_queries": 40000,
-                             "corpus_nodes": [60, 64]}, "test")
+    cfg = from_dict(
+        Config, {"data_dir": str(tmp_path), "n_corpus": 200000, "n_queries": 40000, "corpus_nodes": [60, 64]}, "test"
+    )
     with pytest.raises(UserError, match="attack_queries"):
         sgdata.preflight(cfg)
 
@@ -190,6 +192,7 @@ def test_preflight_refuses_an_attack_that_cannot_fit_in_memory(tmp_path):
 def test_bfs_sample_is_connected_and_induced():
     rng = np.random.default_rng(0)
     import networkx as nx
+
     from trainers.seagram.solver import to_nx
 
     g = nx.to_numpy_array(nx.grid_2d_graph(5, 5), dtype=np.uint8)

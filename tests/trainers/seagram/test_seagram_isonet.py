@@ -60,8 +60,11 @@ def test_checksums_missing_files_and_unknown_names_are_clear_errors(released, tm
     with pytest.raises(UserError, match="SHA-256 .* is not the released file's"):
         load_data(cfg)  # synthetic files are not the released ones
     missing = from_dict(Config, {"dataset": "aids", "data_dir": str(tmp_path)}, "t")
-    with pytest.raises(UserError, match=r"IsoNet dataset aids not found: no .*aids240k_corpus_subgraphs"
-                                        r".*structlearning/isonetpp"):
+    with pytest.raises(
+        UserError,
+        match=r"IsoNet dataset aids not found: no .*aids240k_corpus_subgraphs"
+        r".*structlearning/isonetpp",
+    ):
         preflight(missing)
     with pytest.raises(UserError, match="dataset"):
         from_dict(Config, {"dataset": "cora"}, "t")

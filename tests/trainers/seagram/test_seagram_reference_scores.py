@@ -33,19 +33,29 @@ from torch_geometric.nn import GINConv
 from trainers.seagram.gmn import GMN, IsoNetEdge
 from trainers.seagram.model import IsoNetNode, NeuroMatch, dense_batch, order_score, sinkhorn
 
-QUERIES = [nx.path_graph(6), nx.cycle_graph(7), nx.star_graph(5), nx.petersen_graph(), nx.ladder_graph(4),
-           nx.wheel_graph(8)]
-CORPUS = [nx.cycle_graph(14), nx.convert_node_labels_to_integers(nx.grid_2d_graph(4, 5)), nx.petersen_graph(),
-          nx.dodecahedral_graph(), nx.ladder_graph(9), nx.wheel_graph(16)]
+QUERIES = [
+    nx.path_graph(6),
+    nx.cycle_graph(7),
+    nx.star_graph(5),
+    nx.petersen_graph(),
+    nx.ladder_graph(4),
+    nx.wheel_graph(8),
+]
+CORPUS = [
+    nx.cycle_graph(14),
+    nx.convert_node_labels_to_integers(nx.grid_2d_graph(4, 5)),
+    nx.petersen_graph(),
+    nx.dodecahedral_graph(),
+    nx.ladder_graph(9),
+    nx.wheel_graph(16),
+]
 MAX_EDGES = 32  # the grid has 31 edges
 
 REFERENCE = {  # IsoNet++'s modules, float64 (see the module docstring)
     ("gmn", 0): [-2.56280231418, -12.4746661864, -8.0582820864, -7.91195459564, -7.79992242326, -5.79928487389],
     ("gmn", 1): [-15.2019325057, -26.0757606455, -19.0771869916, -18.9880479473, -18.8587208285, -14.1966569005],
-    ("isonet", 0): [-208.712193424, -431.978458448, -226.900929557, -299.380203597, -430.094834675,
-                    -467.553564911],
-    ("isonet", 1): [-71.1359901166, -459.49726577, -214.674401483, -207.701054173, -233.151244648,
-                    -293.696790147],
+    ("isonet", 0): [-208.712193424, -431.978458448, -226.900929557, -299.380203597, -430.094834675, -467.553564911],
+    ("isonet", 1): [-71.1359901166, -459.49726577, -214.674401483, -207.701054173, -233.151244648, -293.696790147],
 }
 
 
@@ -104,7 +114,7 @@ def _sparse_gin(encoder, g: nx.Graph) -> list[torch.Tensor]:
     out = [h]
     for conv in encoder.convs:
         gin = GINConv(copy.deepcopy(conv.nn), eps=0.0)  # its constructor re-initialises the MLP ...
-        gin.nn.load_state_dict(conv.nn.state_dict())    # ... so the weights are loaded after
+        gin.nn.load_state_dict(conv.nn.state_dict())  # ... so the weights are loaded after
         h = torch.relu(gin(h, ei))
         out.append(h)
     return out

@@ -38,15 +38,33 @@ from trainers.seagram.loop import compare_attacks
 pytestmark = pytest.mark.long  # 308-346 s on 2 shared cores (2026-12-03): three seeds of five arms
 
 SCIENCE = dict(
-    source="nci", n_corpus=60, n_queries=40, victim="neuromatch", hidden=32, layers=3,
-    victim_steps=400, queries_per_step=8, budget=2, top_k=16, threshold=0.8, select="safest",
-    al_budget=300, al_init=75, al_rounds=4, al_candidates=1000, al_pool="picks",
-    al_strategy="uncertainty", al_random_frac=0.5, clf_hidden=32, clf_layers=3, clf_batch=32,
+    source="nci",
+    n_corpus=60,
+    n_queries=40,
+    victim="neuromatch",
+    hidden=32,
+    layers=3,
+    victim_steps=400,
+    queries_per_step=8,
+    budget=2,
+    top_k=16,
+    threshold=0.8,
+    select="safest",
+    al_budget=300,
+    al_init=75,
+    al_rounds=4,
+    al_candidates=1000,
+    al_pool="picks",
+    al_strategy="uncertainty",
+    al_random_frac=0.5,
+    clf_hidden=32,
+    clf_layers=3,
+    clf_batch=32,
 )
 SEEDS = (0, 1, 2)
 AL_ARMS = {
     "uncertainty": {"al_random_frac": 0.0},  # pure uncertainty sampling over the picks pool
-    "passive": {"al_strategy": "passive"},   # classifier-free: uniform flips of uniform train pairs
+    "passive": {"al_strategy": "passive"},  # classifier-free: uniform flips of uniform train pairs
 }
 """The active-learning arms beside the default (``seagram``: half of each round at random, half
 by uncertainty, over the flips the current classifier's attack would take), at equal labels."""
@@ -59,8 +77,7 @@ def runs(tmp_path_factory):
     for seed in SEEDS:
         cfg = from_dict(Config, {**SCIENCE, "seed": seed}, "science test")
         data = load_or_generate(spec_from_config(cfg), cache, cache)
-        out.append(compare_attacks(cfg, data, attacks=("random", "greedy", "greedy_free", "seagram"),
-                                   al_arms=AL_ARMS))
+        out.append(compare_attacks(cfg, data, attacks=("random", "greedy", "greedy_free", "seagram"), al_arms=AL_ARMS))
     return out
 
 
@@ -108,7 +125,7 @@ def al_table(runs) -> dict[str, dict[str, np.ndarray]]:
     arms = {"mixed (default)": "seagram", "uncertainty": "seagram_uncertainty", "passive": "seagram_passive"}
     out = {}
     for arm, key in arms.items():
-        train = "seagram_train" + key[len("seagram"):]
+        train = "seagram_train" + key[len("seagram") :]
         out[arm] = {
             "kept": values(runs, key, "label_preserved"),
             "drop": values(runs, key, "map_drop"),
@@ -123,27 +140,37 @@ def test_active_learning_arms_at_equal_label_budgets(runs):
     # positive control: the labels-kept instrument separates an attack that checks every flip
     # (greedy, 1.0) from the same attack with no check (greedy_free)
     assert (values(runs, "greedy", "label_preserved") - values(runs, "greedy_free", "label_preserved") >= 0.2).all()
-    print(f"\n{'attack':12s} {'seed':>4s} {'clean':>6s} {'kept':>6s} {'drop':>6s} {'true drop':>9s} {'test calls':>10s}")
+    print(
+        f"\n{'attack':12s} {'seed':>4s} {'clean':>6s} {'kept':>6s} {'drop':>6s} {'true drop':>9s} {'test calls':>10s}"
+    )
     for attack in ("random", "greedy", "greedy_free", "seagram"):
         for i, r in enumerate(runs):
             m = r[attack]
-            print(f"{attack:12s} {SEEDS[i]:4d} {r['victim']['map']:6.3f} {m['attack/label_preserved']:6.3f} "
-                  f"{m['attack/map_drop']:6.3f} {r['victim']['map'] - m['attack/map_true_labels']:9.3f} "
-                  f"{m['attack/solver_calls_test']:10d}")
+            print(
+                f"{attack:12s} {SEEDS[i]:4d} {r['victim']['map']:6.3f} {m['attack/label_preserved']:6.3f} "
+                f"{m['attack/map_drop']:6.3f} {r['victim']['map'] - m['attack/map_true_labels']:9.3f} "
+                f"{m['attack/solver_calls_test']:10d}"
+            )
     table = al_table(runs)
     print(f"\n{'arm':16s} {'seed':>4s} {'calls':>6s} {'kept':>6s} {'drop':>6s} {'true drop':>9s}")
     for arm, cols in table.items():
         for i, seed in enumerate(SEEDS):
-            print(f"{arm:16s} {seed:4d} {cols['calls'][i]:6d} {cols['kept'][i]:6.3f} {cols['drop'][i]:6.3f} "
-                  f"{cols['true_drop'][i]:9.3f}")
-        print(f"{arm:16s} mean {cols['calls'].mean():6.0f} {cols['kept'].mean():6.3f} {cols['drop'].mean():6.3f} "
-              f"{cols['true_drop'].mean():9.3f}")
+            print(
+                f"{arm:16s} {seed:4d} {cols['calls'][i]:6d} {cols['kept'][i]:6.3f} {cols['drop'][i]:6.3f} "
+                f"{cols['true_drop'][i]:9.3f}"
+            )
+        print(
+            f"{arm:16s} mean {cols['calls'].mean():6.0f} {cols['kept'].mean():6.3f} {cols['drop'].mean():6.3f} "
+            f"{cols['true_drop'].mean():9.3f}"
+        )
     diffs = {}
     for a, b in [("mixed (default)", "passive"), ("uncertainty", "passive"), ("mixed (default)", "uncertainty")]:
         for metric in ("kept", "true_drop"):
             diff = diffs[a, b, metric] = table[a][metric] - table[b][metric]
-            print(f"{a} - {b}, {metric}: mean {diff.mean():+.3f}, range [{diff.min():+.3f}, {diff.max():+.3f}], "
-                  f"{int((diff > 0).sum())}/{len(diff)} seeds > 0")
+            print(
+                f"{a} - {b}, {metric}: mean {diff.mean():+.3f}, range [{diff.min():+.3f}, {diff.max():+.3f}], "
+                f"{int((diff > 0).sum())}/{len(diff)} seeds > 0"
+            )
     for cols in table.values():  # equal label budgets: every arm spends the same solver calls
         assert (cols["calls"] == table["passive"]["calls"]).all() and (cols["calls"] <= SCIENCE["al_budget"]).all()
         assert cols["true_drop"].mean() >= 0.2  # every arm's classifier makes a working attack

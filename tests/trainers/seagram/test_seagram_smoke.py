@@ -7,8 +7,14 @@ from conftest import assert_finite_metrics
 
 from trainers.seagram import FINAL_METRICS
 
-PHASE_METRICS = ("victim/loss", "victim/step", "victim/map_val", "seagram/al_round",
-                 "seagram/clf_loss", "seagram/noncritical_rate")
+PHASE_METRICS = (
+    "victim/loss",
+    "victim/step",
+    "victim/map_val",
+    "seagram/al_round",
+    "seagram/clf_loss",
+    "seagram/noncritical_rate",
+)
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +31,9 @@ def test_smoke_sweep_reports_every_metric(smoke_sweep, data_dir):
         assert_finite_metrics(result.metrics, FINAL_METRICS)
         assert result.metrics["train/phase"] == 2
         assert result.metrics["attack/solver_calls_test"] == 0  # SEAGRAM: no solver at attack time
-        assert 0 < result.metrics["attack/solver_calls_train"] <= 60  # al_budget: an upper bound (the pool may run short)
+        assert (
+            0 < result.metrics["attack/solver_calls_train"] <= 60
+        )  # al_budget: an upper bound (the pool may run short)
         assert result.metrics["attack/flips_mean"] > 0  # the attack path ran with real flips
         assert result.checkpoint is not None
         history = result.metrics_dataframe
@@ -66,8 +74,9 @@ def test_stopped_trial_resumes_and_matches_uninterrupted(local_trial, tmp_path, 
 
 def test_baseline_attacks_run_through_the_loop(local_trial, tmp_path, data_dir):
     for attack in ("greedy", "greedy_free", "random"):
-        rows = local_trial("seagram_baselines", f"config.data_dir={data_dir}",
-                           f"config.attack={attack}", trial_dir=tmp_path / attack)
+        rows = local_trial(
+            "seagram_baselines", f"config.data_dir={data_dir}", f"config.attack={attack}", trial_dir=tmp_path / attack
+        )
         final = rows[-1]
         assert_finite_metrics(final, FINAL_METRICS)
         assert final["attack/solver_calls_train"] == 0
@@ -84,8 +93,13 @@ def test_baseline_attacks_run_through_the_loop(local_trial, tmp_path, data_dir):
 
 
 def test_victim_label_variant_uses_no_test_label(local_trial, tmp_path, data_dir):
-    rows = local_trial("seagram_no_labels", f"config.data_dir={data_dir}", "config.attack=greedy_free",
-                       "config.label_source=victim", trial_dir=tmp_path / "nolabel")
+    rows = local_trial(
+        "seagram_no_labels",
+        f"config.data_dir={data_dir}",
+        "config.attack=greedy_free",
+        "config.label_source=victim",
+        trial_dir=tmp_path / "nolabel",
+    )
     final = rows[-1]
     assert_finite_metrics(final, FINAL_METRICS + ("attack/pred_label_acc",))
     assert final["attack/solver_calls_labels"] == 0 and final["attack/solver_calls_test"] == 0

@@ -14,7 +14,7 @@ def brute_force(q: np.ndarray, c: np.ndarray, induced: bool) -> bool:
     nq, nc = q.shape[0], c.shape[0]
     for image in itertools.permutations(range(nc), nq):
         sub = c[np.ix_(image, image)]
-        if (np.array_equal(sub, q) if induced else np.all(sub >= q)):
+        if np.array_equal(sub, q) if induced else np.all(sub >= q):
             return True
     return False
 
@@ -45,7 +45,7 @@ def test_solver_matches_brute_force_on_small_graphs(induced):
 
 
 def test_induced_and_monomorphism_differ_as_defined():
-    path = nx.to_numpy_array(nx.path_graph(3), dtype=np.uint8)      # a-b-c
+    path = nx.to_numpy_array(nx.path_graph(3), dtype=np.uint8)  # a-b-c
     triangle = nx.to_numpy_array(nx.complete_graph(3), dtype=np.uint8)
     # A path is a subgraph of a triangle (monomorphism) but not an induced one.
     assert SubgraphSolver(induced=False)(path, triangle) is Verdict.YES

@@ -31,7 +31,8 @@ def test_average_precision_ties_form_one_threshold():
     assert average_precision(s, y) == pytest.approx(0.5 * 0.5 + 0.5 * 2 / 3)
     # ... whatever order the tied items are listed in.
     assert average_precision(torch.tensor([1.0, 1.0, 0.0]), torch.tensor([0, 1, 1])) == pytest.approx(
-        0.5 * 0.5 + 0.5 * 2 / 3)
+        0.5 * 0.5 + 0.5 * 2 / 3
+    )
     rng = np.random.default_rng(0)
     for _ in range(20):
         scores = rng.integers(0, 4, size=12).astype(float)
@@ -39,7 +40,8 @@ def test_average_precision_ties_form_one_threshold():
         if labels.sum() == 0:
             continue
         assert average_precision(torch.tensor(scores), torch.tensor(labels)) == pytest.approx(
-            average_precision_score(labels, scores))
+            average_precision_score(labels, scores)
+        )
 
 
 def test_map_is_the_mean_over_queries_with_positives():
@@ -91,18 +93,18 @@ def test_flip_cycle_length_hand_computed():
     g = nx.cycle_graph(6)
     g.add_edge(0, 6)  # a pendant node on the hexagon
     cyc = atk.flip_cycle_length(nx.to_numpy_array(g, dtype=np.uint8))
-    assert cyc[0, 1] == 6 and cyc[2, 3] == 6   # hexagon bonds lie on the 6-ring
-    assert cyc[0, 2] == 3                       # distance 2: closes a triangle
-    assert cyc[0, 3] == 4                       # distance 3: closes a 4-cycle
-    assert cyc[0, 6] == 0                       # a bridge lies on no cycle
-    assert cyc[6, 3] == 5                       # pendant to the opposite node: 6-0-1-2-3 + edge
+    assert cyc[0, 1] == 6 and cyc[2, 3] == 6  # hexagon bonds lie on the 6-ring
+    assert cyc[0, 2] == 3  # distance 2: closes a triangle
+    assert cyc[0, 3] == 4  # distance 3: closes a 4-cycle
+    assert cyc[0, 6] == 0  # a bridge lies on no cycle
+    assert cyc[6, 3] == 5  # pendant to the opposite node: 6-0-1-2-3 + edge
     prof = atk.ring_profile(nx.to_numpy_array(g), cyc)
     assert prof.tolist() == pytest.approx([0, 0, 0, 6 / 7, 0, 0])
 
 
 def test_certified_noncritical_hand_computed():
     path = nx.to_numpy_array(nx.path_graph(4), dtype=np.uint8)  # 0-1-2-3
-    mapped = np.array([True, True, False, False])                # the image of a query edge
+    mapped = np.array([True, True, False, False])  # the image of a query edge
     image_edges = np.zeros_like(path)
     image_edges[0, 1] = image_edges[1, 0] = 1
     ind = atk.certified_noncritical(path, image_edges, mapped, induced=True)

@@ -63,18 +63,41 @@ def small_hparams() -> dict[str, Any]:
     the same class run in seconds. Its weights are random: it tests the pipeline, not Boltz-2.
     """
     return dict(
-        atom_s=16, atom_z=8, token_s=32, token_z=16, num_bins=64,
-        training_args={}, validation_args={},
+        atom_s=16,
+        atom_z=8,
+        token_s=32,
+        token_z=16,
+        num_bins=64,
+        training_args={},
+        validation_args={},
         embedder_args=dict(atom_encoder_depth=1, atom_encoder_heads=2),
-        msa_args=dict(msa_s=8, msa_blocks=1, msa_dropout=0.0, z_dropout=0.0,
-                      pairwise_head_width=8, pairwise_num_heads=2, use_paired_feature=True),
-        pairformer_args=dict(num_blocks=2, num_heads=2, dropout=0.0, pairwise_head_width=8,
-                             pairwise_num_heads=2, v2=True),
-        score_model_args=dict(atom_encoder_depth=1, atom_encoder_heads=2, token_transformer_depth=1,
-                              token_transformer_heads=2, atom_decoder_depth=1, atom_decoder_heads=2,
-                              conditioning_transition_layers=1, dim_fourier=16, sigma_data=16),
-        diffusion_process_args=dict(num_sampling_steps=2), diffusion_loss_args={},
-        confidence_prediction=False, validate_structure=False,
+        msa_args=dict(
+            msa_s=8,
+            msa_blocks=1,
+            msa_dropout=0.0,
+            z_dropout=0.0,
+            pairwise_head_width=8,
+            pairwise_num_heads=2,
+            use_paired_feature=True,
+        ),
+        pairformer_args=dict(
+            num_blocks=2, num_heads=2, dropout=0.0, pairwise_head_width=8, pairwise_num_heads=2, v2=True
+        ),
+        score_model_args=dict(
+            atom_encoder_depth=1,
+            atom_encoder_heads=2,
+            token_transformer_depth=1,
+            token_transformer_heads=2,
+            atom_decoder_depth=1,
+            atom_decoder_heads=2,
+            conditioning_transition_layers=1,
+            dim_fourier=16,
+            sigma_data=16,
+        ),
+        diffusion_process_args=dict(num_sampling_steps=2),
+        diffusion_loss_args={},
+        confidence_prediction=False,
+        validate_structure=False,
         atom_feature_dim=388,  # ref_pos 3 + charge 1 + element 128 + atom-name chars 4 x 64
     )
 
@@ -93,12 +116,11 @@ def redraw_weights(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
         for param in model.parameters():
             if param.ndim >= 2:
                 fan_in = param[0].numel()
-                param.copy_(torch.randn(param.shape, generator=generator) / fan_in ** 0.5)
+                param.copy_(torch.randn(param.shape, generator=generator) / fan_in**0.5)
     return model
 
 
-def write_random_checkpoint(path: str | Path, seed: int = 0, hparams: dict | None = None,
-                            redraw: bool = False) -> Path:
+def write_random_checkpoint(path: str | Path, seed: int = 0, hparams: dict | None = None, redraw: bool = False) -> Path:
     """Save a randomly initialized ``Boltz2`` in Lightning's checkpoint layout (for tests);
     ``redraw``: with every weight matrix redrawn (``redraw_weights``)."""
     import pytorch_lightning
@@ -110,11 +132,14 @@ def write_random_checkpoint(path: str | Path, seed: int = 0, hparams: dict | Non
         redraw_weights(model, seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({
-        "state_dict": model.state_dict(),
-        "hyper_parameters": dict(model.hparams),
-        "pytorch-lightning_version": pytorch_lightning.__version__,
-    }, path)
+    torch.save(
+        {
+            "state_dict": model.state_dict(),
+            "hyper_parameters": dict(model.hparams),
+            "pytorch-lightning_version": pytorch_lightning.__version__,
+        },
+        path,
+    )
     return path
 
 
@@ -132,22 +157,32 @@ def load_boltz2(checkpoint: str | Path, trust_checkpoint: bool = False):
 
     path = Path(checkpoint).expanduser()
     if not path.is_file():
-        raise UserError(f"--checkpoint {path}: no such file (download boltz2_conf.ckpt yourself; "
-                        f"nothing is downloaded here)")
+        raise UserError(
+            f"--checkpoint {path}: no such file (download boltz2_conf.ckpt yourself; nothing is downloaded here)"
+        )
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=not trust_checkpoint)
     except Exception as err:  # noqa: BLE001
-        hint = "" if trust_checkpoint else (
-            "; if you trust this file, --trust-checkpoint loads it with full unpickling")
+        hint = (
+            "" if trust_checkpoint else ("; if you trust this file, --trust-checkpoint loads it with full unpickling")
+        )
         raise UserError(f"--checkpoint {path}: cannot load: {str(err).splitlines()[0]}{hint}") from None
     if "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
         raise UserError(f"--checkpoint {path}: not a Lightning checkpoint (no state_dict / hyper_parameters)")
     hparams = dict(ckpt["hyper_parameters"])
-    hparams["pairformer_args"] = {**asdict(PairformerArgsV2()), **dict(hparams.get("pairformer_args", {})),
-                                  "activation_checkpointing": False, "offload_to_cpu": False}
-    hparams["msa_args"] = {**asdict(MSAModuleArgs(use_paired_feature=True)), **dict(hparams.get("msa_args", {})),
-                           "activation_checkpointing": False, "offload_to_cpu": False,
-                           "subsample_msa": False}
+    hparams["pairformer_args"] = {
+        **asdict(PairformerArgsV2()),
+        **dict(hparams.get("pairformer_args", {})),
+        "activation_checkpointing": False,
+        "offload_to_cpu": False,
+    }
+    hparams["msa_args"] = {
+        **asdict(MSAModuleArgs(use_paired_feature=True)),
+        **dict(hparams.get("msa_args", {})),
+        "activation_checkpointing": False,
+        "offload_to_cpu": False,
+        "subsample_msa": False,
+    }
     hparams.update(ema=False, use_kernels=False, steering_args=asdict(BoltzSteeringParams()))
     accepted = set(inspect.signature(Boltz2.__init__).parameters) - {"self"}
     dropped = sorted(set(hparams) - accepted)
@@ -167,8 +202,12 @@ def raw_atom_inputs(batch: dict[str, Any]) -> np.ndarray:
     """The atom encoder's raw per-atom inputs, [atoms, 388]: ``cat[ref_pos, ref_charge,
     ref_element, ref_atom_name_chars]``, as ``AtomEncoder.forward`` concatenates them."""
     n = batch["ref_pos"].shape[1]
-    parts = [batch["ref_pos"][0], batch["ref_charge"][0].unsqueeze(-1), batch["ref_element"][0],
-             batch["ref_atom_name_chars"][0].reshape(n, -1)]
+    parts = [
+        batch["ref_pos"][0],
+        batch["ref_charge"][0].unsqueeze(-1),
+        batch["ref_element"][0],
+        batch["ref_atom_name_chars"][0].reshape(n, -1),
+    ]
     return torch.cat([p.float().cpu() for p in parts], dim=-1).numpy()
 
 
@@ -219,8 +258,10 @@ class Boltz2Teacher:
         if layer not in LAYERS:
             raise UserError(f"--layer {layer}: choose one of {', '.join(LAYERS)}")
         if protein and not mol_dir:
-            raise UserError("--protein needs --mol-dir: boltz's CCD molecule folder (the 'mols' "
-                            "directory that boltz downloads to ~/.boltz/mols)")
+            raise UserError(
+                "--protein needs --mol-dir: boltz's CCD molecule folder (the 'mols' "
+                "directory that boltz downloads to ~/.boltz/mols)"
+            )
         self.layer = layer
         self.device = torch.device(device)
         self.recycling_steps = recycling_steps
@@ -239,26 +280,34 @@ class Boltz2Teacher:
         embedder = self.model.input_embedder
         if layer == "atom_attention":  # outputs (a, q, c, to_keys): q is the per-atom output
             embedder.atom_attention_encoder.register_forward_hook(
-                lambda _m, _i, out: self._captured.__setitem__("out", out[1]))
+                lambda _m, _i, out: self._captured.__setitem__("out", out[1])
+            )
         elif layer == "atom_input":  # outputs (q, c, p, to_keys): q = Linear(raw atom features)
-            embedder.atom_encoder.register_forward_hook(
-                lambda _m, _i, out: self._captured.__setitem__("out", out[0]))
+            embedder.atom_encoder.register_forward_hook(lambda _m, _i, out: self._captured.__setitem__("out", out[0]))
         elif layer == "s_inputs":
             embedder.register_forward_hook(lambda _m, _i, out: self._captured.__setitem__("out", out))
 
     def settings(self) -> dict[str, Any]:
         """What determines the embeddings (written into the store's meta.json)."""
-        return {"teacher": "boltz2", "settings": {
-            "layer": self.layer, "recycling_steps": self.recycling_steps, "seed": self.seed,
-            "protein": self.protein or "", "msa": self.msa or "", "precision": self.precision,
-            "hparams_token_s": int(self.model.hparams["token_s"]),
-        }}
+        return {
+            "teacher": "boltz2",
+            "settings": {
+                "layer": self.layer,
+                "recycling_steps": self.recycling_steps,
+                "seed": self.seed,
+                "protein": self.protein or "",
+                "msa": self.msa or "",
+                "precision": self.precision,
+                "hparams_token_s": int(self.model.hparams["token_s"]),
+            },
+        }
 
     def _schema(self, key: str) -> dict:
         sequences = [{"ligand": {"id": LIGAND_CHAIN, "smiles": key}}]
         if self.protein:
-            sequences.insert(0, {"protein": {"id": PROTEIN_CHAIN, "sequence": self.protein,
-                                             "msa": self.msa or "empty"}})
+            sequences.insert(
+                0, {"protein": {"id": PROTEIN_CHAIN, "sequence": self.protein, "msa": self.msa or "empty"}}
+            )
         return {"version": 1, "sequences": sequences}
 
     def features(self, key: str) -> tuple[dict[str, Any], Any]:
@@ -272,17 +321,21 @@ class Boltz2Teacher:
         from boltz.data.types import Input
 
         with _seeded_boltz_conformers(self.seed), contextlib.redirect_stdout(None):
-            target = parse_boltz_schema("ligand", self._schema(key), ccd={},
-                                        mol_dir=self.mol_dir, boltz_2=True)
+            target = parse_boltz_schema("ligand", self._schema(key), ccd={}, mol_dir=self.mol_dir, boltz_2=True)
         msas = {}
         if self.protein and self.msa and self.msa != "empty":
             msas[0] = self._parse_msa(Path(self.msa).expanduser(), const.max_msa_seqs)
             for chain in target.record.chains:
                 if chain.chain_name == PROTEIN_CHAIN:
                     chain.msa_id = 0
-        data = Input(target.structure, msas, record=target.record,
-                     residue_constraints=target.residue_constraints, templates=None,
-                     extra_mols=target.extra_mols)
+        data = Input(
+            target.structure,
+            msas,
+            record=target.record,
+            residue_constraints=target.residue_constraints,
+            templates=None,
+            extra_mols=target.extra_mols,
+        )
         tokenized = Boltz2Tokenizer().tokenize(data)
         molecules = {}
         if self.protein:
@@ -292,11 +345,21 @@ class Boltz2Teacher:
         molecules.update(target.extra_mols)
         torch.manual_seed(self.seed)  # for the featurizer's roto-translation (runs with --protein only)
         feats = Boltz2Featurizer().process(
-            tokenized, molecules=molecules, random=np.random.default_rng(self.seed), training=False,
-            max_atoms=None, max_tokens=None, max_seqs=const.max_msa_seqs, pad_to_max_seqs=False,
-            single_sequence_prop=0.0, compute_frames=True, inference_pocket_constraints=None,
-            inference_contact_constraints=None, compute_constraint_features=True,
-            override_method=None, compute_affinity=False,
+            tokenized,
+            molecules=molecules,
+            random=np.random.default_rng(self.seed),
+            training=False,
+            max_atoms=None,
+            max_tokens=None,
+            max_seqs=const.max_msa_seqs,
+            pad_to_max_seqs=False,
+            single_sequence_prop=0.0,
+            compute_frames=True,
+            inference_pocket_constraints=None,
+            inference_contact_constraints=None,
+            compute_constraint_features=True,
+            override_method=None,
+            compute_affinity=False,
         )
         return collate([feats]), tokenized
 
@@ -335,8 +398,11 @@ class Boltz2Teacher:
                 first_atom.setdefault(int(atom_to_token[k]), int(k))
             rows = np.array([first_atom[int(t)] for t in token_rows])
         ref_element = batch["ref_element"][0].argmax(-1).cpu().numpy()
-        atom_rows = rows if self.layer in ATOM_LAYERS else np.array([
-            int(np.nonzero(batch["atom_to_token"][0][:, t].cpu().numpy())[0][0]) for t in token_rows])
+        atom_rows = (
+            rows
+            if self.layer in ATOM_LAYERS
+            else np.array([int(np.nonzero(batch["atom_to_token"][0][:, t].cpu().numpy())[0][0]) for t in token_rows])
+        )
         self._atom_rows = atom_rows
         return rows, names, ref_element[atom_rows]
 
@@ -350,8 +416,7 @@ class Boltz2Teacher:
         batch, tokenized = self.features(key)
         batch = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in batch.items()}
         self._captured.clear()
-        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16,
-                                  enabled=self.precision == "bf16-mixed")
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16-mixed")
         with autocast:
             out = self.model(batch, recycling_steps=self.recycling_steps)
         values = out["s"] if self.layer == "trunk_s" else self._captured["out"]
@@ -363,6 +428,9 @@ class Boltz2Teacher:
             raise ValueError(f"boltz atoms {names} do not match RDKit atoms {expected}")
         order = [position[name] for name in expected]
         embedding = values[rows[order]]
-        mapping = {"names": [names[i] for i in order], "elements": elements[order].tolist(),
-                   "raw_inputs": raw_atom_inputs(batch)[self._atom_rows[order]]}
+        mapping = {
+            "names": [names[i] for i in order],
+            "elements": elements[order].tolist(),
+            "raw_inputs": raw_atom_inputs(batch)[self._atom_rows[order]],
+        }
         return embedding, mapping

@@ -35,33 +35,55 @@ TEACHERS = ("boltz2", "conformer", "descriptors")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m trainers.boltz_distill.teacher",
-                                description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m trainers.boltz_distill.teacher", description=__doc__.split("\n")[0])
     p.add_argument("--teacher", choices=TEACHERS, default="boltz2")
-    p.add_argument("--smiles", help="moses, nci (the corpora of corpus.py, test-set molecules left out) or a "
-                                    "SMILES file (.smi, .txt, .csv); default: nci")
-    p.add_argument("--tdc-data-dir", default="~/.cache/raylab/tdc",
-                   help="with --smiles moses/nci: where the ADMET test sets to leave out live")
-    p.add_argument("--allow-missing-tests", action="store_true",
-                   help="with moses/nci: run although some ADMET test sets are missing (not excluded)")
+    p.add_argument(
+        "--smiles",
+        help="moses, nci (the corpora of corpus.py, test-set molecules left out) or a "
+        "SMILES file (.smi, .txt, .csv); default: nci",
+    )
+    p.add_argument(
+        "--tdc-data-dir",
+        default="~/.cache/raylab/tdc",
+        help="with --smiles moses/nci: where the ADMET test sets to leave out live",
+    )
+    p.add_argument(
+        "--allow-missing-tests",
+        action="store_true",
+        help="with moses/nci: run although some ADMET test sets are missing (not excluded)",
+    )
     p.add_argument("--out", help="store directory (created, or continued if it exists)")
     p.add_argument("--limit", type=int, default=0, help="use the first N molecules (0: all)")
     p.add_argument("--shard-size", type=int, default=1000, help="molecules per shard")
     p.add_argument("--seed", type=int, default=0, help="conformer/featurizer seed")
     g = p.add_argument_group("boltz2")
     g.add_argument("--checkpoint", help="Boltz-2 checkpoint (boltz2_conf.ckpt), downloaded by you")
-    g.add_argument("--layer", default="trunk_s", help="trunk_s (default), atom_attention, s_inputs, or atom_input (the linear input control)")
+    g.add_argument(
+        "--layer",
+        default="trunk_s",
+        help="trunk_s (default), atom_attention, s_inputs, or atom_input (the linear input control)",
+    )
     g.add_argument("--recycling-steps", type=int, default=3)
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 ...")
-    g.add_argument("--precision", default="auto", choices=["auto", "32", "bf16-mixed"],
-                   help="auto: bf16-mixed on a GPU (as boltz predict), 32 on a CPU")
+    g.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", "32", "bf16-mixed"],
+        help="auto: bf16-mixed on a GPU (as boltz predict), 32 on a CPU",
+    )
     g.add_argument("--protein", help="a protein sequence to co-fold each ligand with")
     g.add_argument("--msa", help="the protein's MSA (.a3m or .csv); default: single sequence")
     g.add_argument("--mol-dir", help="boltz's CCD molecule folder (needed with --protein)")
-    g.add_argument("--trust-checkpoint", action="store_true",
-                   help="load the checkpoint with full unpickling if weights-only loading fails")
-    g.add_argument("--write-random-checkpoint", metavar="PATH",
-                   help="save a small randomly initialized Boltz-2 checkpoint and exit (tests)")
+    g.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="load the checkpoint with full unpickling if weights-only loading fails",
+    )
+    g.add_argument(
+        "--write-random-checkpoint",
+        metavar="PATH",
+        help="save a small randomly initialized Boltz-2 checkpoint and exit (tests)",
+    )
     from trainers.boltz_distill.teacher.ray_job import add_arguments
 
     add_arguments(p)
@@ -86,8 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         from trainers.boltz_distill.corpus import exclusion_line
 
         sets: list[str] = []
-        smiles = corpus_smiles(source, args.limit, exclude_tests=True, tdc_data_dir=args.tdc_data_dir,
-                               allow_missing_tests=args.allow_missing_tests, excluded_sets=sets)
+        smiles = corpus_smiles(
+            source,
+            args.limit,
+            exclude_tests=True,
+            tdc_data_dir=args.tdc_data_dir,
+            allow_missing_tests=args.allow_missing_tests,
+            excluded_sets=sets,
+        )
         print(exclusion_line(sets))
     else:
         smiles = read_smiles_file(source, limit=args.limit)
@@ -102,11 +130,20 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from trainers.boltz_distill.teacher.rdkit_teachers import build_rdkit_store
 
-        counts = build_rdkit_store(args.teacher, smiles, args.out, args.num_conformers, args.seed,
-                                   workers=args.workers, shard_size=args.shard_size)
+        counts = build_rdkit_store(
+            args.teacher,
+            smiles,
+            args.out,
+            args.num_conformers,
+            args.seed,
+            workers=args.workers,
+            shard_size=args.shard_size,
+        )
     took = time.time() - started
-    print(f"{args.teacher} -> {args.out}: {counts['written']} written, {counts['skipped']} already "
-          f"there, {counts['failed']} failed ({took:.1f} s)")
+    print(
+        f"{args.teacher} -> {args.out}: {counts['written']} written, {counts['skipped']} already "
+        f"there, {counts['failed']} failed ({took:.1f} s)"
+    )
     return 0
 
 
@@ -115,17 +152,26 @@ def run_boltz2(args: argparse.Namespace, smiles: list[str]) -> dict[str, int]:
     import importlib.util
 
     if importlib.util.find_spec("boltz") is None:
-        raise UserError(f"--teacher boltz2 needs the boltz package, which {sys.executable} lacks; "
-                        f"create its environment with 'make boltz-env' and run .venv-boltz/bin/python")
-    from trainers.boltz_distill.teacher.boltz2 import Boltz2Teacher
+        raise UserError(
+            f"--teacher boltz2 needs the boltz package, which {sys.executable} lacks; "
+            f"create its environment with 'make boltz-env' and run .venv-boltz/bin/python"
+        )
     from trainers.boltz_distill.store import StoreWriter
+    from trainers.boltz_distill.teacher.boltz2 import Boltz2Teacher
 
     if not args.checkpoint:
         raise UserError("--teacher boltz2 needs --checkpoint PATH (boltz2_conf.ckpt)")
     teacher = Boltz2Teacher(
-        args.checkpoint, layer=args.layer, device=args.device, recycling_steps=args.recycling_steps,
-        seed=args.seed, protein=args.protein, msa=args.msa, mol_dir=args.mol_dir,
-        precision=args.precision, trust_checkpoint=args.trust_checkpoint,
+        args.checkpoint,
+        layer=args.layer,
+        device=args.device,
+        recycling_steps=args.recycling_steps,
+        seed=args.seed,
+        protein=args.protein,
+        msa=args.msa,
+        mol_dir=args.mol_dir,
+        precision=args.precision,
+        trust_checkpoint=args.trust_checkpoint,
     )
     keys, _, _ = parse_smiles(smiles, what=str(args.smiles or "NCI"))
     counts = {"written": 0, "skipped": 0, "failed": 0}
@@ -147,4 +193,3 @@ def run_boltz2(args: argparse.Namespace, smiles: list[str]) -> dict[str, int]:
                 last = time.time()
                 print(f"boltz2: {done}/{len(todo)} molecules", file=sys.stderr)
     return counts
-

@@ -34,10 +34,31 @@ REPO = Path(__file__).resolve().parents[3]
 
 def chunk_command(args: argparse.Namespace, smi: str, out: str) -> list[str]:
     """The single-process teacher command that one task runs on its chunk."""
-    command = [args.boltz_python, "-m", "trainers.boltz_distill.teacher", "--teacher", "boltz2",
-               "--smiles", smi, "--out", out, "--checkpoint", str(Path(args.checkpoint).expanduser()),
-               "--layer", args.layer, "--recycling-steps", str(args.recycling_steps), "--seed", str(args.seed),
-               "--device", args.device, "--precision", args.precision, "--shard-size", str(args.chunk_size)]
+    command = [
+        args.boltz_python,
+        "-m",
+        "trainers.boltz_distill.teacher",
+        "--teacher",
+        "boltz2",
+        "--smiles",
+        smi,
+        "--out",
+        out,
+        "--checkpoint",
+        str(Path(args.checkpoint).expanduser()),
+        "--layer",
+        args.layer,
+        "--recycling-steps",
+        str(args.recycling_steps),
+        "--seed",
+        str(args.seed),
+        "--device",
+        args.device,
+        "--precision",
+        args.precision,
+        "--shard-size",
+        str(args.chunk_size),
+    ]
     for flag, value in (("--protein", args.protein), ("--msa", args.msa), ("--mol-dir", args.mol_dir)):
         if value:
             command += [flag, value]
@@ -54,14 +75,20 @@ def embed_chunk(args: argparse.Namespace, keys: list[str]) -> dict:
         smi = Path(tmp) / "chunk.smi"
         smi.write_text("".join(k + "\n" for k in keys))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        proc = subprocess.run(chunk_command(args, str(smi), f"{tmp}/store"), cwd=REPO, env=env,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            chunk_command(args, str(smi), f"{tmp}/store"), cwd=REPO, env=env, capture_output=True, text=True
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"boltz teacher failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
         store = EmbeddingStore(f"{tmp}/store")
         meta = {k: v for k, v in store.meta.items() if k not in ("format", "dim", "dtype")}
-        return {"meta": meta, "dim": store.dim, "keys": store.keys(),
-                "arrays": [store[k] for k in store.keys()], "failed": dict(store.failed)}
+        return {
+            "meta": meta,
+            "dim": store.dim,
+            "keys": store.keys(),
+            "arrays": [store[k] for k in store.keys()],
+            "failed": dict(store.failed),
+        }
 
 
 def existing_meta(out: str) -> dict | None:
@@ -94,8 +121,14 @@ def run(args: argparse.Namespace, keys: list[str]) -> dict[str, int]:
     task = ray.remote(num_gpus=args.gpus_per_task, num_cpus=args.cpus_per_task, max_retries=1)(embed_chunk)
     pending = [task.remote(args, todo[i : i + args.chunk_size]) for i in range(0, len(todo), args.chunk_size)]
     writer = None
-    bar = tqdm(total=len(keys), initial=len(keys) - len(todo), unit="mol", desc=f"boltz2 {args.layer}",
-               file=sys.stderr, mininterval=5)
+    bar = tqdm(
+        total=len(keys),
+        initial=len(keys) - len(todo),
+        unit="mol",
+        desc=f"boltz2 {args.layer}",
+        file=sys.stderr,
+        mininterval=5,
+    )
     try:
         while pending:
             ready, pending = ray.wait(pending, num_returns=1)
@@ -123,6 +156,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus-per-task", type=float, default=1.0, help="GPUs per chunk task (0 on CPUs)")
     g.add_argument("--cpus-per-task", type=float, default=1.0)
     g.add_argument("--chunk-size", type=int, default=500, help="molecules per task (and per shard)")
-    g.add_argument("--boltz-python", default=str(REPO / ".venv-boltz" / "bin" / "python"),
-                   help="the boltz environment's python on every node")
-
+    g.add_argument(
+        "--boltz-python",
+        default=str(REPO / ".venv-boltz" / "bin" / "python"),
+        help="the boltz environment's python on every node",
+    )

@@ -87,11 +87,20 @@ def conformer_features(mol: Chem.Mol, num_conformers: int = 4, seed: int = 0) ->
         near3 = (dist_all < 3.0).sum(axis=1) - 1
         near5 = (dist_all < 5.0).sum(axis=1) - 1
         gyration = math.sqrt(float((to_centroid**2).mean()))
-        feats.append(np.concatenate([
-            by_group.reshape(n, -1),
-            to_centroid[:, None], near3[:, None], near5[:, None], charges[:, None],
-            np.full((n, 1), gyration), np.full((n, 1), signed_log(np.array(energy / n))),
-        ], axis=1))
+        feats.append(
+            np.concatenate(
+                [
+                    by_group.reshape(n, -1),
+                    to_centroid[:, None],
+                    near3[:, None],
+                    near5[:, None],
+                    charges[:, None],
+                    np.full((n, 1), gyration),
+                    np.full((n, 1), signed_log(np.array(energy / n))),
+                ],
+                axis=1,
+            )
+        )
     out = np.mean(feats, axis=0).astype(np.float32)
     assert out.shape == (n, CONFORMER_DIM)
     return out
@@ -127,9 +136,16 @@ def descriptor_features(mol: Chem.Mol) -> np.ndarray:
 def rdkit_teacher(name: str, num_conformers: int = 4, seed: int = 0) -> tuple[Callable, int, dict]:
     """``(embed(mol) -> [atoms, dim], dim, settings)`` of an RDKit teacher by name."""
     if name == "conformer":
-        settings = {"teacher": "conformer", "settings": {
-            "num_conformers": num_conformers, "seed": seed, "rbf_centers": RBF_CENTERS.tolist(),
-            "force_field": "MMFF94", "embedding": "ETKDGv3"}}
+        settings = {
+            "teacher": "conformer",
+            "settings": {
+                "num_conformers": num_conformers,
+                "seed": seed,
+                "rbf_centers": RBF_CENTERS.tolist(),
+                "force_field": "MMFF94",
+                "embedding": "ETKDGv3",
+            },
+        }
         return (lambda mol: conformer_features(mol, num_conformers, seed)), CONFORMER_DIM, settings
     if name == "descriptors":
         settings = {"teacher": "descriptors", "settings": {"names": DESCRIPTOR_NAMES}}
@@ -180,7 +196,8 @@ def build_rdkit_store(
         started = last = time.time()
         if workers > 1 and len(todo) > 1:
             pool = multiprocessing.get_context("spawn").Pool(
-                workers, initializer=_init_worker, initargs=(name, num_conformers, seed))
+                workers, initializer=_init_worker, initargs=(name, num_conformers, seed)
+            )
             results = pool.imap(_embed_one, todo, chunksize=16)
         else:
             pool = None
