@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     cli.quiet_third_party_warnings()
     if not args.experiment:
         raise UserError("name an experiment (python -m raylab.tune --list shows them)")
+    checks.check_storage_syntax(args.storage)
+    checks.check_name_syntax(args.name)
     if args.resume and args.overrides:
         raise UserError("--resume continues a trial as it was started; drop the overrides")
     if args.resume:  # the run folder's own experiment (smoke or not), before any check
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--storage {args.storage}: python -m raylab.train runs in this process and "
             "writes a local folder; use python -m raylab.tune for a cloud --storage"
         )
-    checks.check_storage(run)
+    checks.check_storage(run, need=checks.storage_need(experiment, args.resume, trials=1))
     checks.check_resources(experiment, ray_start.local_resources(), local=True)
     checks.preflight(experiment)
     config, picked = single_config(experiment)
