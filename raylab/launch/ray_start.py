@@ -75,8 +75,8 @@ def connect(
         return {"started": False, "dashboard_url": None}
     address = cluster_address(address)
     if address:
-        if address != "auto" and not address.startswith("ray://"):
-            _check_reachable(address)
+        address, source = resolved_address(address)
+        check_reachable(address, source)
         try:
             context = ray.init(
                 address=address,
@@ -215,15 +215,58 @@ def wait_for_ctrl_c(ray_info: dict[str, Any]) -> None:
         pass
 
 
-def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
+def ray_address_file(environ: dict[str, str] | None = None) -> str:
+    """Where ``ray start`` records the address of the cluster it started on this machine (the
+    file ``ray.init(address="auto")`` reads): ``ray/ray_current_cluster`` under Ray's temp
+    root, which is ``RAY_TMPDIR``, else ``TMPDIR`` on Linux, else ``/tmp``."""
+    environ = os.environ if environ is None else environ
+    temp = environ.get("RAY_TMPDIR") or (environ.get("TMPDIR") if sys.platform.startswith("linux") else None)
+    return os.path.join(temp or "/tmp", "ray", "ray_current_cluster")
+
+
+def resolved_address(address: str, environ: dict[str, str] | None = None) -> tuple[str, str | None]:
+    """The cluster ``--address auto`` means, resolved as ``ray.init`` resolves it, so that it
+    can be checked before Ray waits on it, and where that came from: ``RAY_ADDRESS`` when set,
+    else the address the last ``ray start`` on this machine recorded (``ray_address_file``).
+    Without either, ``auto`` is left to Ray (it joins a Ray it finds running here, or fails at
+    once when there is none). Any other address is returned as given (source None).
+
+    Ray itself waits for minutes on a recorded cluster that has since stopped (a stale address
+    file); ``check_reachable`` on the resolved address fails within seconds.
+    """
+    environ = os.environ if environ is None else environ
+    if address != "auto":
+        return address, None
+    if (from_env := environ.get("RAY_ADDRESS", "")) and from_env != "auto":
+        return from_env, "RAY_ADDRESS"
+    path = ray_address_file(environ)
+    try:
+        with open(path) as f:
+            recorded = f.read().strip()
+    except OSError:
+        return address, None
+    return (recorded, f"{path}, written by the last `ray start` on this machine") if recorded else (address, None)
+
+
+def check_reachable(address: str, source: str | None = None, timeout_s: float = 3.0) -> None:
+    """Whether the GCS at ``address`` (``HOST:PORT``) accepts a connection within ``timeout_s``;
+    else a ``UserError`` in one line, naming where an ``auto`` address came from (``source``)."""
+    if address == "auto" or address.startswith("ray://"):
+        return
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise UserError(f"--address '{address}': expected auto or HOST:PORT")
+        raise UserError(f"--address '{address}'{f' (from {source})' if source else ''}: expected auto or HOST:PORT")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             pass
     except OSError as err:
-        raise UserError(f"cannot reach Ray cluster at {address}: {err.strerror or err}") from None
+        reason = err.strerror or str(err) or "no answer"
+        if source:
+            raise UserError(
+                f"--address auto: cannot reach Ray cluster at {address} (from {source}): {reason}; start one "
+                "with `ray start --head`, or name a running one with --address HOST:PORT"
+            ) from None
+        raise UserError(f"cannot reach Ray cluster at {address}: {reason}") from None
 
 
 def local_resources() -> dict[str, float]:
