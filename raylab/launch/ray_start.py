@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 from typing import Any
 
 from raylab.errors import UserError
@@ -57,13 +58,14 @@ def connect(
 ) -> dict[str, Any]:
     """Start a local Ray sized to this machine, or join ``address`` (``auto`` or ``HOST:PORT``).
 
-    Returns what the caller may print: whether Ray was started here and the dashboard URL
-    (with ``dashboard``). ``state_api`` starts the dashboard process without announcing it:
+    Returns what the caller may print: whether Ray was started here, the dashboard URL (with
+    ``dashboard``) and, when ``quiet``, the file Ray's pushed messages go to (``ray_messages``). ``state_api`` starts the dashboard process without announcing it:
     Ray Train's controller polls Ray's state API, which that process serves. An address that
     does not answer fails within seconds. A local Ray's dashboard listens on 127.0.0.1 only,
     unless ``listen`` (all interfaces); its other servers too when the CLI called
-    ``bind_to_loopback_unless_asked`` first. ``quiet`` keeps the workers' output and Ray's
-    tracebacks off the console (``quiet_ray_console``). ``env_vars`` (a joined cluster only,
+    ``bind_to_loopback_unless_asked`` first. ``quiet`` keeps Ray's own lines below ERROR, the
+    workers' output, the messages raylets push to the driver and Ray's tracebacks off the
+    console (``console_level``, ``log_to_driver``, ``divert_ray_messages``, ``quiet_ray_console``). ``env_vars`` (a joined cluster only,
     whose nodes were started without this shell's environment) reach every task and actor of
     the sweep, Tune trials and Ray Train workers alike, through the job's ``runtime_env``.
     """
@@ -72,7 +74,7 @@ def connect(
     if quiet:
         quiet_ray_console()
     if ray.is_initialized():
-        return {"started": False, "dashboard_url": None}
+        return {"started": False, "dashboard_url": None, "ray_messages": None}
     address = cluster_address(address)
     if address:
         address, source = resolved_address(address)
@@ -80,13 +82,14 @@ def connect(
         try:
             context = ray.init(
                 address=address,
-                logging_level=logging.WARNING,
+                logging_level=console_level(quiet),
                 log_to_driver=not quiet,
                 **({"runtime_env": {"env_vars": dict(env_vars)}} if env_vars else {}),
             )
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise UserError(f"cannot join Ray cluster at '{address}': {err}") from None
-        return {"started": False, "dashboard_url": context.dashboard_url}
+        messages = divert_ray_messages(context) if quiet else None
+        return {"started": False, "dashboard_url": context.dashboard_url, "ray_messages": messages}
     # "local", not None: ray.init() would otherwise join whatever cluster the last `ray start`
     # on this machine recorded in Ray's temp folder, even one long gone (it then hangs).
     port = _state_api_of_this_ray(listen) if dashboard or state_api else None
@@ -95,13 +98,14 @@ def connect(
         include_dashboard=dashboard or state_api,
         dashboard_host="0.0.0.0" if listen else "127.0.0.1",
         **({"dashboard_port": port} if port else {}),
-        logging_level=logging.WARNING,
+        logging_level=console_level(quiet),
         log_to_driver=not quiet,
     )
+    messages = divert_ray_messages(context) if quiet else None
     url = f"http://{context.dashboard_url}" if dashboard and context.dashboard_url else None
     if url and listen:
         url = url.replace("0.0.0.0", socket.gethostname(), 1)
-    return {"started": True, "dashboard_url": url}
+    return {"started": True, "dashboard_url": url, "ray_messages": messages}
 
 
 STARTUP_TIMEOUT = "timed out during startup"
@@ -153,12 +157,72 @@ def _state_api_of_this_ray(listen: bool) -> int | None:
     return port
 
 
+def console_level(quiet: bool) -> int:
+    """The level of Ray's ``ray`` loggers in this process (``ray.init(logging_level=...)``):
+    ERROR when ``quiet``, so that Ray's warnings (its token-authentication notice, Tune's
+    "may be a performance bottleneck" lines) stay off the console; WARNING with ``--verbose``."""
+    return logging.ERROR if quiet else logging.WARNING
+
+
+RAY_MESSAGES_THREAD = "ray_listen_error_messages"
+"""The thread of the driver in which Ray prints the messages its raylets and GCS push to the
+job (``(raylet) WARNING: N PYTHON worker processes have been started ...``, a worker that
+died), straight to ``sys.stdout`` in yellow, whatever ``log_to_driver`` says."""
+RAY_MESSAGES_FILE = "raylab-ray-messages.log"
+"""Where ``divert_ray_messages`` writes them: in the Ray session's ``logs`` folder."""
+
+
+def divert_ray_messages(context: Any) -> str | None:
+    """Write what Ray prints from its message thread (``RAY_MESSAGES_THREAD``) into
+    ``RAY_MESSAGES_FILE`` in the session's log folder instead of the console; return that file.
+
+    Ray has no switch for these lines (``log_to_driver=False`` keeps only the workers' output
+    away), so this process's ``sys.stdout`` and ``sys.stderr`` pass through a stream that sends
+    that one thread's writes to the file; everything else reaches the console unchanged. The
+    session folder is ``ray.init``'s ``address_info["session_dir"]``; None when there is none.
+    """
+    session = (getattr(context, "address_info", None) or {}).get("session_dir")
+    if not session:
+        return None
+    path = os.path.join(session, "logs", RAY_MESSAGES_FILE)
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _ThreadToFile):
+            setattr(sys, name, _ThreadToFile(stream, RAY_MESSAGES_THREAD, path))
+    return path
+
+
+class _ThreadToFile:
+    """A text stream that appends the writes of the thread named ``thread`` to the file ``path``
+    and passes all others to ``console``."""
+
+    def __init__(self, console, thread: str, path: str):
+        self.console, self.thread, self.path = console, thread, path
+
+    def write(self, text: str) -> int:
+        if threading.current_thread().name != self.thread:
+            return self.console.write(text)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(text)
+        except OSError:
+            pass  # the console stays quiet; the raylet's own log holds its messages
+        return len(text)
+
+    def flush(self) -> None:
+        self.console.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.console, name)
+
+
 def quiet_ray_console() -> None:
     """Keep Ray's tracebacks, and its lines that repeat raylab's own, off the console.
 
     A failed trial's traceback is in its ``error.txt`` (raylab's line names it); the workers'
-    own output stays in Ray's log files (``log_to_driver=False`` in ``connect``). Ray's other
-    warnings still show.
+    own output stays in Ray's log files (``log_to_driver=False`` in ``connect``), and Ray's
+    warnings are below the level its loggers print at (``console_level``).
     """
     import ray  # noqa: F401 - Ray's console handler exists once Ray is imported
 
