@@ -12,13 +12,14 @@ fields take their first grid or choice value, or the middle of their range, unle
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 from typing import Any
 
 from raylab import experiment as experiments
 from raylab import provenance, search_space, session, workloads
 from raylab.errors import UserError, exit_on_user_error
-from raylab.launch import checks, cli, ray_start, summary
+from raylab.launch import checks, cli, disk_full, ray_start, summary
 from raylab.run_folder import (
     EXPERIMENT_FILE,
     TRAIN_RUN,
@@ -115,7 +116,17 @@ def main(argv: list[str] | None = None) -> int:
         run.record(resumed=provenance.now())
     else:
         run.begin(experiment, TRAIN_RUN)
-    history = run_local(experiment, run.trial(TRAIN_TRIAL), config, verbose=not args.quiet)
+    try:
+        history = run_local(experiment, run.trial(TRAIN_TRIAL), config, verbose=not args.quiet)
+    except OSError as err:
+        if not disk_full.is_disk_full(err):
+            raise
+        raise disk_full.DiskFull(
+            disk_full.message(run.location, f"{err}").replace("the sweep stopped", "the trial stopped")
+            + f"; free space there, then continue with: python -m raylab.train {experiment.name} --resume "
+            f"--name {shlex.quote(run.name)}"
+            + (f" --storage {shlex.quote(args.storage)}" if args.storage != "results" else "")
+        ) from None
     run.record(ended=provenance.now())
     last = history[-1] if history else {}
     best_values = [

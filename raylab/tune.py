@@ -22,7 +22,7 @@ if __name__ == "__main__":  # before Ray is imported (below): where a local Ray 
 from raylab import experiment as experiments
 from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
-from raylab.launch import checks, cli, loggers, summary, sweep
+from raylab.launch import checks, cli, disk_full, loggers, summary, sweep
 from raylab.run_folder import ERROR_FILE, SUMMARY_FILE, RunFolder, new_run_name
 
 
@@ -120,15 +120,20 @@ def main(argv: list[str] | None = None) -> int:
         cli.stderr(ray_start.dashboard_text(ray_info))
 
     cli.stderr(f"run folder: {run.location}\nTensorBoard: tensorboard --logdir {run.location}")
-    done = sweep.run(
-        experiment,
-        run,
-        resume=args.resume,
-        verbose=2 if args.verbose else 0,
-        progress=not args.quiet,
-        loggers=log_to,
-        joined_cluster=bool(args.address),
-    )
+    try:
+        done = sweep.run(
+            experiment,
+            run,
+            resume=args.resume,
+            verbose=2 if args.verbose else 0,
+            progress=not args.quiet,
+            loggers=log_to,
+            joined_cluster=bool(args.address),
+        )
+    except disk_full.DiskFull as err:  # one line, no restarts; the state is saved to resume
+        raise disk_full.DiskFull(
+            f"{err}; free space there, then continue with: {resume_command(experiment.name, run.name, args)}"
+        ) from None
     csv_path = run.write_text(SUMMARY_FILE, summary.to_csv(done.rows))
     print()
     print(summary.format_table(done.rows, experiment.metric))

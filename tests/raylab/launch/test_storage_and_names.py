@@ -6,6 +6,7 @@ a name with a space. No test here starts Ray."""
 from __future__ import annotations
 
 import builtins
+import errno
 import shlex
 from collections import namedtuple
 from pathlib import Path
@@ -16,7 +17,7 @@ from raylab import experiment as experiments
 from raylab import train as raylab_train
 from raylab import tune as raylab_tune
 from raylab import yaml_io
-from raylab.launch import checks
+from raylab.launch import checks, disk_full
 from raylab.run_folder import EXPERIMENT_FILE, FINISHED_FILE, RunFolder
 
 COMMANDS = {"tune": raylab_tune.main, "train": raylab_train.main}
@@ -139,3 +140,65 @@ def test_free_space_is_compared_with_the_estimates_checkpoints(tmp_path, monkeyp
     need = checks.storage_need(experiments.load("toy", argv[1:2], smoke=False), trials=1)
     assert need.total == 2e9
     checks.probe_local(storage, need)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_a_disk_that_fills_during_the_sweep_stops_it_in_one_line_without_restarts(
+    smoke_sweep, toy_with_loop, tmp_path, monkeypatch
+):
+    # The trial's checkpoint writes go to /dev/full (the kernel's own ENOSPC at the real write
+    # site); a restart would fail the same way, and max_failures would allow two.
+    monkeypatch.chdir(tmp_path)
+    experiment = toy_with_loop("tests.raylab.launch.disk_full_loop:train_loop", "toy_disk_full")
+    with pytest.raises(disk_full.DiskFull) as stopped:
+        smoke_sweep(experiment, "failure.max_failures=2", "search.seed=[0]", smoke=False, run_name="full")
+    message = str(stopped.value)
+    assert "\n" not in message
+    assert message.startswith(f"the disk holding the run folder {tmp_path / 'results' / 'full'} is full")
+    assert "No space left on device" in message
+    assert len((tmp_path / "attempts.txt").read_text().splitlines()) == 1  # no restart
+
+
+def test_disk_full_is_found_through_wrappers_and_names_the_path():
+    assert disk_full.is_disk_full(OSError(errno.ENOSPC, "No space left on device", "/r/x"))
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as err:
+            raise RuntimeError("Ray Tune failed") from err
+    except RuntimeError as wrapped:
+        assert disk_full.is_disk_full(wrapped)
+    assert disk_full.is_disk_full(RuntimeError("pyarrow: IOError: [Errno 28] No space left on device"))
+    assert not disk_full.is_disk_full(OSError(errno.EACCES, "Permission denied"))
+    text = "Traceback ...\nOSError: [Errno 28] No space left on device: '/tmp/raylab-ckpt-1/state.pt.tmp'\n"
+    assert disk_full.message("/runs/r", text) == (
+        "the disk holding the run folder /runs/r is full (writing /tmp/raylab-ckpt-1/state.pt.tmp): "
+        "No space left on device; the sweep stopped"
+    )
+    assert disk_full.message("/runs/r", text.replace("/tmp/raylab-ckpt-1", "/runs/r/t1")).endswith(
+        "/runs/r is full: No space left on device; the sweep stopped"
+    )
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_raylab_train_on_a_disk_that_fills_stops_in_one_line_and_resumes(tmp_path, monkeypatch, capsys):
+    from raylab import checkpoint
+
+    def save_on_a_full_disk(directory, state):
+        with open("/dev/full", "wb") as out:  # the kernel's own ENOSPC, at the checkpoint write
+            out.write(b"\0" * 65536)
+            out.flush()
+
+    storage = tmp_path / "my results"
+    with monkeypatch.context() as full:
+        full.setattr(checkpoint, "save", save_on_a_full_disk)
+        assert raylab_train.main(["toy", "--smoke", "--quiet", "--storage", str(storage), "--name", "t 1"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()  # raylab.train's search.* lines, then one error
+    assert [line for line in lines if not line.startswith("search.")] == [lines[-1]]
+    err = lines[-1]
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert f"the disk holding the run folder {storage / 't 1'} is full" in err and "No space left on device" in err
+    printed = err.split("continue with: ", 1)[1]
+    assert shlex.split(printed)[:3] == ["python", "-m", "raylab.train"]
+    assert raylab_train.main(shlex.split(printed)[3:] + ["--quiet"]) == 0  # room again: it resumes
