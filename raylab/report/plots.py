@@ -105,7 +105,7 @@ def save_figure(fig, path: Path, dpi: int = 80, style: FigureStyle | None = None
     style = style or FigureStyle()
     fig.tight_layout()
     if style.smoke:
-        height = fig.get_figheight() * 72
+        width, height = fig.get_figwidth() * 72, fig.get_figheight() * 72  # points
         mark = fig.text(
             0.5,
             0.5,
@@ -113,7 +113,7 @@ def save_figure(fig, path: Path, dpi: int = 80, style: FigureStyle | None = None
             ha="center",
             va="center",
             rotation=20,
-            fontsize=max(24.0, min(120.0, 0.45 * height)),
+            fontsize=max(18.0, min(120.0, 0.18 * width, 0.45 * height)),  # the word spans most of the width
             fontweight="bold",
             color="red",
             alpha=0.15,

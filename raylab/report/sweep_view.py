@@ -178,8 +178,9 @@ def parallel_coordinates(
     ax.axvline(len(keys), color="0.3", linewidth=1)
     for t in np.linspace(0, 1, 5):
         ax.text(len(keys) + 0.03, t, format_value(float(metric_low + t * span)), fontsize=7, va="center")
-    names = [f"{k}{' (log)' if a[3] == 'log' else ''}" for k, a in zip(keys, axes_values)]
-    ax.set_xticks(xs, [*names, f"{metric} ({mode})"], fontsize=8)
+    name_of = style.label if style else str
+    names = [f"{name_of(k)}{' (log)' if a[3] == 'log' else ''}" for k, a in zip(keys, axes_values)]
+    ax.set_xticks(xs, [*names, f"{name_of(metric)} ({mode})"], fontsize=8)
     ax.set_yticks([])
     ax.set_xlim(-0.1, len(keys) + 0.45)
     ax.set_ylim(-0.05, 1.05)
@@ -192,7 +193,7 @@ def parallel_coordinates(
         fontsize=9,
     )
     fig.colorbar(
-        plt.cm.ScalarMappable(norm=plt.Normalize(low, high), cmap=cmap), ax=ax, pad=0.01, label=metric
+        plt.cm.ScalarMappable(norm=plt.Normalize(low, high), cmap=cmap), ax=ax, pad=0.01, label=name_of(metric)
     ).ax.tick_params(labelsize=7)
     save_figure(fig, path, style=style)
     out["file"] = f"figures/{path.name}"
@@ -313,15 +314,15 @@ def learning_curves(
         plt.close(fig)
         out["note"] = f"no trial reported {metric} against {step} or time_total_s"
         return out
-    label = style.label if style else str
-    for ax, x in zip(axes, (label(step), "wall-clock seconds (time_total_s)")):
+    name_of = style.label if style else str
+    for ax, x in zip(axes, (name_of(step), "wall-clock seconds (time_total_s)")):
         ax.set_xlabel(x, fontsize=8)
-        ax.set_ylabel(label(metric), fontsize=8)
+        ax.set_ylabel(name_of(metric), fontsize=8)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     more = f"the best {len(shown)} of {len(groups)} configurations; " if len(groups) > len(shown) else ""
     fig.suptitle(
-        f"{metric} against {step} and against wall-clock time: {more}mean over seeds at each {step} "
+        f"{name_of(metric)} against {name_of(step)} and against wall-clock time: {more}mean over seeds at each {step} "
         "(wall-clock: the seeds' mean time there), band ± one std",
         fontsize=10,
     )
