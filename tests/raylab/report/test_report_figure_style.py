@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 from scipy import stats
 
 from raylab import report, workloads
@@ -240,3 +241,20 @@ def test_every_workloads_figure_names_and_declared_metrics_have_labels():
         assert not missing, f"{name}: no label for {missing}"
         checked += 1
     assert checked >= 6  # the five paper workloads (and their second reports) and toy
+
+
+def test_the_watermark_alone_is_not_drawn_data(tmp_path):
+    """The report checks count saturated pixels as drawn data (``conftest.colored_pixels``): the
+    pale watermark of an empty smoke figure must not pass for data."""
+    import matplotlib.pyplot as plt
+
+    from tests.raylab.report.conftest import colored_pixels
+
+    pngs = []
+    for smoke in (False, True):
+        fig, ax = plt.subplots(figsize=(5, 3.4))
+        ax.grid(alpha=0.3)
+        pngs += plots.save_figure(fig, tmp_path / f"empty_{smoke}.png", style=FigureStyle(smoke=smoke))
+    plain, marked = (np.asarray(Image.open(p).convert("L"), dtype=int) for p in pngs)
+    assert (plain - marked > 20).sum() > 2000  # the watermark is drawn ...
+    assert colored_pixels(pngs[1]) == 0  # ... too pale to count as data
