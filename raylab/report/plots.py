@@ -135,13 +135,7 @@ def save_figure(fig, path: Path, dpi: int = 80, style: FigureStyle | None = None
 
 def _series_label(style: FigureStyle, keys: list[str], values: tuple) -> str:
     """``label_of`` with each config key's declared label (``Learning rate=0.1``)."""
-    text = label_of(keys, values)
-    if keys and style.labels:
-        for key in keys:
-            shown = style.label(key)
-            if shown != key:
-                text = text.replace(f"{key}=", f"{shown}=")
-    return text
+    return label_of(keys, values, style.label)
 
 
 def _bars_widening(item, run: Run, trials: list[Trial]) -> float:
