@@ -160,7 +160,7 @@ class WandbTracker(LoggerCallback):
             return self._runs[trial.trial_id]
         import wandb
 
-        settings = {"console": "off"}
+        settings = {"console": "off", "quiet": True}  # the driver's console is raylab's
         if "raylab.git.commit" in self._provenance:
             settings["git_commit"] = self._provenance["raylab.git.commit"]
         offline = self.init.get("mode", "").lower() in ("offline", "dryrun", "disabled")

@@ -263,3 +263,33 @@ def test_an_mlflow_store_that_cannot_work_is_one_line_before_ray_starts(uri, fra
     assert not list(tmp_path.iterdir()), "nothing is created"
     assert raylab_tune.main(["toy", "--smoke", "--logger", "mlflow", "--storage", storage, "--dry-run"]) == 0
     assert "# loggers: " in capsys.readouterr().out
+
+
+def test_a_resumed_sweep_continues_each_trials_mlflow_run(tmp_path):
+    """Tune restores the callbacks it pickled with the sweep and sets them up again: the new
+    callback finds the trial's run by its tags and logs on, params logged once. No Ray."""
+    import pickle
+    from types import SimpleNamespace
+
+    mlflow = pytest.importorskip("mlflow")
+    from raylab import experiment as experiments
+
+    toy = experiments.load("toy", ["search.seed=[0]"], smoke=True)
+    run = RunFolder.under(str(tmp_path / "results"), "toy-resumed")
+    run.begin(toy)
+    trial = SimpleNamespace(trial_id="abc_00000", config={**toy.config, "lr": 0.05, "seed": 0})
+
+    def session(counter: int):
+        (callback,) = pickle.loads(pickle.dumps(loggers.callbacks(["mlflow"], toy, run)))
+        callback.setup()
+        callback.log_trial_start(trial)
+        callback.log_trial_result(1, trial, {"train/step": counter, "eval/mse": 1.0 / counter, "training_iteration": 1})
+        callback.log_trial_end(trial)
+
+    session(20)
+    session(40)  # the resumed sweep
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"file://{run.location}/mlruns")
+    (exp,) = [e for e in client.search_experiments() if e.name == "toy"]
+    (resumed,) = client.search_runs([exp.experiment_id])
+    assert [m.step for m in client.get_metric_history(resumed.info.run_id, "eval/mse")] == [20, 40]
+    assert resumed.data.params["steps"] == "60" and resumed.info.status == "FINISHED"
