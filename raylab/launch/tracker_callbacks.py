@@ -11,6 +11,7 @@ on ``--resume``).
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -160,7 +161,9 @@ class WandbTracker(LoggerCallback):
             return self._runs[trial.trial_id]
         import wandb
 
-        settings = {"console": "off", "quiet": True}  # the driver's console is raylab's
+        # The driver's console is raylab's: no console capture, and W&B's own lines (per run:
+        # where its data goes, how to sync) only with WANDB_SILENT=false.
+        settings = {"console": "off", "silent": os.environ.get("WANDB_SILENT", "true").lower() != "false"}
         if "raylab.git.commit" in self._provenance:
             settings["git_commit"] = self._provenance["raylab.git.commit"]
         offline = self.init.get("mode", "").lower() in ("offline", "dryrun", "disabled")
