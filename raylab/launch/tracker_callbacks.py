@@ -90,12 +90,17 @@ class MLflowTracker(LoggerCallback):
     def _run_id(self, trial) -> str:
         if trial.trial_id in self._runs:
             return self._runs[trial.trial_id]
+        from mlflow.exceptions import MlflowException
+
         run_tag = self.tags.get("raylab.run", "")
-        existing = self._client.search_runs(
-            [self._experiment_id],
-            filter_string=f"tags.`raylab.trial` = '{trial.trial_id}' and tags.`raylab.run` = '{run_tag}'",
-            max_results=1,
-        )
+        try:
+            existing = self._client.search_runs(
+                [self._experiment_id],
+                filter_string=f"tags.`raylab.trial` = '{trial.trial_id}' and tags.`raylab.run` = '{run_tag}'",
+                max_results=1,
+            )
+        except MlflowException:  # a run name MLflow's filter cannot quote: a new run
+            existing = []
         if existing:
             run_id = existing[0].info.run_id
             self._client.update_run(run_id, status="RUNNING")
