@@ -79,6 +79,8 @@ def test_every_tracker_gets_the_whole_config_the_provenance_and_the_workloads_co
     kinds = [r.WhichOneof("record_type") for r in records]
     (meta,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert meta.project == "raylab" and meta.run_group == run.name and meta.git.commit == git["commit"]
+    environments = [r.environment for r in records if r.WhichOneof("record_type") == "environment"]
+    assert any(e.git.commit == git["commit"] and "pytest" in e.program for e in environments), environments
     config = {item.key: json.loads(item.value_json) for item in meta.config.update}
     assert {k: str(v) for k, v in config.items() if k in expected} == expected
     assert config["raylab.git.dirty"] == git["dirty"] and "pytest" in config["raylab.command_line"]
