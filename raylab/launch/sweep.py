@@ -104,7 +104,7 @@ def run(
                 callbacks=[
                     disk_full.callback(run.location),
                     config_writer.callback(experiment, run),
-                    *logger_callbacks.callbacks(list(loggers), experiment.name, run),
+                    *logger_callbacks.callbacks(list(loggers), experiment, run),
                 ]
                 + ([progress_lines.callback(experiment, run.location)] if progress else []),
                 verbose=verbose,
