@@ -12,13 +12,14 @@ fields take their first grid or choice value, or the middle of their range, unle
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 from typing import Any
 
 from raylab import experiment as experiments
 from raylab import provenance, search_space, session, workloads
 from raylab.errors import UserError, exit_on_user_error
-from raylab.launch import checks, cli, ray_start, summary
+from raylab.launch import checks, cli, disk_full, ray_start, summary
 from raylab.run_folder import (
     EXPERIMENT_FILE,
     TRAIN_RUN,
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     cli.quiet_third_party_warnings()
     if not args.experiment:
         raise UserError("name an experiment (python -m raylab.tune --list shows them)")
+    checks.check_storage_syntax(args.storage)
+    checks.check_name_syntax(args.name)
     if args.resume and args.overrides:
         raise UserError("--resume continues a trial as it was started; drop the overrides")
     if args.resume:  # the run folder's own experiment (smoke or not), before any check
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--storage {args.storage}: python -m raylab.train runs in this process and "
             "writes a local folder; use python -m raylab.tune for a cloud --storage"
         )
-    checks.check_storage(run)
+    checks.check_storage(run, need=checks.storage_need(experiment, args.resume, trials=1))
     checks.check_resources(experiment, ray_start.local_resources(), local=True)
     checks.preflight(experiment)
     config, picked = single_config(experiment)
@@ -113,7 +116,17 @@ def main(argv: list[str] | None = None) -> int:
         run.record(resumed=provenance.now())
     else:
         run.begin(experiment, TRAIN_RUN)
-    history = run_local(experiment, run.trial(TRAIN_TRIAL), config, verbose=not args.quiet)
+    try:
+        history = run_local(experiment, run.trial(TRAIN_TRIAL), config, verbose=not args.quiet)
+    except OSError as err:
+        if not disk_full.is_disk_full(err):
+            raise
+        raise disk_full.DiskFull(
+            disk_full.message(run.location, f"{err}").replace("the sweep stopped", "the trial stopped")
+            + f"; free space there, then continue with: python -m raylab.train {experiment.name} --resume "
+            f"--name {shlex.quote(run.name)}"
+            + (f" --storage {shlex.quote(args.storage)}" if args.storage != "results" else "")
+        ) from None
     run.record(ended=provenance.now())
     last = history[-1] if history else {}
     best_values = [

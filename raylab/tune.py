@@ -22,7 +22,7 @@ if __name__ == "__main__":  # before Ray is imported (below): where a local Ray 
 from raylab import experiment as experiments
 from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
-from raylab.launch import checks, cli, loggers, summary, sweep
+from raylab.launch import checks, cli, disk_full, loggers, summary, sweep
 from raylab.run_folder import ERROR_FILE, SUMMARY_FILE, RunFolder, new_run_name
 
 
@@ -73,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.experiment:
         raise UserError("name an experiment (python -m raylab.tune --list shows them)")
+    checks.check_storage_syntax(args.storage)
+    checks.check_name_syntax(args.name)
     args.address = ray_start.cluster_address(args.address)
     if args.keep and not args.dashboard:
         raise UserError("--keep keeps the dashboard up after the sweep; it needs --dashboard")
@@ -118,15 +120,20 @@ def main(argv: list[str] | None = None) -> int:
         cli.stderr(ray_start.dashboard_text(ray_info))
 
     cli.stderr(f"run folder: {run.location}\nTensorBoard: tensorboard --logdir {run.location}")
-    done = sweep.run(
-        experiment,
-        run,
-        resume=args.resume,
-        verbose=2 if args.verbose else 0,
-        progress=not args.quiet,
-        loggers=log_to,
-        joined_cluster=bool(args.address),
-    )
+    try:
+        done = sweep.run(
+            experiment,
+            run,
+            resume=args.resume,
+            verbose=2 if args.verbose else 0,
+            progress=not args.quiet,
+            loggers=log_to,
+            joined_cluster=bool(args.address),
+        )
+    except disk_full.DiskFull as err:  # one line, no restarts; the state is saved to resume
+        raise disk_full.DiskFull(
+            f"{err}; free space there, then continue with: {resume_command(experiment.name, run.name, args)}"
+        ) from None
     csv_path = run.write_text(SUMMARY_FILE, summary.to_csv(done.rows))
     print()
     print(summary.format_table(done.rows, experiment.metric))
@@ -172,7 +179,7 @@ def run_to_resume(args) -> tuple[RunFolder, experiments.Experiment]:
 
 def resume_command(experiment_name: str, run_name: str, args) -> str:
     """The command that continues this run, exactly as it must be typed."""
-    command = f"python -m raylab.tune {experiment_name} --resume --name {run_name}"
+    command = f"python -m raylab.tune {shlex.quote(experiment_name)} --resume --name {shlex.quote(run_name)}"
     if args.storage != "results":
         command += f" --storage {shlex.quote(args.storage)}"
     if args.address:
@@ -197,7 +204,7 @@ def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
             checks.check_resources(experiment, ray_start.local_resources(), local=True)
 
     steps = [
-        ("storage", lambda: checks.check_storage(run)),
+        ("storage", lambda: checks.check_storage(run, need=checks.storage_need(experiment, args.resume))),
         *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), run))] if args.logger else []),
         ("run name", name_is_free),
         ("resources on the cluster (checked once joined)" if args.address else "resources on this machine", resources),
@@ -261,12 +268,10 @@ def cost_text(experiment: experiments.Experiment) -> str:
         lines.append(
             f"# cost: {trials} trials; no stop criterion or estimate.trial_steps, so no step count to multiply"
         )
-    if estimate.checkpoint_bytes:
-        kept = experiment.checkpoint.keep
-        per_trial = estimate.checkpoint_bytes * (kept if kept is not None else 1)
+    if need := checks.checkpoint_need(experiment):  # the storage probe compares the same total
         lines.append(
-            f"#   checkpoints kept: {trials} trials x {kept if kept is not None else 'all (at least 1)'} x "
-            f"{_bytes(estimate.checkpoint_bytes)} = {_bytes(trials * per_trial)}"
+            f"#   checkpoints kept: {need.trials} trials x {need.kept if need.kept is not None else 'all (at least 1)'} x "
+            f"{_bytes(need.checkpoint_bytes)} = {_bytes(need.total)}"
         )
     if not estimate.steps_per_s or not estimate.checkpoint_bytes:
         lines.append(
@@ -284,12 +289,7 @@ def cost_text(experiment: experiments.Experiment) -> str:
     return "\n".join(lines)
 
 
-def _bytes(count: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if count < 1000 or unit == "TB":
-            return f"{count:,.1f} {unit}" if unit != "B" else f"{count:,.0f} B"
-        count /= 1000
-    return f"{count:,.1f} TB"
+_bytes = checks.human_bytes
 
 
 if __name__ == "__main__":

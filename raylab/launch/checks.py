@@ -6,10 +6,15 @@ object written, read back and deleted through the filesystem layer Ray Tune uses
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import itertools
 import math
 import os
+import re
+import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -72,6 +77,52 @@ def preflight(experiment: Experiment, limit: int = 256) -> None:
         check(from_dict(workload.config_class(), values, experiment.source, "config"))
 
 
+MALFORMED_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(?!//)")
+"""A scheme followed by ``:`` but not ``://`` (``s3:/bucket``, ``gs:bucket``): taken as a local
+path, it would make a folder named ``s3:`` in the working directory."""
+
+
+def check_storage_syntax(storage: str) -> None:
+    """Refuse a ``--storage`` that looks like a URI with a malformed scheme part.
+
+    ``s3:/bucket`` or ``gs:bucket`` is not a URI (that needs ``://``) and, read as a local path,
+    would silently write to a folder named ``s3:``. A local folder whose name holds a colon is
+    still possible as ``./s3:x``.
+    """
+    found = MALFORMED_URI.match(storage)
+    if not found:
+        return
+    scheme, rest = found.group(1), storage[found.end() :]
+    meant = f"{scheme}:///{rest.lstrip('/')}" if scheme.lower() == "file" else f"{scheme}://{rest.lstrip('/')}"
+    raise UserError(
+        f"--storage {storage}: malformed URI (a scheme needs '://'; did you mean {meant}?); "
+        f"a local folder whose name holds ':' is written ./{storage}"
+    )
+
+
+def check_name_syntax(name: str | None) -> None:
+    """``--name`` must be one folder name: a printable path segment inside ``--storage``.
+
+    Refused: empty, ``.`` or ``..``, a ``/`` or ``\\`` (it would nest, or with ``..`` escape the
+    storage folder), a ``?`` or ``#`` (they end a URI's path), and control characters.
+    """
+    if name is None:
+        return
+    problem = None
+    if not name.strip():
+        problem = "it is empty"
+    elif name in (".", ".."):
+        problem = f"'{name}' is not a folder of its own"
+    elif any(c in name for c in "/\\"):
+        problem = "it holds a path separator (it would nest, or with '..' leave --storage)"
+    elif any(c in name for c in "?#"):
+        problem = "it holds '?' or '#', which end the path of a storage URI"
+    elif not name.isprintable():
+        problem = "it holds a control character"
+    if problem:
+        raise UserError(f"--name {name!r}: a run name must be one folder name; {problem}")
+
+
 def check_run_name(run: RunFolder) -> None:
     """``--name`` of a run that exists would write a second sweep into its folder: refuse."""
     if run.exists():
@@ -81,27 +132,71 @@ def check_run_name(run: RunFolder) -> None:
         )
 
 
-def check_storage(run: RunFolder, joined: bool = False, shared: bool = False) -> None:
+@dataclass(frozen=True)
+class CheckpointNeed:
+    """The disk the estimate says a sweep's kept checkpoints take: ``trials`` x ``kept`` x
+    ``checkpoint_bytes`` (``--dry-run``'s cost lines and the storage probe share it)."""
+
+    trials: int
+    kept: int | None
+    """``checkpoint.keep`` (None: all are kept, counted as at least 1)."""
+    checkpoint_bytes: float
+    """``estimate.checkpoint_bytes``: one checkpoint of one trial."""
+
+    @property
+    def total(self) -> float:
+        return self.trials * (self.kept if self.kept is not None else 1) * self.checkpoint_bytes
+
+
+def checkpoint_need(experiment: Experiment) -> CheckpointNeed | None:
+    """What ``experiment``'s kept checkpoints take, by its ``estimate`` section; None when the
+    file states no ``checkpoint_bytes``."""
+    if not experiment.estimate.checkpoint_bytes:
+        return None
+    trials = search_space.grid_size(experiment.search) * experiment.num_samples
+    return CheckpointNeed(trials, experiment.checkpoint.keep, experiment.estimate.checkpoint_bytes)
+
+
+def storage_need(experiment: Experiment, resume: bool = False, trials: int | None = None) -> CheckpointNeed | None:
+    """The checkpoint bytes the storage probe compares with the free space (``trials`` in
+    place of the sweep's, for ``raylab.train``'s one): none for a smoke run (the estimate is
+    the full run's) or a resumed one (part of it is on disk already)."""
+    need = None if experiment.smoke or resume else checkpoint_need(experiment)
+    return dataclasses.replace(need, trials=trials) if need and trials is not None else need
+
+
+def check_storage(
+    run: RunFolder, joined: bool = False, shared: bool = False, need: CheckpointNeed | None = None
+) -> None:
     """Fail before Ray starts on a ``--storage`` that cannot hold the run folder ``run``.
 
-    A local folder must take a file (created and removed again); on a joined cluster
-    (``joined``) it must also be declared ``shared`` (mounted by every node), else it is
-    refused. A URI must take a marker object (written, read back and deleted within seconds).
+    A local folder must take a non-empty file (written, read back and removed again) and, with
+    ``need`` (``storage_need``), have that many bytes free; on a joined cluster (``joined``) it
+    must also be declared ``shared`` (mounted by every node), else it is refused. A URI must take
+    a marker object (written, read back and deleted within seconds).
     """
     storage = run.storage_root
+    check_storage_syntax(storage)
     if is_uri(storage):
         probe_uri(storage)
         return
-    probe_local(storage)
+    probe_local(storage, need)
     if joined:
         refuse_unshared_local(storage, shared)
 
 
-def probe_local(storage: str) -> None:
+MARKER = b"raylab storage check\n" * 200
+"""What the probes write: 4 KB, a whole filesystem block (an empty file takes no block, and is
+written on a disk that is full)."""
+
+
+def probe_local(storage: str, need: CheckpointNeed | None = None) -> None:
     """Fail early on a local ``--storage`` that cannot hold results.
 
-    The nearest existing folder is written to: a file is created there and removed again
-    (permission bits alone can lie, as on ``/proc``, read-only mounts or root-squashed NFS).
+    The nearest existing folder is written to: a non-empty file is written there, read back and
+    removed again (permission bits alone can lie, as on ``/proc``, read-only mounts or
+    root-squashed NFS; an empty file is created even on a full disk). With ``need``, the disk's
+    free space must hold the estimate's checkpoints.
     """
     path = Path(storage).expanduser().absolute()
     probe = path
@@ -111,10 +206,37 @@ def probe_local(storage: str) -> None:
         raise UserError(f"--storage {storage}: '{probe}' is not a writable directory")
     marker = probe / f".raylab-write-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        marker.touch(exist_ok=False)
-        marker.unlink()
+        with open(marker, "xb") as out:
+            out.write(MARKER)
+            out.flush()
+            os.fsync(out.fileno())
+        if marker.read_bytes() != MARKER:
+            raise OSError(errno.EIO, "the marker read back differs from what was written")
     except OSError as err:
+        if err.errno == errno.ENOSPC:
+            raise UserError(f"--storage {storage}: the disk holding '{probe}' is full ({err.strerror})") from None
         raise UserError(f"--storage {storage}: '{probe}' is not a writable directory ({err.strerror or err})") from None
+    finally:
+        marker.unlink(missing_ok=True)
+    if need is not None:
+        free = shutil.disk_usage(probe).free
+        if free < need.total:
+            kept = need.kept if need.kept is not None else "all (at least 1)"
+            raise UserError(
+                f"--storage {storage}: {human_bytes(free)} free on the disk holding '{probe}', but the "
+                f"checkpoints kept need {need.trials} trials x {kept} x {human_bytes(need.checkpoint_bytes)} "
+                f"= {human_bytes(need.total)} (estimate.checkpoint_bytes, checkpoint.keep); free space, "
+                "choose another --storage, or keep fewer checkpoints (checkpoint.keep=1)"
+            )
+
+
+def human_bytes(count: float) -> str:
+    """``7.0 GB``: a byte count in decimal units."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if count < 1000 or unit == "TB":
+            return f"{count:,.1f} {unit}" if unit != "B" else f"{count:,.0f} B"
+        count /= 1000
+    return f"{count:,.1f} TB"
 
 
 def probe_uri(storage: str, timeout_s: float = 12.0) -> None:
@@ -127,7 +249,7 @@ def probe_uri(storage: str, timeout_s: float = 12.0) -> None:
     """
     _check_endpoint(storage, min(timeout_s, 3.0))
     marker = join(storage, f".raylab-write-test-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    payload = b"raylab storage check"
+    payload = MARKER
 
     def round_trip() -> None:
         import pyarrow.fs

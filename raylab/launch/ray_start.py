@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 from typing import Any
 
 from raylab.errors import UserError
@@ -57,13 +58,14 @@ def connect(
 ) -> dict[str, Any]:
     """Start a local Ray sized to this machine, or join ``address`` (``auto`` or ``HOST:PORT``).
 
-    Returns what the caller may print: whether Ray was started here and the dashboard URL
-    (with ``dashboard``). ``state_api`` starts the dashboard process without announcing it:
+    Returns what the caller may print: whether Ray was started here, the dashboard URL (with
+    ``dashboard``) and, when ``quiet``, the file Ray's pushed messages go to (``ray_messages``). ``state_api`` starts the dashboard process without announcing it:
     Ray Train's controller polls Ray's state API, which that process serves. An address that
     does not answer fails within seconds. A local Ray's dashboard listens on 127.0.0.1 only,
     unless ``listen`` (all interfaces); its other servers too when the CLI called
-    ``bind_to_loopback_unless_asked`` first. ``quiet`` keeps the workers' output and Ray's
-    tracebacks off the console (``quiet_ray_console``). ``env_vars`` (a joined cluster only,
+    ``bind_to_loopback_unless_asked`` first. ``quiet`` keeps Ray's own lines below ERROR, the
+    workers' output, the messages raylets push to the driver and Ray's tracebacks off the
+    console (``console_level``, ``log_to_driver``, ``divert_ray_messages``, ``quiet_ray_console``). ``env_vars`` (a joined cluster only,
     whose nodes were started without this shell's environment) reach every task and actor of
     the sweep, Tune trials and Ray Train workers alike, through the job's ``runtime_env``.
     """
@@ -72,21 +74,22 @@ def connect(
     if quiet:
         quiet_ray_console()
     if ray.is_initialized():
-        return {"started": False, "dashboard_url": None}
+        return {"started": False, "dashboard_url": None, "ray_messages": None}
     address = cluster_address(address)
     if address:
-        if address != "auto" and not address.startswith("ray://"):
-            _check_reachable(address)
+        address, source = resolved_address(address)
+        check_reachable(address, source)
         try:
             context = ray.init(
                 address=address,
-                logging_level=logging.WARNING,
+                logging_level=console_level(quiet),
                 log_to_driver=not quiet,
                 **({"runtime_env": {"env_vars": dict(env_vars)}} if env_vars else {}),
             )
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise UserError(f"cannot join Ray cluster at '{address}': {err}") from None
-        return {"started": False, "dashboard_url": context.dashboard_url}
+        messages = divert_ray_messages(context) if quiet else None
+        return {"started": False, "dashboard_url": context.dashboard_url, "ray_messages": messages}
     # "local", not None: ray.init() would otherwise join whatever cluster the last `ray start`
     # on this machine recorded in Ray's temp folder, even one long gone (it then hangs).
     port = _state_api_of_this_ray(listen) if dashboard or state_api else None
@@ -95,13 +98,14 @@ def connect(
         include_dashboard=dashboard or state_api,
         dashboard_host="0.0.0.0" if listen else "127.0.0.1",
         **({"dashboard_port": port} if port else {}),
-        logging_level=logging.WARNING,
+        logging_level=console_level(quiet),
         log_to_driver=not quiet,
     )
+    messages = divert_ray_messages(context) if quiet else None
     url = f"http://{context.dashboard_url}" if dashboard and context.dashboard_url else None
     if url and listen:
         url = url.replace("0.0.0.0", socket.gethostname(), 1)
-    return {"started": True, "dashboard_url": url}
+    return {"started": True, "dashboard_url": url, "ray_messages": messages}
 
 
 STARTUP_TIMEOUT = "timed out during startup"
@@ -153,12 +157,72 @@ def _state_api_of_this_ray(listen: bool) -> int | None:
     return port
 
 
+def console_level(quiet: bool) -> int:
+    """The level of Ray's ``ray`` loggers in this process (``ray.init(logging_level=...)``):
+    ERROR when ``quiet``, so that Ray's warnings (its token-authentication notice, Tune's
+    "may be a performance bottleneck" lines) stay off the console; WARNING with ``--verbose``."""
+    return logging.ERROR if quiet else logging.WARNING
+
+
+RAY_MESSAGES_THREAD = "ray_listen_error_messages"
+"""The thread of the driver in which Ray prints the messages its raylets and GCS push to the
+job (``(raylet) WARNING: N PYTHON worker processes have been started ...``, a worker that
+died), straight to ``sys.stdout`` in yellow, whatever ``log_to_driver`` says."""
+RAY_MESSAGES_FILE = "raylab-ray-messages.log"
+"""Where ``divert_ray_messages`` writes them: in the Ray session's ``logs`` folder."""
+
+
+def divert_ray_messages(context: Any) -> str | None:
+    """Write what Ray prints from its message thread (``RAY_MESSAGES_THREAD``) into
+    ``RAY_MESSAGES_FILE`` in the session's log folder instead of the console; return that file.
+
+    Ray has no switch for these lines (``log_to_driver=False`` keeps only the workers' output
+    away), so this process's ``sys.stdout`` and ``sys.stderr`` pass through a stream that sends
+    that one thread's writes to the file; everything else reaches the console unchanged. The
+    session folder is ``ray.init``'s ``address_info["session_dir"]``; None when there is none.
+    """
+    session = (getattr(context, "address_info", None) or {}).get("session_dir")
+    if not session:
+        return None
+    path = os.path.join(session, "logs", RAY_MESSAGES_FILE)
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _ThreadToFile):
+            setattr(sys, name, _ThreadToFile(stream, RAY_MESSAGES_THREAD, path))
+    return path
+
+
+class _ThreadToFile:
+    """A text stream that appends the writes of the thread named ``thread`` to the file ``path``
+    and passes all others to ``console``."""
+
+    def __init__(self, console, thread: str, path: str):
+        self.console, self.thread, self.path = console, thread, path
+
+    def write(self, text: str) -> int:
+        if threading.current_thread().name != self.thread:
+            return self.console.write(text)
+        try:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(self.path, "a") as f:
+                f.write(text)
+        except OSError:
+            pass  # the console stays quiet; the raylet's own log holds its messages
+        return len(text)
+
+    def flush(self) -> None:
+        self.console.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.console, name)
+
+
 def quiet_ray_console() -> None:
     """Keep Ray's tracebacks, and its lines that repeat raylab's own, off the console.
 
     A failed trial's traceback is in its ``error.txt`` (raylab's line names it); the workers'
-    own output stays in Ray's log files (``log_to_driver=False`` in ``connect``). Ray's other
-    warnings still show.
+    own output stays in Ray's log files (``log_to_driver=False`` in ``connect``), and Ray's
+    warnings are below the level its loggers print at (``console_level``).
     """
     import ray  # noqa: F401 - Ray's console handler exists once Ray is imported
 
@@ -215,15 +279,58 @@ def wait_for_ctrl_c(ray_info: dict[str, Any]) -> None:
         pass
 
 
-def _check_reachable(address: str, timeout_s: float = 3.0) -> None:
+def ray_address_file(environ: dict[str, str] | None = None) -> str:
+    """Where ``ray start`` records the address of the cluster it started on this machine (the
+    file ``ray.init(address="auto")`` reads): ``ray/ray_current_cluster`` under Ray's temp
+    root, which is ``RAY_TMPDIR``, else ``TMPDIR`` on Linux, else ``/tmp``."""
+    environ = os.environ if environ is None else environ
+    temp = environ.get("RAY_TMPDIR") or (environ.get("TMPDIR") if sys.platform.startswith("linux") else None)
+    return os.path.join(temp or "/tmp", "ray", "ray_current_cluster")
+
+
+def resolved_address(address: str, environ: dict[str, str] | None = None) -> tuple[str, str | None]:
+    """The cluster ``--address auto`` means, resolved as ``ray.init`` resolves it, so that it
+    can be checked before Ray waits on it, and where that came from: ``RAY_ADDRESS`` when set,
+    else the address the last ``ray start`` on this machine recorded (``ray_address_file``).
+    Without either, ``auto`` is left to Ray (it joins a Ray it finds running here, or fails at
+    once when there is none). Any other address is returned as given (source None).
+
+    Ray itself waits for minutes on a recorded cluster that has since stopped (a stale address
+    file); ``check_reachable`` on the resolved address fails within seconds.
+    """
+    environ = os.environ if environ is None else environ
+    if address != "auto":
+        return address, None
+    if (from_env := environ.get("RAY_ADDRESS", "")) and from_env != "auto":
+        return from_env, "RAY_ADDRESS"
+    path = ray_address_file(environ)
+    try:
+        with open(path) as f:
+            recorded = f.read().strip()
+    except OSError:
+        return address, None
+    return (recorded, f"{path}, written by the last `ray start` on this machine") if recorded else (address, None)
+
+
+def check_reachable(address: str, source: str | None = None, timeout_s: float = 3.0) -> None:
+    """Whether the GCS at ``address`` (``HOST:PORT``) accepts a connection within ``timeout_s``;
+    else a ``UserError`` in one line, naming where an ``auto`` address came from (``source``)."""
+    if address == "auto" or address.startswith("ray://"):
+        return
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise UserError(f"--address '{address}': expected auto or HOST:PORT")
+        raise UserError(f"--address '{address}'{f' (from {source})' if source else ''}: expected auto or HOST:PORT")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             pass
     except OSError as err:
-        raise UserError(f"cannot reach Ray cluster at {address}: {err.strerror or err}") from None
+        reason = err.strerror or str(err) or "no answer"
+        if source:
+            raise UserError(
+                f"--address auto: cannot reach Ray cluster at {address} (from {source}): {reason}; start one "
+                "with `ray start --head`, or name a running one with --address HOST:PORT"
+            ) from None
+        raise UserError(f"cannot reach Ray cluster at {address}: {reason}") from None
 
 
 def local_resources() -> dict[str, float]:

@@ -15,7 +15,7 @@ from typing import Any
 from raylab import provenance, search_space, workloads
 from raylab.errors import UserError
 from raylab.experiment import Experiment
-from raylab.launch import config_writer, summary
+from raylab.launch import config_writer, disk_full, summary
 from raylab.launch import loggers as logger_callbacks
 from raylab.launch import progress as progress_lines
 from raylab.launch.checks import fitting_trials
@@ -102,6 +102,7 @@ def run(
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=experiment.checkpoint.keep),
                 failure_config=tune.FailureConfig(max_failures=experiment.failure.max_failures),
                 callbacks=[
+                    disk_full.callback(run.location),
                     config_writer.callback(experiment, run),
                     *logger_callbacks.callbacks(list(loggers), experiment, run),
                 ]
@@ -110,7 +111,14 @@ def run(
             ),
         )
         run.begin(experiment, TUNE_RUN)
-    results = tuner.fit()
+    try:
+        results = tuner.fit()
+    except disk_full.DiskFull:
+        raise
+    except Exception as err:  # a write of the driver's own (Tune's state) on a full disk
+        if disk_full.is_disk_full(err):
+            raise disk_full.DiskFull(disk_full.message(run.location, str(err))) from None
+        raise
     ended = ended_trials(run, results)
     rows = summary.rows(
         results,

@@ -14,7 +14,7 @@ import pytest
 from raylab import experiment as experiments
 from raylab import tune as raylab_tune
 from raylab import yaml_io
-from raylab.launch import cli, progress, ray_start, sweep
+from raylab.launch import checks, cli, progress, ray_start, sweep
 from raylab.run_folder import EXPERIMENT_FILE, FINISHED_FILE, RunFolder
 
 EXPERIMENTS = sorted(experiments.available())
@@ -129,6 +129,7 @@ def test_name_of_an_existing_run_is_refused_without_resume(tmp_path, capsys, dry
 
 def test_dry_run_runs_the_resource_check_the_real_command_runs(capsys, monkeypatch):
     monkeypatch.setattr(ray_start, "local_resources", lambda: {"CPU": 2.0, "GPU": 0.0})
+    monkeypatch.setattr(checks, "storage_need", lambda *args, **kwargs: None)  # the checkpoints' 168 GB
     assert raylab_tune.main(["dqn_softlinf", "--dry-run"]) == 0
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.startswith("# resources on this machine"))
