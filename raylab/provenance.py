@@ -1,15 +1,18 @@
-"""Where a run came from: the code's git commit, package versions, host, start and end.
+"""Where a run came from: the code's git commit, the command line, package versions, host,
+start and end.
 
-Saved under ``provenance:`` in the run folder's ``experiment.yaml`` and shown in the report's
-facts box.
+Saved under ``provenance:`` in the run folder's ``experiment.yaml``, shown in the report's
+facts box and sent to the trackers (``raylab.launch.tracked``).
 """
 
 from __future__ import annotations
 
 import datetime
 import platform
+import shlex
 import socket
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -51,10 +54,23 @@ def versions(packages: tuple[str, ...] = ()) -> dict[str, str]:
     return out
 
 
+def command_line(argv: list[str] | None = None) -> str:
+    """The command line that started this process, as a shell would retype it:
+    ``python -m raylab.tune toy --smoke`` for a module run, else the script and its arguments."""
+    argv = list(sys.argv if argv is None else argv)
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and argv and argv[0].endswith(".py"):
+        module = spec.name.removesuffix(".__main__")
+        return shlex.join(["python", "-m", module, *argv[1:]])
+    return shlex.join(argv)
+
+
 def record(code_folder: Path, packages: tuple[str, ...] = ()) -> dict[str, Any]:
     """The provenance of a run starting now, for the workload whose code is in ``code_folder``."""
     return {
         "git": git_state(code_folder),
+        "command_line": command_line(),
         "versions": versions(packages),
         "python": platform.python_version(),
         "host": socket.gethostname(),

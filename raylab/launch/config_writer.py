@@ -9,6 +9,15 @@ from raylab.experiment import Experiment
 from raylab.run_folder import RunFolder, name_of
 
 
+def resolve(experiment: Experiment, trial_config: dict) -> dict:
+    """A trial's full Config as plain values: the workload's defaults, the experiment's fixed
+    fields, the trial's searched values and its ``variant`` group's fields
+    (``dataclasses.asdict`` of the workload's Config)."""
+    config_cls = workloads.get(experiment.workload).config_class()
+    config = search_space.with_variant(trial_config)
+    return to_dict(from_dict(config_cls, config, experiment.source, "config"))
+
+
 def callback(experiment: Experiment, run: RunFolder):
     """A Tune callback that writes each trial's full config (defaults filled) into its folder of
     the run folder ``run`` (``TrialFolder.write_config``).
@@ -17,12 +26,8 @@ def callback(experiment: Experiment, run: RunFolder):
     """
     from ray import tune
 
-    config_cls = workloads.get(experiment.workload).config_class()
-
     class WriteResolvedConfig(tune.Callback):
         def on_trial_start(self, iteration, trials, trial, **info):
-            config = search_space.with_variant(trial.config)
-            resolved = to_dict(from_dict(config_cls, config, experiment.source, "config"))
-            run.trial(name_of(trial.path)).write_config(resolved)
+            run.trial(name_of(trial.path)).write_config(resolve(experiment, trial.config))
 
     return WriteResolvedConfig()

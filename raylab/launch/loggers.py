@@ -1,15 +1,18 @@
-"""``--logger mlflow|wandb|tensorboard``: Ray Tune's own logger callbacks, set up for a run.
+"""``--logger mlflow|wandb|tensorboard``: checks of each tracker's destination, and the Tune
+callbacks that log to it (``raylab.launch.tracker_callbacks``). Every tracker receives each
+trial's resolved Config (every field), the run's provenance and its metrics stepped by the
+workload's counter (``raylab.launch.tracked``).
 
-- ``mlflow``: ``MLflowLoggerCallback``; one MLflow run per trial in the experiment named after
-  the experiment. Tracking URI: ``MLFLOW_TRACKING_URI`` when set (a server, ``file:PATH`` with
-  MLflow's file-store opt-in set for it, or a database such as ``sqlite:///mlflow.db``, which
-  needs SQLAlchemy), else a file store in the run folder (``RUN/mlruns``; read it with
+- ``mlflow``: one MLflow run per trial in the experiment named after the experiment. Tracking
+  URI: ``MLFLOW_TRACKING_URI`` when set (a server, ``file:PATH`` with MLflow's file-store
+  opt-in set for it, or a database such as ``sqlite:///mlflow.db``, which needs SQLAlchemy), else a file store in the run folder (``RUN/mlruns``; read it with
   ``MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri RUN/mlruns``). Each is checked
   before Ray starts (``check_targets``).
-- ``wandb``: ``WandbLoggerCallback``; project ``WANDB_PROJECT`` (default ``raylab``), grouped
+- ``wandb``: one W&B run per trial; project ``WANDB_PROJECT`` (default ``raylab``), grouped
   by run name. ``WANDB_MODE=offline`` logs to local files (in ``WANDB_DIR``) for a later ``wandb sync``.
-- ``tensorboard``: ``TBXLoggerCallback`` (Tune adds it by default when tensorboardX is
-  installed; naming it makes it explicit): ``tensorboard --logdir RUN``.
+- ``tensorboard``: raylab's TensorBoard events in each trial folder, stepped by the counter,
+  with the hparams plugin's table, in place of the events Tune writes by default (when
+  tensorboardX is installed; stepped by ``training_iteration``): ``tensorboard --logdir RUN``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import os
 
 from raylab.errors import UserError
+from raylab.experiment import Experiment
 from raylab.launch.checks import probe_local, within
 from raylab.run_folder import RunFolder, is_uri
 
@@ -129,44 +133,33 @@ def _wandb_api_key() -> bool:
         return False
 
 
-def callbacks(names: list[str], experiment_name: str, run: RunFolder) -> list:
-    """Tune callbacks for ``names`` (already checked), logging to the run folder ``run``."""
+def callbacks(names: list[str], experiment: Experiment, run: RunFolder) -> list:
+    """Tune callbacks for ``names`` (already checked), logging the sweep of ``experiment`` in the
+    run folder ``run`` (``raylab.launch.tracker_callbacks``)."""
+    from raylab.launch import tracker_callbacks
+
     out = []
     run_name = run.name  # a URI's ?query is not part of it
     for name in names:
         if name == "mlflow":
-            from ray.air.integrations.mlflow import MLflowLoggerCallback
-
             uri = os.environ.get("MLFLOW_TRACKING_URI") or mlflow_file_store(run.location)
             allow_file_store(uri)
             out.append(
-                MLflowLoggerCallback(
-                    tracking_uri=uri,
-                    experiment_name=experiment_name,
-                    tags={"raylab.run": run_name},
-                    save_artifact=False,
-                )
+                tracker_callbacks.MLflowTracker(uri, experiment.name, experiment, run, tags={"raylab.run": run_name})
             )
         elif name == "wandb":
-            from ray.air.integrations.wandb import WandbLoggerCallback
-
-            # W&B logs from an actor that does not see this process's environment: pass the
-            # mode (offline) and folder on to wandb.init explicitly.
+            # Passed on explicitly so that a resumed sweep (Tune restores the callbacks it
+            # pickled) logs where it started.
             init = {
                 key.lower(): os.environ[f"WANDB_{key}"] for key in ("MODE", "DIR") if os.environ.get(f"WANDB_{key}")
             }
             out.append(
-                WandbLoggerCallback(
-                    project=os.environ.get("WANDB_PROJECT", "raylab"),
-                    group=run_name,
-                    log_config=True,
-                    **init,
+                tracker_callbacks.WandbTracker(
+                    os.environ.get("WANDB_PROJECT", "raylab"), run_name, experiment, run, **init
                 )
             )
         else:
-            from ray.tune.logger import TBXLoggerCallback
-
-            out.append(TBXLoggerCallback())
+            out.append(tracker_callbacks.TensorBoardTracker(experiment, run))
     return out
 
 

@@ -103,7 +103,7 @@ def run(
                 failure_config=tune.FailureConfig(max_failures=experiment.failure.max_failures),
                 callbacks=[
                     config_writer.callback(experiment, run),
-                    *logger_callbacks.callbacks(list(loggers), experiment.name, run),
+                    *logger_callbacks.callbacks(list(loggers), experiment, run),
                 ]
                 + ([progress_lines.callback(experiment, run.location)] if progress else []),
                 verbose=verbose,

@@ -5,10 +5,12 @@
     python -m raylab.report s3://bucket/runs/dqn-20260101-120000 --out report-dqn --format md
     python -m raylab.report dqn_softlinf --claims                     # the claims table, plain text
     python -m raylab.report dqn_softlinf --claims --format json       # ... as JSON, for a lab's CI
+    python -m raylab.report backdoor --figure-formats svg,pdf --uncertainty ci95   # for a paper
 
 Reads the run folder (a local path, or a URI that Ray's storage reads through pyarrow), groups
-the trials by their swept hyperparameters other than the seed, and writes PNG figures, one
-report (HTML with the figures embedded, or Markdown beside them), the tables as CSV and
+the trials by their swept hyperparameters other than the seed, and writes PNG figures (SVG and
+PDF beside them with ``--figure-formats``; a smoke run's are watermarked SMOKE), one
+report (HTML with the PNG figures embedded, or Markdown beside them), the tables as CSV and
 ``report.json`` (every number in the report). A sweep still running gives a partial report that
 says which trials have not reported, which failed (with the first line of their error) and
 which declared metrics no trial reported. The figures and tables are what the workload
@@ -38,6 +40,8 @@ from raylab.report.data import TUNE_COUNTERS, Run, find_run, format_value, load_
 from raylab.report.evidence import claims_text, evaluate_claims
 from raylab.report.render import to_html, to_markdown
 from raylab.report.spec import Curve, Report, Table
+from raylab.report.style import FigureStyle, parse_formats
+from raylab.report.uncertainty import UNCERTAINTIES, describe
 from raylab.run_folder import ERROR_FILE, RunFolder
 
 FORMATS = ("html", "md", "json")
@@ -68,6 +72,20 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the claims table (estimates, intervals, controls, verdicts) and write nothing",
     )
+    p.add_argument(
+        "--figure-formats",
+        default="png",
+        metavar="LIST",
+        help="figure files to write, a comma list of png, svg, pdf (default png; png is always written: "
+        "the HTML report embeds it)",
+    )
+    p.add_argument(
+        "--uncertainty",
+        choices=UNCERTAINTIES,
+        help="band of curves and error bars of points and bars: std (one sample std over seeds), sem "
+        "(standard error), ci95 (95%% interval: t interval on curves, bootstrap over seeds on points and bars); "
+        "default: the workload's Report.uncertainty, std unless it says otherwise",
+    )
     p.add_argument("--storage", default="results", help="where to look for runs of an experiment name")
     p.add_argument(
         "--train-runs", action="store_true", help="an experiment name may also pick a python -m raylab.train debug run"
@@ -82,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.claims:
         print(claims_report(run_path, args.format), end="")
         return 0
-    print(f"report: {write_report(run_path, out=args.out, fmt=args.format)}")
+    try:
+        formats = parse_formats(args.figure_formats)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    report = write_report(run_path, out=args.out, fmt=args.format, figure_formats=formats, uncertainty=args.uncertainty)
+    print(f"report: {report}")
     return 0
 
 
@@ -104,17 +127,29 @@ def claims_report(run_path: str, fmt: str = "html") -> str:
     return claims_text(claims, title + (f"\n{spec_note}" if spec_note else ""))
 
 
-def write_report(run_path: str, out: str | Path | None = None, fmt: str = "html") -> str:
-    """Write the report of the run at ``run_path``; return the report file's path."""
+def write_report(
+    run_path: str,
+    out: str | Path | None = None,
+    fmt: str = "html",
+    figure_formats: tuple[str, ...] = ("png",),
+    uncertainty: str | None = None,
+) -> str:
+    """Write the report of the run at ``run_path``; return the report file's path. Figures
+    are written in ``figure_formats`` (PNG always) with ``uncertainty`` bands (None: the
+    workload's ``Report.uncertainty``)."""
     if fmt not in FORMATS:
         raise UserError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+    if uncertainty is not None and uncertainty not in UNCERTAINTIES:
+        raise UserError(f"--uncertainty {uncertainty}: expected one of {', '.join(UNCERTAINTIES)}")
     run = load_run(str(run_path))
     out_dir = Path(out) if out else default_out(run)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in [*out_dir.glob("figures/*.png"), *out_dir.glob("tables/*.csv")]:
-        stale.unlink()  # from an earlier report of this run
+    stale = [*out_dir.glob("figures/*.png"), *out_dir.glob("figures/*.svg"), *out_dir.glob("figures/*.pdf")]
+    for old in [*stale, *out_dir.glob("tables/*.csv")]:
+        old.unlink()  # from an earlier report of this run
     spec, spec_note = declared_report(run)
-    content = build(run, spec, out_dir, spec_note)
+    style = figure_style(run, spec, figure_formats, uncertainty)
+    content = build(run, spec, out_dir, spec_note, style)
     (out_dir / "report.json").write_text(json.dumps(content, indent=1, default=str))
     if fmt == "json":
         return str(out_dir / "report.json")
@@ -153,10 +188,27 @@ def declared_report(run: Run) -> tuple[Report, str]:
     return (spec if isinstance(spec, Report) else Report(items=tuple(spec))), ""
 
 
-def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[str, Any]:
+def figure_style(
+    run: Run, spec: Report, formats: tuple[str, ...] = ("png",), uncertainty: str | None = None
+) -> FigureStyle:
+    """The run's figures' style: ``formats``, ``uncertainty`` (else the Report's), the SMOKE
+    watermark when the run's experiment.yaml says ``smoke: true`` (``python -m raylab.tune
+    --smoke`` and ``raylab.train --smoke`` save it), the Report's labels."""
+    return FigureStyle(
+        formats=tuple(formats),
+        uncertainty=uncertainty or spec.uncertainty,
+        smoke=bool(run.experiment.get("smoke")),
+        labels=spec.labels,
+    )
+
+
+def build(
+    run: Run, spec: Report, out_dir: Path, spec_note: str = "", style: FigureStyle | None = None
+) -> dict[str, Any]:
     """Draw the figures and compute the tables; return the report's content (JSON-able)."""
     from raylab.report.plots import draw  # matplotlib only when drawing
 
+    style = style or figure_style(run, spec)
     exp = run.experiment
     metric, mode = exp.get("metric"), exp.get("mode", "max")
     items = [(item.file_stem(index), item) for index, item in enumerate(spec.items, start=1)]
@@ -189,7 +241,7 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
                 tables.append(
                     {
                         "name": stem,
-                        "title": item.heading() + _at_note(item),
+                        "title": item.heading(style.label) + _at_note(item),
                         "kind": "Table",
                         "metrics": list(item.metrics),
                         "at": item.at,
@@ -205,7 +257,7 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
                     {
                         "name": stem,
                         "kind": item.kind,
-                        "title": item.heading(),
+                        "title": item.heading(style.label),
                         "metrics": list(item.metric_names()),
                         "y": item.plotted(),
                         "file": "",
@@ -222,7 +274,7 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
             tables.append(
                 {
                     "name": stem,
-                    "title": item.heading() + _at_note(item),
+                    "title": item.heading(style.label) + _at_note(item),
                     "kind": "Table",
                     "metrics": list(item.metrics),
                     "at": item.at,
@@ -234,15 +286,17 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
             )
         else:
             file = f"figures/{stem}.png"
-            drawn, note = draw(item, run, spec.seeds, out_dir / file, skip=tuple(skip))
+            drawn, note = draw(item, run, spec.seeds, out_dir / file, skip=tuple(skip), style=style)
             figures.append(
                 {
                     "name": stem,
                     "kind": item.kind,
-                    "title": item.heading(),
+                    "title": item.heading(style.label),
                     "metrics": list(item.metric_names()),
                     "y": item.plotted(),
                     "file": file if drawn else "",
+                    "files": [f"figures/{stem}.{f}" for f in style.formats] if drawn else [],
+                    "band": "" if item.kind == "Scatter" else describe(style.uncertainty, item.kind),
                     "note": note,
                 }
             )
@@ -255,7 +309,8 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
     defaults = config_defaults(run)
     claims = evaluate_claims(run, spec, defaults)
     aggregates = [
-        build_aggregates(run, agg, spec.seeds, defaults, out_dir, _unique(agg.name, stems)) for agg in spec.aggregates
+        build_aggregates(run, agg, spec.seeds, defaults, out_dir, _unique(agg.name, stems), style)
+        for agg in spec.aggregates
     ]
     trial_columns, trial_rows = trial_table(run, metric)
     return {
@@ -275,7 +330,8 @@ def build(run: Run, spec: Report, out_dir: Path, spec_note: str = "") -> dict[st
         "aggregates": aggregates,
         "figures": figures,
         "tables": tables,
-        "sweep": build_sweep_view(run, spec, defaults, out_dir),
+        "sweep": build_sweep_view(run, spec, defaults, out_dir, style),
+        "figure_style": {"formats": list(style.formats), "uncertainty": style.uncertainty, "smoke": style.smoke},
         "trial_columns": trial_columns,
         "trial_rows": trial_rows,
     }

@@ -10,7 +10,7 @@ import fnmatch
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -103,8 +103,9 @@ def key_of(trial: Trial, keys: list[str]) -> tuple:
     return tuple(_hashable(trial.params.get(k)) for k in keys)
 
 
-def label_of(keys: list[str], values: tuple) -> str:
-    """``loss=mse, lr=0.001`` (or ``all trials`` when there are no keys).
+def label_of(keys: list[str], values: tuple, name: Callable[[str], str] = str) -> str:
+    """``loss=mse, lr=0.001`` (or ``all trials`` when there are no keys); each key shown as
+    ``name(key)`` (a workload's label: ``Learning rate=0.001``).
 
     A key a trial does not set (``beta`` of an mse trial, where only soft_linf variants set it)
     is left out rather than shown as ``beta=None``.
@@ -112,7 +113,7 @@ def label_of(keys: list[str], values: tuple) -> str:
     if not keys:
         return "all trials"
     return (
-        ", ".join(f"{k}={format_value(_unhash(v))}" for k, v in zip(keys, values) if _unhash(v) is not None)
+        ", ".join(f"{name(k)}={format_value(_unhash(v))}" for k, v in zip(keys, values) if _unhash(v) is not None)
         or "all trials"
     )
 

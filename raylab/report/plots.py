@@ -1,8 +1,12 @@
-"""Drawing a declared figure (Curve, Versus, Bars, Scatter) of a run as a PNG (matplotlib, Agg).
+"""Drawing a declared figure (Curve, Versus, Bars, Scatter) of a run as a PNG, and SVG and PDF
+beside it on request (matplotlib, Agg).
 
 Rows of panels are the values of the swept keys a figure does not use for its series; columns
 are its metrics (unless drawn ``together``). Seed aggregates: mean line or marker, with a band
-or error bar of one sample standard deviation where there are two or more trials.
+or error bar where there are two or more trials: one sample standard deviation, the standard
+error or a 95% interval (``FigureStyle.uncertainty``, ``raylab.report.uncertainty``). Axes,
+legends and titles show the workload's labels (``Report.labels``) instead of metric names;
+every figure of a smoke run is watermarked SMOKE.
 """
 
 from __future__ import annotations
@@ -26,13 +30,19 @@ from raylab.report.aggregate import (
 )
 from raylab.report.data import Run, Trial, format_value, is_number
 from raylab.report.spec import Bars, Curve, Scatter, Versus
+from raylab.report.style import WATERMARK, FigureStyle
+from raylab.report.uncertainty import curve_band, error_bars, point_interval
 
 PANEL_W, PANEL_H, MAX_PANELS = 5.0, 3.4, 36
 
 
-def draw(item, run: Run, seeds, path: Path, skip: tuple[str, ...] = ()) -> tuple[bool, str]:
-    """Draw ``item`` into ``path``; return whether it was drawn, and what is missing from it
-    (not the ``skip`` metrics: reported under other configs only, ``Report.only``)."""
+def draw(
+    item, run: Run, seeds, path: Path, skip: tuple[str, ...] = (), style: FigureStyle | None = None
+) -> tuple[bool, str]:
+    """Draw ``item`` into ``path`` (and its other ``style.formats`` beside it); return whether
+    it was drawn, and what is missing from it (not the ``skip`` metrics: reported under other
+    configs only, ``Report.only``)."""
+    style = style or FigureStyle()
     trials = [t for t in run.trials if t.rows]
     if not trials:
         return False, "no trial has reported results yet"
@@ -48,11 +58,11 @@ def draw(item, run: Run, seeds, path: Path, skip: tuple[str, ...] = ()) -> tuple
     chars = int(width * 13)  # characters of a 9-point title across the figure
     drawn = 0
     for row, (panel_values, members) in enumerate(panels):
-        panel = label_of(panel_keys, panel_values) if panel_keys else ""
+        panel = _series_label(style, panel_keys, panel_values) if panel_keys else ""
         for col, metrics in enumerate(columns):
             ax = axes[row][col]
-            drawn += _DRAW[type(item)](ax, item, run, members, metrics, series_keys, colors)
-            shown = "" if isinstance(item, Bars) else ", ".join(metrics)  # bars: on the ticks
+            drawn += _DRAW[type(item)](ax, item, run, members, metrics, series_keys, colors, style)
+            shown = "" if isinstance(item, Bars) else ", ".join(map(style.label, metrics))  # bars: on the ticks
             title = " | ".join(p for p in (shown, panel) if p)
             ax.set_title(textwrap.fill(title, max(20, chars // len(columns))), fontsize=8)
             ax.grid(alpha=0.3)
@@ -63,7 +73,7 @@ def draw(item, run: Run, seeds, path: Path, skip: tuple[str, ...] = ()) -> tuple
         return False, note or f"no trial reported {', '.join(item.plotted())} as numbers"
     if isinstance(item, Versus) and item.baseline:
         borrowing = [
-            label_of(series_keys, values)
+            _series_label(style, series_keys, values)
             for _, members in panels
             for values in _baseline_borrowers(item, run, members, series_keys)
         ]
@@ -79,17 +89,53 @@ def draw(item, run: Run, seeds, path: Path, skip: tuple[str, ...] = ()) -> tuple
                 )
                 if n
             )
-    fig.suptitle(textwrap.fill(item.heading(), int(chars * 0.85)), fontsize=10)
-    save_figure(fig, path, dpi=90)
+    fig.suptitle(textwrap.fill(item.heading(style.label), int(chars * 0.85)), fontsize=10)
+    save_figure(fig, path, dpi=90, style=style)
     return True, note
 
 
-def save_figure(fig, path: Path, dpi: int = 80) -> None:
-    """Lay out ``fig``, write it to ``path`` (PNG, white background) and close it."""
+def save_figure(fig, path: Path, dpi: int = 80, style: FigureStyle | None = None) -> list[Path]:
+    """Lay out ``fig``, watermark it SMOKE for a smoke run, write it to ``path`` (PNG, white
+    background) and, for each other format of ``style.formats``, beside it (``x.svg``,
+    ``x.pdf``); close it and return the files written.
+
+    Vector files keep their text as text (SVG ``<text>`` elements, TrueType fonts in PDF) so a
+    paper's editor can restyle and search them; they carry no creation date, so the same run
+    gives the same bytes."""
+    style = style or FigureStyle()
     fig.tight_layout()
+    if style.smoke:
+        width, height = fig.get_figwidth() * 72, fig.get_figheight() * 72  # points
+        mark = fig.text(
+            0.5,
+            0.5,
+            WATERMARK,
+            ha="center",
+            va="center",
+            rotation=20,
+            fontsize=max(18.0, min(120.0, 0.18 * width, 0.45 * height)),  # the word spans most of the width
+            fontweight="bold",
+            color="red",
+            alpha=0.15,
+            zorder=1000,
+        )
+        mark.set_gid("smoke-watermark")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, facecolor="white")
+    written = []
+    vector = {"svg.fonttype": "none", "pdf.fonttype": 42, "svg.hashsalt": "raylab"}
+    with plt.rc_context(vector):
+        for fmt in style.formats:
+            target = path.with_suffix(f".{fmt}")
+            metadata = {"Date": None} if fmt == "svg" else {"CreationDate": None} if fmt == "pdf" else None
+            fig.savefig(target, dpi=dpi, facecolor="white", format=fmt, metadata=metadata)
+            written.append(target)
     plt.close(fig)
+    return written
+
+
+def _series_label(style: FigureStyle, keys: list[str], values: tuple) -> str:
+    """``label_of`` with each config key's declared label (``Learning rate=0.1``)."""
+    return label_of(keys, values, style.label)
 
 
 def _bars_widening(item, run: Run, trials: list[Trial]) -> float:
@@ -115,47 +161,45 @@ def _colors(run: Run, trials: list[Trial], keys: list[str]) -> dict[tuple, str]:
     return {k: cycle[i % len(cycle)] for i, k in enumerate(group(run, trials, keys))}
 
 
-def _curve(ax, item: Curve, run, members, metrics, series_keys, colors) -> int:
+def _curve(ax, item: Curve, run, members, metrics, series_keys, colors, style: FigureStyle) -> int:
     lines = 0
     for values, trials in group(run, members, series_keys).items():
         for m_index, metric in enumerate(metrics):
-            xs, mean, std = _mean_curve([series_xy(t, item.x, metric, item.skip_repeats) for t in trials])
+            xs, mean, low, high = _mean_curve(
+                [series_xy(t, item.x, metric, item.skip_repeats) for t in trials], style.uncertainty
+            )
             if xs.size == 0:
                 continue
-            label = label_of(series_keys, values) if series_keys else ""
+            label = _series_label(style, series_keys, values) if series_keys else ""
             if len(metrics) > 1:
-                label = f"{metric} {label}".strip()
-            style = ("-", "--", ":", "-.")[m_index % 4]
+                label = f"{style.label(metric)} {label}".strip()
+            dash = ("-", "--", ":", "-.")[m_index % 4]
             color = colors[values] if series_keys or len(metrics) == 1 else None
-            (line,) = ax.plot(xs, mean, style, color=color, label=label or None, marker="." if xs.size < 4 else None)
-            band = np.isfinite(std)
+            (line,) = ax.plot(xs, mean, dash, color=color, label=label or None, marker="." if xs.size < 4 else None)
+            band = np.isfinite(low) & np.isfinite(high)
             if band.any():
-                ax.fill_between(
-                    xs[band], (mean - std)[band], (mean + std)[band], color=line.get_color(), alpha=0.2, linewidth=0
-                )
+                ax.fill_between(xs[band], low[band], high[band], color=line.get_color(), alpha=0.2, linewidth=0)
             lines += 1
-    ax.set_xlabel(item.x, fontsize=8)
+    ax.set_xlabel(style.label(item.x), fontsize=8)
+    if len(metrics) == 1:
+        ax.set_ylabel(style.label(metrics[0]), fontsize=8)
     if item.logy:
         ax.set_yscale("symlog" if _has_nonpositive(ax) else "log")
     return lines
 
 
-def _mean_curve(pairs: list[tuple[np.ndarray, np.ndarray]]):
-    """Mean and std over trials on the union of their x values (each interpolated in its range)."""
+def _mean_curve(pairs: list[tuple[np.ndarray, np.ndarray]], uncertainty: str = "std"):
+    """The x grid, mean and band (low, high: ``curve_band``) over trials on the union of their
+    x values (each trial interpolated in its own range)."""
     pairs = [(x, y) for x, y in pairs if x.size]
     if not pairs:
-        return np.empty(0), np.empty(0), np.empty(0)
+        return np.empty(0), np.empty(0), np.empty(0), np.empty(0)
     grid = np.unique(np.concatenate([x for x, _ in pairs]))
     stacked = np.full((len(pairs), grid.size), np.nan)
     for i, (x, y) in enumerate(pairs):
         inside = (grid >= x[0]) & (grid <= x[-1])
         stacked[i, inside] = np.interp(grid[inside], x, y)
-    counts = np.isfinite(stacked).sum(axis=0)
-    mean = np.nanmean(stacked, axis=0)
-    std = np.full(grid.size, np.nan)
-    several = counts > 1
-    std[several] = np.nanstd(stacked[:, several], axis=0, ddof=1)
-    return grid, mean, std
+    return (grid, *curve_band(stacked, uncertainty))
 
 
 def _baseline_trials(item: Versus, members: list[Trial]) -> list[Trial]:
@@ -175,7 +219,7 @@ def _baseline_borrowers(item: Versus, run, members, series_keys) -> dict[tuple, 
     }
 
 
-def _versus(ax, item: Versus, run, members, metrics, series_keys, colors) -> int:
+def _versus(ax, item: Versus, run, members, metrics, series_keys, colors, style: FigureStyle) -> int:
     xs_all = [t.params.get(item.x) for t in members]
     numeric = all(is_number(x) for x in xs_all)
     categories = [] if numeric else list(dict.fromkeys(format_value(x) for x in xs_all))
@@ -190,17 +234,18 @@ def _versus(ax, item: Versus, run, members, metrics, series_keys, colors) -> int
                 if agg is None or not is_number(agg.mean):
                     continue
                 x = float(x_value) if numeric else categories.index(format_value(x_value))
-                points.append((x, agg.mean, agg.std))
+                points.append((x, agg.mean, point_interval(agg.values, style.uncertainty)))
             if not points:
                 continue
-            x, y, err = (np.asarray(v, dtype=float) for v in zip(*sorted(points)))
-            label = label_of(series_keys, values) if series_keys else ""
+            points.sort(key=lambda p: p[0])
+            x, y = (np.asarray(v, dtype=float) for v in zip(*((p[0], p[1]) for p in points)))
+            label = _series_label(style, series_keys, values) if series_keys else ""
             if len(metrics) > 1:
-                label = f"{metric} {label}".strip()
+                label = f"{style.label(metric)} {label}".strip()
             ax.errorbar(
                 x,
                 y,
-                yerr=np.where(np.isfinite(err), err, 0),
+                yerr=error_bars(y, [p[2] for p in points]),
                 marker="osD^v"[m_index % 5],
                 capsize=3,
                 linestyle=("-", "--", ":", "-.")[m_index % 4],
@@ -208,7 +253,9 @@ def _versus(ax, item: Versus, run, members, metrics, series_keys, colors) -> int
                 label=label or None,
             )
             lines += 1
-    ax.set_xlabel(item.x, fontsize=8)
+    ax.set_xlabel(style.label(item.x), fontsize=8)
+    if len(metrics) == 1:
+        ax.set_ylabel(style.label(metrics[0]), fontsize=8)
     if categories:
         ax.set_xticks(range(len(categories)), categories, fontsize=7)
     positive = [x for x in xs_all if is_number(x) and x > 0]
@@ -235,10 +282,11 @@ def _labels_from(item: Bars, members) -> tuple[str, ...]:
         return ()
 
 
-def _bars(ax, item: Bars, run, members, metrics, series_keys, colors) -> int:
+def _bars(ax, item: Bars, run, members, metrics, series_keys, colors, style: FigureStyle) -> int:
     series = list(group(run, members, series_keys).items())
     clusters: list[str] = []
-    heights: dict[tuple, list[tuple[float, float]]] = {values: [] for values, _ in series}
+    nan = (float("nan"), float("nan"))
+    heights: dict[tuple, list[tuple[float, tuple[float, float]]]] = {values: [] for values, _ in series}
     for metric in metrics:
         aggs = {
             values: aggregate([value_at(t, metric, item.at) for t in trials], [t.name for t in trials])
@@ -249,35 +297,43 @@ def _bars(ax, item: Bars, run, members, metrics, series_keys, colors) -> int:
             size = max(sizes)
             names = item.labels or _labels_from(item, members)
             labels = list(names[:size]) + [str(i) for i in range(len(names), size)]
-            clusters += [f"{lab}" if len(metrics) == 1 else f"{metric}[{lab}]" for lab in labels]
+            clusters += [f"{lab}" if len(metrics) == 1 else f"{style.label(metric)}[{lab}]" for lab in labels]
             for values, agg in aggs.items():
                 ok = agg is not None and isinstance(agg.mean, list) and len(agg.mean) == size
-                heights[values] += [(agg.mean[i], agg.std[i]) for i in range(size)] if ok else [(np.nan, np.nan)] * size
+                heights[values] += (
+                    [(agg.mean[i], point_interval([v[i] for v in agg.values], style.uncertainty)) for i in range(size)]
+                    if ok
+                    else [(np.nan, nan)] * size
+                )
         else:
-            clusters.append(metric)
+            clusters.append(style.label(metric))
             for values, agg in aggs.items():
-                heights[values].append((agg.mean, agg.std) if agg is not None else (np.nan, np.nan))
+                heights[values].append(
+                    (agg.mean, point_interval(agg.values, style.uncertainty)) if agg is not None else (np.nan, nan)
+                )
     if not clusters or all(np.isnan(h) for hs in heights.values() for h, _ in hs):
         return 0
     width = 0.8 / max(1, len(series))
     positions = np.arange(len(clusters))
     for i, (values, _) in enumerate(series):
-        mean, std = (np.asarray(v, dtype=float) for v in zip(*heights[values]))
+        mean = np.asarray([h for h, _ in heights[values]], dtype=float)
         ax.bar(
             positions + (i - (len(series) - 1) / 2) * width,
             np.nan_to_num(mean),
             width,
-            yerr=np.where(np.isfinite(std), std, 0),
+            yerr=error_bars(mean, [interval for _, interval in heights[values]]),
             capsize=2,
             color=colors[values],
-            label=label_of(series_keys, values) if series_keys else None,
+            label=_series_label(style, series_keys, values) if series_keys else None,
         )
     crowded = sum(len(c) for c in clusters) > 12 * ax.get_figure().get_figwidth()
     ax.set_xticks(positions, clusters, fontsize=7, rotation=25 if crowded else 0, ha="right" if crowded else "center")
+    if len(metrics) == 1:
+        ax.set_ylabel(style.label(metrics[0]), fontsize=8)
     return 1
 
 
-def _scatter(ax, item: Scatter, run, members, metrics, series_keys, colors) -> int:
+def _scatter(ax, item: Scatter, run, members, metrics, series_keys, colors, style: FigureStyle) -> int:
     points = 0
     everything = []
     for values, trials in group(run, members, series_keys).items():
@@ -286,14 +342,16 @@ def _scatter(ax, item: Scatter, run, members, metrics, series_keys, colors) -> i
         if not xy:
             continue
         x, y = np.asarray(xy, dtype=float).T
-        ax.scatter(x, y, s=25, color=colors[values], label=label_of(series_keys, values) if series_keys else None)
+        ax.scatter(
+            x, y, s=25, color=colors[values], label=_series_label(style, series_keys, values) if series_keys else None
+        )
         everything += xy
         points += len(xy)
     if item.diagonal and everything:
         low = float(np.nanmin(everything)), float(np.nanmax(everything))
         ax.plot(low, low, color="0.5", linestyle="--", linewidth=1)
-    ax.set_xlabel(item.x, fontsize=8)
-    ax.set_ylabel(item.y, fontsize=8)
+    ax.set_xlabel(style.label(item.x), fontsize=8)
+    ax.set_ylabel(style.label(item.y), fontsize=8)
     return points
 
 

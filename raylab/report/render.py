@@ -1,7 +1,8 @@
 """Rendering a report's content (a JSON-able dict built by ``raylab.report``) as HTML or Markdown.
 
-HTML is one self-contained file: figures embedded as base64 PNG, inline CSS, no scripts and no
-external resources. Markdown refers to the PNGs beside it (``figures/*.png``).
+HTML is one self-contained file: figures embedded as base64 PNG (the SVG and PDF files, when
+written, sit beside it under ``figures/``), inline CSS, no scripts and no external resources.
+Markdown refers to the PNGs beside it (``figures/*.png``).
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def to_html(report: dict[str, Any], out_dir: Path) -> str:
         data = base64.b64encode((out_dir / figure["file"]).read_bytes()).decode("ascii")
         parts.append(
             f'<figure id="{e(figure["name"])}"><img alt="{e(figure["title"])}" '
-            f'src="data:image/png;base64,{data}"><figcaption>{e(figure["file"])}'
+            f'src="data:image/png;base64,{data}"><figcaption>{e(_files(figure))}'
+            + (f"; {e(figure['band'])}" if figure.get("band") else "")
             + (f" ({e(figure['note'])})" if figure["note"] else "")
             + "</figcaption></figure>"
         )
@@ -109,6 +111,12 @@ def to_html(report: dict[str, Any], out_dir: Path) -> str:
     parts.append(_html_plain_table(report["trial_columns"], report["trial_rows"]))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _files(figure: dict[str, Any]) -> str:
+    """``figures/x.png`` or ``figures/x.png (also .svg, .pdf)``."""
+    others = [f.rsplit(".", 1)[-1] for f in figure.get("files", [])[1:]]
+    return figure["file"] + (f" (also .{', .'.join(others)})" if others else "")
 
 
 def _html_block(block: dict[str, Any]) -> str:
@@ -311,7 +319,9 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines += [
                 f"![{figure['title']}]({figure['file']})",
                 "",
-                f"*{figure['title']}*" + (f" ({figure['note']})" if figure["note"] else ""),
+                f"*{figure['title']}*"
+                + (f"; {figure['band']}" if figure.get("band") else "")
+                + (f" ({figure['note']})" if figure["note"] else ""),
                 "",
             ]
         else:

@@ -23,14 +23,21 @@ How every item reads a sweep:
   has the metric), ``first``, ``max`` or ``min`` (over all reports), ``last_half`` (the mean
   of the last half of its reports).
 
+Axes, legends and default titles show ``Report.labels`` (``{"eval/asr": "Attack success rate"}``)
+instead of metric names and config keys; the band or error bar around a mean is
+``Report.uncertainty`` (``std``, ``sem`` or ``ci95``; ``python -m raylab.report --uncertainty``
+overrides it).
+
 A report also states the paper's claims (``claims``: ``raylab.report.claims``) and, for a
 benchmark suite of tasks, rliable-style aggregates (``aggregates``: ``Aggregates``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, Callable, Literal, Sequence, Union
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Literal, Mapping, Sequence, Union
+
+from raylab.report import uncertainty as _uncertainty
 
 At = Literal["last", "max", "min", "first", "last_half"]
 _AT = ("last", "max", "min", "first", "last_half")
@@ -83,14 +90,15 @@ class _Item:
         stem = "".join(c if c.isalnum() else "_" for c in f"{self.kind.lower()}_{words}")
         return f"{index:02d}_{stem.strip('_')[:60]}"
 
-    def heading(self) -> str:
-        """The title shown above the figure or table."""
+    def heading(self, label: Callable[[str], str] = str) -> str:
+        """The title shown above the figure or table; names shown through ``label`` (the
+        workload's ``Report.labels``)."""
         if self.title:
             return self.title
         described = {f.name: getattr(self, f.name) for f in fields(self)}
-        y = ", ".join(_as_tuple(described.get("y") or described.get("metrics")))
+        y = ", ".join(map(label, _as_tuple(described.get("y") or described.get("metrics"))))
         x = described.get("x")
-        return f"{y} vs {x}" if x and self.kind in ("Curve", "Versus", "Scatter") else y
+        return f"{y} vs {label(x)}" if x and self.kind in ("Curve", "Versus", "Scatter") else y
 
 
 @dataclass(frozen=True)
@@ -315,12 +323,29 @@ class Report:
     """The paper's claims (``raylab.report.claims.Claim``), in the order the report states them."""
     aggregates: tuple[Aggregates, ...] = ()
     """Aggregates over a suite of tasks (``Aggregates``)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """What axes, legends and default titles call a metric or config key:
+    ``{"eval/asr": "Attack success rate", "poison_ratio": "Poison ratio"}``. A key may be a
+    pattern (``probe/*/mae``, ``probe/{task}/*``); a name without a label is shown as is."""
+    uncertainty: str = _uncertainty.DEFAULT
+    """The band of curves and error bars of Versus points and bars: ``std`` (one sample
+    standard deviation over seeds), ``sem`` (standard error) or ``ci95`` (95% interval: a t
+    interval on curves, the percentile bootstrap over seeds on points and bars)."""
     withheld: tuple[Withheld, ...] = ()
     """Metrics reported as NaN where they cannot be measured (``Withheld``): a note per trial."""
 
     def __post_init__(self):
         from raylab.report.claims import Claim
 
+        _check(
+            isinstance(self.labels, Mapping), self, f"labels must be a mapping of name -> label, got {self.labels!r}"
+        )
+        object.__setattr__(self, "labels", dict(self.labels))
+        _check(
+            self.uncertainty in _uncertainty.UNCERTAINTIES,
+            self,
+            f"uncertainty must be one of {', '.join(_uncertainty.UNCERTAINTIES)}, got {self.uncertainty!r}",
+        )
         object.__setattr__(self, "items", tuple(self.items))
         object.__setattr__(self, "only", tuple(self.only))
         object.__setattr__(self, "claims", tuple(self.claims))

@@ -83,9 +83,11 @@ def score_matrices(run: Run, agg: Aggregates, seeds, defaults: dict[str, Any]) -
 
 
 def build_aggregates(
-    run: Run, agg: Aggregates, seeds, defaults: dict[str, Any], out_dir: Path, stem: str
+    run: Run, agg: Aggregates, seeds, defaults: dict[str, Any], out_dir: Path, stem: str, style=None
 ) -> dict[str, Any]:
-    """The aggregates' numbers (JSON-able) and their figure ``figures/<stem>.png``."""
+    """The aggregates' numbers (JSON-able) and their figure ``figures/<stem>.png`` (and its
+    other formats of ``style``, a ``raylab.report.style.FigureStyle``; its intervals are always
+    the 95% stratified bootstrap, whatever ``style.uncertainty``)."""
     data = score_matrices(run, agg, seeds, defaults)
     arms, tasks = data["arms"], data["tasks"]
     runs = max((m.shape[0] for _, m in arms.values()), default=0)
@@ -159,12 +161,12 @@ def build_aggregates(
         )
     out.update(shown=True, note=wide, normalized=normalized)
     out["file"] = f"figures/{stem}.png"
-    draw_aggregates(out, arms, agg, out_dir / out["file"])
+    draw_aggregates(out, arms, agg, out_dir / out["file"], style)
     return out
 
 
 def draw_aggregates(
-    out: dict[str, Any], arms: dict[str, tuple[list[str], np.ndarray]], agg: Aggregates, path: Path
+    out: dict[str, Any], arms: dict[str, tuple[list[str], np.ndarray]], agg: Aggregates, path: Path, style=None
 ) -> None:
     """Interval estimates (one panel per aggregate), the performance profiles with their bands,
     and the probability of improvement over the reference arm."""
@@ -226,7 +228,7 @@ def draw_aggregates(
         + (f" ({out['note']})" if out["note"] else ""),
         fontsize=10,
     )
-    save_figure(fig, path)
+    save_figure(fig, path, style=style)
 
 
 def interval_words(entry: dict[str, Any] | None) -> str:

@@ -55,8 +55,10 @@ def _mode_sign(mode: str) -> float:
     return -1.0 if mode == "min" else 1.0
 
 
-def build_sweep_view(run: Run, spec: Report, defaults: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """The sweep view's numbers (JSON-able) and figures under ``out_dir/figures``."""
+def build_sweep_view(run: Run, spec: Report, defaults: dict[str, Any], out_dir: Path, style=None) -> dict[str, Any]:
+    """The sweep view's numbers (JSON-able) and figures under ``out_dir/figures`` (in the
+    formats of ``style``, a ``raylab.report.style.FigureStyle``, with its watermark and labels;
+    the learning curves' band stays one std: the view compares configurations, not seeds)."""
     exp = run.experiment
     metric, mode = exp.get("metric"), exp.get("mode", "max")
     out: dict[str, Any] = {"shown": False, "metric": metric, "mode": mode}
@@ -69,12 +71,14 @@ def build_sweep_view(run: Run, spec: Report, defaults: dict[str, Any], out_dir: 
         return out
     out["shown"] = True
     out["parallel"] = parallel_coordinates(
-        run, keys, trials, configs, metric, mode, out_dir / "figures" / "sweep_parallel.png"
+        run, keys, trials, configs, metric, mode, out_dir / "figures" / "sweep_parallel.png", style
     )
     seed_keys = [k for k in run.swept if is_seed_key(k, spec.seeds)]
     out["importance"] = importance(keys, seed_keys, trials, configs, metric)
     step = choose_step(run, spec, metric)
-    out["curves"] = learning_curves(run, keys, trials, metric, mode, step, out_dir / "figures" / "sweep_curves.png")
+    out["curves"] = learning_curves(
+        run, keys, trials, metric, mode, step, out_dir / "figures" / "sweep_curves.png", style
+    )
     return out
 
 
@@ -108,7 +112,7 @@ def _axis(values: list[Any]) -> tuple[list[float], list[float], list[str], str]:
 
 
 def parallel_coordinates(
-    run: Run, keys: list[str], trials, configs, metric: str, mode: str, path: Path
+    run: Run, keys: list[str], trials, configs, metric: str, mode: str, path: Path, style=None
 ) -> dict[str, Any]:
     """One line per configuration (seeds averaged) across an axis per swept key and the metric."""
     import matplotlib
@@ -174,8 +178,9 @@ def parallel_coordinates(
     ax.axvline(len(keys), color="0.3", linewidth=1)
     for t in np.linspace(0, 1, 5):
         ax.text(len(keys) + 0.03, t, format_value(float(metric_low + t * span)), fontsize=7, va="center")
-    names = [f"{k}{' (log)' if a[3] == 'log' else ''}" for k, a in zip(keys, axes_values)]
-    ax.set_xticks(xs, [*names, f"{metric} ({mode})"], fontsize=8)
+    name_of = style.label if style else str
+    names = [f"{name_of(k)}{' (log)' if a[3] == 'log' else ''}" for k, a in zip(keys, axes_values)]
+    ax.set_xticks(xs, [*names, f"{name_of(metric)} ({mode})"], fontsize=8)
     ax.set_yticks([])
     ax.set_xlim(-0.1, len(keys) + 0.45)
     ax.set_ylim(-0.05, 1.05)
@@ -188,9 +193,9 @@ def parallel_coordinates(
         fontsize=9,
     )
     fig.colorbar(
-        plt.cm.ScalarMappable(norm=plt.Normalize(low, high), cmap=cmap), ax=ax, pad=0.01, label=metric
+        plt.cm.ScalarMappable(norm=plt.Normalize(low, high), cmap=cmap), ax=ax, pad=0.01, label=name_of(metric)
     ).ax.tick_params(labelsize=7)
-    save_figure(fig, path)
+    save_figure(fig, path, style=style)
     out["file"] = f"figures/{path.name}"
     return out
 
@@ -275,7 +280,9 @@ def importance(keys: list[str], seed_keys: list[str], trials, configs, metric: s
 # ------------------------------------------------------------------------ curves
 
 
-def learning_curves(run: Run, keys: list[str], trials, metric: str, mode: str, step: str, path: Path) -> dict[str, Any]:
+def learning_curves(
+    run: Run, keys: list[str], trials, metric: str, mode: str, step: str, path: Path, style=None
+) -> dict[str, Any]:
     """The metric against ``step`` and against wall-clock seconds, side by side."""
     import matplotlib
 
@@ -307,18 +314,19 @@ def learning_curves(run: Run, keys: list[str], trials, metric: str, mode: str, s
         plt.close(fig)
         out["note"] = f"no trial reported {metric} against {step} or time_total_s"
         return out
-    for ax, x in zip(axes, (step, "wall-clock seconds (time_total_s)")):
+    name_of = style.label if style else str
+    for ax, x in zip(axes, (name_of(step), "wall-clock seconds (time_total_s)")):
         ax.set_xlabel(x, fontsize=8)
-        ax.set_ylabel(metric, fontsize=8)
+        ax.set_ylabel(name_of(metric), fontsize=8)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     more = f"the best {len(shown)} of {len(groups)} configurations; " if len(groups) > len(shown) else ""
     fig.suptitle(
-        f"{metric} against {step} and against wall-clock time: {more}mean over seeds at each {step} "
+        f"{name_of(metric)} against {name_of(step)} and against wall-clock time: {more}mean over seeds at each {step} "
         "(wall-clock: the seeds' mean time there), band ± one std",
         fontsize=10,
     )
-    save_figure(fig, path)
+    save_figure(fig, path, style=style)
     out["file"] = f"figures/{path.name}"
     return out
 

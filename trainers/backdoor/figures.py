@@ -5,6 +5,7 @@ decrease (``THEORY_REPORT``)."""
 
 from raylab.report.claims import Claim, Contrast, Control, Value, where
 from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus, Withheld
+from trainers.backdoor.labels import LABELS, THEORY_LABELS
 
 # At 0% nothing is triggered, so BadNets and Blended train one model: an experiment sweeps that
 # clean arm once, as badnets (backdoor_resnet), and it is every such attack's 0% point. WaNet
@@ -158,6 +159,7 @@ THEORY_CLAIMS = (
 
 REPORT = Report(
     claims=CLAIMS,
+    labels=LABELS,
     withheld=(ASR_WITHHELD,),
     items=(
         Table(
@@ -238,6 +240,7 @@ REPORT = Report(
 
 THEORY_REPORT = Report(
     claims=THEORY_CLAIMS,
+    labels=THEORY_LABELS,
     items=(
         Curve(
             ("theory/loss_poison", "theory/loss_clean", "theory/frozen_loss_poison", "theory/frozen_loss_clean"),

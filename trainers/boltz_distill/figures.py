@@ -3,6 +3,7 @@ tasks x representations, best per row marked, ``PROBE_REPORT``)."""
 
 from raylab.report.claims import Claim, Contrast, Control, Derived, Value
 from raylab.report.spec import Bars, Curve, Report, Table
+from trainers.boltz_distill.labels import LABELS, PROBE_LABELS
 
 # The distillation's claim and its control (tests/trainers/boltz_distill/test_bd_science.py): the student
 # learns, its held-out distillation loss falls.
@@ -27,6 +28,7 @@ DISTILL_CLAIMS = (
 
 REPORT = Report(
     claims=DISTILL_CLAIMS,
+    labels=LABELS,
     items=(
         Curve(
             ("distill/loss", "distill/val_loss"),
@@ -125,6 +127,7 @@ PROBE_CLAIMS = (
 
 PROBE_REPORT = Report(
     claims=PROBE_CLAIMS,
+    labels=PROBE_LABELS,
     items=(
         Table(
             "probe/{task}/*",

@@ -9,6 +9,7 @@ from raylab.report.claims import Claim, Contrast, Control, Improvement
 from raylab.report.spec import Aggregates, Bars, Curve, Only, Report, Table
 from trainers.dqn_softlinf import EXACT_METRICS, FRAME_MARK_METRICS, HELDOUT_METRICS, SHARED_METRICS
 from trainers.dqn_softlinf.human_scores import SOURCE, random_and_human
+from trainers.dqn_softlinf.labels import LABELS
 from trainers.dqn_softlinf.stats import TIME_AVERAGED, time_averaged_name
 
 
@@ -101,6 +102,7 @@ CLAIMS = (
 
 REPORT = Report(
     only=ONLY,
+    labels=LABELS,
     claims=CLAIMS,
     aggregates=(
         Aggregates(

@@ -8,6 +8,7 @@ index (its 100 fine labels would not fit under the bars)."""
 
 from raylab.report.claims import Claim, Contrast, Control, Value, where
 from raylab.report.spec import Bars, Curve, Report, Table
+from trainers.fair_adv.labels import LABELS
 
 # CIFAR-10's ``label_names`` (its batches.meta), in label order.
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -64,6 +65,7 @@ CLAIMS = (
 
 REPORT = Report(
     claims=CLAIMS,
+    labels=LABELS,
     items=(
         Bars(
             "eval/robust_acc_per_class",

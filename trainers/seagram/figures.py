@@ -5,6 +5,7 @@ training solver calls, per al_strategy), and the victims' training curves."""
 
 from raylab.report.claims import Claim, Contrast, Control, Derived, Value
 from raylab.report.spec import Bars, Curve, Report, Table, Versus
+from trainers.seagram.labels import LABELS
 
 SEAGRAM, GREEDY = {"attack": "seagram"}, {"attack": "greedy"}
 SETTING = ("victim", "budget")
@@ -80,6 +81,7 @@ CLAIMS = (
 
 REPORT = Report(
     claims=CLAIMS,
+    labels=LABELS,
     items=(
         Table(
             (

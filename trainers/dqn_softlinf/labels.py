@@ -1,0 +1,55 @@
+"""What the dqn_softlinf report's axes and legends call each metric and swept key
+(``Report.labels``); the metrics' definitions are the README's metric table."""
+
+from trainers.dqn_softlinf.stats import TIME_AVERAGED, time_averaged_name
+
+_BASE = {
+    "loss": "Inner-loop loss",
+    "beta": "Soft-linf beta",
+    "game": "Game",
+    "env/steps": "Agent steps",
+    "env/frames": "Emulator frames",
+    "eval/return_mean": "Evaluation return",
+    "episode/return_mean": "Training-episode return (last 100 games)",
+    "episode/return_mean_at_10M_frames": "Training-episode return at 10M frames",
+    "episode/return_mean_at_50M_frames": "Training-episode return at 50M frames",
+    "train/loss": "Training loss (surrogate)",
+    "train/q_mean": "Mean Q(s, a)",
+    "train/soft_linf_ess": "Soft-linf effective sample size",
+    "perf/env_steps_per_s": "Agent steps per second",
+    "perf/probe_s": "Seconds spent measuring",
+    "bellman/residual_linf_insample": "Sup-norm Bellman residual (in-sample, one sample)",
+    "bellman/residual_p99_insample": "99th-percentile Bellman residual (in-sample)",
+    "bellman/residual_l2_insample": "L2 Bellman residual (in-sample)",
+    "bellman/residual_linf_heldout": "Sup-norm Bellman residual (held-out, one sample)",
+    "bellman/residual_p99_heldout": "99th-percentile Bellman residual (held-out)",
+    "bellman/residual_l2_heldout": "L2 Bellman residual (held-out)",
+    "bellman/heldout_transitions": "Held-out probe transitions",
+    "bellman/residual_linf_expected": "Sup-norm Bellman residual (held-out, K-sample)",
+    "bellman/residual_linf_sampled_subset": "Sup-norm Bellman residual (same states, one sample)",
+    "bellman/target_std_expected": "Std of the K-sample targets",
+    "bellman/residual_linf_expected_debiased": "Sup-norm Bellman residual (held-out, K-sample, debiased)",
+    "bellman/residual_linf_expected_bias_bound": "Bias bound of the K-sample sup-norm residual",
+    "bellman/residual_l2_expected_debiased": "L2 Bellman residual (held-out, K-sample, debiased)",
+    "bellman/residual_linf_shared": "Sup-norm Bellman residual (shared states, K-sample)",
+    "bellman/residual_linf_shared_debiased": "Sup-norm Bellman residual (shared states, K-sample, debiased)",
+    "bellman/residual_linf_shared_bias_bound": "Bias bound of the shared-state sup-norm residual",
+    "bellman/residual_l2_shared_debiased": "L2 Bellman residual (shared states, K-sample, debiased)",
+    "bellman/target_std_shared": "Std of the shared states' K-sample targets",
+    "bellman/shared_set_id": "Shared state set checksum",
+    "bellman/residual_linf_exact": "Sup-norm Bellman residual (exact)",
+    "bellman/residual_l2_exact": "L2 Bellman residual (exact)",
+    "bellman/qstar_dist_linf": "Sup-norm distance to Q* (exact)",
+    "bellman/greedy_value_exact": "Greedy policy's value (exact)",
+    "bellman/greedy_value_gap_exact": "Greedy policy's value gap to V* (exact)",
+    "bellman/td_error_max_batch": "Largest TD error in the batch",
+    "inner/regression_linf": "Inner-loop sup-norm regression error (in-sample)",
+    "inner/progress_ratio": "Inner-loop progress ratio (in-sample)",
+    "inner/regression_linf_exact": "Inner-loop sup-norm regression error (exact)",
+    "inner/progress_ratio_exact": "Inner-loop progress ratio (exact)",
+}
+
+LABELS = {
+    **_BASE,
+    **{time_averaged_name(m): f"{_BASE[m]}, mean over the last half" for m in TIME_AVERAGED if m in _BASE},
+}
