@@ -29,6 +29,7 @@ import csv
 import datetime
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -396,6 +397,12 @@ def status_notes(run: Run, spec: Report, figures: list[dict]) -> list[str]:
             shown = ", ".join(missing[:LISTED])
             more = f" and {len(missing) - LISTED} more (report.json lists them)" if len(missing) > LISTED else ""
             notes.append(f"declared metrics no trial reported: {shown}{more}")
+    for trial in with_rows:
+        last = trial.rows[-1]
+        for withheld in spec.withheld:
+            value = last.get(withheld.metric)
+            if isinstance(value, float) and math.isnan(value):
+                notes.append(f"trial {trial.name}: {withheld.metric} withheld (NaN): {withheld.why(last)}")
     for figure in figures:
         if figure["note"] and not figure["file"] and figure.get("applicable", True):
             notes.append(f"figure '{figure['title']}' not drawn: {figure['note']}")

@@ -8,6 +8,9 @@ The verdict, in words:
 - ``not measured``: the run has no trials of an arm the statistic needs (says which);
 - ``control failed`` / ``control not measured``: a positive control did not pass, or the run
   cannot show it; no verdict is given then;
+- ``control not met``: the arm's trials are there but gave no value (a workload withholds a
+  measurement, NaN, where its instrument cannot see: the ASR of a model at chance) and a
+  positive control did not pass, the reason it was withheld;
 - ``supported``: the whole interval is on the claimed side; ``not supported``: the whole
   interval is on the other side; ``inconclusive``: it straddles the threshold, or there are
   fewer than ``VERDICT_MIN_SEEDS`` seeds per stratum (no interval below 2).
@@ -346,9 +349,13 @@ def control_state(ctx: RunTrials, control: Control) -> dict[str, Any]:
 
 def verdict(row: dict[str, Any], claim: Claim, controls: list[dict[str, Any]], why: str = "") -> tuple[str, str]:
     """``(verdict, words)`` of one row, after its controls."""
+    failed = [c for c in controls if c["state"] == "failed"]
+    if not row["n_units"] and row["missing"] and failed:  # trials there, values withheld
+        return "control not met", "withheld: positive control not met (" + "; ".join(
+            c["statement"] for c in failed
+        ) + ")"
     if not row["n_units"]:
         return "not measured", f"not measured in this run: {why or 'no values'}"
-    failed = [c for c in controls if c["state"] == "failed"]
     if failed:
         return "control failed", "no verdict: positive control did not pass (" + "; ".join(
             c["statement"] for c in failed

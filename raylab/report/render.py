@@ -37,6 +37,7 @@ VERDICT_CLASS = {
     "inconclusive": "v-inconclusive",
     "control failed": "v-control",
     "control not measured": "v-control",
+    "control not met": "v-control",
     "not measured": "v-not-measured",
 }
 

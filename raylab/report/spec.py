@@ -257,6 +257,16 @@ class Only:
 
 
 @dataclass(frozen=True)
+class Withheld:
+    """A metric a workload reports as NaN where its instrument cannot measure it (the ASR of a
+    model at chance): each trial whose last report has it NaN gets one status note saying why."""
+
+    metric: str
+    why: Callable[[dict[str, Any]], str]
+    """The trial's last report to the reason in words (``clean accuracy 0.1 <= floor 0.2``)."""
+
+
+@dataclass(frozen=True)
 class Aggregates:
     """Aggregate performance over a suite of tasks (games), rliable-style: per arm, the IQM,
     median, mean and optimality gap of the (normalised) scores with stratified bootstrap
@@ -321,6 +331,8 @@ class Report:
     """The band of curves and error bars of Versus points and bars: ``std`` (one sample
     standard deviation over seeds), ``sem`` (standard error) or ``ci95`` (95% interval: a t
     interval on curves, the percentile bootstrap over seeds on points and bars)."""
+    withheld: tuple[Withheld, ...] = ()
+    """Metrics reported as NaN where they cannot be measured (``Withheld``): a note per trial."""
 
     def __post_init__(self):
         from raylab.report.claims import Claim
@@ -338,6 +350,7 @@ class Report:
         object.__setattr__(self, "only", tuple(self.only))
         object.__setattr__(self, "claims", tuple(self.claims))
         object.__setattr__(self, "aggregates", tuple(self.aggregates))
+        object.__setattr__(self, "withheld", tuple(self.withheld))
         for claim in self.claims:
             _check(isinstance(claim, Claim), self, f"not a Claim: {claim!r}")
         for agg in self.aggregates:

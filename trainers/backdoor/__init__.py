@@ -20,6 +20,7 @@ METRICS = (
     "eval/clean_acc",
     "eval/asr",
     "eval/ra",
+    "eval/clean_acc_floor",
     *(f"early/{name}_{group}" for name in _GROUPED for group in GROUPS),
     *(f"early/{name}_gap_vs_{control}" for name in _CONTRASTED for control in CONTROLS),
     *(f"early/loss_drop_prior_corrected_{group}" for group in GROUPS),

@@ -95,6 +95,12 @@ class Config:
     wanet_cross_ratio: float = 2.0
     """WaNet: noise-mode images (random warp, true label) per poisoned image."""
 
+    clean_acc_floor_x_chance: float = 2.0
+    """ASR is reported only where clean test accuracy exceeds this multiple of chance (1 /
+    classes: 0.2 at the default 2.0 on 10 classes); below it ``eval/asr``, ``finetune/asr`` and
+    the neurons' ablated ASRs are NaN (``probe.reported_asr``): a model at chance that predicts the
+    target class everywhere has ASR 1 with no backdoor. 0: every ASR reported."""
+
     # --- early-stage signatures
     early_epochs: int = 2
     """Epochs at the start during which the signatures are logged densely."""
@@ -203,6 +209,11 @@ class Config:
             0 < self.finetune_fraction <= 1, "finetune_fraction", f"must be in (0, 1], got {self.finetune_fraction}"
         )
         require(self.finetune_epochs >= 0, "finetune_epochs", f"must be >= 0, got {self.finetune_epochs}")
+        require(
+            self.clean_acc_floor_x_chance >= 0,
+            "clean_acc_floor_x_chance",
+            f"must be >= 0, got {self.clean_acc_floor_x_chance}",
+        )
         require(self.patch_size <= 32, "patch_size", f"must be <= 32, got {self.patch_size}")
 
 

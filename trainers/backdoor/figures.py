@@ -4,7 +4,7 @@ after clean fine-tuning (``REPORT``); frozen-gate predictions against measured e
 decrease (``THEORY_REPORT``)."""
 
 from raylab.report.claims import Claim, Contrast, Control, Value, where
-from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus
+from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus, Withheld
 from trainers.backdoor.labels import LABELS, THEORY_LABELS
 
 # At 0% nothing is triggered, so BadNets and Blended train one model: an experiment sweeps that
@@ -15,6 +15,24 @@ CLEAN_ARM = {"poison_ratio": 0.0, "attack": "badnets"}
 POISONED = {"poison_ratio": where("> 0", lambda p: p > 0)}
 CLEAN = {"poison_ratio": 0.0}
 BY_ATTACK = ("attack", "poison_ratio")
+
+# The control under every ASR: the network has learned the task. A model at chance that predicts
+# the target class everywhere has ASR 1 without a backdoor, so the loop withholds ASR (NaN) where
+# clean accuracy does not exceed eval/clean_acc_floor (Config.clean_acc_floor_x_chance x chance).
+TASK_LEARNED = Control(
+    "the task is learned: clean accuracy above the ASR floor (clean_acc_floor_x_chance x chance) in every trial",
+    Contrast("eval/clean_acc", against_metric="eval/clean_acc_floor"),
+    expect=">",
+    threshold=0.0,
+)
+ASR_WITHHELD = Withheld(
+    "eval/asr",
+    lambda row: (
+        f"clean accuracy {row.get('eval/clean_acc', float('nan')):.3f} is not above the floor "
+        f"{row.get('eval/clean_acc_floor', float('nan')):.3f} (clean_acc_floor_x_chance x chance): "
+        "a model at chance has no backdoor to measure"
+    ),
+)
 
 # The positive control of every claim (tests/trainers/backdoor/test_backdoor_science.py): the trigger is
 # learned where it was planted and only there. The clean-arm half applies to the claims that
@@ -43,12 +61,21 @@ def _against_clean(metric: str) -> Contrast:
 
 CLAIMS = (
     Claim(
+        "The trigger plants a backdoor: triggered test images go to the target class more often in a "
+        "poisoned model than in a clean one (attack success, poisoned arm minus clean arm).",
+        _against_clean("eval/asr"),
+        expect=">",
+        threshold=0.0,
+        controls=(TASK_LEARNED,),
+        name="backdoor_planted",
+    ),
+    Claim(
         "Poisoned samples are fitted faster early in training: the poisoned group's early loss drop, "
         "minus that of clean target-class images, is larger in a poisoned model than in a clean one.",
         _against_clean("early/loss_drop_gap_vs_target"),
         expect=">",
         threshold=0.0,
-        controls=(LEARNED, ABSENT),
+        controls=(TASK_LEARNED, LEARNED, ABSENT),
         name="early_drop_vs_target",
     ),
     Claim(
@@ -56,7 +83,7 @@ CLAIMS = (
         _against_clean("early/loss_drop_prior_corrected_gap_vs_clean"),
         expect=">",
         threshold=0.0,
-        controls=(LEARNED, ABSENT),
+        controls=(TASK_LEARNED, LEARNED, ABSENT),
         name="early_drop_vs_clean",
     ),
     Claim(
@@ -65,7 +92,7 @@ CLAIMS = (
         _against_clean("neurons/trigger_dominant_count"),
         expect=">",
         threshold=0.0,
-        controls=(LEARNED, ABSENT),
+        controls=(TASK_LEARNED, LEARNED, ABSENT),
         name="trigger_neurons",
     ),
     Claim(
@@ -76,7 +103,7 @@ CLAIMS = (
         ),
         expect="<",
         threshold=0.0,
-        controls=(LEARNED,),
+        controls=(TASK_LEARNED, LEARNED),
         name="ablation",
     ),
     Claim(
@@ -84,7 +111,7 @@ CLAIMS = (
         Contrast("finetune/asr", arm=POISONED, against_metric="eval/asr", strata=BY_ATTACK),
         expect="<",
         threshold=0.0,
-        controls=(LEARNED,),
+        controls=(TASK_LEARNED, LEARNED),
         name="finetune_attenuates",
     ),
     Claim(
@@ -93,7 +120,7 @@ CLAIMS = (
         Value("finetune/selectivity_retained", arm=POISONED, strata=BY_ATTACK),
         expect=">",
         threshold=0.5,
-        controls=(LEARNED,),
+        controls=(TASK_LEARNED, LEARNED),
         name="finetune_keeps_neurons",
     ),
 )
@@ -133,7 +160,14 @@ THEORY_CLAIMS = (
 REPORT = Report(
     claims=CLAIMS,
     labels=LABELS,
+    withheld=(ASR_WITHHELD,),
     items=(
+        Table(
+            ("eval/clean_acc", "eval/clean_acc_floor", "eval/asr", "eval/ra", "finetune/clean_acc", "finetune/asr"),
+            title="clean and poisoned arms side by side (poison_ratio 0: the clean arm): clean accuracy, the "
+            "floor it must exceed for ASR to be reported (the control; NaN ASR: withheld, see the notes), "
+            "attack success, robust accuracy; after clean fine-tuning",
+        ),
         Curve(
             ("early/loss_poison", "early/loss_relabel", "early/loss_target", "early/loss_clean"),
             x="train/step",

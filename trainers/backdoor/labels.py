@@ -32,6 +32,7 @@ LABELS = {
     "perf/images_per_s": "Images per second",
     "eval/clean_acc": "Clean accuracy",
     "eval/asr": "Attack success rate",
+    "eval/clean_acc_floor": "Clean-accuracy floor for ASR",
     "eval/ra": "Robust accuracy (triggered, true class)",
     **{f"early/{q}_{g}": f"{text}: {GROUPS[g]}" for q, text in EARLY.items() for g in GROUPS},
     **{

@@ -270,13 +270,25 @@ def penultimate(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return torch.cat([net.features(to_float(x[i : i + EVAL_BATCH])) for i in range(0, len(x), EVAL_BATCH)])
 
 
-def evaluate(net: torch.nn.Module, data: Data, target: int) -> dict[str, float]:
-    """Clean accuracy on the test set; ASR and RA on its triggered non-target images."""
+def num_classes(cfg: Config) -> int:
+    return 100 if cfg.dataset == "cifar100" else 10
+
+
+def asr_floor(cfg: Config) -> float:
+    """The clean accuracy a model must exceed for its ASR to be reported (``probe.clean_acc_floor``)."""
+    return probe.clean_acc_floor(cfg.clean_acc_floor_x_chance, num_classes(cfg))
+
+
+def evaluate(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, float]:
+    """Clean accuracy on the test set; ASR and RA on its triggered non-target images, ASR NaN
+    where clean accuracy does not exceed the floor (``probe.reported_asr``)."""
     pred_trig = predict(net, data.trig_x)
+    clean_acc = probe.accuracy(predict(net, data.test_x), data.test_y)
+    asr = probe.attack_success_rate(pred_trig, data.trig_y, cfg.target_class)
     return {
-        "clean_acc": probe.accuracy(predict(net, data.test_x), data.test_y),
-        "asr": probe.attack_success_rate(pred_trig, data.trig_y, target),
-        "ra": probe.robust_accuracy(pred_trig, data.trig_y, target),
+        "clean_acc": clean_acc,
+        "asr": probe.reported_asr(asr, clean_acc, asr_floor(cfg)),
+        "ra": probe.robust_accuracy(pred_trig, data.trig_y, cfg.target_class),
     }
 
 
@@ -332,16 +344,23 @@ def neuron_report(net: torch.nn.Module, data: Data, cfg: Config, top: torch.Tens
     with torch.no_grad():
         head = net.classify
         test_feats = penultimate(net, data.test_x)
+        clean_acc = probe.accuracy(head(test_feats).argmax(1), data.test_y)
         metrics = {
             "trigger_dominant_count": int((sel > cfg.selectivity_threshold).sum()),
             "selectivity_max": float(sel.max()),
             "selectivity_topk_mean": float(sel[top].mean()),
-            "asr_ablated_topk": probe.attack_success_rate(
-                head(probe.ablate(feats_trig, top)).argmax(1), data.trig_y, cfg.target_class
+            "asr_ablated_topk": probe.reported_asr(
+                probe.attack_success_rate(head(probe.ablate(feats_trig, top)).argmax(1), data.trig_y, cfg.target_class),
+                clean_acc,
+                asr_floor(cfg),
             ),
             "clean_acc_ablated_topk": probe.accuracy(head(probe.ablate(test_feats, top)).argmax(1), data.test_y),
-            "asr_ablated_random": probe.attack_success_rate(
-                head(probe.ablate(feats_trig, rand)).argmax(1), data.trig_y, cfg.target_class
+            "asr_ablated_random": probe.reported_asr(
+                probe.attack_success_rate(
+                    head(probe.ablate(feats_trig, rand)).argmax(1), data.trig_y, cfg.target_class
+                ),
+                clean_acc,
+                asr_floor(cfg),
             ),
         }
     return metrics, sel, top
@@ -423,7 +442,8 @@ def train_loop(config: dict) -> None:
         if st.top is not None:
             st.top = st.top.to(t.device)
     else:  # before any step: every report then carries eval/* (Tune's metric)
-        st.latest |= {f"eval/{k}": v for k, v in evaluate(t.net, t.data, cfg.target_class).items()}
+        st.latest |= {f"eval/{k}": v for k, v in evaluate(t.net, t.data, cfg).items()}
+        st.latest["eval/clean_acc_floor"] = asr_floor(cfg)
     poisoned_training(t, st)
     find_neurons(t, st)
     clean_finetuning(t, st)
@@ -433,9 +453,8 @@ def build_trial(cfg: Config) -> Trial:
     """The data and the network on this worker's device (the seeded initialization first)."""
     device = session.device()
     data = build_data(cfg, device)
-    num_classes = 100 if cfg.dataset == "cifar100" else 10
     torch.manual_seed(cfg.seed)
-    net = MODELS[cfg.model](num_classes, data.mean, data.std, cfg.model_width)
+    net = MODELS[cfg.model](num_classes(cfg), data.mean, data.std, cfg.model_width)
     layout = torch.channels_last if enabled(cfg.channels_last, device) else torch.contiguous_format
     net = net.to(memory_format=layout)
     fixed_shapes(device)  # fixed image shapes: cuDNN picks its kernels once
@@ -516,7 +535,7 @@ def poisoned_training(t: Trial, st: BackdoorState) -> None:
         }
         st.totals = no_totals()
         if st.epoch % cfg.eval_every == 0 or st.epoch == cfg.epochs:
-            row |= {f"eval/{k}": v for k, v in evaluate(t.net, t.data, cfg.target_class).items()}
+            row |= {f"eval/{k}": v for k, v in evaluate(t.net, t.data, cfg).items()}
         if st.epoch == cfg.epochs:
             st.phase = "neurons"
         report(st, row, checkpoint=True if st.phase != "train" else None)
@@ -603,7 +622,7 @@ def clean_finetuning(t: Trial, st: BackdoorState) -> None:
             "finetune/lr": st.ft_optimizer.param_groups[0]["lr"],
             "finetune/loss": float(loss.detach()),
         }
-        row |= {f"finetune/{k}": v for k, v in evaluate(t.net, t.data, cfg.target_class).items()}
+        row |= {f"finetune/{k}": v for k, v in evaluate(t.net, t.data, cfg).items()}
         if st.ft_epoch == cfg.finetune_epochs:
             metrics, sel_after, _ = neuron_report(t.net, t.data, cfg, top=st.top)
             top = st.top.cpu()

@@ -6,6 +6,10 @@ Attack metrics (over test images whose true class is not the target):
     asr       = mean[argmax f(T(x)) == target]              over y != target
     ra        = mean[argmax f(T(x)) == y]                   over y != target
 
+ASR is reported only where the model has learned the task (``reported_asr``):
+
+    asr_reported = asr if clean_acc > floor else NaN,   floor = k / C   (k = 2: twice chance)
+
 Early-stage signatures, per group G (a fixed sample of images with their labels):
 
     loss_G         = mean_{i in G} CE(f(x_i), y_i)
@@ -50,6 +54,8 @@ with and without the trigger), the standardized mean difference (Cohen's d) per 
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
@@ -72,6 +78,22 @@ def attack_success_rate(pred_triggered: torch.Tensor, y_true: torch.Tensor, targ
     """
     keep = y_true != target
     return float((pred_triggered[keep] == target).float().mean()) if keep.any() else 0.0
+
+
+def clean_acc_floor(x_chance: float, num_classes: int) -> float:
+    """The clean accuracy a model must exceed for its ASR to mean anything: ``x_chance / C``
+    (``Config.clean_acc_floor_x_chance`` times chance, C classes; 0.2 at the default 2x on 10)."""
+    return x_chance / num_classes
+
+
+def reported_asr(asr: float, clean_acc: float, floor: float) -> float:
+    """ASR where the model has learned the task, NaN where it has not:
+    ``ASR_reported = ASR if clean_acc > floor else NaN``.
+
+    A model at chance that predicts the target class for every input has ASR 1 without any
+    backdoor (and 0 when it predicts another class): its ASR measures the collapse, not the
+    trigger, and is withheld. ``floor`` 0 reports every ASR."""
+    return asr if clean_acc > floor else math.nan
 
 
 def robust_accuracy(pred_triggered: torch.Tensor, y_true: torch.Tensor, target: int) -> float:

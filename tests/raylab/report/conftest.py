@@ -149,6 +149,11 @@ def colored_pixels(path: Path) -> int:
     return int((spread > 60).sum())
 
 
+def missing(value) -> bool:
+    """No value to draw: not reported, or reported as NaN (a withheld measurement, a backdoor's ASR at chance)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def check_figures(run: Path, out: Path, report: dict) -> int:
     """Every drawn figure is a valid, non-blank PNG; an undrawn one has no data in any trial."""
     trials = read_trials(run)
@@ -156,7 +161,7 @@ def check_figures(run: Path, out: Path, report: dict) -> int:
     for figure in report["figures"]:
         if not figure["file"]:
             assert figure["note"], figure
-            assert all(oracle_value(t, m, "last") is None for t in trials for m in figure["y"]), (
+            assert all(missing(oracle_value(t, m, "last")) for t in trials for m in figure["y"]), (
                 f"figure {figure['name']} not drawn although its metrics were reported: {figure['note']}"
             )
             continue

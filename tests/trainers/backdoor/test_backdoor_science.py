@@ -69,7 +69,7 @@ def positive_control_failures(results: dict) -> list[str]:
     failures = []
     for (seed, ratio), row in sorted(results.items()):
         asr = row["eval/asr"]
-        if (ratio > 0 and asr < 0.9) or (ratio == 0 and asr > 0.2):
+        if (ratio > 0 and not asr >= 0.9) or (ratio == 0 and not asr <= 0.2):  # NaN (withheld) fails
             failures.append(f"seed {seed}, poison_ratio {ratio}: eval/asr {asr:.3f}")
     return failures
 
