@@ -55,6 +55,9 @@ SLOWER = {
 # Workloads whose sweep metric comes only at the end of a trial, after the three reports kept
 # here (seagram scores its attack after training its victim): their rows carry it as NaN.
 METRIC_AT_END = {"seagram"}
+# backdoor withholds ASR (its sweep metric) below a clean-accuracy floor; the full-width smokes
+# cut to three reports stay at chance, and resume is compared on every value, ASR included.
+FLOOR_OFF = {"backdoor": ["config.clean_acc_floor_x_chance=0"]}
 
 
 def short_overrides(name: str) -> list[str]:
@@ -67,7 +70,13 @@ def short_overrides(name: str) -> list[str]:
         for kind, args in spec.items()
         if kind in ("grid", "choice")
     ]
-    return [*pins, "stop.training_iteration=3", "checkpoint.every=1", *SLOWER.get(name, [])]
+    return [
+        *pins,
+        "stop.training_iteration=3",
+        "checkpoint.every=1",
+        *SLOWER.get(name, []),
+        *FLOOR_OFF.get(exp.workload, []),
+    ]
 
 
 def last_rows(run: Path) -> dict[str, dict]:
