@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from raylab import experiment as experiments
-from raylab import provenance, search_space, session, workloads
+from raylab import provenance, search_space, session, workloads, yaml_io
 from raylab.errors import UserError, exit_on_user_error
 from raylab.launch import checks, cli, ray_start, summary
 from raylab.run_folder import (
@@ -51,6 +51,13 @@ def single_config(experiment: experiments.Experiment) -> tuple[dict[str, Any], d
             middle = (args[0] + args[1]) / 2
             picked[key] = int(middle) if "randint" in kind else middle
     return search_space.with_variant({**experiment.config, **picked}), picked
+
+
+def pin_text(key: str, value: Any) -> str:
+    """The overrides that pin a searched field to ``value`` on the command line: for the
+    ``variant`` key, its group's fields (``config.loss=soft_linf config.beta=3.0``)."""
+    pairs = value.items() if key == search_space.VARIANT and isinstance(value, dict) else [(key, value)]
+    return " ".join(f"config.{k}={yaml_io.dumps(v).strip().removesuffix('...').strip()}" for k, v in pairs)
 
 
 def run_local(
@@ -103,11 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     checks.preflight(experiment)
     config, picked = single_config(experiment)
     for key, value in picked.items():
-        cli.stderr(f"search.{key}: using {value!r} (pin it with config.{key}=...)")
+        cli.stderr(f"search.{key}: using {value!r} (pin it with {pin_text(key, value)}, or another value)")
     if experiment.resources.workers > 1:
         raise UserError(
             f"{experiment.source}: {experiment.resources.workers} workers per trial need Ray Train; "
-            f"run python -m raylab.tune {experiment.name} {' '.join(f'config.{k}={v}' for k, v in picked.items())}"
+            f"run python -m raylab.tune {experiment.name} {' '.join(pin_text(k, v) for k, v in picked.items())}"
         )
     if args.resume:
         run.record(resumed=provenance.now())
