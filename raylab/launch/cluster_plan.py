@@ -14,11 +14,10 @@ worker demand of the trials whose driver runs, so it launches nodes for that man
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-
-import itertools
 
 from raylab import search_space, workloads
 from raylab.config import from_dict
@@ -172,11 +171,13 @@ def trial_memory(experiment, limit: int = 256) -> float:
     return most
 
 
-def memory_refusal(experiment, name: str, nodes: list[NodeType], node: NodeType | None, per_node: int) -> str:
+def memory_refusal(
+    experiment, name: str, nodes: list[NodeType], node: NodeType | None, per_node: int, need: float
+) -> str:
     """Why the plan cannot run, by memory: one trial larger than every node type's declared
     memory, or the trials Ray packs on one node (by CPU and GPU; trials ask Ray for no memory)
-    larger than that node's; "" when it fits or nothing declares memory."""
-    need = trial_memory(experiment)
+    larger than that node's; "" when it fits or nothing declares memory. ``need``: a trial's
+    bytes (``trial_memory``)."""
     if not need:
         return ""
     declared = [n for n in nodes if n.memory]
@@ -254,7 +255,7 @@ def plan_text(experiment, cluster: str | Path) -> str:
         )
     per_node = trials_per_node(node, cpus, gpus)
     memory = trial_memory(experiment)
-    if refusal := memory_refusal(experiment, name, nodes, node, per_node):
+    if refusal := memory_refusal(experiment, name, nodes, node, per_node, memory):
         raise UserError(refusal)
     drivers = int(head.trial_drivers) if head and resources.uses_ray_train else 0
     running = min(trials, drivers) if drivers else trials  # trials whose workers ask for nodes
@@ -279,6 +280,10 @@ def plan_text(experiment, cluster: str | Path) -> str:
             else f"unknown (no price for {node.instance})"
         ),
     ]
+    if memory and node.memory:
+        lines.append(
+            f"#   memory per node: {per_node} x {_gb(memory)} ({_need_basis(experiment)}) of its {_gb(node.memory)}"
+        )
     estimate = experiment.estimate
     length = experiment.trial_length()
     if length and estimate.steps_per_s:
