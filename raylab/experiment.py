@@ -362,9 +362,37 @@ def load(name_or_path: str, overrides: list[str] = (), smoke: bool = False) -> E
             raise UserError(f"{source}: 'smoke' must be a mapping of overrides")
         _check_sections(smoke_section, f"{source} (smoke)", SECTIONS - {"workload"})
         raw = merge(raw, smoke_section)
+    merged = raw
     for text in overrides:
-        raw = merge(raw, parse_override(text), f"command line: override '{text}'")
-    return validate(raw, name=path.stem, source=source, smoke=smoke)
+        merged = merge(merged, parse_override(text), f"command line: override '{text}'")
+    try:
+        return validate(merged, name=path.stem, source=source, smoke=smoke)
+    except UserError as err:
+        blamed = _blame_override(raw, overrides, path.stem, source, smoke)
+        if blamed is None:
+            raise
+        text, message = blamed
+        if message.startswith(source):
+            message = message[len(source) :].lstrip(": ")
+        raise UserError(f"command line: override '{text}': {message} (experiment {source})") from None
+
+
+def _blame_override(
+    raw: dict[str, Any], overrides: list[str], name: str, source: str, smoke: bool
+) -> tuple[str, str] | None:
+    """The first command-line override that makes a valid file invalid, with the error it
+    causes; None when the file (with its smoke section) is invalid by itself."""
+    try:
+        validate(raw, name=name, source=source, smoke=smoke)
+    except UserError:
+        return None
+    for text in overrides:
+        raw = merge(raw, parse_override(text))
+        try:
+            validate(raw, name=name, source=source, smoke=smoke)
+        except UserError as err:
+            return text, str(err)
+    return None
 
 
 def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -> Experiment:
@@ -375,7 +403,10 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
     raw = dict(raw)
     if not isinstance(raw["workload"], str):
         raise UserError(f"{source}: workload: expected a name, got {raw['workload']!r}")
-    workload = workloads.get(raw["workload"])
+    try:
+        workload = workloads.get(raw["workload"])
+    except UserError as err:
+        raise UserError(f"{source}: workload: {err}") from None
     config_cls = workload.config_class()
     config = raw.pop("config", None) or {}
     search = raw.pop("search", None) or {}
@@ -419,6 +450,13 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
 TUNE_COUNTERS = ("training_iteration", "time_total_s", "time_since_restore", "iterations_since_restore")
 
 
+def is_counter(key: str) -> bool:
+    """Whether a reported key counts up from 0 (Tune's counters, ``env/steps``, ``train/epoch``):
+    a ``stop`` value at or below 0 on it ends each trial at its first report."""
+    last = key.rsplit("/", 1)[-1]
+    return key in TUNE_COUNTERS or last in ("steps", "step", "epoch", "epochs", "iteration", "iterations")
+
+
 def check_progress_keys(experiment: Experiment, metrics: tuple[str, ...]) -> None:
     """Refuse a ``stop`` key or a scheduler ``time_attr`` that no result will carry.
 
@@ -426,6 +464,14 @@ def check_progress_keys(experiment: Experiment, metrics: tuple[str, ...]) -> Non
     on a ``time_attr`` it never sees, so a typo is an error naming what the workload reports.
     """
     known = (*metrics, *TUNE_COUNTERS)
+    for key, value in experiment.stop.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise UserError(f"{experiment.source}: stop.{key}: expected a number, got {value!r}")
+        if value <= 0 and is_counter(key):
+            raise UserError(
+                f"{experiment.source}: stop.{key}: {value:g} would stop every trial at its first "
+                f"report ('{key}' counts up from 0); give a value > 0"
+            )
     asked = [(f"stop.{key}", key) for key in experiment.stop]
     if experiment.scheduler.type != "fifo":
         asked.append(("scheduler.time_attr", experiment.scheduler.time_attr))

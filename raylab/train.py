@@ -11,12 +11,14 @@ fields take their first grid or choice value, or the middle of their range, unle
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import sys
 from typing import Any
 
 from raylab import experiment as experiments
-from raylab import provenance, search_space, session, workloads, yaml_io
+from raylab import files, provenance, search_space, session, workloads, yaml_io
 from raylab.errors import UserError, exit_on_user_error
 from raylab.launch import checks, cli, ray_start, summary
 from raylab.run_folder import (
@@ -66,6 +68,7 @@ def run_local(
     """Run one trial in this process, in the (local) trial folder ``trial``; return its reported
     rows (also in the folder, as a sweep's trial keeps them)."""
     trial.write_params(config)
+    beside = TrialFiles(trial)
     s = session.start(
         backend="local",
         checkpoint_every=experiment.checkpoint.every,
@@ -74,13 +77,53 @@ def run_local(
         stop=dict(experiment.stop),
         mode=experiment.mode,
         verbose=verbose,
+        on_row=beside.write,
     )
     loop = workloads.get(experiment.workload).train_loop()
     try:
         loop(dict(config))
     except session.StopTrial as reason:
         cli.stderr(f"stopped: {reason}")
+    finally:
+        beside.close()
     return s.history
+
+
+PROGRESS_FILE = "progress.csv"
+
+
+class TrialFiles:
+    """What Tune writes beside a trial's ``result.json``, for a ``raylab.train`` trial:
+    ``progress.csv`` (every reported row; a column per metric, in the order first reported)
+    and TensorBoard events (each number at step ``training_iteration``), when tensorboardX
+    (which Ray Tune installs) imports."""
+
+    def __init__(self, trial: TrialFolder):
+        self.trial = trial
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            self.events = None
+        else:
+            self.events = SummaryWriter(str(trial.path), flush_secs=30)
+
+    def write(self, row: dict[str, Any]) -> None:
+        rows = self.trial.rows()  # a resumed trial's earlier rows too
+        columns = list(dict.fromkeys(key for r in rows for key in r if not isinstance(r[key], (list, dict))))
+        out = io.StringIO()
+        writer = csv.DictWriter(out, columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        files.write_atomic(self.trial.path / PROGRESS_FILE, out.getvalue().encode())
+        if self.events is not None:
+            step = int(row.get("training_iteration", len(rows)))
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.events.add_scalar(key, value, global_step=step)
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
 
 
 @exit_on_user_error

@@ -177,6 +177,12 @@ def _duration(seconds: float) -> str:
 
 
 def _number(value: Any) -> str:
+    """A value for a progress line: ``-`` for NaN (a metric not measured yet, as seagram's
+    attack metrics before its attack phase)."""
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if isinstance(value, float) and not value.is_integer():
         return f"{value:.4g}"
     if isinstance(value, float):
