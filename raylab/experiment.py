@@ -367,7 +367,7 @@ def load(name_or_path: str, overrides: list[str] = (), smoke: bool = False) -> E
         merged = merge(merged, parse_override(text), f"command line: override '{text}'")
     try:
         return validate(merged, name=path.stem, source=source, smoke=smoke)
-    except UserError as err:
+    except UserError:
         blamed = _blame_override(raw, overrides, path.stem, source, smoke)
         if blamed is None:
             raise
