@@ -427,6 +427,7 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
             f"{source}: metric '{experiment.metric}' is not reported by workload "
             f"'{experiment.workload}'; it reports: {', '.join(workload.metrics)}"
         )
+    check_stop_values(experiment)
     if workload.metrics:
         check_progress_keys(experiment, workload.metrics)
     if experiment.resources.workers > 1 and not workload.data_parallel:
@@ -457,13 +458,9 @@ def is_counter(key: str) -> bool:
     return key in TUNE_COUNTERS or last in ("steps", "step", "epoch", "epochs", "iteration", "iterations")
 
 
-def check_progress_keys(experiment: Experiment, metrics: tuple[str, ...]) -> None:
-    """Refuse a ``stop`` key or a scheduler ``time_attr`` that no result will carry.
-
-    Tune ignores a stop key that never appears (the trial runs forever) and ASHA never prunes
-    on a ``time_attr`` it never sees, so a typo is an error naming what the workload reports.
-    """
-    known = (*metrics, *TUNE_COUNTERS)
+def check_stop_values(experiment: Experiment) -> None:
+    """Refuse a ``stop`` value that is not a number, or that ends every trial at its first
+    report (0 or below on a counter: ``stop.training_iteration=-1``)."""
     for key, value in experiment.stop.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
             raise UserError(f"{experiment.source}: stop.{key}: expected a number, got {value!r}")
@@ -472,6 +469,15 @@ def check_progress_keys(experiment: Experiment, metrics: tuple[str, ...]) -> Non
                 f"{experiment.source}: stop.{key}: {value:g} would stop every trial at its first "
                 f"report ('{key}' counts up from 0); give a value > 0"
             )
+
+
+def check_progress_keys(experiment: Experiment, metrics: tuple[str, ...]) -> None:
+    """Refuse a ``stop`` key or a scheduler ``time_attr`` that no result will carry.
+
+    Tune ignores a stop key that never appears (the trial runs forever) and ASHA never prunes
+    on a ``time_attr`` it never sees, so a typo is an error naming what the workload reports.
+    """
+    known = (*metrics, *TUNE_COUNTERS)
     asked = [(f"stop.{key}", key) for key in experiment.stop]
     if experiment.scheduler.type != "fifo":
         asked.append(("scheduler.time_attr", experiment.scheduler.time_attr))
