@@ -39,5 +39,8 @@ def test_dry_run_says_what_auto_resolves_to(name, capsys):
 def test_a_wrong_switch_value_is_one_line(capsys):
     assert raylab_tune.main(["fair_adv", "config.channels_last=fast", "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.endswith("config.channels_last: expected bool | 'auto', got 'fast' (str)")
+    assert err.startswith(
+        "error: command line: override 'config.channels_last=fast': "
+        "config.channels_last: expected bool | 'auto', got 'fast' (str)"
+    )
     assert len(err.splitlines()) == 1

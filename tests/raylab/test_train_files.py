@@ -5,12 +5,12 @@ metrics before the attack phase) prints as ``-``, not ``nan``."""
 from __future__ import annotations
 
 import csv
-import json
 import struct
 
 from raylab import session
 from raylab import train as raylab_train
 from raylab.launch import progress
+from raylab.run_folder import TRAIN_TRIAL, RunFolder
 
 
 def _event_scalars(path) -> dict[str, list[tuple[int, float]]]:
@@ -29,8 +29,9 @@ def _event_scalars(path) -> dict[str, list[tuple[int, float]]]:
 
 def test_a_train_run_writes_progress_csv_and_tensorboard_events(tmp_path, capsys):
     assert raylab_train.main(["toy", "--smoke", "--quiet", "--storage", str(tmp_path)]) == 0
-    (trial,) = [p for p in tmp_path.glob("*/trial")]
-    rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
+    (run,) = list(tmp_path.iterdir())
+    folder = RunFolder(run).trial(TRAIN_TRIAL)
+    rows, trial = folder.rows(), folder.path
     with (trial / "progress.csv").open() as f:
         table = list(csv.DictReader(f))
     assert len(table) == len(rows) >= 2
