@@ -200,7 +200,13 @@ class Estimate:
     steps_per_s: float = 0.0
     """Progress (the unit of the ``stop`` criterion) one trial makes per second; 0: not stated."""
     rate_basis: str = ""
-    """Where ``steps_per_s`` comes from (a measurement, or a target not measured)."""
+    """Where ``steps_per_s`` comes from when it is not measured (a target, an estimate)."""
+    rate_measured: str = ""
+    """Where ``steps_per_s`` was measured (benchmark, machine); empty: not measured, so each
+    dollar figure says the rate is a target (``rate_basis``)."""
+    memory_bytes: float = 0.0
+    """Bytes of host memory one trial needs; 0: the workload's own figure (its ``memory``
+    function), or unknown. ``--dry-run --cluster`` packs trials on nodes by it."""
     checkpoint_bytes: float = 0.0
     """Bytes one checkpoint of one trial holds (``checkpoint.keep`` of them are kept); 0: not stated."""
     trial_steps: float = 0.0
@@ -213,6 +219,7 @@ class Estimate:
         require(self.steps_per_s >= 0, "steps_per_s", f"must be >= 0, got {self.steps_per_s}")
         require(self.checkpoint_bytes >= 0, "checkpoint_bytes", f"must be >= 0, got {self.checkpoint_bytes}")
         require(self.trial_steps >= 0, "trial_steps", f"must be >= 0, got {self.trial_steps}")
+        require(self.memory_bytes >= 0, "memory_bytes", f"must be >= 0, got {self.memory_bytes}")
 
 
 @dataclass(frozen=True)
@@ -355,9 +362,37 @@ def load(name_or_path: str, overrides: list[str] = (), smoke: bool = False) -> E
             raise UserError(f"{source}: 'smoke' must be a mapping of overrides")
         _check_sections(smoke_section, f"{source} (smoke)", SECTIONS - {"workload"})
         raw = merge(raw, smoke_section)
+    merged = raw
+    for text in overrides:
+        merged = merge(merged, parse_override(text), f"command line: override '{text}'")
+    try:
+        return validate(merged, name=path.stem, source=source, smoke=smoke)
+    except UserError:
+        blamed = _blame_override(raw, overrides, path.stem, source, smoke)
+        if blamed is None:
+            raise
+        text, message = blamed
+        if message.startswith(source):
+            message = message[len(source) :].lstrip(": ")
+        raise UserError(f"command line: override '{text}': {message} (experiment {source})") from None
+
+
+def _blame_override(
+    raw: dict[str, Any], overrides: list[str], name: str, source: str, smoke: bool
+) -> tuple[str, str] | None:
+    """The first command-line override that makes a valid file invalid, with the error it
+    causes; None when the file (with its smoke section) is invalid by itself."""
+    try:
+        validate(raw, name=name, source=source, smoke=smoke)
+    except UserError:
+        return None
     for text in overrides:
         raw = merge(raw, parse_override(text))
-    return validate(raw, name=path.stem, source=source, smoke=smoke)
+        try:
+            validate(raw, name=name, source=source, smoke=smoke)
+        except UserError as err:
+            return text, str(err)
+    return None
 
 
 def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -> Experiment:
@@ -368,7 +403,10 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
     raw = dict(raw)
     if not isinstance(raw["workload"], str):
         raise UserError(f"{source}: workload: expected a name, got {raw['workload']!r}")
-    workload = workloads.get(raw["workload"])
+    try:
+        workload = workloads.get(raw["workload"])
+    except UserError as err:
+        raise UserError(f"{source}: workload: {err}") from None
     config_cls = workload.config_class()
     config = raw.pop("config", None) or {}
     search = raw.pop("search", None) or {}
@@ -389,6 +427,7 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
             f"{source}: metric '{experiment.metric}' is not reported by workload "
             f"'{experiment.workload}'; it reports: {', '.join(workload.metrics)}"
         )
+    check_stop_values(experiment)
     if workload.metrics:
         check_progress_keys(experiment, workload.metrics)
     if experiment.resources.workers > 1 and not workload.data_parallel:
@@ -410,6 +449,26 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
 # Counters Ray Tune adds to every result of a trial (``ray.tune.result.AUTO_RESULT_KEYS``) that
 # a ``stop`` criterion or a scheduler's ``time_attr`` may use besides the workload's metrics.
 TUNE_COUNTERS = ("training_iteration", "time_total_s", "time_since_restore", "iterations_since_restore")
+
+
+def is_counter(key: str) -> bool:
+    """Whether a reported key counts up from 0 (Tune's counters, ``env/steps``, ``train/epoch``):
+    a ``stop`` value at or below 0 on it ends each trial at its first report."""
+    last = key.rsplit("/", 1)[-1]
+    return key in TUNE_COUNTERS or last in ("steps", "step", "epoch", "epochs", "iteration", "iterations")
+
+
+def check_stop_values(experiment: Experiment) -> None:
+    """Refuse a ``stop`` value that is not a number, or that ends every trial at its first
+    report (0 or below on a counter: ``stop.training_iteration=-1``)."""
+    for key, value in experiment.stop.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise UserError(f"{experiment.source}: stop.{key}: expected a number, got {value!r}")
+        if value <= 0 and is_counter(key):
+            raise UserError(
+                f"{experiment.source}: stop.{key}: {value:g} would stop every trial at its first "
+                f"report ('{key}' counts up from 0); give a value > 0"
+            )
 
 
 def check_progress_keys(experiment: Experiment, metrics: tuple[str, ...]) -> None:
@@ -441,7 +500,7 @@ def from_saved(raw: Any, source: str) -> Experiment:
     return validate(raw, name=name, source=source, smoke=smoke)
 
 
-def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], update: dict[str, Any], where: str = "") -> dict[str, Any]:
     """Deep-merge ``update`` into a copy of ``base``.
 
     Search entries are replaced whole. Fixing a field in ``config`` removes it from
@@ -451,6 +510,7 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     for key, value in update.items():
         if key == "search" and isinstance(value, dict):
             out.setdefault("search", {})
+            value = _filter_variants(out["search"] or {}, value, where)
             out["search"] = {**(out["search"] or {}), **value}
             if isinstance(out.get("config"), dict):
                 out["config"] = {k: v for k, v in out["config"].items() if k not in value}
@@ -460,10 +520,63 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
                 out["search"] = {k: v for k, v in out["search"].items() if k not in value}
                 _pin_variants(out["search"], value)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+            out[key] = merge(out[key], value, where)
         else:
             out[key] = copy.deepcopy(value)
     return out
+
+
+def _filter_variants(search: dict[str, Any], update: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """``update`` with a grid over a field that ``search``'s variant groups set turned into
+    those groups, filtered: a group that sets the field stays when its value is listed; a group
+    that leaves the field alone stays. A listed value that no group sets is refused, showing
+    the ``search.variant=[...]`` form that would sweep it.
+
+    ``search.loss=[mse,soft_linf]`` on ``[{loss: mse}, {loss: huber}, {loss: soft_linf, beta: 3},
+    {loss: soft_linf, beta: 30}]`` keeps ``[{loss: mse}, {loss: soft_linf, beta: 3},
+    {loss: soft_linf, beta: 30}]``. A range or a ``choice`` over such a field cannot filter
+    groups: ``UserError`` showing the ``search.variant=[...]`` form that replaces them.
+    """
+    groups = search.get(search_space.VARIANT)
+    if isinstance(groups, dict) and list(groups) == ["grid"]:
+        groups = groups["grid"]
+    if search_space.VARIANT in update or not isinstance(groups, list):
+        return update
+    if not all(isinstance(group, dict) for group in groups):
+        return update  # not a valid variant entry: validation names the problem
+    update = dict(update)
+    for key, spec in list(update.items()):
+        if not any(key in group for group in groups):
+            continue
+        values = spec["grid"] if isinstance(spec, dict) and list(spec) == ["grid"] else spec
+        if not isinstance(values, list):
+            example = _groups_text(groups[:2])
+            raise UserError(
+                f"{where + ': ' if where else ''}search.{key}: '{key}' is set by the groups of "
+                f"search.variant, which a {next(iter(spec)) if isinstance(spec, dict) else 'value'} "
+                f"cannot filter; keep some with a list (search.{key}=[...]) or replace the groups: "
+                f"search.variant=[{example}]"
+            )
+        have = [group[key] for group in groups if key in group]
+        missing = [value for value in values if value not in have]
+        if missing:
+            raise UserError(
+                f"{where + ': ' if where else ''}search.{key}: no group of search.variant sets "
+                f"{key}: {missing[0]!r} (they set {', '.join(dict.fromkeys(map(str, have)))}); "
+                f"to sweep other groups replace them: search.variant=[{_groups_text(groups, key, values)}]"
+            )
+        # groups that leave the field alone stay; the others stay when their value is listed
+        groups = [group for group in groups if key not in group or group[key] in values]
+        del update[key]
+        update[search_space.VARIANT] = groups
+    return update
+
+
+def _groups_text(groups: list[dict[str, Any]], key: str = "", values: list = ()) -> str:
+    """Variant groups as a command line writes them (``{loss: mse},{loss: huber}``), plus a
+    group ``{key: value}`` for each of ``values`` that no group sets."""
+    groups = list(groups) + [{key: v} for v in values if not any(g.get(key) == v for g in groups)]
+    return ",".join("{" + ", ".join(f"{k}: {v}" for k, v in group.items()) + "}" for group in groups)
 
 
 def _pin_variants(search: dict[str, Any], pinned: dict[str, Any]) -> None:

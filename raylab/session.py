@@ -63,6 +63,9 @@ class Session:
     checkpoint_base: int = 0
     """Local trials: the highest checkpoint number already in ``trial`` when this run started,
     so that a resumed run's checkpoints sort after (and prune) the earlier ones."""
+    on_row: Callable[[dict[str, Any]], None] | None = None
+    """Local trials: called with each reported row once it is in ``trial`` (``python -m
+    raylab.train`` writes ``progress.csv`` and TensorBoard events from it, as Tune does)."""
 
 
 _session = Session()
@@ -297,6 +300,8 @@ def _report_local(s: Session, metrics: dict, state_dict: Mapping[str, Any] | Non
         if state_dict is not None:
             ckpt.save(s.trial.checkpoint_path(s.checkpoint_base + s.reports), dict(state_dict))
             s.trial.prune_checkpoints(s.keep)
+    if s.on_row is not None:
+        s.on_row(row)
     if s.verbose:
         shown = " | ".join(f"{k} {_fmt(v)}" for k, v in metrics.items() if not isinstance(v, list))
         print(f"[{s.reports:5d}] {shown}", file=sys.stderr, flush=True)
@@ -322,7 +327,11 @@ def _plain(value: Any) -> Any:
 
 
 def _fmt(value: Any) -> str:
+    """A reported value for the console: ``-`` for NaN (a metric not measured yet, such as
+    seagram's attack metrics before its attack phase)."""
     if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
         return f"{value:.4g}" if math.isfinite(value) else str(value)
     return str(value)
 

@@ -11,13 +11,15 @@ fields take their first grid or choice value, or the middle of their range, unle
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import shlex
 import sys
 from typing import Any
 
 from raylab import experiment as experiments
-from raylab import provenance, search_space, session, workloads
+from raylab import files, provenance, search_space, session, workloads, yaml_io
 from raylab.errors import UserError, exit_on_user_error
 from raylab.launch import checks, cli, disk_full, ray_start, summary
 from raylab.run_folder import (
@@ -54,12 +56,20 @@ def single_config(experiment: experiments.Experiment) -> tuple[dict[str, Any], d
     return search_space.with_variant({**experiment.config, **picked}), picked
 
 
+def pin_text(key: str, value: Any) -> str:
+    """The overrides that pin a searched field to ``value`` on the command line: for the
+    ``variant`` key, its group's fields (``config.loss=soft_linf config.beta=3.0``)."""
+    pairs = value.items() if key == search_space.VARIANT and isinstance(value, dict) else [(key, value)]
+    return " ".join(f"config.{k}={yaml_io.dumps(v).strip().removesuffix('...').strip()}" for k, v in pairs)
+
+
 def run_local(
     experiment: experiments.Experiment, trial: TrialFolder, config: dict[str, Any], verbose: bool = True
 ) -> list[dict[str, Any]]:
     """Run one trial in this process, in the (local) trial folder ``trial``; return its reported
     rows (also in the folder, as a sweep's trial keeps them)."""
     trial.write_params(config)
+    beside = TrialFiles(trial)
     s = session.start(
         backend="local",
         checkpoint_every=experiment.checkpoint.every,
@@ -68,13 +78,53 @@ def run_local(
         stop=dict(experiment.stop),
         mode=experiment.mode,
         verbose=verbose,
+        on_row=beside.write,
     )
     loop = workloads.get(experiment.workload).train_loop()
     try:
         loop(dict(config))
     except session.StopTrial as reason:
         cli.stderr(f"stopped: {reason}")
+    finally:
+        beside.close()
     return s.history
+
+
+PROGRESS_FILE = "progress.csv"
+
+
+class TrialFiles:
+    """What Tune writes beside a trial's ``result.json``, for a ``raylab.train`` trial:
+    ``progress.csv`` (every reported row; a column per metric, in the order first reported)
+    and TensorBoard events (each number at step ``training_iteration``), when tensorboardX
+    (which Ray Tune installs) imports."""
+
+    def __init__(self, trial: TrialFolder):
+        self.trial = trial
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            self.events = None
+        else:
+            self.events = SummaryWriter(str(trial.path), flush_secs=30)
+
+    def write(self, row: dict[str, Any]) -> None:
+        rows = self.trial.rows()  # a resumed trial's earlier rows too
+        columns = list(dict.fromkeys(key for r in rows for key in r if not isinstance(r[key], (list, dict))))
+        out = io.StringIO()
+        writer = csv.DictWriter(out, columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        files.write_atomic(self.trial.path / PROGRESS_FILE, out.getvalue().encode())
+        if self.events is not None:
+            step = int(row.get("training_iteration", len(rows)))
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.events.add_scalar(key, value, global_step=step)
+
+    def close(self) -> None:
+        if self.events is not None:
+            self.events.close()
 
 
 @exit_on_user_error
@@ -106,11 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     checks.preflight(experiment)
     config, picked = single_config(experiment)
     for key, value in picked.items():
-        cli.stderr(f"search.{key}: using {value!r} (pin it with config.{key}=...)")
+        cli.stderr(f"search.{key}: using {value!r} (pin it with {pin_text(key, value)}, or another value)")
     if experiment.resources.workers > 1:
         raise UserError(
             f"{experiment.source}: {experiment.resources.workers} workers per trial need Ray Train; "
-            f"run python -m raylab.tune {experiment.name} {' '.join(f'config.{k}={v}' for k, v in picked.items())}"
+            f"run python -m raylab.tune {experiment.name} {' '.join(pin_text(k, v) for k, v in picked.items())}"
         )
     if args.resume:
         run.record(resumed=provenance.now())

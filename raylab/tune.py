@@ -92,13 +92,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(dry_run_text(experiment))
         print(cost_text(experiment))
+        refused = []
         if args.cluster:
             from raylab.launch import cluster_plan
 
-            print(cluster_plan.plan_text(experiment, args.cluster))
+            try:
+                print(cluster_plan.plan_text(experiment, args.cluster))
+            except UserError as err:
+                refused.append(str(err))
         for check, problem in run_checks(args, experiment, run):
             print(f"# {check}: {problem or 'ok'}")
-        return 0
+            # a plan for a cluster is not refused for what this machine lacks (its CPUs, GPUs, memory)
+            if problem and not (args.cluster and check in LOCAL_CHECKS):
+                refused.append(problem)
+        for problem in refused:  # the plan or a check refuses, as the real command would: exit 2
+            cli.stderr(f"error: {problem}")
+        return 2 if refused else 0
 
     for _, problem in run_checks(args, experiment, run, stop_at_first=True):
         if problem:
@@ -187,6 +196,11 @@ def resume_command(experiment_name: str, run_name: str, args) -> str:
     if args.shared_storage:
         command += " --shared-storage"
     return command
+
+
+LOCAL_CHECKS = ("resources on this machine", "workload preflight")
+"""The checks of this machine's own CPUs, GPUs and memory, which a ``--cluster`` plan does not
+count against the run (the cluster's nodes have their own; the plan checks those)."""
 
 
 def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):

@@ -32,6 +32,10 @@ class Workload:
     """Optional ``module:function`` taking a built Config and raising ``UserError`` when this
     machine cannot run it (dataset missing or corrupted, replay buffer larger than memory).
     The CLI calls it before starting Ray on a local run; loops call it again at their start."""
+    memory: str = ""
+    """Optional ``module:function`` taking a built Config and returning the bytes of host
+    memory one trial of it allocates (a replay buffer, a dataset held in memory);
+    ``--dry-run --cluster`` packs trials on node types by it."""
     figures: str = ""
     """Optional ``module:attribute`` of the workload's ``raylab.report.spec.Report``: the
     figures and tables ``python -m raylab.report`` draws (``trainers/<name>/figures.py``)."""

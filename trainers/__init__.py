@@ -38,6 +38,7 @@ WORKLOADS: dict[str, Workload] = {
         metrics=DQN_SOFTLINF_METRICS,
         description="DQN on Atari with MSE, Huber, L1 or soft-linf inner-loop losses; sup-norm Bellman residual (exact, held-out, K-sample expected)",
         preflight="trainers.dqn_softlinf.preflight:preflight",
+        memory="trainers.dqn_softlinf.preflight:memory_need",
         packages=("ale-py", "gymnasium"),
         requires=("gymnasium", "psutil"),
         extra="raylab[dqn_softlinf]",

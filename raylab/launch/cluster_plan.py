@@ -14,11 +14,13 @@ worker demand of the trials whose driver runs, so it launches nodes for that man
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from raylab import search_space
+from raylab import search_space, workloads
+from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.launch.trainable import DRIVER_RESOURCE
 
@@ -51,6 +53,9 @@ class NodeType:
     """Its ``node_config.InstanceType`` (or ``machineType``), for the price."""
     trial_drivers: float = 0.0
     """Its declared ``resources.trial_driver`` (the head's: Ray Train trials at once; 0: none)."""
+    memory: float = 0.0
+    """Its declared ``resources.memory`` in bytes: what Ray's AWS provider fills in when it is
+    left out (70% of the instance's memory; the rest is the object store's); 0: not declared."""
 
     @property
     def price(self) -> float | None:
@@ -89,6 +94,7 @@ def load(path: str | Path) -> tuple[NodeType | None, list[NodeType], int]:
             min(int(spec.get("max_workers", cap)), cap),
             str(node_config.get("InstanceType", node_config.get("machineType", ""))),
             float(resources.get(DRIVER_RESOURCE, 0)),
+            float(resources.get("memory", 0)),
         )
         if name == config.get("head_node_type"):
             head = node
@@ -116,8 +122,8 @@ def choose(nodes: list[NodeType], cpus: float, gpus: float) -> NodeType | None:
                  min_r C_r u_r^3, mean_r C_r u_r^3)
 
     over the type's resources ``r`` of capacity ``C_r >= 1``, ``u_r`` the share the trials use.
-    Each cloud node also has ``memory`` (the provider fills it in; trials ask none), so the
-    minimum is 0 and the capacity-weighted mean decides: a type whose large resource is full
+    Each cloud node also has ``memory`` (declared, or filled in by the provider; trials ask
+    Ray for none, ``memory_refusal`` checks it after the choice), so the minimum is 0 and the capacity-weighted mean decides: a type whose large resource is full
     beats a small one whose every resource is (four quarter-GPU trials of 4 CPUs fill a 16-CPU
     GPU node, which beats one 4-CPU GPU node). Highest score wins, then the lower price per trial.
     """
@@ -126,7 +132,7 @@ def choose(nodes: list[NodeType], cpus: float, gpus: float) -> NodeType | None:
         n = trials_per_node(node, cpus, gpus)
         if n < 1:
             continue
-        capacity = {"CPU": node.cpus, "GPU": node.gpus, "memory": math.inf}
+        capacity = {"CPU": node.cpus, "GPU": node.gpus, "memory": node.memory or math.inf}
         used = {"CPU": n * cpus, "GPU": n * gpus, "memory": 0.0}
         weighted = [0.0 if c == math.inf else c * (used[r] / c) ** 3 for r, c in capacity.items() if c >= 1]
         matching = (cpus > 0 and node.cpus >= 1) + (gpus > 0 and node.gpus >= 1)
@@ -135,6 +141,86 @@ def choose(nodes: list[NodeType], cpus: float, gpus: float) -> NodeType | None:
         if best_key is None or key > best_key:
             best, best_key = node, key
     return best
+
+
+def trial_memory(experiment, limit: int = 256) -> float:
+    """Bytes of host memory one trial needs: the file's ``estimate.memory_bytes`` when stated,
+    else the largest figure of the workload's ``memory`` function over the grid's trials (the
+    first ``limit`` combinations, as the preflight checks them); 0 when neither says."""
+    if experiment.estimate.memory_bytes:
+        return experiment.estimate.memory_bytes
+    workload = workloads.get(experiment.workload)
+    if not workload.memory:
+        return 0.0
+    need = workloads.resolve(workload.memory)
+    cls = workload.config_class()
+    listed = {
+        key: args
+        for key, spec in experiment.search.items()
+        for kind, args in spec.items()
+        if kind in ("grid", "choice")
+    }
+    seen, most = set(), 0.0
+    for combo in itertools.islice(itertools.product(*listed.values()), limit):
+        values = search_space.with_variant({**experiment.config, **dict(zip(listed, combo))})
+        cfg = from_dict(cls, values, experiment.source, "config")
+        if repr(cfg) in seen:
+            continue
+        seen.add(repr(cfg))
+        most = max(most, float(need(cfg)))
+    return most
+
+
+def memory_refusal(
+    experiment, name: str, nodes: list[NodeType], node: NodeType | None, per_node: int, need: float
+) -> str:
+    """Why the plan cannot run, by memory: one trial larger than every node type's declared
+    memory, or the trials Ray packs on one node (by CPU and GPU; trials ask Ray for no memory)
+    larger than that node's; "" when it fits or nothing declares memory. ``need``: a trial's
+    bytes (``trial_memory``)."""
+    if not need:
+        return ""
+    declared = [n for n in nodes if n.memory]
+    if declared and all(n.memory < need for n in declared):
+        largest = max(declared, key=lambda n: n.memory)
+        return (
+            f"--cluster {name}: one trial of {experiment.name} needs {_gb(need)} of memory "
+            f"({_need_basis(experiment)}) but the largest node type, {largest.name} ({largest.instance}), "
+            f"has {_gb(largest.memory)} (its resources.memory); lower the trial's memory or add a larger node type"
+        )
+    if node is not None and node.memory and need > node.memory:
+        return (
+            f"--cluster {name}: one trial of {experiment.name} needs {_gb(need)} of memory "
+            f"({_need_basis(experiment)}) but Ray's autoscaler launches {node.name} ({node.instance}) "
+            f"for it by CPU and GPU, which has {_gb(node.memory)} (its resources.memory); ask for the "
+            "CPUs or GPUs of a node type with more memory, or lower the trial's memory"
+        )
+    if node is not None and node.memory and per_node * need > node.memory:
+        fit = int(node.memory // need)
+        return (
+            f"--cluster {name}: {experiment.name} puts {per_node} trials on each {node.name} "
+            f"({node.instance}) by CPU and GPU, {per_node} x {_gb(need)} = {_gb(per_node * need)} of memory "
+            f"({_need_basis(experiment)}), but the node has {_gb(node.memory)} (its resources.memory); "
+            f"ask each trial for more CPU or GPU so that at most {fit} share a node, or lower the trial's memory"
+        )
+    return ""
+
+
+def rate_text(estimate) -> str:
+    """Whether a dollar figure's rate was measured, and where, or is a target."""
+    if estimate.rate_measured:
+        return f"rate measured: {estimate.rate_measured}"
+    return f"rate not measured: {estimate.rate_basis or 'a target stated in the file'}"
+
+
+def _need_basis(experiment) -> str:
+    if experiment.estimate.memory_bytes:
+        return "the file's estimate.memory_bytes"
+    return f"workload {experiment.workload}'s own figure for its config"
+
+
+def _gb(count: float) -> str:
+    return f"{count / 1e9:,.1f} GB"
 
 
 def _hours(hours: float) -> str:
@@ -168,6 +254,9 @@ def plan_text(experiment, cluster: str | Path) -> str:
             "its trials would wait forever"
         )
     per_node = trials_per_node(node, cpus, gpus)
+    memory = trial_memory(experiment)
+    if refusal := memory_refusal(experiment, name, nodes, node, per_node, memory):
+        raise UserError(refusal)
     drivers = int(head.trial_drivers) if head and resources.uses_ray_train else 0
     running = min(trials, drivers) if drivers else trials  # trials whose workers ask for nodes
     nodes_at_cap = min(node.max_workers, math.ceil(running / per_node))
@@ -191,6 +280,10 @@ def plan_text(experiment, cluster: str | Path) -> str:
             else f"unknown (no price for {node.instance})"
         ),
     ]
+    if memory and node.memory:
+        lines.append(
+            f"#   memory per node: {per_node} x {_gb(memory)} ({_need_basis(experiment)}) of its {_gb(node.memory)}"
+        )
     estimate = experiment.estimate
     length = experiment.trial_length()
     if length and estimate.steps_per_s:
@@ -208,7 +301,7 @@ def plan_text(experiment, cluster: str | Path) -> str:
             last = trials - (waves - 1) * at_once
             node_hours = ((waves - 1) * nodes_at_cap + math.ceil(last / per_node)) * trial_hours
             dollars = node_hours * node.price + wall * head_price
-            line += f"; about ${_amount(dollars)}"
+            line += f"; about ${_amount(dollars)} ({rate_text(estimate)})"
         lines.append(line)
     else:
         lines.append(

@@ -38,19 +38,50 @@ def better(mode: str, value: Any, best: float | None) -> float | None:
     return max(best, value) if mode == "max" else min(best, value)
 
 
-def status_line(statuses: list[str], elapsed_s: float) -> str:
+def fraction(result: dict[str, Any], stop: dict[str, float]) -> float | None:
+    """How far a trial is toward its ``stop`` criterion, 0 to 1 (the furthest of its keys):
+    ``env/steps=500`` of 2000 is 0.25; None when the result carries no stop key."""
+    shares = [
+        min(1.0, max(0.0, result[key] / limit))
+        for key, limit in stop.items()
+        if isinstance(result.get(key), (int, float)) and limit > 0
+    ]
+    return max(shares) if shares else None
+
+
+def status_line(statuses: list[str], elapsed_s: float, running: list[tuple[float, float]] = ()) -> str:
     """``3 done, 2 running, 5 pending; ETA 4 min`` from the trials' Tune statuses.
 
-    The ETA assumes the remaining trials take as long, at the rate so far, as the finished
-    ones did: ``elapsed / done x (total - done)``; none finished yet gives no ETA.
+    ``running``: for each running trial that has reported progress toward the stop criterion,
+    ``(now, at_start)``, the fractions (``fraction``) it has reached and had reached when this
+    sweep (or its resumption) started. The work done since then, in trials, is
+    ``W = done + sum(now - at_start)``, the work left ``L = total - done - sum(now)``, and at the
+    rate so far the ETA is ``elapsed x L / W``: with no trial finished yet it comes from the
+    running trials' progress alone (``elapsed / done x (total - done)`` once only finished
+    trials count). No progress yet gives no ETA.
     """
     done = sum(s in ("TERMINATED", "ERROR") for s in statuses)
-    running = sum(s == "RUNNING" for s in statuses)
-    pending = len(statuses) - done - running
-    text = f"{done} done, {running} running, {pending} pending"
-    if done and done < len(statuses):
-        return text + f"; ETA {_duration(elapsed_s / done * (len(statuses) - done))}"
-    return text + ("" if done else "; ETA once a trial has finished")
+    active = sum(s == "RUNNING" for s in statuses)
+    pending = len(statuses) - done - active
+    text = f"{done} done, {active} running, {pending} pending"
+    if done == len(statuses):
+        return text
+    work = done + sum(now - start for now, start in running)
+    left = len(statuses) - done - sum(now for now, _ in running)
+    if work <= 0:
+        return text + "; ETA once a trial reports progress toward its stop criterion or finishes"
+    return text + f"; ETA {_duration(elapsed_s * left / work)}"
+
+
+def at_start(result: dict[str, Any], now: float) -> float:
+    """A trial's fraction when this sweep started, from its first result here: 0 for a new
+    trial; for one restored from a checkpoint, ``now`` scaled by the share of its iterations
+    made before the restore (Tune's ``iterations_since_restore`` of ``training_iteration``)."""
+    total = result.get("training_iteration")
+    since = result.get("iterations_since_restore")
+    if not isinstance(total, (int, float)) or not isinstance(since, (int, float)) or total <= 0:
+        return 0.0
+    return now * max(0.0, total - since) / total
 
 
 def error_line(trial_id: str, error_text: str | None, error_file: str | None) -> str:
@@ -74,6 +105,8 @@ def callback(
     class ProgressLines(tune.Callback):
         def __init__(self):
             self.best: dict[str, float | None] = {}
+            # trial id -> (fraction of the stop criterion now, fraction when this sweep started)
+            self.progress: dict[str, tuple[float, float]] = {}
             self.started = clock()
             self.last_status = self.started
 
@@ -87,7 +120,12 @@ def callback(
         def on_step_end(self, iteration, trials, **info):
             if clock() - self.last_status >= status_every_s:
                 self.last_status = clock()
-                self._print(status_line([t.status for t in trials], clock() - self.started))
+                running = [
+                    self.progress[t.trial_id]
+                    for t in trials
+                    if t.status == "RUNNING" and getattr(t, "trial_id", None) in self.progress
+                ]
+                self._print(status_line([t.status for t in trials], clock() - self.started, running))
 
         def on_trial_start(self, iteration, trials, trial, **info):
             self._print(f"{trial.trial_id} started")
@@ -95,6 +133,9 @@ def callback(
         def on_trial_result(self, iteration, trials, trial, result, **info):
             best = better(experiment.mode, result.get(experiment.metric), self.best.get(trial.trial_id))
             self.best[trial.trial_id] = best
+            now = fraction(result, experiment.stop)
+            if now is not None:
+                self.progress[trial.trial_id] = (now, self.progress.get(trial.trial_id, (0, at_start(result, now)))[1])
             self._print(result_line(trial.trial_id, result, experiment, best))
 
         def on_trial_complete(self, iteration, trials, trial, **info):
@@ -136,6 +177,12 @@ def _duration(seconds: float) -> str:
 
 
 def _number(value: Any) -> str:
+    """A value for a progress line: ``-`` for NaN (a metric not measured yet, as seagram's
+    attack metrics before its attack phase)."""
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
     if isinstance(value, float) and not value.is_integer():
         return f"{value:.4g}"
     if isinstance(value, float):

@@ -115,7 +115,7 @@ def test_name_of_an_existing_run_is_refused_without_resume(tmp_path, capsys, dry
     fake_run(tmp_path, "taken")
     argv = ["toy", "--smoke", "--name", "taken", "--storage", str(tmp_path)]
     if dry_run:
-        assert raylab_tune.main([*argv, "--dry-run"]) == 0
+        assert raylab_tune.main([*argv, "--dry-run"]) == 2
         assert "# run name: --name taken: a run already exists" in capsys.readouterr().out
     else:
         assert raylab_tune.main(argv) == 2
@@ -130,7 +130,7 @@ def test_name_of_an_existing_run_is_refused_without_resume(tmp_path, capsys, dry
 def test_dry_run_runs_the_resource_check_the_real_command_runs(capsys, monkeypatch):
     monkeypatch.setattr(ray_start, "local_resources", lambda: {"CPU": 2.0, "GPU": 0.0})
     monkeypatch.setattr(checks, "storage_need", lambda *args, **kwargs: None)  # the checkpoints' 168 GB
-    assert raylab_tune.main(["dqn_softlinf", "--dry-run"]) == 0
+    assert raylab_tune.main(["dqn_softlinf", "--dry-run"]) == 2  # the resource check refuses
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.startswith("# resources on this machine"))
     assert "6 CPU per trial, but this machine has 2 CPU" in line and "--smoke" in line

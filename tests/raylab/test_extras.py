@@ -188,7 +188,7 @@ def test_a_missing_required_package_is_one_line_and_exit_2_before_ray(name, tmp_
     for main in (raylab_tune.main, raylab_train.main):
         assert main([name, "--smoke", "--storage", str(tmp_path / "results")]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [expected]
-    assert raylab_tune.main([name, "--smoke", "--dry-run", "--storage", str(tmp_path / "results")]) == 0
+    assert raylab_tune.main([name, "--smoke", "--dry-run", "--storage", str(tmp_path / "results")]) == 2
     assert f"# workload preflight: {expected.removeprefix('error: ')}" in capsys.readouterr().out.splitlines()
     assert ray.is_initialized() == was_running
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())

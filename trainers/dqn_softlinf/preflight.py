@@ -52,6 +52,13 @@ def rllib_bytes_per_transition(frame_shape: tuple[int, ...], stack: int) -> int:
     return int(np.prod(frame_shape)) * 4 * stack + 16
 
 
+def memory_need(cfg) -> int:
+    """Bytes of host memory one trial of ``cfg`` allocates for its replay and probe sets
+    (``replay_bytes``: as the backend stores them, RLlib's float32 stacks for ``backend:
+    rllib``); the process itself (Python, torch, the emulators) comes on top."""
+    return replay_bytes(cfg)[0]
+
+
 def available_memory() -> int:
     """Bytes of memory available to a new allocation on this machine now."""
     import psutil

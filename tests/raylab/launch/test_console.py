@@ -82,7 +82,7 @@ def test_status_line_every_interval_with_counts_and_an_eta_and_the_clock_restart
     )  # 60 s a finished trial, 4 to go
     assert (
         progress.status_line(["RUNNING", "PENDING"], 30.0)
-        == "0 done, 1 running, 1 pending; ETA once a trial has finished"
+        == "0 done, 1 running, 1 pending; ETA once a trial reports progress toward its stop criterion or finishes"
     )
     now = [1000.0]
     lines = []

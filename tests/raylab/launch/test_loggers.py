@@ -263,7 +263,7 @@ def test_an_mlflow_store_that_cannot_work_is_one_line_before_ray_starts(uri, fra
     assert err.count("\n") == 0 and fragment in err, err
     assert time.monotonic() - start < 15
     assert not list(tmp_path.iterdir()), "nothing is created"
-    assert raylab_tune.main(["toy", "--smoke", "--logger", "mlflow", "--storage", storage, "--dry-run"]) == 0
+    assert raylab_tune.main(["toy", "--smoke", "--logger", "mlflow", "--storage", storage, "--dry-run"]) == 2
     assert "# loggers: " in capsys.readouterr().out
 
 

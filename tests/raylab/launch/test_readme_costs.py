@@ -2,7 +2,9 @@
 
 Each row of the table under "**Costs.**" is compared, field by field, with the lines
 ``raylab.launch.cluster_plan.plan_text`` prints for that experiment on ``cluster/gpu.yaml``; and every
-shipped GPU experiment has a row with known hours and dollars (an ``estimate:`` in its file).
+shipped GPU experiment has a row with known hours and dollars (an ``estimate:`` in its file),
+or a row saying why its plan is refused (a trial larger than the node's memory).
+``python tests/raylab/launch/test_readme_costs.py`` prints the table from the code.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from raylab import experiment as experiments
 from raylab import search_space
+from raylab.errors import UserError
 from raylab.launch import cluster_plan
 
 REPO = Path(__file__).resolve().parents[3]
@@ -23,7 +26,8 @@ FIELDS = {  # README column -> the piece of the dry run's text it shows
     "trial-hours": r"= ([\d,.]+) trial-hours",
     "GPU-hours": r"trial-hours, ([\d,.]+) GPU-hours",
     "wall time at the cap": r"wave\(s\) x [^=]+= ([^;]+);",
-    "dollars": r"; about (\$[\d,.]+)\n",
+    "dollars": r"; about (\$[\d,.]+) \(",
+    "rate": r"; about \$[\d,.]+ \(rate ((?:not )?measured)",
     "checkpoints in S3": r"= ([\d,.]+ GB) \(S3",
 }
 
@@ -41,8 +45,20 @@ def readme_rows() -> dict[str, dict[str, str]]:
     return rows
 
 
+REFUSED = re.compile(r"needs ([\d,.]+ GB) of memory .* the largest node type, (\S+) \(\S+\), has ([\d,.]+ GB)")
+
+
 def printed(name: str) -> dict[str, str]:
-    text = cluster_plan.plan_text(experiments.load(name, []), GPU_YAML) + "\n"
+    try:
+        text = cluster_plan.plan_text(experiments.load(name, []), GPU_YAML) + "\n"
+    except UserError as err:
+        match = REFUSED.search(str(err))
+        assert match, err
+        need, node, size = match.groups()
+        return {
+            column: f"refused: a trial needs {need}, {node} has {size}" if column == "nodes at the cap" else "-"
+            for column in FIELDS
+        }
     out = {}
     for column, pattern in FIELDS.items():
         match = re.search(pattern, text)
@@ -76,5 +92,20 @@ def test_every_shipped_gpu_experiment_has_a_costed_row():
     missing = [name for name in gpu_experiments() if name not in rows]
     assert not missing, missing
     for name in gpu_experiments():
+        if rows[name]["nodes at the cap"].startswith("refused"):
+            continue  # its plan is refused (checked against the code in the test above)
         assert "unknown" not in cluster_plan.plan_text(experiments.load(name, []), GPU_YAML), name
         assert rows[name]["dollars"].startswith("$"), name
+
+
+def table() -> str:
+    """The README's table, as the code prints it now (to paste after a change)."""
+    rows = readme_rows()
+    lines = ["| experiment | " + " | ".join(FIELDS) + " |", "| --- " * (len(FIELDS) + 1) + "|"]
+    for name in rows:
+        lines.append(f"| {name} | " + " | ".join(printed(name).values()) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())

@@ -169,7 +169,7 @@ def test_an_unreachable_storage_uri_is_refused_in_one_line_before_ray_starts(tmp
 
 
 def test_dry_run_names_why_a_storage_uri_fails(loopback_only_credentials, capsys):
-    assert raylab_tune.main(["toy", "--smoke", "--storage", UNREACHABLE, "--dry-run"]) == 0
+    assert raylab_tune.main(["toy", "--smoke", "--storage", UNREACHABLE, "--dry-run"]) == 2
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# storage:")]
     assert (
         line.startswith(f"# storage: --storage {UNREACHABLE}: ")

@@ -188,13 +188,14 @@ def test_rllib_backend_refuses_every_field_it_would_drop(capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert (
-        "dqn_softlinf_sticky.yaml: config.probe_size: backend rllib would ignore probe_size=512, "
+        "command line: override 'config.backend=rllib': config.probe_size: backend rllib would ignore probe_size=512, "
         "heldout_size=4096, expected_states=512, expected_samples=16, shared_states=256, "
         "frame_marks=[10000000, 50000000], checkpoint_replay=true" in err
     ), err
     assert err.endswith(
         "use backend raylab, or set probe_size: 0, heldout_size: 0, expected_states: 0, "
-        "expected_samples: 8, shared_states: 0, frame_marks: [], checkpoint_replay: false"
+        "expected_samples: 8, shared_states: 0, frame_marks: [], checkpoint_replay: false "
+        f"(experiment {experiments.find('dqn_softlinf_sticky')})"
     ), err
     base = {"backend": "rllib", **RLLIB_OFF}
     from_dict(Config, base, "t.yaml", "config")  # RLlib's own settings pass
