@@ -54,6 +54,7 @@ _NAMES = {
     "Versus": "raylab.report.spec",
     "Only": "raylab.report.spec",
     "Aggregates": "raylab.report.spec",
+    "Withheld": "raylab.report.spec",
     "Claim": "raylab.report.claims",
     "Contrast": "raylab.report.claims",
     "Control": "raylab.report.claims",

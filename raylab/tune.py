@@ -217,8 +217,10 @@ def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
         if not args.address:
             checks.check_resources(experiment, ray_start.local_resources(), local=True)
 
+    # a plan for a cluster is not held to this machine's free disk space (the head's is another)
+    need = None if args.cluster else checks.storage_need(experiment, args.resume)
     steps = [
-        ("storage", lambda: checks.check_storage(run, need=checks.storage_need(experiment, args.resume))),
+        ("storage", lambda: checks.check_storage(run, need=need)),
         *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), run))] if args.logger else []),
         ("run name", name_is_free),
         ("resources on the cluster (checked once joined)" if args.address else "resources on this machine", resources),

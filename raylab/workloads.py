@@ -84,7 +84,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
     "raylab.checkpoint": ("rng_state", "set_rng_state", "save", "load_latest", "LoopState", "GlobalRNG", "saved_only"),
     "raylab.files": ("user_path", "sha256_file", "write_atomic"),
     "raylab.run_folder": ("RunFolder", "TrialFolder"),
-    "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only", "Aggregates"),
+    "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only", "Aggregates", "Withheld"),
     "raylab.report.claims": ("Claim", "Contrast", "Control", "Derived", "Improvement", "Value", "where"),
     "raylab.experiment": ("load",),
     "raylab.accel": ("to_device", "fixed_shapes", "compiled", "enabled", "AUTO"),

@@ -123,7 +123,7 @@ def test_free_space_is_compared_with_the_estimates_checkpoints(tmp_path, monkeyp
     argv = ["toy", "estimate.checkpoint_bytes=1e9", "--num-samples", "1", "--storage", storage]
     monkeypatch.setattr(checks.shutil, "disk_usage", lambda path: Usage(10**12, 10**12 - 3 * 10**9, 3 * 10**9))
     # toy's grid has two values: 2 trials x checkpoint.keep 2 x 1 GB = 4 GB > 3 GB free
-    assert raylab_tune.main([*argv, "--dry-run"]) == 0
+    assert raylab_tune.main([*argv, "--dry-run"]) == 2  # it prints the refusal the real run makes
     out = capsys.readouterr().out
     assert "#   checkpoints kept: 2 trials x 2 x 1.0 GB = 4.0 GB" in out  # the same figure
     line = next(line for line in out.splitlines() if line.startswith("# storage: "))

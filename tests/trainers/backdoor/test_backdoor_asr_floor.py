@@ -4,7 +4,6 @@ it (NaN), the report says so in a note and the claims on ASR read "control not m
 ``backdoor_digits`` smoke sweep learns, so its own result.json shows clean accuracy above the
 floor and an ASR gap between its arms."""
 
-import json
 import math
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import torch
 from raylab.report import status_notes
 from raylab.report.data import load_run
 from raylab.report.evidence import evaluate_claims
+from raylab.run_folder import TrialFolder
 from tests.raylab.report.test_report_units import write_run
 from trainers.backdoor import probe
 from trainers.backdoor.config import Config
@@ -105,8 +105,7 @@ def test_digits_smoke_sweep_learns_and_shows_the_backdoor_over_two_seeds(smoke_s
     last = {}
     for result in results:
         assert result.error is None, result.error
-        rows = [json.loads(line) for line in (Path(result.path) / "result.json").read_text().splitlines()]
-        row = rows[-1]
+        row = TrialFolder.at(result.path).rows()[-1]
         config = result.config
         last[(config["seed"], config["poison_ratio"])] = row
         print(
