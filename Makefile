@@ -9,12 +9,15 @@ STAMP := $(VENV)/.installed
 # torchattacks (the fair_adv tests' independent PGD) goes in with --no-deps: its metadata asks
 # for torchvision (a second torch build) and requests~=2.25, and its code imports neither.
 # molsets (MOSES) too: boltz_distill reads only the molecule files its wheel ships.
-# The -e line installs every workload's extra (pyproject.toml: one per workload) and dev, aws.
-$(STAMP): pyproject.toml Makefile
+# The -e line installs every workload's extra (pyproject.toml: one per workload) and dev, aws,
+# at the versions the cluster nodes' lock pins (cluster/lock/cpu-py311.txt as constraints, torch
+# aside: it is the line before), so the tests run what the nodes run.
+$(STAMP): pyproject.toml Makefile cluster/lock/cpu-py311.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,dqn_softlinf,backdoor,fair_adv,boltz_distill,seagram,aws]"
+	grep -v '^torch==' cluster/lock/cpu-py311.txt > $(VENV)/lock-constraints.txt
+	$(PY) -m pip install --quiet -e ".[dev,dqn_softlinf,backdoor,fair_adv,boltz_distill,seagram,aws]" -c $(VENV)/lock-constraints.txt
 	$(PY) -m pip install --quiet --no-deps torchattacks==3.5.1
 	$(PY) -m pip install --quiet --no-deps molsets==0.3.1
 	# molsets' wheel also installs a top-level 'tests' package, which would shadow this repo's tests/
