@@ -4,9 +4,11 @@ image already has the GPU lock's torch; CPU lock elsewhere)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,31 @@ def test_setup_installs_the_lock_that_fits_the_node(cluster, gpu, freeze, lock, 
     (call,) = log.read_text().splitlines()
     assert f"/raylab/cluster/lock/{lock}" in call and (LOCKS / lock).is_file()
     assert ("download.pytorch.org/whl/cpu" in call) == (lock == "cpu-py311.txt"), call
+
+
+@pytest.mark.long
+def test_gpu_lock_has_a_wheel_for_every_pin_on_pypi(tmp_path):
+    """Every pin of the GPU lock, torch's CUDA build and its CUDA libraries included, has a wheel
+    on PyPI for Linux x86_64 and CPython 3.11 (pip resolves the lock for that platform without
+    installing: PyPI serves each wheel's metadata alone). Needs PyPI; about 25 s. This machine's
+    pip configuration is left out: a wheel folder holding torch 2.13.0+cpu would satisfy
+    torch==2.13.0 (a local version label matches a pin without one) and hide the CUDA build."""
+    platforms = [f"manylinux_2_{minor}_x86_64" for minor in range(28, 4, -1)]
+    platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64", "linux_x86_64"]
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "-q"]
+    command += ["--only-binary", ":all:", "--python-version", "3.11", "--implementation", "cp"]
+    command += [arg for p in platforms for arg in ("--platform", p)]
+    command += ["--index-url", "https://pypi.org/simple", "-r", str(LOCKS / "gpu-py311.txt"), "--report", str(report)]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    chosen = {
+        norm(i["metadata"]["name"]): (i["metadata"]["version"], i["download_info"]["url"])
+        for i in json.loads(report.read_text())["install"]
+    }
+    assert {n: v for n, (v, _) in chosen.items()} == pins(LOCKS / "gpu-py311.txt")
+    torch_url = chosen["torch"][1]
+    assert "pypi.org" in torch_url or "pythonhosted.org" in torch_url, torch_url
+    assert any(n.startswith("nvidia-cudnn") for n in chosen)
