@@ -4,17 +4,20 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-long demo bench clean boltz-env chromium sshd device-rehearsal
+.PHONY: test test-long demo bench clean boltz-env chromium sshd device-rehearsal lock
 
 # torchattacks (the fair_adv tests' independent PGD) goes in with --no-deps: its metadata asks
 # for torchvision (a second torch build) and requests~=2.25, and its code imports neither.
 # molsets (MOSES) too: boltz_distill reads only the molecule files its wheel ships.
-# The -e line installs every workload's extra (pyproject.toml: one per workload) and dev, aws.
-$(STAMP): pyproject.toml Makefile
+# The -e line installs every workload's extra (pyproject.toml: one per workload) and dev, aws,
+# at the versions the cluster nodes' lock pins (cluster/lock/cpu-py311.txt as constraints, torch
+# aside: it is the line before), so the tests run what the nodes run.
+$(STAMP): pyproject.toml Makefile cluster/lock/cpu-py311.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev,dqn_softlinf,backdoor,fair_adv,boltz_distill,seagram,aws]"
+	grep -v '^torch==' cluster/lock/cpu-py311.txt > $(VENV)/lock-constraints.txt
+	$(PY) -m pip install --quiet -e ".[dev,dqn_softlinf,backdoor,fair_adv,boltz_distill,seagram,aws]" -c $(VENV)/lock-constraints.txt
 	$(PY) -m pip install --quiet --no-deps torchattacks==3.5.1
 	$(PY) -m pip install --quiet --no-deps molsets==0.3.1
 	# molsets' wheel also installs a top-level 'tests' package, which would shadow this repo's tests/
@@ -51,6 +54,28 @@ sshd:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server rsync >/dev/null) \
 	  || echo "warning: could not install openssh-server/rsync; the loopback ray up test will be skipped"; \
 	fi
+
+# The lock files every cluster node installs (cluster/lock/, README "Images and lock files"):
+# the dependencies of raylab[NODE_EXTRAS] for Linux x86_64 and Python 3.11 (the image's),
+# resolved by uv. gpu-py311.txt: torch 2.13.0 from PyPI, whose Linux wheel is the CUDA build
+# (its nvidia-* libraries pinned too), for GPU nodes and cluster/Dockerfile. cpu-py311.txt: the
+# same pins with torch's CPU build (2.13.0+cpu, PyTorch's CPU index) and no CUDA libraries, for
+# the head and CPU nodes; resolved under the GPU lock's pins as constraints, so the two agree.
+# An existing lock's pins are kept where they still resolve (uv prefers them): to move
+# everything to the newest releases, delete the two files first. Needs PyPI; TORCH_CPU_INDEX
+# is where torch's CPU build is found (a wheel folder works too: TORCH_CPU_INDEX="--find-links DIR").
+NODE_EXTRAS := dqn_softlinf backdoor fair_adv boltz_distill seagram aws
+LOCK_VENV := .venv-lock
+TORCH_CPU_INDEX ?= --extra-index-url https://download.pytorch.org/whl/cpu
+LOCK_ARGS = pyproject.toml $(NODE_EXTRAS:%=--extra %) --python-version 3.11 \
+	--python-platform x86_64-manylinux_2_28 --no-config --index-url https://pypi.org/simple \
+	--custom-compile-command "make lock"
+lock:
+	test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet uv==0.13.9; }
+	$(LOCK_VENV)/bin/uv pip compile $(LOCK_ARGS) -o cluster/lock/gpu-py311.txt
+	grep -vE '^(torch==|triton==|nvidia-|cuda-)' cluster/lock/gpu-py311.txt > $(LOCK_VENV)/gpu-pins.txt
+	$(LOCK_VENV)/bin/uv pip compile $(LOCK_ARGS) $(TORCH_CPU_INDEX) --index-strategy unsafe-best-match \
+	  --no-annotate -c $(LOCK_VENV)/gpu-pins.txt -o cluster/lock/cpu-py311.txt
 
 # Every run records its test durations: the 30 slowest in the log, all of them in the junit file.
 test: $(STAMP) $(BOLTZ_STAMP) chromium sshd
