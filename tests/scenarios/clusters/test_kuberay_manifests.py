@@ -104,6 +104,15 @@ def test_validation_is_not_vacuous():
     assert any("containers" in e for e in errors(job))
 
 
+def kubernetes_bytes(quantity: str) -> float:
+    """A Kubernetes memory quantity (``12Gi``, ``500M``, ``1024``) in bytes."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    for suffix in sorted(units, key=len, reverse=True):
+        if quantity.endswith(suffix):
+            return float(quantity[: -len(suffix)]) * units[suffix]
+    return float(quantity)
+
+
 def test_raycluster_groups_are_gpu_yaml_node_types():
     """Head and every worker group carry the Ray resources of gpu.yaml's node type of the same
     name (what trials pack by), on its instance type, with its worker cap; a GPU group's pods
@@ -123,6 +132,8 @@ def test_raycluster_groups_are_gpu_yaml_node_types():
         (container,) = pod["containers"]
         k8s_gpus = container["resources"].get("limits", {}).get("nvidia.com/gpu", 0)
         assert k8s_gpus == node_type["resources"].get("GPU", 0), name
+        if "memory" in ray_resources:  # Ray's memory fits in what Kubernetes gives the pod
+            assert ray_resources["memory"] <= kubernetes_bytes(container["resources"]["limits"]["memory"]), name
         if name != gpu["head_node_type"]:
             assert (group["minReplicas"], group["maxReplicas"]) == (node_type["min_workers"], node_type["max_workers"])
     assert spec["autoscalerOptions"]["idleTimeoutSeconds"] == 60 * gpu["idle_timeout_minutes"]
@@ -169,7 +180,14 @@ def test_rayjob_entrypoint_is_accepted_by_raylab(s3_server, tmp_path):
     argv[storage] = uri
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, *argv[1:], "--dry-run"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        # on the cluster Ray's RAY_ADDRESS makes raylab join it; here --cluster plans it on gpu.yaml's
+        # node types (which the RayCluster's groups are), so this machine's own CPUs and GPUs do not count
+        [sys.executable, *argv[1:], "--dry-run", "--cluster", str(REPO / "cluster" / "gpu.yaml")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     storage_lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("# storage:")]
