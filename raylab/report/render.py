@@ -95,7 +95,7 @@ def to_html(report: dict[str, Any], out_dir: Path) -> str:
         parts.append(
             f'<figure id="{e(figure["name"])}"><img alt="{e(figure["title"])}" '
             f'src="data:image/png;base64,{data}"><figcaption>{e(_files(figure))}'
-            + (f"; {e(figure['band'])}" if figure.get("band") else "")
+            + (f" · {e(figure['band'])}" if figure.get("band") else "")
             + (f" ({e(figure['note'])})" if figure["note"] else "")
             + "</figcaption></figure>"
         )

@@ -158,19 +158,20 @@ def test_each_registered_extra_installs_the_modules_its_workload_requires():
 
 
 def test_make_test_and_the_clusters_install_every_workload_extra():
-    """The Makefile's install and both cluster files' setup name every workload's extra."""
+    """The Makefile's installs name every workload's extra, and so does the extras list the
+    cluster nodes' lock files are compiled from (``make lock``; that the locks hold every
+    dependency of those extras is tests/scenarios/clusters/test_lock_files.py's)."""
     wanted = {extra_of(w) for w in workloads.registry().values() if w.extra} - {"admet_probe"}
-    lines = [line for line in (REPO / "Makefile").read_text().splitlines() if 'pip install --quiet -e ".[' in line]
-    lines += [
-        line
-        for name in ("gpu.yaml", "local.yaml")
-        for line in (REPO / "cluster" / name).read_text().splitlines()
-        if "raylab[" in line
+    makefile = (REPO / "Makefile").read_text().splitlines()
+    installs = [
+        set(re.search(r"\[([^\]]+)\]", line).group(1).split(","))
+        for line in makefile
+        if 'pip install --quiet -e ".[' in line
     ]
-    assert len(lines) == 4
-    for line in lines:
-        named = set(re.search(r"\[([^\]]+)\]", line).group(1).split(","))
-        assert named <= set(EXTRAS) and wanted <= named, (line, wanted - named)
+    (node_extras,) = [set(line.split(":=")[1].split()) for line in makefile if line.startswith("NODE_EXTRAS :=")]
+    assert len(installs) == 2
+    for named in [*installs, node_extras]:
+        assert named <= set(EXTRAS) and wanted <= named, (named, wanted - named)
 
 
 @pytest.mark.parametrize("name", REQUIRING)
