@@ -21,8 +21,10 @@ times, and a thread samples every Ray process of this session (``ray::ClassName`
   the actors they start, as ``tests/scenarios/clusters/test_head_capacity.py`` finds them there
   on a simulated cluster) against the Tune path's, which keeps none there; and the process
   that runs the loop on the GPU node on each path (``RayTrainWorker`` / ``ImplicitFunc``);
-- fixed cost per trial: from Tune starting the trial to its first report, and the trial's
-  whole time less the loop's own sleeping (``--reports`` x ``--step-s``);
+- fixed cost per trial: from Tune starting the trial to its first report (the median trial,
+  and a sweep's first trial: the Tune path reuses a trial's process for the next trial, as
+  raylab's sweeps do, and a Ray Train trial starts new ones each time), and the trial's whole
+  time less the loop's own sleeping (``--reports`` x ``--step-s``);
 - checkpoint bytes through the head: the bytes the head's processes wrote (``/proc/PID/io``
   ``wchar``) per checkpoint byte. The storage is a local folder, as a cluster's shared NFS
   folder: the Ray Train driver copies each checkpoint from Ray Train's folder into the Tune
@@ -247,6 +249,8 @@ def summarize(path: str, args: argparse.Namespace, seen: dict[int, Seen], timing
         "ended": len(whole),
         "wall_s": wall,
         "first_report_s": statistics.median(first) if first else None,
+        "first_report_cold_s": first[0] if first else None,
+        "first_report_each_s": first,
         "overhead_s": statistics.median(w - sleeping for w in whole) if whole else None,
         "head_rss_mib_per_trial": sum(s.rss for s in head) / 2**20 / trials,
         "head_uss_mib_per_trial": sum(s.uss for s in head) / 2**20 / trials,
@@ -276,7 +280,8 @@ def print_table(by_path: dict[str, list[dict]], args: argparse.Namespace) -> dic
         ("head processes per trial", "head_processes_per_trial"),
         ("loop's process on the GPU node, RSS (MiB)", "loop_rss_mib"),
         ("loop's process on the GPU node, private (MiB)", "loop_uss_mib"),
-        ("trial start to first report (s)", "first_report_s"),
+        ("trial start to first report, median trial (s)", "first_report_s"),
+        ("the same, a sweep's first trial (a new process) (s)", "first_report_cold_s"),
         (f"trial time less the loop's {args.reports * args.step_s:g} s (s)", "overhead_s"),
         ("sweep wall time (s)", "wall_s"),
         ("bytes the head writes per checkpoint byte", "head_bytes_per_checkpoint_byte"),
