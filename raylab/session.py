@@ -266,11 +266,14 @@ def hide_unreserved_gpus() -> None:
 
 
 def prepare_model(model):
-    """Move ``model`` to this worker's device; wrap it for DDP when the trial has several workers."""
+    """Move ``model`` to this worker's device; wrap it for DDP when the trial has several workers.
+
+    The device is ``device()``'s (checked), also for DDP: Ray Train's own choice is ``cuda``
+    wherever a worker reserved a GPU, which a simulated cluster's CPU torch cannot use."""
     if _session.backend == "train" and world_size() > 1:
         import ray.train.torch
 
-        return ray.train.torch.prepare_model(model)
+        return ray.train.torch.prepare_model(model, move_to_device=device())
     return model.to(device())
 
 

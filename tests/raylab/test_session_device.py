@@ -92,3 +92,14 @@ def test_outside_ray_no_gpu_is_reserved_and_ray_is_not_started():
     assert not ray.is_initialized()
     assert session.reserved_gpus() == []
     assert not ray.is_initialized()
+
+
+def test_ddp_puts_the_model_on_the_checked_device_not_ray_trains_cuda(train_worker, monkeypatch):
+    """Two Ray Train workers that reserved (simulated) GPUs: DDP wraps a model on the CPU, where
+    Ray Train alone would move it to ``cuda``, which a CPU torch refuses."""
+    monkeypatch.setenv("RAYLAB_SIMULATED_GPUS", "1")
+    monkeypatch.setattr(session, "world_size", lambda: 2)
+    moved = {}
+    monkeypatch.setattr(ray.train.torch, "prepare_model", lambda model, move_to_device: moved.update(to=move_to_device))
+    session.prepare_model(torch.nn.Linear(2, 1))
+    assert moved["to"] == torch.device("cpu")
