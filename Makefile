@@ -94,6 +94,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[dev,dqn_softlinf,backdoor,fair_adv,boltz_distill,seagram]"
 	$(PY) benchmarks/trial_overhead.py
+	$(PY) benchmarks/trial_paths.py
 	$(PY) benchmarks/dqn_throughput.py
 	$(PY) benchmarks/image_throughput.py
 	$(PY) benchmarks/probe_cost.py

@@ -97,7 +97,7 @@ class Resources:
     """What one trial asks of the cluster."""
 
     workers: int = 1
-    """Ray Train workers per trial; more than one trains data-parallel (torch DDP)."""
+    """Workers per trial; more than one trains data-parallel (torch DDP) on Ray Train."""
     cpus_per_worker: float = 1.0
     """CPUs reserved for each worker (fractions allowed)."""
     gpus_per_worker: float = 0.0
@@ -123,8 +123,11 @@ class Resources:
 
     @property
     def uses_ray_train(self) -> bool:
-        """Whether trials run as Ray Train workers rather than directly in a Tune trial."""
-        return self.workers > 1 or self.gpus_per_worker > 0
+        """Whether trials run as Ray Train workers rather than directly in a Tune trial: only
+        trials of several workers. A single-worker trial, GPU or not, runs its loop in the Tune
+        trial itself, which holds its CPUs and GPU share on its worker node and nothing on the
+        head (``benchmarks/trial_paths.py`` measures both paths)."""
+        return self.workers > 1
 
     def total(self) -> dict[str, float]:
         """The trial's whole request, e.g. ``{"CPU": 4, "GPU": 1}``."""

@@ -186,10 +186,11 @@ def world_size() -> int:
 def device():
     """The torch device this worker should train on: the GPU Ray assigned it, else the CPU.
 
-    A Tune function trial never reserves a GPU, so it always trains on the CPU, even on a
-    GPU node; a Ray Train worker gets the GPU (or GPU share) Ray assigned it, and only that
-    one (Ray narrows ``CUDA_VISIBLE_DEVICES`` to it). Only a local
-    run (``python -m raylab.train``) takes whatever GPU this machine has.
+    A Tune function trial (a single-worker trial) and a Ray Train worker both get the GPU (or
+    GPU share) Ray assigned their process, and only that one: Ray narrows
+    ``CUDA_VISIBLE_DEVICES`` to it, so it is ``cuda:0`` there. One that reserved no GPU trains
+    on the CPU, even on a GPU node. Only a local run (``python -m raylab.train``) takes
+    whatever GPU this machine has.
 
     A worker that reserved a GPU where torch sees no CUDA device raises
     ``GPUUnavailableError`` (one line naming the node) rather than train on the CPU; a
@@ -204,8 +205,20 @@ def device():
         assigned = ray.train.torch.get_device()
         return checked_device(assigned, torch.cuda.is_available())
     if _session.backend == "tune":
-        return torch.device("cpu")
+        if not reserved_gpus():
+            return torch.device("cpu")
+        return checked_device(torch.device("cuda", 0), torch.cuda.is_available())
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def reserved_gpus() -> list[str]:
+    """The ids of the GPUs Ray assigned this worker process (empty: it reserved none, or this
+    process is no Ray worker: asking Ray's context there would start a local Ray)."""
+    import ray
+
+    if not ray.is_initialized():
+        return []
+    return list(ray.get_runtime_context().get_accelerator_ids().get("GPU") or [])
 
 
 class GPUUnavailableError(RuntimeError):
@@ -215,7 +228,7 @@ class GPUUnavailableError(RuntimeError):
 def checked_device(assigned, cuda_available: bool, node: str | None = None):
     """``assigned`` when it can be used; the CPU on a simulated cluster; else an error.
 
-    ``assigned`` is the device Ray Train gave this worker (``cuda`` when it reserved a GPU).
+    ``assigned`` is the device Ray gave this worker (``cuda`` when it reserved a GPU).
     """
     import os
 
@@ -253,11 +266,14 @@ def hide_unreserved_gpus() -> None:
 
 
 def prepare_model(model):
-    """Move ``model`` to this worker's device; wrap it for DDP when the trial has several workers."""
+    """Move ``model`` to this worker's device; wrap it for DDP when the trial has several workers.
+
+    The device is ``device()``'s (checked), also for DDP: Ray Train's own choice is ``cuda``
+    wherever a worker reserved a GPU, which a simulated cluster's CPU torch cannot use."""
     if _session.backend == "train" and world_size() > 1:
         import ray.train.torch
 
-        return ray.train.torch.prepare_model(model)
+        return ray.train.torch.prepare_model(model, move_to_device=device())
     return model.to(device())
 
 

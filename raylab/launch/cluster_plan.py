@@ -6,8 +6,8 @@ trials run at once at the cluster's cap, its price per hour, and the sweep's tri
 GPU-hours, wall time, dollars and checkpoint footprint. The node type is chosen the way Ray's
 autoscaler scores node types for a queue of identical trials (``choose``; the test suite runs
 Ray's own scheduler on ``cluster/gpu.yaml`` and checks the two agree for every shipped
-experiment). Ray Train trials (GPU or
-several workers) each hold one ``trial_driver`` of the head (``raylab.launch.trainable``): where the
+experiment). Ray Train trials (several
+workers) each hold one ``trial_driver`` of the head (``raylab.launch.trainable``): where the
 head declares that resource, at most that many run at once, and the autoscaler only sees the
 worker demand of the trials whose driver runs, so it launches nodes for that many.
 """

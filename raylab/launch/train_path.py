@@ -1,7 +1,7 @@
 """The Ray Train path of a trial: a Tune function that drives a Ray Train run of the loop.
 
-Trials that need several workers or GPUs run here (``raylab.launch.trainable`` chooses; the
-Tune path runs the loop in the trial itself). The Tune trial's function starts a Ray Train ``TorchTrainer`` (Ray Train v2) whose
+Trials of several workers run here (``raylab.launch.trainable`` chooses; the Tune path runs a
+single-worker trial's loop, GPU or not, in the trial itself). The Tune trial's function starts a Ray Train ``TorchTrainer`` (Ray Train v2) whose
 workers run the workload's loop. Ray Train calls ``ForwardToTrial.after_report`` on its
 controller with every rank's metrics and the checkpoint it just stored. The callback reduces
 the metrics across ranks and hands both to the trial's driver through a
@@ -41,7 +41,7 @@ class ForwardToTrial(ray.train.UserCallback):
 
 
 def drive_train_run(settings: TrialSettings, config: dict[str, Any]) -> None:
-    """A Tune trial that runs the loop on Ray Train workers (several workers, or GPUs).
+    """A Tune trial that runs the loop on Ray Train workers (several workers).
 
     One retry budget: the Train run itself never retries a failure of its workers
     (``FailureConfig(max_failures=0)``), so a failed worker fails the Tune trial, which Tune

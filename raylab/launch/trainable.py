@@ -1,11 +1,13 @@
 """The Tune trainable of an experiment: the loop itself, or a Tune function driving Ray Train.
 
-Trials that need one CPU worker run the workload's train loop directly as a Ray Tune function
-trainable (the Tune path): that costs what plain Tune costs. Trials that need several workers or
-GPUs run a Tune function that drives a Ray Train ``TorchTrainer`` (Ray Train v2), whose workers
-run the same loop (the Ray Train path, ``raylab.launch.train_path``); that path costs more to
-start and pays for itself on multi-worker or GPU work. Either way the trial's process runs
-``raylab.launch.trial``.
+Single-worker trials, on CPUs or a GPU (share), run the workload's train loop directly as a
+Ray Tune function trainable (the Tune path): the trial's one process holds its CPUs and GPU on
+its worker node (Ray narrows ``CUDA_VISIBLE_DEVICES`` to the GPU), costs what plain Tune
+costs, and holds nothing on the head. Trials of several workers run a Tune function that
+drives a Ray Train ``TorchTrainer`` (Ray Train v2), whose workers run the same loop (the Ray
+Train path, ``raylab.launch.train_path``); its driver and Train controller live on the head
+(``DRIVER_RESOURCE``). ``benchmarks/trial_paths.py`` measures both paths for single-GPU trials
+side by side. Either way the trial's process runs ``raylab.launch.trial``.
 """
 
 from __future__ import annotations
@@ -36,19 +38,29 @@ def driver_request() -> dict[str, float]:
     return {"CPU": 0, "memory": 1}
 
 
-def make_trainable(experiment: Experiment, run: RunFolder) -> Callable:
+def make_trainable(experiment: Experiment, run: RunFolder, ray_train: bool | None = None) -> Callable:
     """The Tune trainable for ``experiment``, with its resource request attached: the loop
-    itself (the Tune path) or a driver of a Ray Train run (``raylab.launch.train_path``)."""
+    itself (the Tune path) or a driver of a Ray Train run (``raylab.launch.train_path``).
+
+    ``ray_train`` chooses the path; by default ``experiment.resources.uses_ray_train`` (several
+    workers). A benchmark forces the Ray Train path on a single-worker trial to compare them.
+    """
     from ray import tune
 
     settings = TrialSettings.of(experiment, run)
-    if not experiment.resources.uses_ray_train:
+    if ray_train is None:
+        ray_train = experiment.resources.uses_ray_train
+    if not ray_train:
+        if settings.workers > 1:
+            raise ValueError(f"a trial of {settings.workers} workers runs on Ray Train, not the Tune path")
 
         def trainable(config):
             run_trial(settings, "tune", config)
             RunFolder(settings.run).mark_ended(tune.get_context().get_trial_id())
 
         request = {"CPU": settings.cpus_per_worker}
+        if settings.gpus_per_worker:
+            request["GPU"] = settings.gpus_per_worker
     else:
 
         def trainable(config):

@@ -1,6 +1,7 @@
 """What runs in a trial's own process, on either path: the settings a trial carries
 (``TrialSettings``, plain values pickled to Ray Train workers) and ``run_trial``, which starts the
-trial's ``raylab.session`` and calls the workload's train loop.
+trial's ``raylab.session`` and calls the workload's train loop. On the Tune path (single-worker
+trials, GPU ones included) that process is the Tune trial's own, holding the GPU Ray assigned it.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def run_trial(settings: TrialSettings, backend: str, config: dict[str, Any]) -> 
     (``"train"``): its session started, relative data paths resolved against the launch folder
     (module level: picklable)."""
     session.hide_unreserved_gpus()
+    reset_gpu_peak()
     os.environ[LAUNCH_DIR_ENV] = settings.launch_dir  # relative data paths
     gauges = None
     if backend == "tune":  # on Ray Train, the trial's driver sets them from all ranks' metrics
@@ -81,6 +83,17 @@ def run_trial(settings: TrialSettings, backend: str, config: dict[str, Any]) -> 
     )
     loop = workloads.resolve(settings.loop)
     loop(search_space.with_variant(config))
+
+
+def reset_gpu_peak() -> None:
+    """Start this trial's ``gpu/mem_peak_mib`` from zero: Tune reuses a trial's process for the
+    next trial of the same resources (single-worker trials, GPU ones included), and CUDA's peak
+    counter would otherwise carry the earlier trial's peak."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
 
 
 class _DropReportLines(logging.Filter):

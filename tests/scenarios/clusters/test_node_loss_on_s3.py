@@ -1,11 +1,11 @@
 """A GPU node lost mid-trial on the simulated autoscaling cluster, with results on S3.
 
 One one-GPU trial runs through ``--address auto`` with ``--storage s3://...`` (an S3 server on
-127.0.0.1). Once two of its checkpoints are in the bucket, the raylet of the node its Ray Train
-worker runs on is killed, as a preempted or crashed instance would vanish. The trial's driver
-lives on the head (the ``trial_driver`` resource), so the trial restarts its Train run on
-another GPU node from its latest checkpoint in the bucket and ends with the metrics of a run
-that was never interrupted.
+127.0.0.1). Once two of its checkpoints are in the bucket, the raylet of the node its process
+runs on is killed, as a preempted or crashed instance would vanish. A single-worker trial runs
+on the Tune path (its loop in the Tune trial's own process, on the GPU node); the sweep's
+driver, on the head, sees the trial fail and restarts it on another GPU node from its latest
+checkpoint in the bucket, and it ends with the metrics of a run that was never interrupted.
 """
 
 from __future__ import annotations
@@ -25,15 +25,16 @@ from scenarios.clusters.s3_store import checkpoint_names, result_rows
 TRIAL = ["search.seed=[0]", "config.steps=200", "config.report_every=10"]
 
 
-def train_worker_nodes(cluster) -> dict[int, str]:
-    """``{pid: node id}`` of the cluster's live Ray Train workers, from Ray's State API.
+def train_worker_nodes(cluster, loop_class: str = "ImplicitFunc") -> dict[int, str]:
+    """``{pid: node id}`` of the cluster's live processes that run a trial's loop (``loop_class``:
+    a Tune trial's, or ``RayTrainWorker`` on the Ray Train path), from Ray's State API.
 
     (On the simulated cluster a node's Ray id is the fake provider's id for it, which names
     its raylet's environment.)"""
     code = (
         "import json; from ray.util.state import list_actors;"
         "print(json.dumps({a.pid: a.node_id for a in list_actors(address='auto', filters=["
-        "('class_name', '=', 'RayTrainWorker'), ('state', '=', 'ALIVE')])}))"
+        f"('class_name', '=', '{loop_class}'), ('state', '=', 'ALIVE')])}}))"
     )
     proc = cluster.run(sys.executable, "-c", code, timeout=60)
     if proc.returncode != 0:

@@ -76,13 +76,19 @@ def test_local_storage_on_a_joined_cluster_is_refused_unless_shared(tmp_path, ca
 
 @pytest.mark.parametrize("joined", [False, True])
 def test_trials_queue_on_a_joined_cluster_and_fit_the_machine_locally(joined):
-    gpu = experiments.load("toy", ["resources.gpus_per_worker=1", "resources.cpus_per_worker=1"])
+    # Ray Train trials (two one-GPU workers): their drivers hold no GPU, so locally the limit
+    # is what fits the machine
+    ddp = experiments.load("toy", ["resources.workers=2", "resources.gpus_per_worker=1"])
     four_gpus = {"CPU": 16, "GPU": 4}
-    assert sweep.max_concurrent_trials(gpu, four_gpus, joined) == (None if joined else 4)
+    assert sweep.max_concurrent_trials(ddp, four_gpus, joined) == (None if joined else 2)
     # a fresh autoscaling cluster with no GPU node yet: nothing fits, yet every trial queues
-    assert sweep.max_concurrent_trials(gpu, {"CPU": 8}, joined) == (None if joined else 1)
+    assert sweep.max_concurrent_trials(ddp, {"CPU": 8}, joined) == (None if joined else 1)
     capped = experiments.load("toy", ["resources.gpus_per_worker=1", "max_concurrent_trials=3"])
     assert sweep.max_concurrent_trials(capped, four_gpus, joined) == 3
+    # single-worker trials, CPU or GPU, hold their own resources (the Tune path): Tune fits them
+    gpu = experiments.load("toy", ["resources.gpus_per_worker=1", "resources.cpus_per_worker=1"])
+    assert not gpu.resources.uses_ray_train and ddp.resources.uses_ray_train
+    assert sweep.max_concurrent_trials(gpu, four_gpus, joined) is None
     cpu = experiments.load("toy")
     assert sweep.max_concurrent_trials(cpu, four_gpus, joined) is None
 
@@ -95,7 +101,7 @@ def test_distributed_backend_is_nccl_on_cuda_and_gloo_otherwise():
     assert train_path.distributed_backend(1) == "gloo"  # this machine's CPU torch has no nccl
 
 
-def test_a_tune_trial_trains_on_the_cpu_whatever_the_machine_has():
+def test_a_tune_trial_without_a_gpu_trains_on_the_cpu_whatever_the_machine_has():
     import torch
 
     session.start(backend="tune")
