@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def overrides_of(args) -> list[str]:
-    overrides = list(args.overrides)
+    overrides = cli.overrides_of(args)
     if args.num_samples is not None:
         overrides.append(f"num_samples={args.num_samples}")
     return overrides

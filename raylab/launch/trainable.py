@@ -48,7 +48,7 @@ def make_trainable(experiment: Experiment, run: RunFolder) -> Callable:
             run_trial(settings, "tune", config)
             RunFolder(settings.run).mark_ended(tune.get_context().get_trial_id())
 
-        request = {"CPU": settings.cpus_per_worker}
+        request = dict(settings.worker_request)
     else:
 
         def trainable(config):
