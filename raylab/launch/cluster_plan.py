@@ -295,7 +295,7 @@ def market_lines(experiment, markets: dict, spot: bool, cluster) -> list[str]:
         return lines
     lines.append(
         f"#   spot preemptions: {cluster_prices.PREEMPTIONS_PER_NODE_HOUR:g} per node-hour (assumed), "
-        f"{_amount(sp.preemptions)} expected, {_amount(sp.rerun_hours)} node-hours re-run (half of a checkpoint interval each: "
+        f"{sp.preemptions:,.2f} expected, {sp.rerun_hours:,.2f} node-hours re-run (half of a checkpoint interval each: "
         + (f"{interval[0]:,.0f} {unit}, {interval[1]}" if interval else "unknown")
         + f") plus {start:g} min start-up of a new node each"
     )
