@@ -92,6 +92,13 @@ def add_config_dir(folder: str) -> None:
     os.environ[CONFIGS_ENV] = os.pathsep.join(filter(None, [current, str(Path(folder).expanduser().absolute())]))
 
 
+SPOT_RESOURCE = "spot"
+"""The custom resource that spot node types declare (``cluster/gpu.yaml``: ``spot: 1000``)."""
+SPOT_ASK = 0.001
+"""How much of ``SPOT_RESOURCE`` one worker of a spot trial asks for: enough that only a spot
+node can hold it, small enough never to limit how many trials share one."""
+
+
 @dataclass(frozen=True)
 class Resources:
     """What one trial asks of the cluster."""
@@ -102,6 +109,9 @@ class Resources:
     """CPUs reserved for each worker (fractions allowed)."""
     gpus_per_worker: float = 0.0
     """GPUs for each worker; a fraction (0.5) packs several trials onto one GPU."""
+    spot: bool = False
+    """Run on spot (preemptible) nodes: each worker also asks for ``SPOT_ASK`` of the custom
+    resource ``spot`` that only the spot node types of ``cluster/gpu.yaml`` declare (``--spot``)."""
 
     def __post_init__(self):
         require(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
@@ -128,6 +138,15 @@ class Resources:
         trial itself, which holds its CPUs and GPU share on its worker node and nothing on the
         head (``benchmarks/trial_paths.py`` measures both paths)."""
         return self.workers > 1
+
+    def worker_request(self) -> dict[str, float]:
+        """What each worker asks of Ray: its CPUs, its GPUs when any, and ``SPOT_ASK`` of the
+        ``spot`` resource when ``spot``."""
+        return {
+            "CPU": self.cpus_per_worker,
+            **({"GPU": self.gpus_per_worker} if self.gpus_per_worker else {}),
+            **({SPOT_RESOURCE: SPOT_ASK} if self.spot else {}),
+        }
 
     def total(self) -> dict[str, float]:
         """The trial's whole request, e.g. ``{"CPU": 4, "GPU": 1}``."""

@@ -136,13 +136,13 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("name an experiment (python -m raylab.tune --list shows them)")
     checks.check_storage_syntax(args.storage)
     checks.check_name_syntax(args.name)
-    if args.resume and args.overrides:
+    if args.resume and cli.overrides_of(args):
         raise UserError("--resume continues a trial as it was started; drop the overrides")
     if args.resume:  # the run folder's own experiment (smoke or not), before any check
         run = trial_run_to_resume(args.storage, cli.experiment_name(args.experiment), args.smoke, args.name)
         experiment = run.saved_experiment()
     else:
-        experiment = experiments.load(args.experiment, args.overrides, smoke=args.smoke)
+        experiment = experiments.load(args.experiment, cli.overrides_of(args), smoke=args.smoke)
         run = RunFolder.under(args.storage, args.name or new_run_name(experiment, TRAIN_RUN))
         if args.name:
             checks.check_run_name(run)

@@ -22,7 +22,7 @@ if __name__ == "__main__":  # before Ray is imported (below): where a local Ray 
 from raylab import experiment as experiments
 from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
-from raylab.launch import checks, cli, disk_full, loggers, summary, sweep
+from raylab.launch import checks, cli, disk_full, loggers, storage_secrets, summary, sweep
 from raylab.run_folder import ERROR_FILE, SUMMARY_FILE, RunFolder, new_run_name
 
 
@@ -76,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     checks.check_storage_syntax(args.storage)
     checks.check_name_syntax(args.name)
     args.address = ray_start.cluster_address(args.address)
+    # On a joined cluster the storage keys go to trials through a file on each node, never
+    # through this process's environment, which Ray Tune copies into each trial actor's listed
+    # runtime_env (raylab/launch/storage_secrets.py); before anything reads the storage.
+    secrets = ray_start.credential_env(args.storage) if args.address and not args.dry_run else {}
+    storage_secrets.use_credentials_file(secrets)
     if args.keep and not args.dashboard:
         raise UserError("--keep keeps the dashboard up after the sweep; it needs --dashboard")
     if args.listen and args.address:
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         state_api=experiment.resources.uses_ray_train,
         listen=args.listen,
         quiet=not args.verbose,
-        env_vars=ray_start.credential_env(run.location) if args.address else None,
+        env_vars=secrets or None,
     )
     if args.address:  # before any trial starts: a local folder must be one every node mounts
         import ray
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def overrides_of(args) -> list[str]:
-    overrides = list(args.overrides)
+    overrides = cli.overrides_of(args)
     if args.num_samples is not None:
         overrides.append(f"num_samples={args.num_samples}")
     return overrides

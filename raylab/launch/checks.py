@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from raylab import search_space, workloads
 from raylab.config import from_dict
 from raylab.errors import UserError
-from raylab.experiment import Experiment
+from raylab.experiment import SPOT_RESOURCE, Experiment
 from raylab.run_folder import RunFolder, filesystem, is_uri, join
 
 
@@ -32,8 +32,7 @@ def check_resources(experiment: Experiment, available: dict[str, float], local: 
     warned about, since an autoscaler may still add the nodes.
     """
     resources = experiment.resources
-    needs = {"CPU": resources.cpus_per_worker, "GPU": resources.gpus_per_worker}
-    for name, per_worker in needs.items():
+    for name, per_worker in resources.worker_request().items():
         have = available.get(name, 0.0)
         if per_worker <= 0 or per_worker * resources.workers <= have:
             continue
@@ -42,6 +41,12 @@ def check_resources(experiment: Experiment, available: dict[str, float], local: 
             f"{per_worker:g} {name} per trial, but this {'machine' if local else 'cluster'} has "
             f"{have:g} {name}"
         )
+        if local and name == SPOT_RESOURCE:
+            hint = (
+                " (resources.spot or --spot: trials run on spot node types, which declare it; run on "
+                "such a cluster, cluster/gpu.yaml, with --address, or drop --spot here)"
+            )
+            raise UserError(message + hint)
         if local:
             hint = f" (--smoke runs the small version here; --address runs it on a cluster{' with GPUs' if name == 'GPU' else ''})"
             raise UserError(message + hint)

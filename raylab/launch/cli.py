@@ -45,6 +45,11 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         help="overrides with dotted keys, values read as YAML: config.lr=3e-4 search.loss=[mse,huber]",
     )
     parser.add_argument("--smoke", action="store_true", help="apply the experiment's smoke section")
+    parser.add_argument(
+        "--spot",
+        action="store_true",
+        help="run trials on spot (preemptible) nodes: resources.spot=true (a cluster with spot node types)",
+    )
     parser.add_argument("--storage", default="results", help="results root: a path or s3://, gs:// URI")
     parser.add_argument("--name", help="run folder name (default: EXPERIMENT[-smoke]-TIMESTAMP)")
     parser.add_argument(
@@ -54,6 +59,11 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="also find experiments in this folder of YAMLs (repeatable; or RAYLAB_CONFIGS)",
     )
+
+
+def overrides_of(args: argparse.Namespace) -> list[str]:
+    """The command line's ``key=value`` overrides, with ``--spot`` as ``resources.spot=true``."""
+    return [*args.overrides, *(["resources.spot=true"] if args.spot else [])]
 
 
 def experiment_name(name_or_path: str) -> str:

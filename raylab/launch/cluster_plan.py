@@ -22,19 +22,10 @@ from pathlib import Path
 from raylab import search_space, workloads
 from raylab.config import from_dict
 from raylab.errors import UserError
+from raylab.experiment import SPOT_ASK, SPOT_RESOURCE
+from raylab.launch import cluster_prices
+from raylab.launch.cluster_prices import PRICE_PER_HOUR
 from raylab.launch.trainable import DRIVER_RESOURCE
-
-# On-demand list prices in USD per hour, AWS us-west-2 (Linux), as of 2026; other regions differ
-# by up to about 20%. An instance type not listed prints its cost as unknown.
-PRICE_PER_HOUR = {
-    "m5.2xlarge": 0.384,
-    "m5.4xlarge": 0.768,
-    "g5.xlarge": 1.006,
-    "g5.2xlarge": 1.212,
-    "g5.4xlarge": 1.624,
-    "g5.12xlarge": 5.672,
-    "p4d.24xlarge": 32.7726,
-}
 
 
 @dataclass(frozen=True)
@@ -56,11 +47,15 @@ class NodeType:
     memory: float = 0.0
     """Its declared ``resources.memory`` in bytes: what Ray's AWS provider fills in when it is
     left out (70% of the instance's memory; the rest is the object store's); 0: not declared."""
+    spot: float = 0.0
+    """Its declared ``resources.spot``: a spot node type (only trials asking for spot go there)."""
 
     @property
     def price(self) -> float | None:
-        """USD per hour, when the instance type's price is known."""
-        return PRICE_PER_HOUR.get(self.instance)
+        """USD per hour, when the instance type's price is known (a spot type's: assumed,
+        ``cluster_prices.SPOT_SHARE`` of the on-demand price)."""
+        on_demand = PRICE_PER_HOUR.get(self.instance)
+        return cluster_prices.spot_price(on_demand) if self.spot else on_demand
 
 
 def load(path: str | Path) -> tuple[NodeType | None, list[NodeType], int]:
@@ -95,6 +90,7 @@ def load(path: str | Path) -> tuple[NodeType | None, list[NodeType], int]:
             str(node_config.get("InstanceType", node_config.get("machineType", ""))),
             float(resources.get(DRIVER_RESOURCE, 0)),
             float(resources.get("memory", 0)),
+            float(resources.get(SPOT_RESOURCE, 0)),
         )
         if name == config.get("head_node_type"):
             head = node
@@ -103,17 +99,30 @@ def load(path: str | Path) -> tuple[NodeType | None, list[NodeType], int]:
     return head, workers, cap
 
 
-def trials_per_node(node: NodeType, cpus: float, gpus: float) -> int:
-    """How many trials asking ``cpus`` CPUs and ``gpus`` GPUs fit one node:
-    ``min(floor(C_node / c), floor(G_node / g))`` over the resources the trial asks for."""
+def idle_minutes(path: str | Path) -> float:
+    """The cluster file's ``idle_timeout_minutes`` (Ray's default, 5, when it states none):
+    how long a worker node stays, billed, after its last trial."""
+    import yaml
+
+    config = yaml.safe_load(Path(path).read_text()) or {}
+    return float(config.get("idle_timeout_minutes", 5))
+
+
+def trials_per_node(node: NodeType, cpus: float, gpus: float, spot: bool = False) -> int:
+    """How many trials asking ``cpus`` CPUs and ``gpus`` GPUs (and, with ``spot``, ``SPOT_ASK``
+    of the ``spot`` resource) fit one node: ``min(floor(C_node / c), floor(G_node / g))`` over
+    the resources the trial asks for (0 on a node without ``spot`` for a spot trial)."""
+    if spot and node.spot < SPOT_ASK:
+        return 0
     fits = [math.floor(node.cpus / cpus + 1e-9)] if cpus > 0 else []
     if gpus > 0:
         fits.append(math.floor(node.gpus / gpus + 1e-9))
     return min(fits) if fits else 0
 
 
-def choose(nodes: list[NodeType], cpus: float, gpus: float) -> NodeType | None:
-    """The node type the autoscaler launches for a queue of trials of ``cpus`` CPUs, ``gpus`` GPUs.
+def choose(nodes: list[NodeType], cpus: float, gpus: float, spot: bool = False) -> NodeType | None:
+    """The node type the autoscaler launches for a queue of trials of ``cpus`` CPUs, ``gpus`` GPUs
+    (and, with ``spot``, ``SPOT_ASK`` of the ``spot`` resource each).
 
     Ray 2.60's default utilization scorer (``autoscaler/_private/resource_demand_scheduler.py``)
     on each type packed with the ``n >= 1`` trials that fit it::
@@ -125,17 +134,20 @@ def choose(nodes: list[NodeType], cpus: float, gpus: float) -> NodeType | None:
     Each cloud node also has ``memory`` (declared, or filled in by the provider; trials ask
     Ray for none, ``memory_refusal`` checks it after the choice), so the minimum is 0 and the capacity-weighted mean decides: a type whose large resource is full
     beats a small one whose every resource is (four quarter-GPU trials of 4 CPUs fill a 16-CPU
-    GPU node, which beats one 4-CPU GPU node). Highest score wins, then the lower price per trial.
+    GPU node, which beats one 4-CPU GPU node). A spot type's ``spot`` resource counts the same
+    way: unused by trials that do not ask for it, it lowers the type's mean, so they go to the
+    on-demand twin; a spot trial fits only types that declare it. Highest score wins, then the
+    lower price per trial.
     """
     best, best_key = None, None
     for node in nodes:
-        n = trials_per_node(node, cpus, gpus)
+        n = trials_per_node(node, cpus, gpus, spot)
         if n < 1:
             continue
-        capacity = {"CPU": node.cpus, "GPU": node.gpus, "memory": node.memory or math.inf}
-        used = {"CPU": n * cpus, "GPU": n * gpus, "memory": 0.0}
+        capacity = {"CPU": node.cpus, "GPU": node.gpus, "memory": node.memory or math.inf, "spot": node.spot}
+        used = {"CPU": n * cpus, "GPU": n * gpus, "memory": 0.0, "spot": n * SPOT_ASK if spot else 0.0}
         weighted = [0.0 if c == math.inf else c * (used[r] / c) ** 3 for r, c in capacity.items() if c >= 1]
-        matching = (cpus > 0 and node.cpus >= 1) + (gpus > 0 and node.gpus >= 1)
+        matching = (cpus > 0 and node.cpus >= 1) + (gpus > 0 and node.gpus >= 1) + (spot and node.spot >= 1)
         price = node.price if node.price is not None else math.inf
         key = (gpus > 0 or node.gpus == 0, matching, min(weighted), sum(weighted) / len(weighted), -price / n)
         if best_key is None or key > best_key:
@@ -206,6 +218,90 @@ def memory_refusal(
     return ""
 
 
+def checkpoint_interval(experiment) -> tuple[float, str] | None:
+    """Progress between two checkpoints of a trial, in the unit of its length, and the basis:
+    ``checkpoint.every`` reports of ``config.report_every`` steps each, or of one epoch each
+    when the unit counts epochs (the workloads report once an epoch, or more often: then this
+    is an upper bound); None when the trial's length is unknown."""
+    length = experiment.trial_length()
+    if not length:
+        return None
+    unit, every = length[0], experiment.checkpoint.every
+    report = experiment.resolved_config().get("report_every")
+    if "epoch" in unit or not report:
+        return float(
+            every
+        ), f"checkpoint.every {every} reports, one report per {unit.split('/')[-1].removesuffix('s')} assumed"
+    return float(every * report), f"checkpoint.every {every} x config.report_every {report}"
+
+
+def market_cost(experiment, chosen, cpus, gpus, spot, trials, running, trial_hours, head_price, cluster):
+    """``(chosen, nodes at the cap, cluster_prices.SweepCost)`` of the sweep on node type ``chosen``
+    (spot or on-demand): the waves at the cap, each node's start-up and idle tail, and on spot
+    the re-run work of preemptions (``cluster_prices.rerun_factor``)."""
+    per_node = trials_per_node(chosen, cpus, gpus, spot)
+    nodes_at_cap = min(chosen.max_workers, math.ceil(running / per_node))
+    at_once = min(running, nodes_at_cap * per_node)
+    waves = math.ceil(trials / at_once)
+    # Nodes go when idle: the last wave pays only for the nodes it still uses.
+    last = trials - (waves - 1) * at_once
+    work = ((waves - 1) * nodes_at_cap + math.ceil(last / per_node)) * trial_hours
+    start = cluster_prices.NODE_START_MINUTES / 60
+    idle = idle_minutes(cluster) / 60
+    factor, rate, interval_hours = 1.0, 0.0, 0.0
+    if spot:
+        rate = cluster_prices.PREEMPTIONS_PER_NODE_HOUR
+        interval = checkpoint_interval(experiment)
+        interval_hours = interval[0] / experiment.estimate.steps_per_s / 3600 if interval else trial_hours
+        factor = cluster_prices.rerun_factor(rate, interval_hours, start) or math.inf
+    return (
+        chosen,
+        nodes_at_cap,
+        cluster_prices.sweep_cost(
+            work, waves * trial_hours, nodes_at_cap, chosen.price, head_price, start, idle, factor, rate, interval_hours
+        ),
+    )
+
+
+def market_lines(experiment, markets: dict, spot: bool, cluster) -> list[str]:
+    """The dry run's spot and on-demand lines: the two node types' prices side by side, the
+    expected cost of each with the stated preemption rate, start-up and idle tail."""
+    start, idle = cluster_prices.NODE_START_MINUTES, idle_minutes(cluster)
+    lines = []
+    if True not in markets:
+        lines.append("#   spot: no spot node type in the cluster file holds these trials (resources.spot)")
+    if len(markets) < 2:
+        return lines
+    (od_type, od_nodes, od), (sp_type, sp_nodes, sp) = markets[False], markets[True]
+    interval = checkpoint_interval(experiment)
+    unit = experiment.trial_length()[0]
+    head = od.head_price
+    lines.append(
+        f"#   on-demand vs spot at the cap: ${od_nodes * od_type.price + head:,.2f}/h vs "
+        f"${sp_nodes * sp_type.price + head:,.2f}/h ({od_nodes} x {od_type.name} ${od_type.price:.3f} vs "
+        f"{sp_nodes} x {sp_type.name} ${sp_type.price:.3f}, spot assumed {cluster_prices.SPOT_SHARE:.0%} of "
+        f"on-demand; the head on-demand in both); this run: {'spot' if spot else 'on-demand (--spot: spot)'}"
+    )
+    lines.append(
+        f"#   on-demand vs spot expected: about ${_amount(od.dollars)} in {_hours(od.wall_hours)} vs "
+        + (f"${_amount(sp.dollars)} in {_hours(sp.wall_hours)}" if sp.dollars != math.inf else "never (below)")
+        + f", each with {start:g} min start-up per node (assumed) and the {idle:g} min idle tail "
+        "(idle_timeout_minutes)"
+    )
+    if sp.dollars == math.inf:
+        lines.append(
+            "#   spot: with this checkpoint interval the work never finishes in expectation; checkpoint more often"
+        )
+        return lines
+    lines.append(
+        f"#   spot preemptions: {cluster_prices.PREEMPTIONS_PER_NODE_HOUR:g} per node-hour (assumed), "
+        f"{sp.preemptions:,.2f} expected, {sp.rerun_hours:,.2f} node-hours re-run (half of a checkpoint interval each: "
+        + (f"{interval[0]:,.0f} {unit}, {interval[1]}" if interval else "unknown")
+        + f") plus {start:g} min start-up of a new node each"
+    )
+    return lines
+
+
 def rate_text(estimate) -> str:
     """Whether a dollar figure's rate was measured, and where, or is a target."""
     if estimate.rate_measured:
@@ -247,13 +343,13 @@ def plan_text(experiment, cluster: str | Path) -> str:
         cpus, gpus = total["CPU"], total["GPU"]
     else:
         cpus, gpus = resources.cpus_per_worker, resources.gpus_per_worker
-    node = choose(nodes, cpus, gpus)
+    node = choose(nodes, cpus, gpus, resources.spot)
     if node is None:
         return (
             f"# cluster {name}: no node type holds one trial ({cpus:g} CPU, {gpus:g} GPU); "
             "its trials would wait forever"
         )
-    per_node = trials_per_node(node, cpus, gpus)
+    per_node = trials_per_node(node, cpus, gpus, resources.spot)
     memory = trial_memory(experiment)
     if refusal := memory_refusal(experiment, name, nodes, node, per_node, memory):
         raise UserError(refusal)
@@ -296,13 +392,18 @@ def plan_text(experiment, cluster: str | Path) -> str:
             f"{trials * trial_hours * total['GPU']:,.1f} GPU-hours; wall time at the cap "
             f"{waves} wave(s) x {_hours(trial_hours)} = {_hours(wall)}"
         )
-        if per_hour is not None:
-            # Nodes go when idle: the last wave pays only for the nodes it still uses.
-            last = trials - (waves - 1) * at_once
-            node_hours = ((waves - 1) * nodes_at_cap + math.ceil(last / per_node)) * trial_hours
-            dollars = node_hours * node.price + wall * head_price
-            line += f"; about ${_amount(dollars)} ({rate_text(estimate)})"
+        markets = {}
+        for spot in (False, True):
+            chosen = node if spot == resources.spot else choose(nodes, cpus, gpus, spot)
+            if chosen is not None and chosen.price is not None:
+                markets[spot] = market_cost(
+                    experiment, chosen, cpus, gpus, spot, trials, running, trial_hours, head_price, cluster
+                )
+        if resources.spot in markets:
+            cost = markets[resources.spot][2]
+            line += f"; about ${_amount(cost.dollars)} ({rate_text(estimate)})"
         lines.append(line)
+        lines += market_lines(experiment, markets, resources.spot, cluster)
     else:
         lines.append(
             "#   trial-hours, GPU-hours, wall time, dollars: unknown (the file states no "

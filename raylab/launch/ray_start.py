@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from raylab.errors import UserError
+from raylab.launch import storage_secrets
 from raylab.run_folder import is_uri
 
 # Ray's documented switch between a single-machine Ray (the default on macOS and Windows) and one
@@ -66,8 +67,10 @@ def connect(
     ``bind_to_loopback_unless_asked`` first. ``quiet`` keeps Ray's own lines below ERROR, the
     workers' output, the messages raylets push to the driver and Ray's tracebacks off the
     console (``console_level``, ``log_to_driver``, ``divert_ray_messages``, ``quiet_ray_console``). ``env_vars`` (a joined cluster only,
-    whose nodes were started without this shell's environment) reach every task and actor of
-    the sweep, Tune trials and Ray Train workers alike, through the job's ``runtime_env``.
+    whose nodes were started without this shell's environment) reach every worker process of
+    the sweep, Tune trials and Ray Train workers alike, through the job's worker setup hook
+    (``storage_secrets.worker_hook``: keys in a credentials file on each node), not its
+    ``env_vars``, which Ray lists with the job (the dashboard's Jobs page).
     """
     import ray
 
@@ -84,7 +87,11 @@ def connect(
                 address=address,
                 logging_level=console_level(quiet),
                 log_to_driver=not quiet,
-                **({"runtime_env": {"env_vars": dict(env_vars)}} if env_vars else {}),
+                **(
+                    {"runtime_env": {"worker_process_setup_hook": storage_secrets.worker_hook(env_vars)}}
+                    if env_vars
+                    else {}
+                ),
             )
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise UserError(f"cannot join Ray cluster at '{address}': {err}") from None
@@ -361,11 +368,13 @@ and region, besides ``AWS_ENDPOINT_URL`` and its per-service forms (``AWS_ENDPOI
 
 def credential_env(storage: str, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The storage credentials set in ``environ`` (default: this process's environment), to
-    hand to every trial through the job's ``runtime_env`` on a joined cluster.
+    hand to every trial on a joined cluster (``connect``'s ``env_vars``, through
+    ``storage_secrets.worker_hook``).
 
     Only for a URI (a local folder needs none), and only the variables that are set: a node's
-    own instance role then still applies where the driver has no keys. The values never reach
-    a saved file: ``runtime_env`` is not part of what Tune saves in the run folder.
+    own instance role then still applies where the driver has no keys (a `ray up` cluster's
+    nodes, whose instance profiles reach the bucket: nothing is handed on there). The values
+    never reach a saved file: the job's ``runtime_env`` is not part of what Tune saves.
     """
     environ = os.environ if environ is None else environ
     if not is_uri(storage):

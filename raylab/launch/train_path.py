@@ -73,10 +73,7 @@ def drive_train_run(settings: TrialSettings, config: dict[str, Any]) -> None:
         scaling_config=ray.train.ScalingConfig(
             num_workers=settings.workers,
             use_gpu=settings.gpus_per_worker > 0,
-            resources_per_worker={
-                "CPU": settings.cpus_per_worker,
-                **({"GPU": settings.gpus_per_worker} if settings.gpus_per_worker else {}),
-            },
+            resources_per_worker=dict(settings.worker_request),
         ),
         run_config=ray.train.RunConfig(
             name=trial_id,

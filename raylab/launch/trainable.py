@@ -58,9 +58,7 @@ def make_trainable(experiment: Experiment, run: RunFolder, ray_train: bool | Non
             run_trial(settings, "tune", config)
             RunFolder(settings.run).mark_ended(tune.get_context().get_trial_id())
 
-        request = {"CPU": settings.cpus_per_worker}
-        if settings.gpus_per_worker:
-            request["GPU"] = settings.gpus_per_worker
+        request = dict(settings.worker_request)
     else:
 
         def trainable(config):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raylab import search_space, session, workloads
@@ -36,6 +36,8 @@ class TrialSettings:
     workers: int = 1
     cpus_per_worker: float = 1.0
     gpus_per_worker: float = 0.0
+    worker_request: dict[str, float] = field(default_factory=dict)
+    """What each worker asks of Ray (``Resources.worker_request``: CPUs, GPUs, the spot ask)."""
     train_storage: str = ""
     """Where Ray Train keeps a trial's run while a checkpoint is in transit (Ray Train path)."""
     resume: Any = None
@@ -56,6 +58,7 @@ class TrialSettings:
             workers=resources.workers,
             cpus_per_worker=resources.cpus_per_worker,
             gpus_per_worker=resources.gpus_per_worker,
+            worker_request=resources.worker_request(),
             train_storage=run.join(RUN_INTERNAL, "train"),
         )
 

@@ -27,6 +27,9 @@ FIELDS = {  # README column -> the piece of the dry run's text it shows
     "GPU-hours": r"trial-hours, ([\d,.]+) GPU-hours",
     "wall time at the cap": r"wave\(s\) x [^=]+= ([^;]+);",
     "dollars": r"; about (\$[\d,.]+) \(",
+    "spot $/h at the cap": r"on-demand vs spot at the cap: \$[\d,.]+/h vs (\$[\d,.]+)/h",
+    "spot dollars": r"on-demand vs spot expected: about \$[\d,.]+ in .+? vs (\$[\d,.]+) in",
+    "spot preemptions (re-run node-hours)": r"spot preemptions: .*?, ([\d,.]+) expected, ([\d,.]+) node-hours re-run",
     "rate": r"; about \$[\d,.]+ \(rate ((?:not )?measured)",
     "checkpoints in S3": r"= ([\d,.]+ GB) \(S3",
 }
@@ -66,6 +69,8 @@ def printed(name: str) -> dict[str, str]:
             out[column] = "-"
         elif column == "trials (at once)":
             out[column] = f"{match.group(2)} ({match.group(1)})"
+        elif match.lastindex == 2:
+            out[column] = f"{match.group(1)} ({match.group(2)})"
         else:
             out[column] = match.group(1)
     return out

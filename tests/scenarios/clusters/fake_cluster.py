@@ -146,11 +146,13 @@ def fake_cluster(
     head: dict | None = None,
     gpus_per_node: int = 1,
     unset: tuple[str, ...] = (),
+    head_cpus: int = 0,
 ):
     """Start the simulated cluster; yield a ``FakeCluster``; end every process it started.
 
     ``head`` updates the head's declared resources (``{"trial_driver": 3}``); ``unset`` names
-    variables of this process's environment the cluster's processes must not inherit."""
+    variables of this process's environment the cluster's processes must not inherit;
+    ``head_cpus``: CPUs the head offers trials (0, as gpu.yaml's head)."""
     root = Path(tempfile.mkdtemp(prefix="rlfake-", dir="/tmp"))
     port = free_port()
     config_path = root / "cluster.yaml"
@@ -183,7 +185,7 @@ def fake_cluster(
             "--head",
             "--node-ip-address=127.0.0.1",
             f"--port={port}",
-            "--num-cpus=0",
+            f"--num-cpus={head_cpus}",
             "--num-gpus=0",
             f"--resources={json.dumps(head_extra)}",
             "--dashboard-host=127.0.0.1",
