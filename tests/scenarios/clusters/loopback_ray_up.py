@@ -86,6 +86,8 @@ echo "$*" >> "$HOME/loopback-gpu/calls.log"
 echo "GPU 0: NVIDIA A10G (UUID: GPU-loopback-$RAYLAB_LOOPBACK_NODE_IP)"
 """
 PROVIDER = "loopback_provider.LoopbackProvider"  # this folder's loopback_provider.py
+# What report["autoscaler_log"] keeps of the head's monitor.* logs.
+AUTOSCALER_WORDS = ("Launching", "installation failed", "GPU node type", "raylab", "Terminating", "failed with")
 
 
 def node_ips(config: dict, launch: dict[str, int] | None = None) -> dict[str, list[str]]:
@@ -329,6 +331,26 @@ def start_node(
     return proc
 
 
+def wait_for_free_ips(ips: list[str], timeout: float = 1800) -> None:
+    """Wait until nothing listens on port 22 of ``ips``: another loopback cluster on this machine
+    (another test session's) holds them until its run ends, and two sshds cannot share one."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = []
+        for ip in ips:
+            with socket.socket() as sock:
+                sock.settimeout(1)
+                if sock.connect_ex((ip, 22)) == 0:
+                    busy.append(ip)
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"port 22 of {busy} still taken (another loopback cluster) after {timeout:.0f} s")
+        time.sleep(5)
+
+
 def wait_ssh(key: Path, ip: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -491,6 +513,9 @@ def main() -> int:
         + ",".join(f"{k}={v}" for k, v in LAUNCH.items()),
     )
     parser.add_argument("--autoscaler", choices=sorted(AUTOSCALER_ENV), default="v1")
+    parser.add_argument(
+        "--no-gpu-stand-in", action="store_true", help="GPU types' nodes without the stand-in nvidia-smi (a control)"
+    )
     args = parser.parse_args()
     RAY_CLI_ENV.update(AUTOSCALER_ENV[args.autoscaler])
     args.launch = {t: int(n) for t, n in (item.split("=", 1) for item in args.launch)} if args.launch else None
@@ -520,6 +545,9 @@ def main() -> int:
         (ip, types.get(t, {}).get("resources", {}).get("GPU", 0) > 0) for t, ips in mapping.items() for ip in ips
     ]
     report: dict = {"source": str(source), "node_types": mapping}
+    if args.no_gpu_stand_in:
+        on = [(ip, False) for ip, _ in on]
+    wait_for_free_ips([ip for ip, _ in on])
     nodes = [start_node(root, i, key, stage, node_env, ip=ip, gpu=gpu) for i, (ip, gpu) in enumerate(on)]
     try:
         for ip, _ in on:
@@ -559,6 +587,13 @@ def main() -> int:
                 "dashboard.log",
             )
         }
+        # The head's autoscaler on worker setup: launches, failed setup lines, failed installs.
+        report["autoscaler_log"] = "\n".join(
+            line
+            for log in sorted(root.glob("node0/tmp/ray/session_2*/logs/monitor.*"))
+            for line in log.read_text(errors="replace").splitlines()
+            if any(w in line for w in AUTOSCALER_WORDS)
+        )[-12000:]
         shutil.rmtree(root, ignore_errors=True)
         for state in Path("/tmp/ray").glob(f"cluster-{root.name}.*"):  # the local provider's
             state.unlink(missing_ok=True)
