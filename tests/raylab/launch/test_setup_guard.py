@@ -1,0 +1,113 @@
+"""The setup guard reads Ray's own log lines (made here by Ray 2.60's own functions) and stops a
+node type after its failed nodes reach the limit. The relaunch loop itself, stopped on a
+``ray up`` cluster, is in tests/scenarios/clusters/test_loopback_ray_up.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+from ray.autoscaler._private.command_runner import _with_environment_variables, _with_interactive
+from ray.autoscaler.v2.instance_manager.common import InstanceUtil
+from ray.core.generated.instance_manager_pb2 import Instance, InstanceUpdateEvent
+
+from raylab.launch import setup_guard
+
+GPU_CHECK = (
+    'nvidia-smi -L >/dev/null 2>&1 || { echo "$(hostname): a GPU node type, but nvidia-smi lists no GPU" >&2; '
+    "exit 1; }; python -c \"import torch; assert torch.cuda.is_available(), 'no CUDA'\""
+)
+CONFIG = {
+    "setup_commands": ["pip install -q -r lock.txt"],
+    "available_node_types": {
+        "head": {"resources": {"CPU": 0}},
+        "gpu_small": {
+            "min_workers": 0,
+            "max_workers": 12,
+            "resources": {"GPU": 1},
+            "worker_setup_commands": ["pip install -q -r lock.txt", 'pip install -e "$HOME/raylab"', GPU_CHECK],
+        },
+        "cpu": {"min_workers": 0, "max_workers": 12, "resources": {"CPU": 16}},
+    },
+}
+
+
+def ray_failed_setup(node: str, line: str) -> str:
+    """What Ray's node updater logs for a failed setup line on ``node``: the ssh command list it
+    ran (command_runner's own wrapping) in the updater's message."""
+    inner = _with_environment_variables(line, {"RAY_HEAD_IP": "10.0.0.1"})
+    cmd = ["ssh", "-tt", "-i", "~/ray_bootstrap_key.pem", f"ubuntu@{node}", *_with_interactive(inner)]
+    return f"Setup command `{cmd}` failed with exit code 1. stderr: No stderr available"
+
+
+def ray_install_failed(node: str, node_type: str) -> str:
+    """Ray's v2 instance manager's log line for ``node`` going RAY_INSTALLING -> RAY_INSTALL_FAILED."""
+    instance = Instance(
+        instance_id="im-" + node, instance_type=node_type, cloud_instance_id=node, status=Instance.RAY_INSTALLING
+    )
+    update = InstanceUpdateEvent(
+        instance_id=instance.instance_id,
+        new_instance_status=Instance.RAY_INSTALL_FAILED,
+        details="failed to install ray with errors: Ray installation failed with unexpected status: update-failed",
+    )
+    return "2026-12-03 22:00:00,000 INFO instance_manager.py:247 -- " + InstanceUtil.get_log_str_for_update(
+        instance, update
+    )
+
+
+def log(*nodes: tuple[str, str, str]) -> str:
+    return "\n".join(f"{ray_failed_setup(node, line)}\n{ray_install_failed(node, t)}" for node, t, line in nodes)
+
+
+def test_failures_name_the_node_type_node_and_failed_line():
+    text = log(("10.0.1.5", "gpu_small", GPU_CHECK), ("10.0.1.6", "gpu_small", 'pip install -e "$HOME/raylab"'))
+    assert setup_guard.failures(text, CONFIG) == [
+        setup_guard.Failure("gpu_small", "10.0.1.5", GPU_CHECK),
+        setup_guard.Failure("gpu_small", "10.0.1.6", 'pip install -e "$HOME/raylab"'),
+    ]
+
+
+def test_a_type_without_its_own_lines_runs_the_cluster_setup_lines():
+    (failure,) = setup_guard.failures(log(("10.0.2.7", "cpu", "pip install -q -r lock.txt")), CONFIG)
+    assert failure == setup_guard.Failure("cpu", "10.0.2.7", "pip install -q -r lock.txt")
+
+
+def test_only_types_at_the_limit_are_stopped():
+    found = setup_guard.failures(
+        log(("a", "gpu_small", GPU_CHECK), ("b", "cpu", "pip install -q -r lock.txt"), ("c", "gpu_small", GPU_CHECK)),
+        CONFIG,
+    )
+    assert set(setup_guard.over_limit(found, 2)) == {"gpu_small"}
+    assert setup_guard.over_limit(found, 2)["gpu_small"].node == "c"
+    assert set(setup_guard.over_limit(found, 1)) == {"gpu_small", "cpu"}
+    assert setup_guard.over_limit(found, 3) == {}
+
+
+def test_check_once_sets_max_workers_zero_and_writes_one_line(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    config_path = tmp_path / "ray_bootstrap_config.yaml"
+    config_path.write_text(yaml.safe_dump(CONFIG))
+    out = tmp_path / "failed.txt"
+    (logs / "monitor.log").write_text(log(("10.0.1.5", "gpu_small", GPU_CHECK)) + "\n")
+    stopped: set[str] = set()
+    assert setup_guard.check_once(logs, config_path, 2, stopped, out) == []  # one failure, limit 2
+    assert yaml.safe_load(config_path.read_text()) == CONFIG
+    (logs / "monitor.out").write_text(log(("10.0.1.6", "gpu_small", GPU_CHECK)) + "\n")
+    (line,) = setup_guard.check_once(logs, config_path, 2, stopped, out)
+    assert "node type gpu_small stopped after 2 nodes" in line and "on node 10.0.1.6" in line
+    assert "nvidia-smi lists no GPU" in line
+    now = yaml.safe_load(config_path.read_text())["available_node_types"]
+    assert (now["gpu_small"]["min_workers"], now["gpu_small"]["max_workers"]) == (0, 0)
+    assert now["cpu"] == CONFIG["available_node_types"]["cpu"]
+    assert out.read_text().splitlines() == [line]
+    assert setup_guard.check_once(logs, config_path, 2, stopped, out) == []  # said once
+
+
+def test_a_bad_limit_is_one_line_and_exit_2():
+    run = subprocess.run(
+        [sys.executable, "-m", "raylab.launch.setup_guard", "--max-failures", "0"], capture_output=True, text=True
+    )
+    assert run.returncode == 2
+    assert run.stderr.strip() == "error: --max-failures must be at least 1, got 0"
