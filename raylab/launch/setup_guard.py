@@ -76,13 +76,15 @@ def failures(log_text: str, config: dict) -> list[Failure]:
     the instance manager marks the node failed)."""
     found = []
     commands: list[str] = []
+    seen: set[str] = set()
     for line in log_text.splitlines():
         setup = SETUP_FAILED.search(line)
         if setup:
             commands.append(setup.group("cmd"))
             continue
         failed = FAILED.search(line)
-        if failed:
+        if failed and failed.group("id") not in seen:  # the same line may be in two of the logs
+            seen.add(failed.group("id"))
             node_type, node = failed.group("type"), failed.group("node")
             lines = setup_lines(config, node_type)
             mine = [c for c in commands if f"@{node}" in c] or commands

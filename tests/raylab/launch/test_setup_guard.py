@@ -68,6 +68,11 @@ def test_failures_name_the_node_type_node_and_failed_line():
     ]
 
 
+def test_a_failure_logged_twice_counts_once():
+    text = log(("10.0.1.5", "gpu_small", GPU_CHECK))
+    assert len(setup_guard.failures(text + "\n" + text, CONFIG)) == 1
+
+
 def test_a_type_without_its_own_lines_runs_the_cluster_setup_lines():
     (failure,) = setup_guard.failures(log(("10.0.2.7", "cpu", "pip install -q -r lock.txt")), CONFIG)
     assert failure == setup_guard.Failure("cpu", "10.0.2.7", "pip install -q -r lock.txt")

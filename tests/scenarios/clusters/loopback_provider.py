@@ -85,6 +85,11 @@ class LoopbackProvider(NodeProvider):
                 if not nodes.get(ip, {}).get("running"):
                     nodes[ip] = {"running": True, "tags": dict(tags)}
                     made[ip] = {}
+        launches = self._path.with_suffix(".launches")  # one line per launch: IP and node type
+        with open(launches, "a") as log:
+            log.writelines(f"{ip} {tags.get('ray-user-node-type', '')}\n" for ip in made)
+        if os.geteuid() == 0:  # made by the launcher (root): the head's autoscaler appends too
+            os.chmod(launches, 0o666)
         if len(made) < count:
             # A cloud out of capacity for this type: the autoscaler logs it and tries later.
             raise RuntimeError(f"loopback: {count - len(made)} more node(s) asked, no free IP in {pool}")

@@ -514,6 +514,13 @@ def main() -> int:
     )
     parser.add_argument("--autoscaler", choices=sorted(AUTOSCALER_ENV), default="v1")
     parser.add_argument(
+        "--guard-wait",
+        type=float,
+        default=0,
+        help="after the check, wait up to this many seconds for the setup guard's line on the head",
+    )
+    parser.add_argument("--observe", type=float, default=0, help="then keep the cluster up this many seconds more")
+    parser.add_argument(
         "--no-gpu-stand-in", action="store_true", help="GPU types' nodes without the stand-in nvidia-smi (a control)"
     )
     args = parser.parse_args()
@@ -587,6 +594,7 @@ def main() -> int:
                 "dashboard.log",
             )
         }
+        report["launches"] = launches(root / "provider")
         # The head's autoscaler on worker setup: launches, failed setup lines, failed installs.
         report["autoscaler_log"] = "\n".join(
             line
@@ -651,6 +659,8 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
         report["nodes"] = json.loads(line[len("NODECHECK ") :]) if line else []
         report["exec"] = {"rc": ex.returncode, "tail": (ex.stdout + ex.stderr)[-3000:]}
         report["up_to_exec_s"] = round(time.monotonic() - t0, 1)
+        if getattr(args, "guard_wait", 0):
+            report["guard"] = setup_guard_line(cfg, args.guard_wait, args.observe)
         runs = [(name, f"cd ~/raylab && python -m raylab.tune {name} --smoke") for name in args.sweep]
         if args.lab:
             runs.append(("lab_echo", f"python -m raylab.tune {LAB_MOUNT}/lab_echo.yaml"))
@@ -673,6 +683,29 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
         report["sweeps_s"] = round(time.monotonic() - t0 - report["up_to_exec_s"], 1)
     down = ray_cli("down", str(cfg), "--yes")
     report["down"] = {"rc": down.returncode, "tail": (down.stdout + down.stderr)[-2000:]}
+
+
+def setup_guard_line(cfg: Path, wait: float, observe: float) -> dict:
+    """The setup guard's line on the head (``~/raylab-setup-failed.txt``, cluster/gpu.yaml's head
+    start commands run the guard) once it is there, and how long it took; then ``observe`` more
+    seconds of the cluster running, for the autoscaler to relaunch what it would."""
+    t0 = time.monotonic()
+    got = ray_cli(
+        "exec",
+        str(cfg),
+        f"timeout {wait:.0f} bash -c 'until [ -s ~/raylab-setup-failed.txt ]; do sleep 5; done';"
+        " cat ~/raylab-setup-failed.txt 2>/dev/null; cat ~/raylab-setup-guard.log 2>/dev/null",
+        timeout=wait + 120,
+    )
+    found = {"s": round(time.monotonic() - t0, 1), "tail": (got.stdout + got.stderr)[-3000:]}
+    found["lines"] = [ln for ln in got.stdout.splitlines() if ln.startswith("raylab setup guard:")]
+    time.sleep(observe)
+    return found
+
+
+def launches(state_dir: Path) -> list[str]:
+    """Every node the loopback provider launched, in order: ``IP node_type``."""
+    return [ln for p in sorted(state_dir.glob("*.launches")) for ln in p.read_text().splitlines()]
 
 
 def trial_rows(client, run: str) -> dict:

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from raylab.launch.setup_guard import FAILED
+
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = Path(__file__).with_name("loopback_ray_up.py")
 
@@ -238,3 +240,38 @@ def test_control_ray_up_fails_when_a_tracked_package_is_not_copied(tmp_path):
     print(report["up"]["tail"][-1500:])
     assert report["up"]["rc"] != 0
     assert "No module named 'raylab.data'" in report["up"]["tail"]
+
+
+@full
+@pytest.mark.timeout(1500)  # two nodes' setups failing three times each, then the observation: about 9 minutes
+def test_setup_guard_stops_the_relaunch_of_a_gpu_type_whose_setup_fails(tmp_path):
+    """gpu.yaml with autoscaler v2 and no nvidia-smi on the gpu_small node: its GPU check line
+    fails, v2 terminates the node after three tries and launches another (the loop the guard
+    bounds); after the guard's limit (gpu.yaml's 2) the head's setup guard writes one line naming
+    the node type, the node and the failed line, and in the next two minutes no further gpu_small
+    node is launched."""
+    report = loopback_ray_up(
+        REPO / "cluster" / "gpu.yaml",
+        tmp_path,
+        REPO,
+        "--autoscaler",
+        "v2",
+        "--no-gpu-stand-in",
+        "--nodes",
+        "2",
+        "--guard-wait",
+        "900",
+        "--observe",
+        "120",
+    )
+    assert "error" not in report, report["error"]
+    assert report["up"]["rc"] == 0, report["up"]["tail"]
+    guard = report["guard"]
+    print(json.dumps({"guard_s": guard["s"], "lines": guard["lines"], "launches": report["launches"]}))
+    (line,) = guard["lines"]
+    assert "node type gpu_small stopped after 2 nodes failed their setup" in line, line
+    assert "on node 127.0.0.2" in line and "nvidia-smi lists no GPU" in line, line
+    gpu_launches = [ln for ln in report["launches"] if ln.endswith(" gpu_small")]
+    assert gpu_launches == ["127.0.0.2 gpu_small"] * 2, (report["launches"], report["autoscaler_log"][-4000:])
+    failed = {m.group("id") for m in FAILED.finditer(report["autoscaler_log"]) if m.group("type") == "gpu_small"}
+    assert len(failed) == 2, report["autoscaler_log"][-4000:]
