@@ -36,8 +36,12 @@ import yaml
 FAILED = re.compile(
     r"RAY_INSTALLING->RAY_INSTALL_FAILED \(id=(?P<id>[^,]+), type=(?P<type>[^,]+), cloud_instance_id=(?P<node>[^,]+),"
 )
-# Ray's node updater on a failed setup line: the ssh command it ran (a list, as text).
-SETUP_FAILED = re.compile(r"Setup command `(?P<cmd>.*?)` failed with exit code (?P<rc>-?\d+)")
+# Ray's command runner logs each ssh command before it runs it ("Full command is `ssh ...
+# user@node bash --login -c -i '... (LINE)'`"); with login shells (the autoscaler's way) a failed
+# line then ends in "SSH command failed." without naming it, so the failed line is the last one
+# logged for that node. Without login shells the updater names it ("Setup command `[...]`
+# failed with exit code N").
+RAN = re.compile(r"(?:Full command is|Setup command) `(?P<cmd>.*)`")
 
 
 @dataclass(frozen=True)
@@ -72,13 +76,14 @@ def which_line(ssh_command: str, lines: list[str]) -> str | None:
 
 def failures(log_text: str, config: dict) -> list[Failure]:
     """Every failed node setup in the autoscaler's log text, in order, each with the setup line
-    that failed on it (Ray's updater logs the failing ssh command, ``user@node`` in it, before
-    the instance manager marks the node failed)."""
+    that failed on it: the last setup line of its type that Ray logged running on that node
+    (``user@node`` in the ssh command, where the cloud instance id is the node's address, as on
+    the loopback cluster and Ray's local provider), else the last one logged on any node."""
     found = []
     commands: list[str] = []
     seen: set[str] = set()
     for line in log_text.splitlines():
-        setup = SETUP_FAILED.search(line)
+        setup = RAN.search(line)
         if setup:
             commands.append(setup.group("cmd"))
             continue
@@ -87,7 +92,7 @@ def failures(log_text: str, config: dict) -> list[Failure]:
             seen.add(failed.group("id"))
             node_type, node = failed.group("type"), failed.group("node")
             lines = setup_lines(config, node_type)
-            mine = [c for c in commands if f"@{node}" in c] or commands
+            mine = [c for c in commands if f"@{node} " in c] or commands
             command = next((which_line(c, lines) for c in reversed(mine) if which_line(c, lines)), None)
             found.append(Failure(node_type, node, command or "(the failed line is not in the log)"))
     return found

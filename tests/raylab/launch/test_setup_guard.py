@@ -33,12 +33,20 @@ CONFIG = {
 }
 
 
-def ray_failed_setup(node: str, line: str) -> str:
-    """What Ray's node updater logs for a failed setup line on ``node``: the ssh command list it
-    ran (command_runner's own wrapping) in the updater's message."""
+def ray_ran(node: str, line: str) -> str:
+    """What Ray's command runner logs before it runs a setup line on ``node`` over ssh with a
+    login shell (the autoscaler's way): its own wrapping of the line, in bold as in monitor.out."""
     inner = _with_environment_variables(line, {"RAY_HEAD_IP": "10.0.0.1"})
     cmd = ["ssh", "-tt", "-i", "~/ray_bootstrap_key.pem", f"ubuntu@{node}", *_with_interactive(inner)]
-    return f"Setup command `{cmd}` failed with exit code 1. stderr: No stderr available"
+    return f"2026-12-03 22:00:00,000\tVVINFO command_runner.py:401 -- Full command is `\x1b[1m{' '.join(cmd)}\x1b[22m\x1b[26m`"
+
+
+def ray_failed_setup(node: str, line: str) -> str:
+    """The lines Ray logs up to a failed setup line on ``node``: the type's lines before it ran
+    too (and succeeded), then the failing one; with login shells the failure names no command."""
+    lines = CONFIG["available_node_types"]["gpu_small"]["worker_setup_commands"]
+    before = lines[: lines.index(line)] if line in lines else []
+    return "\n".join([*(ray_ran(node, ok) for ok in before), ray_ran(node, line), "SSH command failed."])
 
 
 def ray_install_failed(node: str, node_type: str) -> str:
@@ -116,3 +124,17 @@ def test_a_bad_limit_is_one_line_and_exit_2():
     )
     assert run.returncode == 2
     assert run.stderr.strip() == "error: --max-failures must be at least 1, got 0"
+
+
+def test_the_failed_line_is_the_last_one_ran_on_that_node():
+    text = "\n".join(
+        [
+            ray_ran("10.0.1.5", 'pip install -e "$HOME/raylab"'),
+            ray_ran("10.0.1.50", GPU_CHECK),  # another node, logged later, its address a prefix's extension
+            "SSH command failed.",
+            ray_install_failed("10.0.1.5", "gpu_small"),
+        ]
+    )
+    assert setup_guard.failures(text, CONFIG) == [
+        setup_guard.Failure("gpu_small", "10.0.1.5", 'pip install -e "$HOME/raylab"')
+    ]
