@@ -615,6 +615,11 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
     if args.lab:
         derived["file_mounts"] = {**derived.get("file_mounts", {}), LAB_MOUNT: str(lab_package(root))}
         derived["setup_commands"] = [*derived.get("setup_commands", []), LAB_SETUP]
+        # README: in gpu.yaml the line goes into each node type's own setup lines too (Ray runs
+        # those in place of setup_commands on that type).
+        for spec in derived.get("available_node_types", {}).values():
+            if "worker_setup_commands" in spec:
+                spec["worker_setup_commands"] = [*spec["worker_setup_commands"], LAB_SETUP]
     expect = []
     if args.data:
         # README's data step: the data folder (seagram's data/isonet split) is a file mount,
