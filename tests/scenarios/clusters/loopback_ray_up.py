@@ -665,7 +665,7 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
         report["exec"] = {"rc": ex.returncode, "tail": (ex.stdout + ex.stderr)[-3000:]}
         report["up_to_exec_s"] = round(time.monotonic() - t0, 1)
         if getattr(args, "guard_wait", 0):
-            report["guard"] = setup_guard_line(cfg, args.guard_wait, args.observe)
+            report["guard"] = setup_guard_line(cfg, args.guard_wait, args.observe, args.state_dir)
         runs = [(name, f"cd ~/raylab && python -m raylab.tune {name} --smoke") for name in args.sweep]
         if args.lab:
             runs.append(("lab_echo", f"python -m raylab.tune {LAB_MOUNT}/lab_echo.yaml"))
@@ -690,10 +690,11 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
     report["down"] = {"rc": down.returncode, "tail": (down.stdout + down.stderr)[-2000:]}
 
 
-def setup_guard_line(cfg: Path, wait: float, observe: float) -> dict:
+def setup_guard_line(cfg: Path, wait: float, observe: float, state_dir: Path) -> dict:
     """The setup guard's line on the head (``~/raylab-setup-failed.txt``, cluster/gpu.yaml's head
-    start commands run the guard) once it is there, and how long it took; then ``observe`` more
-    seconds of the cluster running, for the autoscaler to relaunch what it would."""
+    start commands run the guard) once it is there, how long it took and the nodes launched by
+    then (``launches_at_line``); then ``observe`` more seconds of the cluster running, for the
+    autoscaler to relaunch what it would (``launches`` in the report: all of them)."""
     t0 = time.monotonic()
     got = ray_cli(
         "exec",
@@ -704,6 +705,7 @@ def setup_guard_line(cfg: Path, wait: float, observe: float) -> dict:
     )
     found = {"s": round(time.monotonic() - t0, 1), "tail": (got.stdout + got.stderr)[-3000:]}
     found["lines"] = [ln for ln in got.stdout.splitlines() if ln.startswith("raylab setup guard:")]
+    found["launches_at_line"] = launches(state_dir)
     time.sleep(observe)
     return found
 

@@ -271,7 +271,12 @@ def test_setup_guard_stops_the_relaunch_of_a_gpu_type_whose_setup_fails(tmp_path
     (line,) = guard["lines"]
     assert "node type gpu_small stopped after 2 nodes failed their setup" in line, line
     assert "on node 127.0.0.2" in line and "nvidia-smi lists no GPU" in line, line
-    gpu_launches = [ln for ln in report["launches"] if ln.endswith(" gpu_small")]
-    assert gpu_launches == ["127.0.0.2 gpu_small"] * 2, (report["launches"], report["autoscaler_log"][-4000:])
+    # v2 relaunched after the first failed node (the loop), and launched none after the line.
+    # (It may have launched a third in the same round it marked the second failed, before the
+    # guard's next read: at most max_failures + 1 launches.)
+    at_line = [ln for ln in guard["launches_at_line"] if ln.endswith(" gpu_small")]
+    after = [ln for ln in report["launches"] if ln.endswith(" gpu_small")]
+    assert at_line in (["127.0.0.2 gpu_small"] * 2, ["127.0.0.2 gpu_small"] * 3), guard["launches_at_line"]
+    assert after == at_line, (report["launches"], report["autoscaler_log"][-4000:])
     failed = {m.group("id") for m in FAILED.finditer(report["autoscaler_log"]) if m.group("type") == "gpu_small"}
-    assert len(failed) == 2, report["autoscaler_log"][-4000:]
+    assert len(failed) >= 2, report["autoscaler_log"][-4000:]
