@@ -87,7 +87,7 @@ echo "GPU 0: NVIDIA A10G (UUID: GPU-loopback-$RAYLAB_LOOPBACK_NODE_IP)"
 """
 PROVIDER = "loopback_provider.LoopbackProvider"  # this folder's loopback_provider.py
 # What report["autoscaler_log"] keeps of the head's monitor.* logs.
-AUTOSCALER_WORDS = ("Launching", "installation failed", "GPU node type", "raylab", "Terminating", "failed with")
+AUTOSCALER_WORDS = ("Launching", "installation failed", "RAY_INSTALL_FAILED", "GPU node type", "raylab setup guard")
 
 
 def node_ips(config: dict, launch: dict[str, int] | None = None) -> dict[str, list[str]]:
@@ -601,7 +601,7 @@ def main() -> int:
             for log in sorted(root.glob("node0/tmp/ray/session_2*/logs/monitor.*"))
             for line in log.read_text(errors="replace").splitlines()
             if any(w in line for w in AUTOSCALER_WORDS)
-        )[-12000:]
+        )[-20000:]
         shutil.rmtree(root, ignore_errors=True)
         for state in Path("/tmp/ray").glob(f"cluster-{root.name}.*"):  # the local provider's
             state.unlink(missing_ok=True)
