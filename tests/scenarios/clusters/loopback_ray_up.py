@@ -600,7 +600,7 @@ def main() -> int:
             line
             for log in sorted(root.glob("node0/tmp/ray/session_2*/logs/monitor.*"))
             for line in log.read_text(errors="replace").splitlines()
-            if any(w in line for w in AUTOSCALER_WORDS)
+            if any(w in line for w in AUTOSCALER_WORDS) and "command_runner" not in line  # not the ssh commands
         )[-20000:]
         shutil.rmtree(root, ignore_errors=True)
         for state in Path("/tmp/ray").glob(f"cluster-{root.name}.*"):  # the local provider's
