@@ -41,10 +41,8 @@ REPO = Path(__file__).resolve().parents[3]
 USER = "raylabnode"
 HOME = Path("/home") / USER
 # The head and the two workers of the default run; a YAML whose node types need more IPs gets
-# 127.0.0.4 and on (node_ips). RAYLAB_LOOPBACK_NET=127.0.N moves the cluster to 127.0.N.x, beside
-# another session's loopback cluster on the same machine (two sshds cannot share a port 22).
-NET = os.environ.get("RAYLAB_LOOPBACK_NET", "127.0.0")
-IPS = [f"{NET}.1", f"{NET}.2", f"{NET}.3"]
+# 127.0.0.4 and on (node_ips).
+IPS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 # Kept: what the YAML says about the tree, the node types and the nodes. Swapped: provider, auth,
 # each node type's node_config (its loopback IPs). Dropped: docker.
 KEPT = (
@@ -106,7 +104,7 @@ def node_ips(config: dict, launch: dict[str, int] | None = None) -> dict[str, li
     mapping, nxt = {}, 2
     for name in ordered:
         count = max(launch.get(name, 1), 1)
-        mapping[name] = [f"{NET}.{nxt + i}" for i in range(count)]
+        mapping[name] = [f"127.0.0.{nxt + i}" for i in range(count)]
         nxt += count
     return mapping
 

@@ -56,8 +56,7 @@ WORKLOADS = [
     "boltz_distill",
     "admet_probe",
 ]
-NET = os.environ.get("RAYLAB_LOOPBACK_NET", "127.0.0")  # loopback_ray_up's
-WORKERS = {f"{NET}.2", f"{NET}.3"}
+WORKERS = {"127.0.0.2", "127.0.0.3"}
 GPU_YAML = yaml.safe_load((REPO / "cluster" / "gpu.yaml").read_text())
 
 
@@ -129,13 +128,13 @@ def check_node_types(report: dict, config: dict = GPU_YAML) -> None:
     assert set(derived) == set(types), (sorted(derived), sorted(types))
     for name, spec in types.items():
         assert derived[name]["resources"] == spec["resources"], name
-    assert report["node_types"]["gpu_small"] == [f"{NET}.2"] and report["node_types"]["cpu"] == [f"{NET}.3"]
+    assert report["node_types"]["gpu_small"] == ["127.0.0.2"] and report["node_types"]["cpu"] == ["127.0.0.3"]
     by_ip = {n["ip"]: n for n in report["nodes"]}
-    for ip, name in ((f"{NET}.2", "gpu_small"), (f"{NET}.3", "cpu")):
+    for ip, name in (("127.0.0.2", "gpu_small"), ("127.0.0.3", "cpu")):
         declared = {k: float(v) for k, v in types[name]["resources"].items()}
         assert {k: v for k, v in by_ip[ip]["resources"].items() if k in declared} == declared, (name, by_ip[ip])
-    assert by_ip[f"{NET}.3"]["resources"].get("GPU", 0) == 0
-    assert report["nvidia_smi_calls"] == {f"{NET}.2": ["-L", "-L"]}, report["nvidia_smi_calls"]
+    assert by_ip["127.0.0.3"]["resources"].get("GPU", 0) == 0
+    assert report["nvidia_smi_calls"] == {"127.0.0.2": ["-L", "-L"]}, report["nvidia_smi_calls"]
 
 
 def check_sweep(report: dict, name: str) -> dict:
@@ -271,13 +270,13 @@ def test_setup_guard_stops_the_relaunch_of_a_gpu_type_whose_setup_fails(tmp_path
     print(json.dumps({"guard_s": guard["s"], "lines": guard["lines"], "launches": report["launches"]}))
     (line,) = guard["lines"]
     assert "node type gpu_small stopped after 2 nodes failed their setup" in line, line
-    assert f"on node {NET}.2" in line and "nvidia-smi lists no GPU" in line, line
+    assert "on node 127.0.0.2" in line and "nvidia-smi lists no GPU" in line, line
     # v2 relaunched after the first failed node (the loop), and launched none after the line.
     # (It may have launched a third in the same round it marked the second failed, before the
     # guard's next read: at most max_failures + 1 launches.)
     at_line = [ln for ln in guard["launches_at_line"] if ln.endswith(" gpu_small")]
     after = [ln for ln in report["launches"] if ln.endswith(" gpu_small")]
-    assert at_line in ([f"{NET}.2 gpu_small"] * 2, [f"{NET}.2 gpu_small"] * 3), guard["launches_at_line"]
+    assert at_line in (["127.0.0.2 gpu_small"] * 2, ["127.0.0.2 gpu_small"] * 3), guard["launches_at_line"]
     assert after == at_line, (report["launches"], report["autoscaler_log"][-4000:])
     failed = {m.group("id") for m in FAILED.finditer(report["autoscaler_log"]) if m.group("type") == "gpu_small"}
     assert len(failed) >= 2, report["autoscaler_log"][-4000:]
