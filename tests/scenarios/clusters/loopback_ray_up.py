@@ -333,7 +333,10 @@ def start_node(
 
 def wait_for_free_ips(ips: list[str], timeout: float = 1800) -> None:
     """Wait until nothing listens on port 22 of ``ips``: another loopback cluster on this machine
-    (another test session's) holds them until its run ends, and two sshds cannot share one."""
+    (another test session's) holds them until its run ends. One loopback cluster at a time: two
+    sshds cannot share a port 22, and moving a second cluster to other 127.x addresses does not
+    help, since each head's GCS listens on port 6379 of every address (a second head at
+    127.0.3.1 reached the first one's GCS: "Session name ... does not match persisted value")."""
     import socket
 
     deadline = time.monotonic() + timeout
