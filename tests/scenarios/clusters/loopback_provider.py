@@ -6,7 +6,10 @@ Ray's own ``local`` provider refuses ``available_node_types`` (it has one node t
 so a YAML's node-type list, with each type's resources, min/max workers and setup lines, needs
 a provider that launches nodes by type, as a cloud's does. Launching takes a free IP of the
 type's list; terminating marks it free again (the sshd node stays up for the next launch of that
-type, as a cloud hands out a fresh machine). The state is one JSON file in
+type, as a cloud hands out a fresh machine). Each launch is a new node id, ``IP-N`` for the N-th
+launch on that IP, as a cloud never reuses an instance id: Ray's autoscaler v2 matches its
+records to cloud instances by id, and a relaunch under the old id stayed unmatched (its record
+of the terminated node still held the id). The state is one JSON file in
 ``provider.state_dir`` (a folder the launcher and the head's autoscaler both see), under an
 ``flock``: ``ray up`` (the launcher) and the head's autoscaler share it, as they share a cloud.
 """
@@ -33,7 +36,7 @@ class LoopbackProvider(NodeProvider):
 
     @contextmanager
     def _state(self):
-        """The nodes ``{ip: {"running": bool, "tags": {...}}}``, locked while the block runs and
+        """The nodes ``{node_id: {"ip": str, "running": bool, "tags": {...}}}``, locked while the block runs and
         written back after it."""
         with _THREAD_LOCK:
             # Read-only is enough for flock, whichever of the two users made the file.
@@ -52,8 +55,8 @@ class LoopbackProvider(NodeProvider):
     def non_terminated_nodes(self, tag_filters: dict) -> list[str]:
         with self._state() as nodes:
             return [
-                ip
-                for ip, node in nodes.items()
+                node_id
+                for node_id, node in nodes.items()
                 if node["running"] and all(node["tags"].get(k) == v for k, v in tag_filters.items())
             ]
 
@@ -69,10 +72,10 @@ class LoopbackProvider(NodeProvider):
             return dict(nodes[node_id]["tags"])
 
     def external_ip(self, node_id: str) -> str:
-        return node_id
+        return node_id.rsplit("-", 1)[0]
 
     def internal_ip(self, node_id: str) -> str:
-        return node_id
+        return node_id.rsplit("-", 1)[0]
 
     def create_node(self, node_config: dict, tags: dict, count: int) -> dict:
         head = tags.get(TAG_RAY_NODE_KIND) == NODE_KIND_HEAD
@@ -82,12 +85,13 @@ class LoopbackProvider(NodeProvider):
             for ip in pool:
                 if len(made) == count:
                     break
-                if not nodes.get(ip, {}).get("running"):
-                    nodes[ip] = {"running": True, "tags": dict(tags)}
-                    made[ip] = {}
+                if not any(n["running"] and n["ip"] == ip for n in nodes.values()):
+                    node_id = f"{ip}-{sum(n['ip'] == ip for n in nodes.values()) + 1}"
+                    nodes[node_id] = {"ip": ip, "running": True, "tags": dict(tags)}
+                    made[node_id] = {}
         launches = self._path.with_suffix(".launches")  # one line per launch: IP and node type
         with open(launches, "a") as log:
-            log.writelines(f"{ip} {tags.get('ray-user-node-type', '')}\n" for ip in made)
+            log.writelines(f"{n.rsplit('-', 1)[0]} {tags.get('ray-user-node-type', '')}\n" for n in made)
         if os.geteuid() == 0:  # made by the launcher (root): the head's autoscaler appends too
             os.chmod(launches, 0o666)
         if len(made) < count:
