@@ -122,9 +122,25 @@ def message(failure: Failure, count: int, config_path: Path) -> str:
     )
 
 
+STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")
+
+
+def merged(texts: list[str]) -> str:
+    """The lines of several logs in time order: the instance manager's lines are in monitor.log,
+    the updater's commands in monitor.out. A line without a timestamp keeps its predecessor's."""
+    stamped = []
+    for text in texts:
+        stamp = ""
+        for line in text.splitlines():
+            found = STAMP.match(line)
+            stamp = found.group(0) if found else stamp
+            stamped.append((stamp, len(stamped), line))
+    return "\n".join(line for _, _, line in sorted(stamped))
+
+
 def check_once(logs: Path, config_path: Path, max_failures: int, stopped: set[str], out: Path) -> list[str]:
     """One pass: read the logs, stop each node type over the limit, return the lines written."""
-    text = "\n".join(p.read_text(errors="replace") for p in sorted(logs.glob("monitor*")) if p.is_file())
+    text = merged([p.read_text(errors="replace") for p in sorted(logs.glob("monitor*")) if p.is_file()])
     config = yaml.safe_load(config_path.read_text())
     found = failures(text, config)
     written = []

@@ -4,8 +4,10 @@ node type after its failed nodes reach the limit. The relaunch loop itself, stop
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import yaml
 from ray.autoscaler._private.command_runner import _with_environment_variables, _with_interactive
@@ -138,3 +140,24 @@ def test_the_failed_line_is_the_last_one_ran_on_that_node():
     assert setup_guard.failures(text, CONFIG) == [
         setup_guard.Failure("gpu_small", "10.0.1.5", 'pip install -e "$HOME/raylab"')
     ]
+
+
+RECORDED = Path(__file__).with_name("setup_guard_logs")
+
+
+def test_the_head_logs_of_a_loopback_relaunch_loop(tmp_path):
+    """Ray 2.60's own logs from the loopback ``ray up`` of gpu.yaml whose gpu_small node had no
+    nvidia-smi (the instance manager's lines of monitor.log, the ssh commands to 127.0.0.2 of
+    monitor.out; made by test_loopback_ray_up.py's guard test): two failed nodes, each named
+    with the GPU check, though the two files interleave only by their timestamps."""
+    logs = tmp_path / "logs"
+    shutil.copytree(RECORDED, logs)
+    config = yaml.safe_load((logs / "ray_bootstrap_config.yaml").read_text())
+    text = setup_guard.merged([(logs / name).read_text() for name in ("monitor.log", "monitor.out")])
+    found = setup_guard.failures(text, config)
+    assert [(f.node_type, f.node) for f in found] == [("gpu_small", "127.0.0.2-1"), ("gpu_small", "127.0.0.2-2")]
+    assert all("nvidia-smi lists no GPU" in f.command for f in found), found
+    out = tmp_path / "failed.txt"
+    assert setup_guard.check_once(logs, logs / "ray_bootstrap_config.yaml", 3, set(), out) == []
+    (line,) = setup_guard.check_once(logs, logs / "ray_bootstrap_config.yaml", 2, set(), out)
+    assert "node type gpu_small stopped after 2 nodes" in line and "on node 127.0.0.2-2" in line, line
