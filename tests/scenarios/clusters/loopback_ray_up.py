@@ -707,7 +707,8 @@ def setup_guard_line(cfg: Path, wait: float, observe: float, state_dir: Path) ->
         timeout=wait + 120,
     )
     found = {"s": round(time.monotonic() - t0, 1), "tail": (got.stdout + got.stderr)[-3000:]}
-    found["lines"] = [ln for ln in got.stdout.splitlines() if ln.startswith("raylab setup guard:")]
+    # The guard writes its line to the file and to its log (printed after it): each once here.
+    found["lines"] = list(dict.fromkeys(ln for ln in got.stdout.splitlines() if ln.startswith("raylab setup guard:")))
     found["launches_at_line"] = launches(state_dir)
     time.sleep(observe)
     return found
