@@ -40,8 +40,11 @@ from raylab.run_folder import RESULT_FILE
 REPO = Path(__file__).resolve().parents[3]
 USER = "raylabnode"
 HOME = Path("/home") / USER
+# The head and the two workers of the default run; a YAML whose node types need more IPs gets
+# 127.0.0.4 and on (node_ips).
 IPS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-# Kept: what the YAML says about the tree and the nodes. Swapped: provider, auth. Dropped: docker.
+# Kept: what the YAML says about the tree, the node types and the nodes. Swapped: provider, auth,
+# each node type's node_config (its loopback IPs). Dropped: docker.
 KEPT = (
     "file_mounts",
     "rsync_filter",
@@ -54,17 +57,106 @@ KEPT = (
     "initialization_commands",
     "upscaling_speed",
     "idle_timeout_minutes",
+    "head_node_type",
 )
+# The worker types launched at `ray up` (min_workers) unless --launch says otherwise: one GPU
+# type and the CPU type, the two kinds of setup a worker runs.
+LAUNCH = {"gpu_small": 1, "cpu": 1}
+# What a loopback node cannot do as the YAML says, each replaced in every setup line it occurs in
+# (and an error if it occurs in none, so a changed gpu.yaml cannot silently run something else):
+# (what the YAML says, what the loopback runs, why).
+STAND_INS = (
+    (
+        'pip install -q -r "$HOME/raylab/cluster/lock/gpu-py311.txt"',
+        'pip install -q -r "$HOME/raylab/cluster/lock/cpu-py311.txt"',
+        "the lock line takes the GPU lock where nvidia-smi lists a GPU, which the stand-in does on GPU types;"
+        " its CUDA wheels (3 GB) cannot install here, the CPU lock (the same pins, the test environment's) can",
+    ),
+    (
+        "assert torch.cuda.is_available(),",
+        "assert torch.cuda.is_available() or 'loopback: no CUDA device here, nvidia-smi is a stand-in',",
+        "torch sees no CUDA device on this machine; the nvidia-smi half of the GPU check runs as written",
+    ),
+)
+# The stand-in nvidia-smi on the PATH of nodes of GPU types (their resources declare GPUs, which
+# Ray's updater passes to `ray start` as RAY_OVERRIDE_RESOURCES): it lists one GPU and logs each
+# call, so the report shows which setup lines asked for it on which node.
+NVIDIA_SMI = """#!/bin/sh
+echo "$*" >> "$HOME/loopback-gpu/calls.log"
+echo "GPU 0: NVIDIA A10G (UUID: GPU-loopback-$RAYLAB_LOOPBACK_NODE_IP)"
+"""
+PROVIDER = "loopback_provider.LoopbackProvider"  # this folder's loopback_provider.py
+# What report["autoscaler_log"] keeps of the head's monitor.* logs.
+AUTOSCALER_WORDS = ("Launching", "installation failed", "RAY_INSTALL_FAILED", "GPU node type", "raylab setup guard")
 
 
-def derive(config: dict, key: Path, name: str) -> dict:
-    """The loopback form of a cluster YAML: Ray's local provider on IPS, everything else kept."""
+def node_ips(config: dict, launch: dict[str, int] | None = None) -> dict[str, list[str]]:
+    """Each worker type of the YAML's node-type list mapped onto loopback IPs: the launched types
+    (``launch``, default LAUNCH) first with as many IPs as nodes, then one IP for every other
+    worker type (spot types among them), which a sweep's demand may launch."""
+    launch = LAUNCH if launch is None else launch
+    types = config.get("available_node_types", {})
+    unknown = sorted(set(launch) - set(types))
+    if unknown:
+        raise ValueError(f"--launch names node types the YAML does not declare: {unknown} (it has {sorted(types)})")
+    workers = [t for t in types if t != config.get("head_node_type")]
+    ordered = [t for t in launch if t in workers] + [t for t in workers if t not in launch]
+    mapping, nxt = {}, 2
+    for name in ordered:
+        count = max(launch.get(name, 1), 1)
+        mapping[name] = [f"127.0.0.{nxt + i}" for i in range(count)]
+        nxt += count
+    return mapping
+
+
+def stand_in(lines: list[str], used: set[int]) -> list[str]:
+    out = []
+    for line in lines:
+        for i, (real, loop, _) in enumerate(STAND_INS):
+            if real in line:
+                line = line.replace(real, loop)
+                used.add(i)
+        out.append(line)
+    return out
+
+
+def derive(config: dict, key: Path, name: str, state_dir: Path | None = None, launch: dict | None = None) -> dict:
+    """The loopback form of a cluster YAML: its node types on loopback IPs (node_ips) through the
+    loopback provider, every setup line with STAND_INS applied, everything else kept. A YAML
+    without a node-type list (local.yaml) gets Ray's ``local`` provider on IPS."""
     derived = {k: config[k] for k in KEPT if k in config}
+    derived.update(cluster_name=name, auth={"ssh_user": USER, "ssh_private_key": str(key)})
+    if "available_node_types" not in config:
+        derived.update(provider={"type": "local", "head_ip": IPS[0], "worker_ips": IPS[1:]}, max_workers=len(IPS) - 1)
+        return derived
+    launch = LAUNCH if launch is None else launch
+    mapping = node_ips(config, launch)
+    used: set[int] = set()
+    types = {}
+    for type_name, spec in config["available_node_types"].items():
+        kept = {k: spec[k] for k in ("resources", "labels", "worker_setup_commands") if k in spec}
+        if "worker_setup_commands" in kept:
+            kept["worker_setup_commands"] = stand_in(kept["worker_setup_commands"], used)
+        if type_name in mapping:
+            ips = mapping[type_name]
+            kept.update(node_config={"ips": ips}, min_workers=launch.get(type_name, 0), max_workers=len(ips))
+        else:
+            kept["node_config"] = {}
+        types[type_name] = kept
+    for k in ("setup_commands", "head_setup_commands", "worker_setup_commands"):
+        if k in derived:
+            derived[k] = stand_in(derived[k], used)
+    unused = [STAND_INS[i][0] for i in range(len(STAND_INS)) if i not in used]
+    if unused:
+        raise ValueError(f"stand-ins whose line the YAML no longer has: {unused}")
+    # What Ray's defaults.yaml of a cloud provider fills in (an external provider has none).
+    for k in ("initialization_commands", "setup_commands", "head_setup_commands", "worker_setup_commands"):
+        derived.setdefault(k, [])
+    derived.setdefault("cluster_synced_files", [])
     derived.update(
-        cluster_name=name,
-        provider={"type": "local", "head_ip": IPS[0], "worker_ips": IPS[1:]},
-        auth={"ssh_user": USER, "ssh_private_key": str(key)},
-        max_workers=len(IPS) - 1,
+        provider={"type": "external", "module": PROVIDER, "head_ip": IPS[0], "state_dir": str(state_dir)},
+        available_node_types=types,
+        max_workers=sum(len(ips) for ips in mapping.values()),
     )
     return derived
 
@@ -99,6 +191,8 @@ def node_python(root: Path) -> Path:
     (bin_ / "ray").write_text(RAY_WRAPPER.format(python=f"{HOME}/venv/bin/python"))
     for name in ("pip", "ray"):
         os.chmod(bin_ / name, 0o755)
+    # The head's autoscaler imports the loopback provider (the YAML's provider.module) from here.
+    shutil.copy(Path(__file__).with_name("loopback_provider.py"), site)
     return stage
 
 
@@ -154,7 +248,12 @@ exec /usr/sbin/sshd -D -e -f "$CONF"
 """
 
 
-def start_node(root: Path, index: int, key: Path, stage: Path, env: dict[str, str]) -> subprocess.Popen:
+def start_node(
+    root: Path, index: int, key: Path, stage: Path, env: dict[str, str], ip: str | None = None, gpu: bool = False
+) -> subprocess.Popen:
+    """The sshd node ``node{index}`` on ``ip`` (default ``IPS[index]``); ``gpu``: the stand-in
+    nvidia-smi (NVIDIA_SMI) first on its PATH, as on a node of a GPU type."""
+    ip = ip or IPS[index]
     node = root / f"node{index}"
     (node / "tmp").mkdir(parents=True)
     home = node / "home"
@@ -174,12 +273,17 @@ def start_node(root: Path, index: int, key: Path, stage: Path, env: dict[str, st
     # And, for this machine's load (2 cores shared by many test processes): Ray's waits for a
     # node's own processes to start, 15 to 30 s by default, raised to two minutes.
     env = {
-        "RAYLAB_LOOPBACK_NODE_IP": IPS[index],
+        "RAYLAB_LOOPBACK_NODE_IP": ip,
         "RAY_agent_register_timeout_ms": "120000",
         "RAY_raylet_start_wait_time_s": "120",
         **env,
     }
-    profile = f'export PATH="{HOME}/venv/bin:$PATH"\nexport PIP_DISABLE_PIP_VERSION_CHECK=1\n' + "".join(
+    if gpu:
+        (home / "loopback-gpu").mkdir()
+        (home / "loopback-gpu" / "nvidia-smi").write_text(NVIDIA_SMI)
+        os.chmod(home / "loopback-gpu" / "nvidia-smi", 0o755)
+    path = f"{HOME}/loopback-gpu:{HOME}/venv/bin" if gpu else f"{HOME}/venv/bin"
+    profile = f'export PATH="{path}:$PATH"\nexport PIP_DISABLE_PIP_VERSION_CHECK=1\n' + "".join(
         f"export {k}={shlex.quote(v)}\n" for k, v in env.items()
     )
     (home / ".bashrc").write_text(profile)
@@ -194,7 +298,7 @@ def start_node(root: Path, index: int, key: Path, stage: Path, env: dict[str, st
     conf = node / "sshd_config"
     conf.write_text(
         textwrap.dedent(f"""\
-        ListenAddress {IPS[index]}:22
+        ListenAddress {ip}:22
         HostKey {hostkey}
         PidFile {node}/sshd.pid
         UsePAM no
@@ -227,6 +331,29 @@ def start_node(root: Path, index: int, key: Path, stage: Path, env: dict[str, st
     return proc
 
 
+def wait_for_free_ips(ips: list[str], timeout: float = 1800) -> None:
+    """Wait until nothing listens on port 22 of ``ips``: another loopback cluster on this machine
+    (another test session's) holds them until its run ends. One loopback cluster at a time: two
+    sshds cannot share a port 22, and moving a second cluster to other 127.x addresses does not
+    help, since each head's GCS listens on port 6379 of every address (a second head at
+    127.0.3.1 reached the first one's GCS: "Session name ... does not match persisted value")."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        busy = []
+        for ip in ips:
+            with socket.socket() as sock:
+                sock.settimeout(1)
+                if sock.connect_ex((ip, 22)) == 0:
+                    busy.append(ip)
+        if not busy:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"port 22 of {busy} still taken (another loopback cluster) after {timeout:.0f} s")
+        time.sleep(5)
+
+
 def wait_ssh(key: Path, ip: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -256,17 +383,21 @@ def wait_ssh(key: Path, ip: str, timeout: float = 30) -> None:
         time.sleep(0.5)
 
 
-# Ray 2.60's `ray up` starts the head with autoscaler v2 unless RAY_UP_enable_autoscaler_v2=0.
-# With the local provider v2 never brings up the last worker IP: its instance manager adopts
+# Ray 2.60's `ray up` starts the head with autoscaler v2 unless RAY_UP_enable_autoscaler_v2=0
+# (commands.py: it then exports RAY_enable_autoscaler_v2=1 to the head's `ray start`); --autoscaler
+# picks one. With the local provider (local.yaml) v2 never brings up the last worker IP: its instance manager adopts
 # the head's Ray node as an instance of the one node type the local provider has, then drops
 # it ("cloud instance 127.0.0.1 no longer found": the head's own copy of the provider's state
 # file lists the head as terminated, which only v1 corrects), and its scheduler logs "Adding 1
 # nodes to satisfy min count" every few seconds without queueing one. v1 launches every worker
 # IP; so do README's instructions for cluster/local.yaml.
 RAY_CLI_ENV = {"RAY_UP_enable_autoscaler_v2": "0"}
+AUTOSCALER_ENV = {"v1": {"RAY_UP_enable_autoscaler_v2": "0"}, "v2": {"RAY_UP_enable_autoscaler_v2": "1"}}
 
 
 def ray_cli(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    # The launcher imports the loopback provider from this folder, as the head does from its venv.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
     return subprocess.run(
         [str(Path(sys.executable).parent / "ray"), *args],
         capture_output=True,
@@ -376,7 +507,28 @@ def main() -> int:
     )
     parser.add_argument("--preflight", default="", help="experiments whose preflight workers run")
     parser.add_argument("--nodes", type=int, default=len(IPS), help="nodes the check waits for before it runs")
+    parser.add_argument(
+        "--launch",
+        action="append",
+        default=[],
+        metavar="TYPE=N",
+        help="worker types launched at `ray up` (min_workers); default: "
+        + ",".join(f"{k}={v}" for k, v in LAUNCH.items()),
+    )
+    parser.add_argument("--autoscaler", choices=sorted(AUTOSCALER_ENV), default="v1")
+    parser.add_argument(
+        "--guard-wait",
+        type=float,
+        default=0,
+        help="after the check, wait up to this many seconds for the setup guard's line on the head",
+    )
+    parser.add_argument("--observe", type=float, default=0, help="then keep the cluster up this many seconds more")
+    parser.add_argument(
+        "--no-gpu-stand-in", action="store_true", help="GPU types' nodes without the stand-in nvidia-smi (a control)"
+    )
     args = parser.parse_args()
+    RAY_CLI_ENV.update(AUTOSCALER_ENV[args.autoscaler])
+    args.launch = {t: int(n) for t, n in (item.split("=", 1) for item in args.launch)} if args.launch else None
     source, out = args.cluster_yaml, args.out_json
     assert os.getpid() == 1 or os.environ.get("RAYLAB_LOOPBACK_NAMESPACED") == "1", (
         "run inside its own PID namespace (unshare --pid --fork --mount-proc)"
@@ -392,12 +544,23 @@ def main() -> int:
     config = yaml.safe_load(source.read_text())
     s3 = start_s3() if (args.sweep or args.lab) else None
     node_env = dict(CREDENTIALS) if s3 else {}
-    head_type = config.get("available_node_types", {}).get(config.get("head_node_type", ""), {})
-    head_env = {"RAY_OVERRIDE_RESOURCES": json.dumps(head_type["resources"])} if head_type.get("resources") else {}
-    nodes = [start_node(root, i, key, stage, {**node_env, **(head_env if i == 0 else {})}) for i in range(len(IPS))]
-    report: dict = {"source": str(source)}
+    # One sshd node per IP: the head, then each worker type's IPs (GPU types with the stand-in).
+    state_dir = root / "provider"
+    state_dir.mkdir()
+    shutil.chown(state_dir, USER, USER)
+    args.state_dir = state_dir
+    types = config.get("available_node_types", {})
+    mapping = node_ips(config, args.launch) if types else {"": IPS[1:]}
+    on = [(IPS[0], False)] + [
+        (ip, types.get(t, {}).get("resources", {}).get("GPU", 0) > 0) for t, ips in mapping.items() for ip in ips
+    ]
+    report: dict = {"source": str(source), "node_types": mapping}
+    if args.no_gpu_stand_in:
+        on = [(ip, False) for ip, _ in on]
+    wait_for_free_ips([ip for ip, _ in on])
+    nodes = [start_node(root, i, key, stage, node_env, ip=ip, gpu=gpu) for i, (ip, gpu) in enumerate(on)]
     try:
-        for ip in IPS:
+        for ip, _ in on:
             wait_ssh(key, ip)
         run_cluster(config, root, key, report, args, s3)
     except Exception as err:  # noqa: BLE001 - reported in the JSON line, with the nodes' logs
@@ -409,6 +572,12 @@ def main() -> int:
         if s3:
             s3[0].stop()
         report["sshd_logs"] = {p.name: (p / "sshd.log").read_text()[-1000:] for p in sorted(root.glob("node*"))}
+        # Which setup lines asked the stand-in nvidia-smi, per node IP (GPU types' nodes only).
+        report["nvidia_smi_calls"] = {
+            ip: (root / f"node{i}" / "home" / "loopback-gpu" / "calls.log").read_text().splitlines()
+            for i, (ip, gpu) in enumerate(on)
+            if gpu and (root / f"node{i}" / "home" / "loopback-gpu" / "calls.log").exists()
+        }
         report["ray_logs"] = {
             f"{log.parts[-6]}/{log.name}": "\n".join(
                 line
@@ -428,6 +597,14 @@ def main() -> int:
                 "dashboard.log",
             )
         }
+        report["launches"] = launches(root / "provider")
+        # The head's autoscaler on worker setup: launches, failed setup lines, failed installs.
+        report["autoscaler_log"] = "\n".join(
+            line
+            for log in sorted(root.glob("node0/tmp/ray/session_2*/logs/monitor.*"))
+            for line in log.read_text(errors="replace").splitlines()
+            if any(w in line for w in AUTOSCALER_WORDS) and "command_runner" not in line  # not the ssh commands
+        )[-20000:]
         shutil.rmtree(root, ignore_errors=True)
         for state in Path("/tmp/ray").glob(f"cluster-{root.name}.*"):  # the local provider's
             state.unlink(missing_ok=True)
@@ -436,10 +613,16 @@ def main() -> int:
 
 
 def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> None:
-    derived = derive(config, key, root.name)
+    derived = derive(config, key, root.name, getattr(args, "state_dir", root), getattr(args, "launch", None))
+    report["derived"] = derived
     if args.lab:
         derived["file_mounts"] = {**derived.get("file_mounts", {}), LAB_MOUNT: str(lab_package(root))}
         derived["setup_commands"] = [*derived.get("setup_commands", []), LAB_SETUP]
+        # README: in gpu.yaml the line goes into each node type's own setup lines too (Ray runs
+        # those in place of setup_commands on that type).
+        for spec in derived.get("available_node_types", {}).values():
+            if "worker_setup_commands" in spec:
+                spec["worker_setup_commands"] = [*spec["worker_setup_commands"], LAB_SETUP]
     expect = []
     if args.data:
         # README's data step: the data folder (seagram's data/isonet split) is a file mount,
@@ -484,6 +667,8 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
         report["nodes"] = json.loads(line[len("NODECHECK ") :]) if line else []
         report["exec"] = {"rc": ex.returncode, "tail": (ex.stdout + ex.stderr)[-3000:]}
         report["up_to_exec_s"] = round(time.monotonic() - t0, 1)
+        if getattr(args, "guard_wait", 0):
+            report["guard"] = setup_guard_line(cfg, args.guard_wait, args.observe, args.state_dir)
         runs = [(name, f"cd ~/raylab && python -m raylab.tune {name} --smoke") for name in args.sweep]
         if args.lab:
             runs.append(("lab_echo", f"python -m raylab.tune {LAB_MOUNT}/lab_echo.yaml"))
@@ -506,6 +691,32 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
         report["sweeps_s"] = round(time.monotonic() - t0 - report["up_to_exec_s"], 1)
     down = ray_cli("down", str(cfg), "--yes")
     report["down"] = {"rc": down.returncode, "tail": (down.stdout + down.stderr)[-2000:]}
+
+
+def setup_guard_line(cfg: Path, wait: float, observe: float, state_dir: Path) -> dict:
+    """The setup guard's line on the head (``~/raylab-setup-failed.txt``, cluster/gpu.yaml's head
+    start commands run the guard) once it is there, how long it took and the nodes launched by
+    then (``launches_at_line``); then ``observe`` more seconds of the cluster running, for the
+    autoscaler to relaunch what it would (``launches`` in the report: all of them)."""
+    t0 = time.monotonic()
+    got = ray_cli(
+        "exec",
+        str(cfg),
+        f"timeout {wait:.0f} bash -c 'until [ -s ~/raylab-setup-failed.txt ]; do sleep 5; done';"
+        " cat ~/raylab-setup-failed.txt 2>/dev/null; cat ~/raylab-setup-guard.log 2>/dev/null",
+        timeout=wait + 120,
+    )
+    found = {"s": round(time.monotonic() - t0, 1), "tail": (got.stdout + got.stderr)[-3000:]}
+    # The guard writes its line to the file and to its log (printed after it): each once here.
+    found["lines"] = list(dict.fromkeys(ln for ln in got.stdout.splitlines() if ln.startswith("raylab setup guard:")))
+    found["launches_at_line"] = launches(state_dir)
+    time.sleep(observe)
+    return found
+
+
+def launches(state_dir: Path) -> list[str]:
+    """Every node the loopback provider launched, in order: ``IP node_type``."""
+    return [ln for p in sorted(state_dir.glob("*.launches")) for ln in p.read_text().splitlines()]
 
 
 def trial_rows(client, run: str) -> dict:

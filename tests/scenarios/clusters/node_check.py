@@ -4,7 +4,8 @@ raylab, raylab.data and every registered workload's config, loop and preflight f
 and, on worker nodes, runs the preflight of each ``--preflight`` experiment's smoke form (what its
 smoke sweep's trials check on that node). Prints one ``NODECHECK {json}`` line: per node, its IP,
 where those modules were imported from, each preflight's outcome (``ok`` or the refusal's line)
-and which ``--expect`` files it sees. ``--wait-only`` only waits."""
+which ``--expect`` files it sees and the
+resources its Ray node has. ``--wait-only`` only waits."""
 
 from __future__ import annotations
 
@@ -76,8 +77,10 @@ def main() -> None:
         for n in nodes
     ]
     found = ray.get(on)
+    resources = {n["NodeID"]: n["Resources"] for n in nodes}
     for row in found:
         row["kind"] = "head" if row["node"] == head else "worker"
+        row["resources"] = {k: v for k, v in resources[row["node"]].items() if not k.startswith("node:")}
     print("NODECHECK " + json.dumps(found))
 
 

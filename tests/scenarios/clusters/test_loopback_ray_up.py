@@ -1,10 +1,14 @@
 """``ray up`` / ``ray exec`` / ``ray down`` for real, on sshd nodes on the loopback range.
 
 The cluster YAMLs are derived from cluster/gpu.yaml and cluster/local.yaml (same file mounts,
-rsync filter and excludes, setup and start commands; Ray's local provider, no Docker) by
-``loopback_ray_up.py``, which runs in a PID namespace of its own: the start commands' ``ray
-stop`` reaches only the nodes' own Ray, never another Ray on this machine. Needs root (user,
-namespaces, sshd on port 22 of 127.0.0.x), Debian's openssh-server and rsync (``make sshd``).
+rsync filter and excludes, setup and start commands; no Docker) by ``loopback_ray_up.py``, which
+runs in a PID namespace of its own: the start commands' ``ray stop`` reaches only the nodes' own
+Ray, never another Ray on this machine. gpu.yaml keeps its node-type list: each worker type is
+mapped onto loopback IPs by the loopback node provider (``loopback_provider.py``), and Ray's
+autoscaler launches gpu_small and cpu nodes, each running its own type's setup lines (GPU types
+with a stand-in nvidia-smi and their declared GPUs). local.yaml runs on Ray's ``local`` provider.
+Needs root (user, namespaces, sshd on port 22 of 127.0.0.x), Debian's openssh-server and rsync
+(``make sshd``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+
+from raylab.launch.setup_guard import FAILED
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = Path(__file__).with_name("loopback_ray_up.py")
@@ -50,6 +57,7 @@ WORKLOADS = [
     "admet_probe",
 ]
 WORKERS = {"127.0.0.2", "127.0.0.3"}
+GPU_YAML = yaml.safe_load((REPO / "cluster" / "gpu.yaml").read_text())
 
 
 def loopback_ray_up(cluster_yaml: Path, tmp_path: Path, tree: Path = REPO, *args: str) -> dict:
@@ -109,6 +117,26 @@ def check_nodes(report: dict, extra_workloads: set[str] = frozenset()) -> list[d
     return nodes
 
 
+def check_node_types(report: dict, config: dict = GPU_YAML) -> None:
+    """The derived YAML keeps every node type of ``config`` with its resources; the launched
+    workers are gpu_small (127.0.0.2) and cpu (127.0.0.3), each a Ray node with its type's
+    declared resources (gpu_small's GPU among them); the GPU type's own setup lines ran through
+    Ray: the stand-in nvidia-smi was asked twice there (the lock line and the GPU check), on no
+    other node."""
+    types = config["available_node_types"]
+    derived = report["derived"]["available_node_types"]
+    assert set(derived) == set(types), (sorted(derived), sorted(types))
+    for name, spec in types.items():
+        assert derived[name]["resources"] == spec["resources"], name
+    assert report["node_types"]["gpu_small"] == ["127.0.0.2"] and report["node_types"]["cpu"] == ["127.0.0.3"]
+    by_ip = {n["ip"]: n for n in report["nodes"]}
+    for ip, name in (("127.0.0.2", "gpu_small"), ("127.0.0.3", "cpu")):
+        declared = {k: float(v) for k, v in types[name]["resources"].items()}
+        assert {k: v for k, v in by_ip[ip]["resources"].items() if k in declared} == declared, (name, by_ip[ip])
+    assert by_ip["127.0.0.3"]["resources"].get("GPU", 0) == 0
+    assert report["nvidia_smi_calls"] == {"127.0.0.2": ["-L", "-L"]}, report["nvidia_smi_calls"]
+
+
 def check_sweep(report: dict, name: str) -> dict:
     """The sweep finished, its trials' results are in the bucket, and Tune says each trial ran
     on a worker node."""
@@ -121,7 +149,9 @@ def check_sweep(report: dict, name: str) -> dict:
 
 
 def test_ray_up_gpu_yaml_runs_preflights_a_s3_sweep_and_a_lab_package_on_worker_nodes(tmp_path):
-    """gpu.yaml's derived cluster: head and two workers; from the head's copy of the tree,
+    """gpu.yaml's derived cluster with Ray's autoscaler v2 (``ray up``'s default, as on AWS):
+    head and two workers of gpu.yaml's own node types, each set up by its type's setup lines
+    (check_node_types); from the head's copy of the tree,
     through ``ray exec ... --address auto``: every workload's preflight on each worker, one
     CIFAR-format smoke sweep (fair_adv: synthetic CIFAR-10 batches written and read on the
     worker through raylab.data) and one trial of a lab's own workload package (README's
@@ -136,8 +166,11 @@ def test_ray_up_gpu_yaml_runs_preflights_a_s3_sweep_and_a_lab_package_on_worker_
         "--data",
         "--preflight",
         ",".join(WORKLOADS),
+        "--autoscaler",
+        "v2",
     )
     check_nodes(report, {"lab_echo"})
+    check_node_types(report)
     print({name: (s["s"], s["trials"]) for name, s in report["sweeps"].items()})
     check_sweep(report, "fair_adv")
     (lab,) = check_sweep(report, "lab_echo")["trials"].values()
@@ -207,3 +240,43 @@ def test_control_ray_up_fails_when_a_tracked_package_is_not_copied(tmp_path):
     print(report["up"]["tail"][-1500:])
     assert report["up"]["rc"] != 0
     assert "No module named 'raylab.data'" in report["up"]["tail"]
+
+
+@full
+@pytest.mark.timeout(1500)  # two nodes failing three setup tries each, then two minutes watched: 395 s here
+def test_setup_guard_stops_the_relaunch_of_a_gpu_type_whose_setup_fails(tmp_path):
+    """gpu.yaml with autoscaler v2 and no nvidia-smi on the gpu_small node: its GPU check line
+    fails, v2 terminates the node after three tries and launches another (the loop the guard
+    bounds); after the guard's limit (gpu.yaml's 2) the head's setup guard writes one line naming
+    the node type, the node and the failed line, and in the next two minutes no further gpu_small
+    node is launched."""
+    report = loopback_ray_up(
+        REPO / "cluster" / "gpu.yaml",
+        tmp_path,
+        REPO,
+        "--autoscaler",
+        "v2",
+        "--no-gpu-stand-in",
+        "--nodes",
+        "2",
+        "--guard-wait",
+        "900",
+        "--observe",
+        "120",
+    )
+    assert "error" not in report, report["error"]
+    assert report["up"]["rc"] == 0, report["up"]["tail"]
+    guard = report["guard"]
+    print(json.dumps({"guard_s": guard["s"], "lines": guard["lines"], "launches": report["launches"]}))
+    (line,) = guard["lines"]
+    assert "node type gpu_small stopped after 2 nodes failed their setup" in line, line
+    assert "on node 127.0.0.2" in line and "nvidia-smi lists no GPU" in line, line
+    # v2 relaunched after the first failed node (the loop), and launched none after the line.
+    # (It may have launched a third in the same round it marked the second failed, before the
+    # guard's next read: at most max_failures + 1 launches.)
+    at_line = [ln for ln in guard["launches_at_line"] if ln.endswith(" gpu_small")]
+    after = [ln for ln in report["launches"] if ln.endswith(" gpu_small")]
+    assert at_line in (["127.0.0.2 gpu_small"] * 2, ["127.0.0.2 gpu_small"] * 3), guard["launches_at_line"]
+    assert after == at_line, (report["launches"], report["autoscaler_log"][-4000:])
+    failed = {m.group("id") for m in FAILED.finditer(report["autoscaler_log"]) if m.group("type") == "gpu_small"}
+    assert len(failed) >= 2, report["autoscaler_log"][-4000:]
