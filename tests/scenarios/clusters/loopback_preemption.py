@@ -9,7 +9,7 @@ reach its ``ray start``), so the sweep's two one-CPU toy trials run one on each 
 
 1. From the head (``ray exec``), a two-trial toy sweep with frequent checkpoints onto the
    loopback S3 server, ``failure.max_failures: 3``.
-2. Once both trials have ``STRIKE_AT`` checkpoints in the bucket, worker 127.0.0.2 is reclaimed
+2. Once both trials have reported step ``STRIKE_STEP``, worker 127.0.0.2 is reclaimed
    the way a spot instance is: every process of its PID namespace (its sshd, its raylet and
    Ray's other processes, the trial's worker) gets SIGKILL at once, so nothing there answers
    again, and the instance is listed as terminated where the provider lists instances (the
@@ -49,8 +49,9 @@ STRUCK = 1
 STEPS, REPORT_EVERY, STEP_TIME_S = 400, 10, 0.2
 """Each toy trial: 400 SGD steps, a report (and, with ``checkpoint.every: 1``, a checkpoint)
 every 10, 0.2 s a step: about 90 s uninterrupted on this machine."""
-STRIKE_AT = 4
-"""Checkpoints each trial has in the bucket when the worker is reclaimed (step 40)."""
+STRIKE_STEP = 40
+"""The step both trials have reported (in the Tune driver's own result.json on the head) when
+the worker is reclaimed: a trigger that needs no checkpoint, so the control run strikes alike."""
 WORKER_RESOURCES = {"CPU": 1}
 HERE = "~/raylab/tests/scenarios/clusters"
 
@@ -85,6 +86,22 @@ def checkpoints_by_trial(client, run: str) -> dict[str, int]:
             number = parts[3][len(CHECKPOINT_PREFIX) :]
             if number.isdigit():
                 found[parts[2]] = max(found.get(parts[2], -1), int(number))
+    return found
+
+
+def driver_rows(root: Path, run: str) -> dict[str, list[dict]]:
+    """``{trial folder: rows}`` as the Tune driver on the head has them (its staging copy of
+    each trial's result.json, in the head's /tmp), before any sync to the bucket."""
+    found: dict[str, list[dict]] = {}
+    pattern = f"node0/tmp/ray/session_2*/artifacts/*/{run}/driver_artifacts/*/result.json"
+    for path in root.glob(pattern):
+        rows = []
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line being written
+                continue
+        found[path.parent.name] = rows
     return found
 
 
@@ -177,11 +194,11 @@ def run(args) -> int:
     head_type = config.get("available_node_types", {}).get(config.get("head_node_type", ""), {})
     head_env = {"RAY_OVERRIDE_RESOURCES": json.dumps(head_type["resources"])} if head_type.get("resources") else {}
     worker_env = {"RAY_OVERRIDE_RESOURCES": json.dumps(WORKER_RESOURCES)}
-    envs = [{**CREDENTIALS, **(head_env if i == 0 else worker_env)} for i in range(len(lb.IPS))]
-    nodes = [lb.start_node(root, i, key, stage, envs[i]) for i in range(len(lb.IPS))]
+    envs = [{**CREDENTIALS, **(head_env if i == 0 else worker_env)} for i in range(3)]
+    nodes = [lb.start_node(root, i, key, stage, envs[i]) for i in range(3)]
     report: dict = {"source": str(args.cluster_yaml), "checkpoint_every": args.checkpoint_every}
     try:
-        for ip in lb.IPS:
+        for ip in lb.IPS[:3]:
             lb.wait_ssh(key, ip)
         preempt(lb, config, root, key, stage, envs, nodes, s3, args, report)
     except Exception as err:  # noqa: BLE001 - reported in the JSON, with the nodes' logs
@@ -225,15 +242,27 @@ def head_nodes(lb, cfg: Path, alive: int = 0, ip: str = "", exclude: str = "", t
     return json.loads(line[len("NODES ") :])
 
 
+def local_form(lb, config: dict, key: Path, name: str) -> dict:
+    """The YAML's loopback form on Ray's ``local`` provider: head and two workers (``IPS[:3]``),
+    every worker running the YAML's ``setup_commands``; its node-type list left out (the head's
+    resources reach its ``ray start`` from ``run``). The local provider keeps its instance listing
+    in a file on the head, which the reclaim marks as a cloud's listing would."""
+    without_types = {k: v for k, v in config.items() if k not in ("available_node_types", "head_node_type")}
+    derived = lb.derive(without_types, key, name)
+    derived["provider"] = {"type": "local", "head_ip": lb.IPS[0], "worker_ips": lb.IPS[1:3]}
+    derived["max_workers"] = 2
+    return derived
+
+
 def preempt(lb, config, root: Path, key: Path, stage: Path, envs, nodes, s3, args, report: dict) -> None:
     cfg = root / "cluster.yaml"
-    cfg.write_text(yaml.safe_dump(lb.derive(config, key, root.name), sort_keys=False))
+    cfg.write_text(yaml.safe_dump(local_form(lb, config, key, root.name), sort_keys=False))
     t0 = time.monotonic()
     up = lb.ray_cli("up", str(cfg), "--yes", "--no-config-cache")
     report["up"] = {"rc": up.returncode, "s": round(time.monotonic() - t0, 1), "tail": (up.stdout + up.stderr)[-4000:]}
     if up.returncode != 0:
         return
-    before = head_nodes(lb, cfg, alive=len(lb.IPS), timeout=300)  # both workers up
+    before = head_nodes(lb, cfg, alive=3, timeout=300)  # both workers up
     struck_ip = lb.IPS[STRUCK]
     alive = [n for n in before if n["state"] == "ALIVE"]
     report["nodes_before"] = before
@@ -253,20 +282,29 @@ def preempt(lb, config, root: Path, key: Path, stage: Path, envs, nodes, s3, arg
     thread = threading.Thread(target=sweep_thread, daemon=True)
     thread.start()
     deadline = time.monotonic() + 600
-    counts: dict[str, int] = {}
+    last: dict[str, dict] = {}
     while thread.is_alive() and time.monotonic() < deadline:
-        counts = checkpoints_by_trial(client, run_name)
-        if len(counts) == 2 and min(counts.values()) >= STRIKE_AT - 1:  # numbered from 0
+        last = {t: rows[-1] for t, rows in driver_rows(root, run_name).items() if rows}
+        if len(last) == 2 and all(r.get("train/step", 0) >= STRIKE_STEP for r in last.values()):
             break
         time.sleep(0.5)
     else:
         thread.join(timeout=5)
-        raise RuntimeError(f"never struck: checkpoints {counts}, sweep {sweep.get('tail', '')[-2000:]}")
+        raise RuntimeError(f"never struck: driver rows {last}, sweep {sweep.get('tail', '')[-2000:]}")
+    on = sorted(r.get("node_ip") for r in last.values())
+    if on != sorted(lb.IPS[1:3]):
+        raise RuntimeError(f"the two trials are not one on each worker: {on}")
     # The reclaim: the instance's processes end at once, then the cloud lists it as terminated.
     struck_at = time.time()
     killed = reclaim(nodes[STRUCK])
     listed = list_as_terminated(root, struck_ip)
-    report["struck"].update(at=struck_at, checkpoints_at_strike=counts, listing_before=listed, **killed)
+    report["struck"].update(
+        at=struck_at,
+        rows_at_strike={t: {"step": r["train/step"], "node_ip": r["node_ip"]} for t, r in last.items()},
+        checkpoints_at_strike=checkpoints_by_trial(client, run_name),
+        listing_before=listed,
+        **killed,
+    )
     # The cloud's part: a fresh instance boots at that IP when the autoscaler creates one.
     launch_deadline = time.monotonic() + 600
     while time.monotonic() < launch_deadline:
@@ -281,7 +319,7 @@ def preempt(lb, config, root: Path, key: Path, stage: Path, envs, nodes, s3, arg
         report["launch_requested_at"] = None
     thread.join(timeout=1500)
     report["sweep"] = sweep
-    after = head_nodes(lb, cfg, len(lb.IPS), struck_ip, struck_node, timeout=600)
+    after = head_nodes(lb, cfg, 3, struck_ip, struck_node, timeout=600)
     report["nodes_after"] = after
     check = lb.ray_cli("exec", str(cfg), f"python {HERE}/node_check.py --nodes 3 --timeout 300")
     line = next((ln for ln in check.stdout.splitlines() if ln.startswith("NODECHECK ")), None)

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from scenarios.clusters.loopback_preemption import REPORT_EVERY, STEPS, STRIKE_AT
+from scenarios.clusters.loopback_preemption import REPORT_EVERY, STEPS
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = Path(__file__).with_name("loopback_preemption.py")
@@ -75,7 +75,9 @@ def figures(facts: dict) -> dict:
     """What the run did, per trial and on the timeline (seconds after the strike)."""
     struck = facts.get("struck", {})
     at = struck.get("at", 0)
-    out: dict = {"struck": {k: struck.get(k) for k in ("ip", "node_id", "checkpoints_at_strike", "killed")}}
+    out: dict = {
+        "struck": {k: struck.get(k) for k in ("ip", "node_id", "rows_at_strike", "checkpoints_at_strike", "killed")}
+    }
     for name, trial in facts.get("trials", {}).items():
         rows = trial["rows"]
         steps = [r["train/step"] for r in rows]
@@ -155,7 +157,7 @@ def check_preemption(facts: dict) -> None:
     assert all(p["where"][0] != struck["node_id"] for p in parts[1:]), [p["where"] for p in parts]
     resumed = parts[1]["rows"][0]["train/resumed_from_step"]
     last_reported = parts[0]["rows"][-1]["train/step"]
-    assert resumed >= STRIKE_AT * REPORT_EVERY and resumed == last_reported, (
+    assert resumed > 0 and resumed == last_reported, (
         f"the restart resumed from step {resumed}, not from its last checkpoint (step {last_reported})"
     )
 
