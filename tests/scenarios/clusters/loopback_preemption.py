@@ -105,19 +105,19 @@ def driver_rows(root: Path, run: str) -> dict[str, list[dict]]:
     return found
 
 
-def namespace_processes(pid: int) -> list[str]:
-    """The command names of every process in ``pid``'s PID namespace."""
-    try:
-        ns = os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return []
-    found = []
+def namespace_processes(ns: str) -> dict[int, str]:
+    """``{pid: command name}`` of every live process in the PID namespace ``ns`` (a
+    ``/proc/PID/ns/pid`` link's text). Zombies are left out: the node's processes, once killed,
+    are orphans of this harness (its namespace's PID 1), which does not reap them."""
+    found = {}
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
                 if os.readlink(proc / "ns" / "pid") == ns:
-                    found.append((proc / "comm").read_text().strip())
-            except OSError:
+                    state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state != "Z":
+                        found[int(proc.name)] = (proc / "comm").read_text().strip()
+            except (OSError, IndexError):
                 continue
     return found
 
@@ -127,24 +127,14 @@ def reclaim(node) -> dict:
     sshd: the kernel then kills the rest), and waited for until none is left."""
     (init,) = [int(p) for p in Path(f"/proc/{node.pid}/task/{node.pid}/children").read_text().split()]
     ns = os.readlink(f"/proc/{init}/ns/pid")
-    killed = namespace_processes(init)
+    killed = namespace_processes(ns)
     os.kill(init, signal.SIGKILL)
     os.killpg(node.pid, signal.SIGKILL)
     node.wait()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        left = []
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                try:
-                    if os.readlink(proc / "ns" / "pid") == ns:
-                        left.append(proc.name)
-                except OSError:
-                    continue
-        if not left:
-            break
+    while (left := namespace_processes(ns)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return {"killed": killed, "left": left}
+    return {"killed": sorted(killed.values()), "left": sorted(left.values())}
 
 
 def provider_state(root: Path) -> Path:
@@ -222,10 +212,12 @@ def run(args) -> int:
 
 def autoscaler_lines(root: Path) -> list[str]:
     """The head autoscaler's log lines about launching, losing, updating and ending nodes."""
-    words = ("aunch", "erminat", "heartbeat", "NodeUpdater", "create_node", "Restarting", "lost contact", "Adding")
+    words = ("Queue", "aunch", "updater", "Removed ip: 127", "heartbeat", "Restarting", "lost contact", "erminating")
     lines = []
-    for log in sorted(root.glob("node0/tmp/ray/session_2*/logs/monitor.log")):
-        lines += [ln[:300] for ln in log.read_text(errors="replace").splitlines() if any(w in ln for w in words)]
+    for log in sorted(root.glob("node0/tmp/ray/session_2*/logs/monitor.*")):
+        if log.suffix in (".log", ".out", ".err"):
+            text = log.read_text(errors="replace").splitlines()
+            lines += [f"{log.name}: {ln[:300]}" for ln in text if any(w in ln for w in words)]
     return lines[-80:]
 
 
