@@ -213,11 +213,12 @@ def run(args) -> int:
 def autoscaler_lines(root: Path) -> list[str]:
     """The head autoscaler's log lines about launching, losing, updating and ending nodes."""
     words = ("Queue", "aunch", "updater", "Removed ip: 127", "heartbeat", "Restarting", "lost contact", "erminating")
+    # (Ray's log lines have " -- " after their source; the rsync file lists between them do not.)
     lines = []
     for log in sorted(root.glob("node0/tmp/ray/session_2*/logs/monitor.*")):
         if log.suffix in (".log", ".out", ".err"):
             text = log.read_text(errors="replace").splitlines()
-            lines += [f"{log.name}: {ln[:300]}" for ln in text if any(w in ln for w in words)]
+            lines += [f"{log.name}: {ln[:300]}" for ln in text if " -- " in ln and any(w in ln for w in words)]
     return lines[-80:]
 
 
