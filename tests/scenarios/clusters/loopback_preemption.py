@@ -165,6 +165,21 @@ def list_as_terminated(root: Path, ip: str) -> dict:
     return before
 
 
+def ports_held(ips: list[str]) -> list[str]:
+    """The nodes' SSH ports and the head's Ray port (gpu.yaml's 6379) that something on this
+    machine holds already: another loopback cluster, whose nodes share this network stack."""
+    import socket
+
+    held = []
+    for ip, port in [(ip, 22) for ip in ips] + [("0.0.0.0", 6379)]:
+        with socket.socket() as sock:
+            try:
+                sock.bind((ip, port))
+            except OSError:
+                held.append(f"{ip}:{port}")
+    return held
+
+
 def run(args) -> int:
     import loopback_ray_up as lb
     from s3_store import CREDENTIALS
@@ -173,6 +188,9 @@ def run(args) -> int:
         "run inside its own PID namespace (unshare --pid --fork --mount-proc)"
     )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if held := ports_held(lb.IPS[:3]):
+        args.out_json.write_text(json.dumps({"error": f"another loopback cluster holds {held}: run one at a time"}))
+        return 0
     lb.ensure_user()
     root = Path(tempfile.mkdtemp(prefix="raylab-preempt-", dir="/var/tmp"))
     os.chmod(root, 0o755)

@@ -189,7 +189,8 @@ def test_control_without_checkpoints_the_preemption_check_fails(tmp_path):
     the final one saves): the reclaimed trial starts over from step 0, re-reporting its steps."""
     facts = run_preemption(tmp_path, "--checkpoint-every", "100000")
     print("PREEMPTION " + json.dumps(figures(facts)))
-    assert "error" not in facts and facts["sweep"]["rc"] == 0, facts.get("error") or facts["sweep"]["tail"]
+    assert "error" not in facts and facts["up"]["rc"] == 0, facts.get("error") or facts["up"]["tail"][-3000:]
+    assert facts["sweep"]["rc"] == 0, facts["sweep"]["tail"]
     with pytest.raises(AssertionError, match="resumed from step 0") as failed:
         check_preemption(facts)
     print("the check failed as expected:", str(failed.value).splitlines()[0])
