@@ -173,6 +173,7 @@ def ports_held(ips: list[str]) -> list[str]:
     held = []
     for ip, port in [(ip, 22) for ip in ips] + [("0.0.0.0", 6379)]:
         with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past connections' TIME_WAIT
             try:
                 sock.bind((ip, port))
             except OSError:
