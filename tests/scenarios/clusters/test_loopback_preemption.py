@@ -14,7 +14,9 @@ brings a node back, and the trial on the surviving worker is never restarted (Ra
 Tune killing a trial whose driver is alive when a node goes). The control (checkpoints off:
 ``checkpoint.every`` past the trial's reports) makes the same check fail.
 
-Each run takes about 6 minutes (``ray up``, the sweep, the replacement's setup): marked long.
+Each run takes 6-9 minutes (``ray up``, the sweep, the replacement's setup): marked long. One
+loopback cluster at a time on a machine (they share port 22 and Ray's 6379): the harness refuses
+to start beside another.
 Needs root, namespaces, openssh-server and rsync, as test_loopback_ray_up.py does.
 """
 
@@ -158,7 +160,7 @@ def check_preemption(facts: dict) -> None:
     resumed = parts[1]["rows"][0]["train/resumed_from_step"]
     last_reported = parts[0]["rows"][-1]["train/step"]
     assert resumed > 0 and resumed == last_reported, (
-        f"the restart resumed from step {resumed}, not from its last checkpoint (step {last_reported})"
+        f"the restart resumed from step {resumed}, not from the checkpoint of its last report (step {last_reported})"
     )
 
     # No completed report lost or duplicated, and every trial ran to the end.
@@ -183,7 +185,7 @@ def test_a_spot_reclaimed_worker_s_trial_resumes_from_s3_and_the_other_trial_run
     check_preemption(facts)
 
 
-@pytest.mark.skipif(os.environ.get("RAYLAB_FULL_CLUSTER") != "1", reason="set RAYLAB_FULL_CLUSTER=1 (about 6 minutes)")
+@pytest.mark.skipif(os.environ.get("RAYLAB_FULL_CLUSTER") != "1", reason="set RAYLAB_FULL_CLUSTER=1 (6-9 minutes)")
 def test_control_without_checkpoints_the_preemption_check_fails(tmp_path):
     """The same run with checkpoints off (``checkpoint.every`` past the trial's 40 reports: only
     the final one saves): the reclaimed trial starts over from step 0, re-reporting its steps."""
