@@ -24,6 +24,8 @@ METRICS = (
     *(f"early/{name}_{group}" for name in _GROUPED for group in GROUPS),
     *(f"early/{name}_gap_vs_{control}" for name in _CONTRASTED for control in CONTROLS),
     *(f"early/loss_drop_prior_corrected_{group}" for group in GROUPS),
+    "early/clean_acc",
+    "early/asr",
     "early/loss_drop_prior_corrected_gap_vs_clean",
     "early/loss_drop_gap_vs_clean",
     "neurons/trigger_dominant_count",
@@ -60,6 +62,8 @@ THEORY_METRICS = (
             "rel_drop",
             "signal",
             "signal_predicted_drop",
+            "second_order_predicted_drop",
+            "curvature",
             "gate_flip_at_t",
         )
         for group in ("poison", "clean")

@@ -23,6 +23,9 @@ CONTROLS = {"relabel": "relabelled control", "target": "clean target-class image
 
 LABELS = {
     "attack": "Attack",
+    "poison_mode": "Poisoning mode (trigger, or label flip only)",
+    "early/clean_acc": "Clean accuracy at the early probe",
+    "early/asr": "Attack success rate at the early probe",
     "poison_ratio": "Poisoning ratio",
     "train/step": "SGD step",
     "train/epoch": "Epoch",
@@ -74,6 +77,10 @@ THEORY_LABELS = {
     **{f"theory/rel_drop_{g}": f"Relative loss drop, {w}" for g, w in THEORY_GROUPS.items()},
     **{f"theory/signal_{g}": f"Frozen-gate signal, {w}" for g, w in THEORY_GROUPS.items()},
     **{f"theory/signal_predicted_drop_{g}": f"First-order predicted drop, {w}" for g, w in THEORY_GROUPS.items()},
+    **{
+        f"theory/second_order_predicted_drop_{g}": f"Second-order predicted drop, {w}" for g, w in THEORY_GROUPS.items()
+    },
+    **{f"theory/curvature_{g}": f"Second derivative of the group loss at init, {w}" for g, w in THEORY_GROUPS.items()},
     **{f"theory/gate_flip_at_t_{g}": f"Gates flipped at T, {w}" for g, w in THEORY_GROUPS.items()},
     "theory/loss_drop_ratio": "Early loss-drop ratio, poisoned / clean (measured)",
     "theory/predicted_drop_ratio": "Early loss-drop ratio, poisoned / clean (frozen-gate prediction)",

@@ -154,7 +154,8 @@ def bn_sample(poison_idx: torch.Tensor, n: int, size: int, gen: torch.Generator)
 
 
 def build_data(cfg: Config, device: torch.device) -> Data:
-    """The training set (poisoned, except for ``wanet``, which poisons each batch) and the probe
+    """The training set (poisoned, except for ``wanet``, which poisons each batch; with
+    ``poison_mode: label_flip`` the poisoned images are relabelled but not triggered) and the probe
     groups of ``GROUPS``: ``poison`` (source-class training images with the trigger and the
     target label: the poisoned images themselves where there are any), ``relabel`` (the same
     images without the trigger, target label), ``target`` (clean target-class images) and
@@ -166,11 +167,13 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     gen = torch.Generator().manual_seed(cfg.seed)
     fixed_ratio = 0.0 if cfg.attack == "wanet" else cfg.poison_ratio
     poison_idx = attack.poison_indices(images.train_y, fixed_ratio, cfg.target_class, gen)
-    train_x, train_y = attack.poison(images.train_x, images.train_y, poison_idx, trigger, spec, cfg.target_class)
+    label_flip = cfg.poison_mode == "label_flip"
+    applied = untriggered if label_flip else trigger  # label_flip: relabelled, never triggered
+    train_x, train_y = attack.poison(images.train_x, images.train_y, poison_idx, applied, spec, cfg.target_class)
     n = len(train_y)
     untouched = torch.ones(n, dtype=torch.bool)
     untouched[poison_idx] = False
-    if cfg.attack == "wanet_fixed" and cfg.wanet_cross_ratio > 0:
+    if cfg.attack == "wanet_fixed" and cfg.wanet_cross_ratio > 0 and not label_flip:
         free = torch.nonzero(untouched).flatten()
         count = min(round(cfg.wanet_cross_ratio * len(poison_idx)), len(free))
         cross_idx = free[torch.randperm(len(free), generator=gen)[:count]]
@@ -234,6 +237,11 @@ def build_data(cfg: Config, device: torch.device) -> Data:
         mean=mean,
         std=std,
     )
+
+
+def untriggered(x: torch.Tensor, _spec: attack.TriggerSpec) -> torch.Tensor:
+    """The identity "trigger" of the ``label_flip`` arm: the images as they are."""
+    return x
 
 
 def trigger_spec(cfg: Config) -> attack.TriggerSpec:
@@ -565,7 +573,8 @@ def train_step(t: Trial, st: BackdoorState, order: torch.Tensor, running: dict[s
 
 def early_probe(t: Trial, st: BackdoorState) -> None:
     """Probe every group; the first probe is the baseline, each later one reports the early
-    signatures against it (``probe.early_signature``)."""
+    signatures against it (``probe.early_signature``) with the clean accuracy and ASR at that
+    step (``early/clean_acc``, ``early/asr``: withheld, NaN, below the floor as ``eval/asr`` is)."""
     st.last_probe = st.step
     groups = probe_groups(t.net, t.data, t.cfg)
     gates = {g: v.pop("gates") for g, v in groups.items()}
@@ -576,6 +585,7 @@ def early_probe(t: Trial, st: BackdoorState) -> None:
         "train/step": st.step,
         "train/epoch": st.epoch + st.batch / t.batches_per_epoch,
         **probe.early_signature(st.baseline, groups, st.previous_gates, gates),
+        **{f"early/{k}": v for k, v in evaluate(t.net, t.data, t.cfg).items() if k in ("clean_acc", "asr")},
     }
     st.previous_gates = gates
     report(st, row)
