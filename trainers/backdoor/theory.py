@@ -133,9 +133,9 @@ def frozen_gate_signal(
 
 
 def signal_and_curvature(
-    w0: torch.Tensor, a: torch.Tensor, x: torch.Tensor, y: torch.Tensor, group: torch.Tensor
-) -> tuple[float, float]:
-    """``(S_G, C_G)``: the first two time derivatives of the group loss of the frozen-gate
+    w0: torch.Tensor, a: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *groups: torch.Tensor
+) -> list[tuple[float, float]]:
+    """``(S_G, C_G)`` for each group mask ``G`` (one kernel for all): the first two time derivatives of the group loss of the frozen-gate
     network under gradient flow ``dW/dt = -grad L`` from ``w0`` (float64 inside):
 
         L_G(t) = L_G(0) - t S_G + (t^2 / 2) C_G + O(t^3)
@@ -157,12 +157,15 @@ def signal_and_curvature(
     s = torch.sigmoid(-y * out)
     c, h = -y * s, s * (1 - s)
     v = kernel @ c / len(y)
-    g = group.double()
-    size = g.sum().clamp_min(1)
-    u = kernel @ (c * g) / size
-    signal = float((c * v * g).sum() / size)
-    curvature = float((h * v * v * g).sum() / size + (h * u * v).sum() / len(y))
-    return signal, curvature
+    out = []
+    for group in groups:
+        g = group.double()
+        size = g.sum().clamp_min(1)
+        u = kernel @ (c * g) / size
+        signal = float((c * v * g).sum() / size)
+        curvature = float((h * v * v * g).sum() / size + (h * u * v).sum() / len(y))
+        out.append((signal, curvature))
+    return out
 
 
 def predicted_rel_drop(t: float, signal: float, curvature: float, initial_loss: float) -> float:

@@ -68,9 +68,7 @@ def train_loop(config: dict) -> None:
     w0, a = theory.init_network(cfg.dim, cfg.width, cfg.init_scale, gen)
     gates0 = theory.gates(w0, x)
     initial = theory.group_losses(theory.relu_net(w0, a, x), y, poisoned)
-    derivatives = {
-        g: theory.signal_and_curvature(w0, a, x, y, mask) for g, mask in (("poison", poisoned), ("clean", ~poisoned))
-    }
+    derivatives = dict(zip(("poison", "clean"), theory.signal_and_curvature(w0, a, x, y, poisoned, ~poisoned)))
     signal = {g: s for g, (s, _) in derivatives.items()}
     curvature = {g: c for g, (_, c) in derivatives.items()}
     batches = torch.Generator().manual_seed(cfg.seed + 1)

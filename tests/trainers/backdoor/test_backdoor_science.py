@@ -137,6 +137,7 @@ def results():
 
 @pytest.mark.slow
 @pytest.mark.long
+@pytest.mark.timeout(3600)  # 15 trials: about 15 s each on an idle core, 1-2 min each at load 15-18
 def test_badnets_on_real_digits_trigger_contrast_against_label_flip(results):
     print("\nseed  arm         clean_acc  asr    " + "  ".join(c.split("/")[1] for c in RECORDED))
     for (seed, arm), row in sorted(results.items()):

@@ -166,7 +166,7 @@ def test_signal_and_curvature_are_the_first_two_derivatives_of_the_group_loss(on
     t = steps * eta
     for group in (poisoned, ~poisoned):
         loss = lambda v: float(theory.logistic_loss(theory.frozen_gate_net(v, a, x, d), y)[group].mean())  # noqa: E731
-        signal, curvature = theory.signal_and_curvature(w0, a, x, y, group)
+        ((signal, curvature),) = theory.signal_and_curvature(w0, a, x, y, group)
         assert signal == pytest.approx(theory.frozen_gate_signal(w0, a, x, y, group), rel=1e-4)
         second = (loss(w) - loss(w0) + t * signal) / (t * t / 2)
         assert second == pytest.approx(curvature, rel=0.03), (second, curvature)
@@ -190,7 +190,7 @@ def gd_drop_ratios(seed: int, p: float) -> dict:
     w, a = theory.init_network(cfg.dim, cfg.width, cfg.init_scale, gen)
     groups = {"poison": poisoned, "clean": ~poisoned}
     initial = theory.group_losses(theory.relu_net(w, a, x), y, poisoned)
-    sc = {g: theory.signal_and_curvature(w, a, x, y, m) for g, m in groups.items()}
+    sc = dict(zip(groups, theory.signal_and_curvature(w, a, x, y, *groups.values())))
     rows = {}
     for step in range(1, max(WINDOW) + 1):
         w = theory.sgd_step(w, a, x, y, cfg.lr)
