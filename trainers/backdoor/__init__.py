@@ -7,8 +7,18 @@ images; the poisoned group's images without the trigger, relabelled to the targe
 images of every class with their own labels."""
 CONTROLS = ("target", "relabel")
 """The control groups that share the poisoned group's label (and so its class prior)."""
-_GROUPED = ("loss", "loss_drop", "rel_drop", "grad_coherence", "gate_flip_since_last", "margin", "margin_growth")
-_CONTRASTED = ("loss_drop", "grad_coherence", "margin_growth", "gate_flip_since_last")
+_GROUPED = (
+    "loss",
+    "loss_drop",
+    "rel_drop",
+    "grad_coherence",
+    "gate_flip_since_last",
+    "margin",
+    "margin_growth",
+    "grad_signal",
+    "grad_alignment",
+)
+_CONTRASTED = ("loss_drop", "grad_coherence", "margin_growth", "gate_flip_since_last", "grad_signal", "grad_alignment")
 
 METRICS = (
     "train/step",

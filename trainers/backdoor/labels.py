@@ -18,6 +18,8 @@ EARLY = {
     "margin": "Early logit margin",
     "margin_growth": "Early margin growth",
     "loss_drop_prior_corrected": "Early prior-corrected loss drop (nats)",
+    "grad_signal": "Early signal <grad L_group, grad L>",
+    "grad_alignment": "Early cosine of grad L_group and grad L",
 }
 CONTROLS = {"relabel": "relabelled control", "target": "clean target-class images", "clean": "clean images"}
 
@@ -40,7 +42,14 @@ LABELS = {
     **{f"early/{q}_{g}": f"{text}: {GROUPS[g]}" for q, text in EARLY.items() for g in GROUPS},
     **{
         f"early/{q}_gap_vs_{c}": f"{EARLY[q]}: poisoned − {CONTROLS[c]}"
-        for q in ("loss_drop", "grad_coherence", "margin_growth", "gate_flip_since_last")
+        for q in (
+            "loss_drop",
+            "grad_coherence",
+            "margin_growth",
+            "gate_flip_since_last",
+            "grad_signal",
+            "grad_alignment",
+        )
         for c in ("relabel", "target")
     },
     "early/loss_drop_gap_vs_clean": f"{EARLY['loss_drop']}: poisoned − clean images",

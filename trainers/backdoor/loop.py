@@ -76,6 +76,8 @@ class Data:
     trig_clean_x: torch.Tensor
     trig_y: torch.Tensor
     bn_x: torch.Tensor
+    bn_y: torch.Tensor
+    """``bn_x``'s training labels (the whole-loss gradient of the alignment probe)."""
     mean: tuple[float, ...]
     std: tuple[float, ...]
 
@@ -215,11 +217,12 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     bn_gen = torch.Generator().manual_seed(derived_seed(cfg.seed, "probe-bn"))
     if cfg.attack == "wanet":
         pick = torch.randperm(n, generator=bn_gen)[: cfg.probe_bn_size]
-        bn_x = wanet.poison_batch(
+        bn_x, bn_y = wanet.poison_batch(
             train_x[pick], train_y[pick], spec, cfg.poison_ratio, cfg.wanet_cross_ratio, cfg.target_class, bn_gen
-        )[0]
+        )[:2]
     else:
-        bn_x = to_float(train_x[bn_sample(poison_idx, n, cfg.probe_bn_size, bn_gen)])
+        pick = bn_sample(poison_idx, n, cfg.probe_bn_size, bn_gen)
+        bn_x, bn_y = to_float(train_x[pick]), train_y[pick]
     on = lambda t: t.to(device)  # noqa: E731
     return Data(
         train_x=on(train_x),
@@ -234,6 +237,7 @@ def build_data(cfg: Config, device: torch.device) -> Data:
         trig_clean_x=on(trig_clean_x),
         trig_y=on(trig_y),
         bn_x=on(bn_x),
+        bn_y=on(bn_y),
         mean=mean,
         std=std,
     )
@@ -317,12 +321,14 @@ def probe_network(net: torch.nn.Module, bn_x: torch.Tensor) -> torch.nn.Module:
 
 
 def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dict]:
-    """Loss, prior-corrected loss, margin, ReLU gates and gradient coherence of each probe group,
+    """Loss, prior-corrected loss, margin, ReLU gates, gradient coherence and the alignment of the
+    group's loss gradient with the whole training loss's (on ``bn_x``) of each probe group,
     measured on ``probe_network(net, data.bn_x)``. The prior the corrected loss removes is the
     network's own on the training distribution, ``probe.log_prior`` of its logits on ``bn_x``."""
     net = probe_network(net, data.bn_x)
     with torch.no_grad():
         log_prior = probe.log_prior(net(data.bn_x))
+    whole = probe.loss_gradient(net, data.bn_x, data.bn_y)
     out = {}
     for group in GROUPS:
         x, y = to_float(data.probe_x[group]), data.probe_y[group]
@@ -335,6 +341,7 @@ def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dic
             "margin": float(probe.logit_margin(logits, y).mean()),
             "gates": (acts[net.last_relu] > 0).cpu(),
             "coherence": probe.gradient_coherence(net, x[:k], y[:k]),
+            **probe.gradient_alignment(probe.loss_gradient(net, x, y), whole),
         }
     return out
 
