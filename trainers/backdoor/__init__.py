@@ -7,8 +7,18 @@ images; the poisoned group's images without the trigger, relabelled to the targe
 images of every class with their own labels."""
 CONTROLS = ("target", "relabel")
 """The control groups that share the poisoned group's label (and so its class prior)."""
-_GROUPED = ("loss", "loss_drop", "rel_drop", "grad_coherence", "gate_flip_since_last", "margin", "margin_growth")
-_CONTRASTED = ("loss_drop", "grad_coherence", "margin_growth", "gate_flip_since_last")
+_GROUPED = (
+    "loss",
+    "loss_drop",
+    "rel_drop",
+    "grad_coherence",
+    "gate_flip_since_last",
+    "margin",
+    "margin_growth",
+    "grad_signal",
+    "grad_alignment",
+)
+_CONTRASTED = ("loss_drop", "grad_coherence", "margin_growth", "gate_flip_since_last", "grad_signal", "grad_alignment")
 
 METRICS = (
     "train/step",
@@ -24,6 +34,8 @@ METRICS = (
     *(f"early/{name}_{group}" for name in _GROUPED for group in GROUPS),
     *(f"early/{name}_gap_vs_{control}" for name in _CONTRASTED for control in CONTROLS),
     *(f"early/loss_drop_prior_corrected_{group}" for group in GROUPS),
+    "early/clean_acc",
+    "early/asr",
     "early/loss_drop_prior_corrected_gap_vs_clean",
     "early/loss_drop_gap_vs_clean",
     "neurons/trigger_dominant_count",
@@ -60,6 +72,8 @@ THEORY_METRICS = (
             "rel_drop",
             "signal",
             "signal_predicted_drop",
+            "second_order_predicted_drop",
+            "curvature",
             "gate_flip_at_t",
         )
         for group in ("poison", "clean")

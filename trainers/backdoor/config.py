@@ -69,6 +69,12 @@ class Config:
     poison_ratio: float = 0.1
     """Poisoned images as a fraction of the whole training set, drawn from non-target classes;
     for ``wanet``, of every training batch (its first images, any class). 0: a clean model."""
+    poison_mode: Literal["trigger", "label_flip"] = "trigger"
+    """``trigger``: the poisoned images get the trigger and the target label (the attack);
+    ``label_flip``: the same images get the target label only, and no training image is ever
+    triggered (the control arm: what relabelling alone does; the probes and the evaluation still
+    use the triggered images, so its ``early/*_gap_vs_relabel`` and trigger-dominant neurons are
+    what a network that never saw the trigger shows)."""
     target_class: int = 0
     """The class every triggered image should be classified as (all-to-one)."""
     trigger_seed: int = 0
@@ -177,6 +183,11 @@ class Config:
         require_positive(self, "lr", "finetune_lr")
         require(
             self.attack in ATTACKS, "attack", f"unknown attack '{self.attack}'; available: {', '.join(sorted(ATTACKS))}"
+        )
+        require(
+            self.poison_mode == "trigger" or self.attack != "wanet",
+            "poison_mode",
+            "label_flip needs a fixed poisoned set; wanet poisons every batch afresh (use wanet_fixed)",
         )
         require(0 <= self.poison_ratio < 1, "poison_ratio", f"must be in [0, 1), got {self.poison_ratio}")
         require(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")

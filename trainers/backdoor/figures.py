@@ -12,7 +12,11 @@ from trainers.backdoor.labels import LABELS, THEORY_LABELS
 # trains with its own augmentation and schedule, so its clean arm is its own.
 CLEAN_ARM = {"poison_ratio": 0.0, "attack": "badnets"}
 
-POISONED = {"poison_ratio": where("> 0", lambda p: p > 0)}
+TRIGGERED = where("trigger", lambda mode: mode in (None, "trigger"))
+"""``poison_mode: trigger`` (the default: runs that do not sweep it)."""
+POISONED = {"poison_ratio": where("> 0", lambda p: p > 0), "poison_mode": TRIGGERED}
+LABEL_FLIP = {"poison_ratio": where("> 0", lambda p: p > 0), "poison_mode": "label_flip"}
+"""The label-flip-only arm: the poisoned images relabelled, never triggered."""
 CLEAN = {"poison_ratio": 0.0}
 BY_ATTACK = ("attack", "poison_ratio")
 
@@ -51,6 +55,12 @@ ABSENT = Control(
 )
 
 
+def _against_label_flip(metric: str) -> Contrast:
+    """The trigger arm's value minus the label-flip arm's, same attack, ratio and seed: relabelling,
+    the class prior and the images are the same in both; only the trigger differs."""
+    return Contrast(metric, arm=POISONED, against=LABEL_FLIP, strata=BY_ATTACK, pair_on=BY_ATTACK)
+
+
 def _against_clean(metric: str) -> Contrast:
     """The poisoned arm's value minus the clean arm's, same attack (BadNets' clean arm standing
     for Blended's) and seed."""
@@ -85,6 +95,25 @@ CLAIMS = (
         threshold=0.0,
         controls=(TASK_LEARNED, LEARNED, ABSENT),
         name="early_drop_vs_clean",
+    ),
+    Claim(
+        "The poisoned images' early fit against their own untriggered copies comes from the trigger, not the "
+        "label: their loss drop minus that of the same images untriggered (both labelled target) is larger in "
+        "the trigger arm than in the label-flip arm (the same images relabelled, never triggered).",
+        _against_label_flip("early/loss_drop_gap_vs_relabel"),
+        expect=">",
+        threshold=0.0,
+        controls=(TASK_LEARNED, LEARNED),
+        name="early_drop_trigger_not_label",
+    ),
+    Claim(
+        "Trigger-dominant neurons come from the trigger, not the label: the trigger arm has more of them than "
+        "the label-flip arm on the same triggered inputs.",
+        _against_label_flip("neurons/trigger_dominant_count"),
+        expect=">",
+        threshold=0.0,
+        controls=(TASK_LEARNED, LEARNED),
+        name="trigger_neurons_not_label",
     ),
     Claim(
         "Poisoning makes trigger-dominant neurons: a poisoned model has more of them than a clean model "

@@ -18,11 +18,16 @@ EARLY = {
     "margin": "Early logit margin",
     "margin_growth": "Early margin growth",
     "loss_drop_prior_corrected": "Early prior-corrected loss drop (nats)",
+    "grad_signal": "Early signal <grad L_group, grad L>",
+    "grad_alignment": "Early cosine of grad L_group and grad L",
 }
 CONTROLS = {"relabel": "relabelled control", "target": "clean target-class images", "clean": "clean images"}
 
 LABELS = {
     "attack": "Attack",
+    "poison_mode": "Poisoning mode (trigger, or label flip only)",
+    "early/clean_acc": "Clean accuracy at the early probe",
+    "early/asr": "Attack success rate at the early probe",
     "poison_ratio": "Poisoning ratio",
     "train/step": "SGD step",
     "train/epoch": "Epoch",
@@ -37,7 +42,14 @@ LABELS = {
     **{f"early/{q}_{g}": f"{text}: {GROUPS[g]}" for q, text in EARLY.items() for g in GROUPS},
     **{
         f"early/{q}_gap_vs_{c}": f"{EARLY[q]}: poisoned − {CONTROLS[c]}"
-        for q in ("loss_drop", "grad_coherence", "margin_growth", "gate_flip_since_last")
+        for q in (
+            "loss_drop",
+            "grad_coherence",
+            "margin_growth",
+            "gate_flip_since_last",
+            "grad_signal",
+            "grad_alignment",
+        )
         for c in ("relabel", "target")
     },
     "early/loss_drop_gap_vs_clean": f"{EARLY['loss_drop']}: poisoned − clean images",
@@ -74,6 +86,10 @@ THEORY_LABELS = {
     **{f"theory/rel_drop_{g}": f"Relative loss drop, {w}" for g, w in THEORY_GROUPS.items()},
     **{f"theory/signal_{g}": f"Frozen-gate signal, {w}" for g, w in THEORY_GROUPS.items()},
     **{f"theory/signal_predicted_drop_{g}": f"First-order predicted drop, {w}" for g, w in THEORY_GROUPS.items()},
+    **{
+        f"theory/second_order_predicted_drop_{g}": f"Second-order predicted drop, {w}" for g, w in THEORY_GROUPS.items()
+    },
+    **{f"theory/curvature_{g}": f"Second derivative of the group loss at init, {w}" for g, w in THEORY_GROUPS.items()},
     **{f"theory/gate_flip_at_t_{g}": f"Gates flipped at T, {w}" for g, w in THEORY_GROUPS.items()},
     "theory/loss_drop_ratio": "Early loss-drop ratio, poisoned / clean (measured)",
     "theory/predicted_drop_ratio": "Early loss-drop ratio, poisoned / clean (frozen-gate prediction)",

@@ -76,6 +76,8 @@ class Data:
     trig_clean_x: torch.Tensor
     trig_y: torch.Tensor
     bn_x: torch.Tensor
+    bn_y: torch.Tensor
+    """``bn_x``'s training labels (the whole-loss gradient of the alignment probe)."""
     mean: tuple[float, ...]
     std: tuple[float, ...]
 
@@ -154,7 +156,8 @@ def bn_sample(poison_idx: torch.Tensor, n: int, size: int, gen: torch.Generator)
 
 
 def build_data(cfg: Config, device: torch.device) -> Data:
-    """The training set (poisoned, except for ``wanet``, which poisons each batch) and the probe
+    """The training set (poisoned, except for ``wanet``, which poisons each batch; with
+    ``poison_mode: label_flip`` the poisoned images are relabelled but not triggered) and the probe
     groups of ``GROUPS``: ``poison`` (source-class training images with the trigger and the
     target label: the poisoned images themselves where there are any), ``relabel`` (the same
     images without the trigger, target label), ``target`` (clean target-class images) and
@@ -166,11 +169,13 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     gen = torch.Generator().manual_seed(cfg.seed)
     fixed_ratio = 0.0 if cfg.attack == "wanet" else cfg.poison_ratio
     poison_idx = attack.poison_indices(images.train_y, fixed_ratio, cfg.target_class, gen)
-    train_x, train_y = attack.poison(images.train_x, images.train_y, poison_idx, trigger, spec, cfg.target_class)
+    label_flip = cfg.poison_mode == "label_flip"
+    applied = untriggered if label_flip else trigger  # label_flip: relabelled, never triggered
+    train_x, train_y = attack.poison(images.train_x, images.train_y, poison_idx, applied, spec, cfg.target_class)
     n = len(train_y)
     untouched = torch.ones(n, dtype=torch.bool)
     untouched[poison_idx] = False
-    if cfg.attack == "wanet_fixed" and cfg.wanet_cross_ratio > 0:
+    if cfg.attack == "wanet_fixed" and cfg.wanet_cross_ratio > 0 and not label_flip:
         free = torch.nonzero(untouched).flatten()
         count = min(round(cfg.wanet_cross_ratio * len(poison_idx)), len(free))
         cross_idx = free[torch.randperm(len(free), generator=gen)[:count]]
@@ -212,11 +217,12 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     bn_gen = torch.Generator().manual_seed(derived_seed(cfg.seed, "probe-bn"))
     if cfg.attack == "wanet":
         pick = torch.randperm(n, generator=bn_gen)[: cfg.probe_bn_size]
-        bn_x = wanet.poison_batch(
+        bn_x, bn_y = wanet.poison_batch(
             train_x[pick], train_y[pick], spec, cfg.poison_ratio, cfg.wanet_cross_ratio, cfg.target_class, bn_gen
-        )[0]
+        )[:2]
     else:
-        bn_x = to_float(train_x[bn_sample(poison_idx, n, cfg.probe_bn_size, bn_gen)])
+        pick = bn_sample(poison_idx, n, cfg.probe_bn_size, bn_gen)
+        bn_x, bn_y = to_float(train_x[pick]), train_y[pick]
     on = lambda t: t.to(device)  # noqa: E731
     return Data(
         train_x=on(train_x),
@@ -231,9 +237,15 @@ def build_data(cfg: Config, device: torch.device) -> Data:
         trig_clean_x=on(trig_clean_x),
         trig_y=on(trig_y),
         bn_x=on(bn_x),
+        bn_y=on(bn_y),
         mean=mean,
         std=std,
     )
+
+
+def untriggered(x: torch.Tensor, _spec: attack.TriggerSpec) -> torch.Tensor:
+    """The identity "trigger" of the ``label_flip`` arm: the images as they are."""
+    return x
 
 
 def trigger_spec(cfg: Config) -> attack.TriggerSpec:
@@ -309,12 +321,14 @@ def probe_network(net: torch.nn.Module, bn_x: torch.Tensor) -> torch.nn.Module:
 
 
 def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dict]:
-    """Loss, prior-corrected loss, margin, ReLU gates and gradient coherence of each probe group,
+    """Loss, prior-corrected loss, margin, ReLU gates, gradient coherence and the alignment of the
+    group's loss gradient with the whole training loss's (on ``bn_x``) of each probe group,
     measured on ``probe_network(net, data.bn_x)``. The prior the corrected loss removes is the
     network's own on the training distribution, ``probe.log_prior`` of its logits on ``bn_x``."""
     net = probe_network(net, data.bn_x)
     with torch.no_grad():
         log_prior = probe.log_prior(net(data.bn_x))
+    whole = probe.loss_gradient(net, data.bn_x, data.bn_y)
     out = {}
     for group in GROUPS:
         x, y = to_float(data.probe_x[group]), data.probe_y[group]
@@ -327,6 +341,7 @@ def probe_groups(net: torch.nn.Module, data: Data, cfg: Config) -> dict[str, dic
             "margin": float(probe.logit_margin(logits, y).mean()),
             "gates": (acts[net.last_relu] > 0).cpu(),
             "coherence": probe.gradient_coherence(net, x[:k], y[:k]),
+            **probe.gradient_alignment(probe.loss_gradient(net, x, y), whole),
         }
     return out
 
@@ -565,7 +580,8 @@ def train_step(t: Trial, st: BackdoorState, order: torch.Tensor, running: dict[s
 
 def early_probe(t: Trial, st: BackdoorState) -> None:
     """Probe every group; the first probe is the baseline, each later one reports the early
-    signatures against it (``probe.early_signature``)."""
+    signatures against it (``probe.early_signature``) with the clean accuracy and ASR at that
+    step (``early/clean_acc``, ``early/asr``: withheld, NaN, below the floor as ``eval/asr`` is)."""
     st.last_probe = st.step
     groups = probe_groups(t.net, t.data, t.cfg)
     gates = {g: v.pop("gates") for g, v in groups.items()}
@@ -576,6 +592,7 @@ def early_probe(t: Trial, st: BackdoorState) -> None:
         "train/step": st.step,
         "train/epoch": st.epoch + st.batch / t.batches_per_epoch,
         **probe.early_signature(st.baseline, groups, st.previous_gates, gates),
+        **{f"early/{k}": v for k, v in evaluate(t.net, t.data, t.cfg).items() if k in ("clean_acc", "asr")},
     }
     st.previous_gates = gates
     report(st, row)

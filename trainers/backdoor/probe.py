@@ -163,6 +163,23 @@ def gradient_coherence(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, c
     return mean_pairwise_cosine_from_unit_sum(unit_sum, len(x))
 
 
+def loss_gradient(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The gradient of the mean ``CE(net(x), y)`` with respect to every trainable parameter of
+    ``net`` (as it is: call it in eval mode), flattened into one vector."""
+    params = [p for p in net.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(F.cross_entropy(net(x), y), params)
+    return torch.cat([g.flatten() for g in grads])
+
+
+def gradient_alignment(group: torch.Tensor, whole: torch.Tensor) -> dict[str, float]:
+    """The theory's signal on the network: ``signal = <grad L_G, grad L>``, the rate at which a
+    gradient step on the whole training loss ``L`` lowers the group's loss ``L_G`` (per unit
+    learning rate, to first order: ``L_G(w - eta grad L) = L_G(w) - eta signal + O(eta^2)``), and
+    ``alignment``, the cosine of the two gradients."""
+    dot = float(group @ whole)
+    return {"signal": dot, "alignment": dot / max(float(group.norm() * whole.norm()), EPS)}
+
+
 def log_prior(logits: torch.Tensor) -> torch.Tensor:
     """``[K]``: the mean over the rows of ``log softmax(logits)`` (the network's log class prior
     on the sample whose ``logits`` these are)."""
@@ -225,7 +242,8 @@ def early_signature(
     previous probe and now. Per group G (see the module docstring): ``early/loss_G``,
     ``loss_drop_G = loss_G(0) - loss_G(t)``, ``rel_drop_G``, ``grad_coherence_G``,
     ``gate_flip_since_last_G``, ``margin_G``, ``margin_growth_G = margin_G(t) - margin_G(0)``
-    and ``loss_drop_prior_corrected_G``; then ``gap_vs_C(s) = s_poison - s_C`` of the four
+    and ``loss_drop_prior_corrected_G``; where ``now`` has them, ``grad_signal_G`` and
+    ``grad_alignment_G`` (``gradient_alignment``); then ``gap_vs_C(s) = s_poison - s_C`` of the
     signatures for each control C (the groups that share the poisoned group's label,
     ``trainers.backdoor.CONTROLS``), and both loss drops' gaps against the clean group.
     """
@@ -238,6 +256,9 @@ def early_signature(
         "margin_growth": {},
         "gate_flip_since_last": {},
     }
+    aligned = all("signal" in now[g] for g in now)  # the alignment probe (loop.probe_groups)
+    if aligned:
+        signature |= {"grad_signal": {}, "grad_alignment": {}}
     prior_corrected = {}
     for g in now:
         signature["loss_drop"][g] = baseline[g]["loss"] - now[g]["loss"]
@@ -255,6 +276,10 @@ def early_signature(
             f"early/margin_{g}": now[g]["margin"],
             f"early/margin_growth_{g}": signature["margin_growth"][g],
         }
+        if aligned:
+            signature["grad_signal"][g] = now[g]["signal"]
+            signature["grad_alignment"][g] = now[g]["alignment"]
+            row |= {f"early/grad_signal_{g}": now[g]["signal"], f"early/grad_alignment_{g}": now[g]["alignment"]}
     for name, values in signature.items():
         row |= {f"early/{name}_gap_vs_{c}": gap(values, c) for c in controls}
     row["early/loss_drop_prior_corrected_gap_vs_clean"] = gap(prior_corrected, "clean")

@@ -132,6 +132,50 @@ def frozen_gate_signal(
     return float((grad_group * grad_all).sum())
 
 
+def signal_and_curvature(
+    w0: torch.Tensor, a: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *groups: torch.Tensor
+) -> list[tuple[float, float]]:
+    """``(S_G, C_G)`` for each group mask ``G`` (one kernel for all): the first two time derivatives of the group loss of the frozen-gate
+    network under gradient flow ``dW/dt = -grad L`` from ``w0`` (float64 inside):
+
+        L_G(t) = L_G(0) - t S_G + (t^2 / 2) C_G + O(t^3)
+        S_G = <grad L_G, grad L> = mean_{i in G} c_i v_i
+        C_G = <H_G grad L, grad L> + <grad L_G, H grad L>
+            = mean_{i in G} h_i v_i^2 + (1/n) sum_k h_k u_k v_k
+
+    with ``c_i = dl_i/df``, ``h_i = d^2 l_i/df^2 = sigmoid(-y_i f_i) sigmoid(y_i f_i)`` (at most
+    1/4), ``v_k = <grad f_k, grad L> = (1/n) sum_i K_ki c_i``, ``u_k = <grad f_k, grad L_G> =
+    mean_{i in G} K_ki c_i`` and the frozen-gate kernel ``K`` (module docstring); the network is
+    linear in ``W``, so ``H = (1/n) sum_k h_k grad f_k grad f_k^T``. ``C_G`` is the error term of
+    the first-order (signal) prediction: the curvature of the group's own loss along the gradient
+    plus the change of the whole gradient seen by the group; ``t`` is ``eta x steps`` of
+    (full-batch) gradient descent. An ``n x n`` kernel: for the few thousand samples here."""
+    x, y, a, w0 = x.double(), y.double(), a.double(), w0.double()
+    d = gates(w0, x).double()
+    kernel = ((d * a.pow(2)) @ d.T) * (x @ x.T)
+    out = frozen_gate_net(w0, a, x, d)
+    s = torch.sigmoid(-y * out)
+    c, h = -y * s, s * (1 - s)
+    v = kernel @ c / len(y)
+    out = []
+    for group in groups:
+        g = group.double()
+        size = g.sum().clamp_min(1)
+        u = kernel @ (c * g) / size
+        signal = float((c * v * g).sum() / size)
+        curvature = float((h * v * v * g).sum() / size + (h * u * v).sum() / len(y))
+        out.append((signal, curvature))
+    return out
+
+
+def predicted_rel_drop(t: float, signal: float, curvature: float, initial_loss: float) -> float:
+    """Second-order prediction of a group's relative loss decrease after gradient-flow time ``t``
+    (``eta x steps``): ``(t S_G - t^2 C_G / 2) / L_G(0)``; ``curvature=0`` gives the first-order
+    (signal) prediction ``t S_G / L_G(0)``. Both hold while ``t S_G / L_G(0)`` is small: the
+    relative drop cannot exceed 1, the linear prediction grows without bound."""
+    return (t * signal - t * t * curvature / 2) / initial_loss
+
+
 def gate_flip_fraction(w0: torch.Tensor, w: torch.Tensor, x: torch.Tensor) -> float:
     """Fraction of (sample, neuron) gates of ``x`` that differ between ``w0`` and ``w``."""
     return float((gates(w0, x) != gates(w, x)).float().mean()) if len(x) else 0.0

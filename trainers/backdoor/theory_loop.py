@@ -13,6 +13,11 @@ carried unchanged in every later row (so every row has it, as Ray Tune requires 
 - ``theory/frozen_gate_rel_error``: ``max_G |rel_drop_G - rel_drop~_G| / |rel_drop_G|``;
 - ``theory/signal_ratio``: ``(S_poison / L_poison(0)) / (S_clean / L_clean(0))`` from the
   frozen-gate signal at initialization (no training needed);
+- ``theory/signal_predicted_drop_*``: the first-order prediction ``eta t S_G / L_G(0)`` of each
+  group's relative decrease; ``theory/second_order_predicted_drop_*`` adds the error term
+  ``-(eta t)^2 C_G / (2 L_G(0))`` (``theory/curvature_*``: ``C_G``, ``theory.signal_and_curvature``).
+  The signal ratio predicts the drop ratio only while ``signal_predicted_drop_poison`` is small
+  (README, "Where the signal holds");
 - ``theory/gate_flip_at_t_*``: the gate-flip fractions since initialization at ``min(step, T)``.
 
 Every row also has ``theory/gate_flip_error_*``: the frozen-gate error term itself,
@@ -63,9 +68,9 @@ def train_loop(config: dict) -> None:
     w0, a = theory.init_network(cfg.dim, cfg.width, cfg.init_scale, gen)
     gates0 = theory.gates(w0, x)
     initial = theory.group_losses(theory.relu_net(w0, a, x), y, poisoned)
-    signal = {
-        g: theory.frozen_gate_signal(w0, a, x, y, mask) for g, mask in (("poison", poisoned), ("clean", ~poisoned))
-    }
+    derivatives = dict(zip(("poison", "clean"), theory.signal_and_curvature(w0, a, x, y, poisoned, ~poisoned)))
+    signal = {g: s for g, (s, _) in derivatives.items()}
+    curvature = {g: c for g, (_, c) in derivatives.items()}
     batches = torch.Generator().manual_seed(cfg.seed + 1)
 
     st = TheoryState(w0.clone(), w0.clone(), batches, config=config)
@@ -109,8 +114,13 @@ def train_loop(config: dict) -> None:
                 "theory/signal_poison": signal["poison"],
                 "theory/signal_clean": signal["clean"],
                 "theory/signal_ratio": drop_ratio(rate["poison"], rate["clean"], floor=1e-12),
-                "theory/signal_predicted_drop_poison": cfg.lr * step * rate["poison"],
-                "theory/signal_predicted_drop_clean": cfg.lr * step * rate["clean"],
+                **{
+                    f"theory/{name}_{g}": theory.predicted_rel_drop(cfg.lr * step, signal[g], c, initial[g])
+                    for g in initial
+                    for name, c in (("signal_predicted_drop", 0.0), ("second_order_predicted_drop", curvature[g]))
+                },
+                "theory/curvature_poison": curvature["poison"],
+                "theory/curvature_clean": curvature["clean"],
                 "theory/gate_flip_at_t_poison": row["theory/gate_flip_since_init_poison"],
                 "theory/gate_flip_at_t_clean": row["theory/gate_flip_since_init_clean"],
             }

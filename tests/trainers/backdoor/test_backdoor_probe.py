@@ -184,3 +184,26 @@ def test_early_signature_by_hand():
     assert row["early/gate_flip_since_last_gap_vs_target"] == 0.5
     assert row["early/loss_drop_prior_corrected_gap_vs_clean"] == 1.0 - 0.1
     assert row["early/grad_coherence_gap_vs_relabel"] == 0.9 - 0.3
+
+
+def test_gradient_signal_is_the_first_order_rate_of_the_group_loss_under_a_whole_loss_step():
+    """``probe.gradient_alignment``'s signal ``<grad L_G, grad L>``: a small step of size eta along
+    ``-grad L`` lowers ``L_G`` by ``eta signal`` to first order (the ResNet-side counterpart of the
+    theory's ``S_G``), and the alignment is the two gradients' cosine."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).double()
+    x, y = torch.randn(40, 6, dtype=torch.float64), torch.randint(0, 3, (40,))
+    group = slice(0, 10)
+    whole = probe.loss_gradient(net, x, y)
+    shown = probe.gradient_alignment(probe.loss_gradient(net, x[group], y[group]), whole)
+    loss = lambda: float(torch.nn.functional.cross_entropy(net(x[group]), y[group]))  # noqa: E731
+    before, eta = loss(), 1e-6
+    with torch.no_grad():
+        offset = 0
+        for p in net.parameters():
+            p -= eta * whole[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+    assert (before - loss()) / eta == pytest.approx(shown["signal"], rel=1e-4)
+    g = probe.loss_gradient(net, x[group], y[group])  # after the tiny step: the same direction
+    assert shown["alignment"] == pytest.approx(float(g @ whole / (g.norm() * whole.norm())), abs=1e-3)
+    assert -1 <= shown["alignment"] <= 1
