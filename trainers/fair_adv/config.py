@@ -70,8 +70,9 @@ class Config:
     FRL's code) or reflect (Rice et al.'s robust-overfitting code)."""
 
     # ------------------------------------------------------------------ model and optimizer
-    model: Literal["preact_resnet18", "resnet18", "small_cnn"] = "preact_resnet18"
-    """Network: the CIFAR PreAct-ResNet-18 or ResNet-18 (raylab.models), or a small 3-layer
+    model: Literal["preact_resnet18", "resnet18", "wrn34_10", "small_cnn"] = "preact_resnet18"
+    """Network: the CIFAR PreAct-ResNet-18 or ResNet-18 (raylab.models), the WideResNet-34-10
+    of TRADES, FRL and Rice et al. (46.2M parameters; ``model.WideResNet``), or a small 3-layer
     CNN (smoke runs on a CPU, and the digits: it takes their 1 channel)."""
     cnn_width: int = 16
     """Channels of the small CNN's first layer (then 2x and 4x)."""

@@ -193,7 +193,7 @@ def train_loop(config: dict) -> None:
     test_x, test_y = data.test_x[eval_idx].to(device), data.test_y[eval_idx].to(device)
     final_x, final_y = data.test_x[final_idx].to(device), data.test_y[final_idx].to(device)
     n_train = len(train_y)
-    select_idx = test_subset(val_y.cpu(), cfg.select_size).to(device)  # the validation images the selection rule reads
+    select_idx = test_subset(data.train_y[val_idx], cfg.select_size)  # the validation images the selection rule reads
     finetune_start = cfg.finetune_start()
 
     torch.manual_seed(cfg.seed)
