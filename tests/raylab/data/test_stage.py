@@ -106,3 +106,19 @@ def test_stage_refuses_bad_input_in_one_line(server, tmp_path, capsys):
     dead = url.rsplit("/", 1)[0] + "/missing.tar.gz"
     assert stage.main(["cifar10", str(tmp_path / "c"), "--url", dead, "--md5", md5]) == 2
     assert dead in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["fair_adv", "fair_adv_long", "fair_adv_tri"])
+def test_cifar_presets_read_a_staged_copy_and_name_the_stage_command_without_one(name, tmp_path):
+    """The CIFAR presets never download in a trial (download: false): without a staged archive
+    their preflight stops before Ray starts with one line naming the staging command."""
+    from raylab import experiment as experiments
+    from raylab.errors import UserError
+    from raylab.launch import checks
+
+    loaded = experiments.load(name, [f"config.data_dir={tmp_path / 'empty'}"])
+    assert loaded.resolved_config()["download"] is False
+    with pytest.raises(UserError) as err:
+        checks.preflight(loaded)
+    assert f"python -m raylab.data.stage cifar10 {tmp_path / 'empty'}" in str(err.value)
+    assert "\n" not in str(err.value)
