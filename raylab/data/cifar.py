@@ -11,7 +11,7 @@
 
 ``python -m raylab.data.stage`` downloads the archive once, before a sweep, into a folder or a
 URI (the run's storage) that every trial reads with ``download: false``; a URI ``data_dir`` is
-read through this node's copy of the staged archive (``raylab.data.stage.node_copy``).
+read through this node's copy of the staged archive (``raylab.data.node_copy``).
 
 A checksum sidecar overrides the published value: ``<archive>.md5`` beside an archive, or
 ``MD5SUMS`` inside an extracted folder (lines ``<md5>  <file name>``). The small synthetic
@@ -209,9 +209,10 @@ def _root(data_dir: str | os.PathLike, name: str) -> Path:
     """The local folder to read: ``data_dir`` itself, or for a URI (the run's storage, where
     ``python -m raylab.data.stage`` put the archive) this node's copy of it."""
     if "://" in str(data_dir):
-        from raylab.data.stage import node_copy
+        from raylab.data.node_copy import node_copy
 
-        return node_copy(str(data_dir), name)
+        spec = _spec(name)
+        return node_copy(str(data_dir), [spec.archive, spec.archive + SIDECAR_SUFFIX])
     return user_path(data_dir)
 
 

@@ -12,8 +12,8 @@ differ; then an ``.md5`` sidecar beside it carries that checksum to the loader),
 
 Trials then read it with ``config.data_dir=DEST`` and ``download: false``. A local ``DEST`` is
 read in place (``raylab.data.cifar``). For a URI, each node copies the archive once into a local
-cache (``node_copy``: ``$RAYLAB_DATA_CACHE`` or ``~/.cache/raylab/data``, one folder per URI) and
-trials read that copy; the loader checks its MD5 every time.
+cache (``raylab.data.node_copy``: ``$RAYLAB_DATA_CACHE`` or ``~/.cache/raylab/data``, one
+folder per URI) and trials read that copy; the loader checks its MD5 every time.
 
 Bad input (unknown dataset, an unreachable URL, a checksum that does not match) is one line on
 stderr and exit code 2.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import shutil
 import sys
 import tempfile
@@ -34,9 +33,6 @@ from raylab.data import cifar
 from raylab.errors import UserError
 from raylab.files import user_path, write_atomic
 from raylab.run_folder import filesystem, is_uri, join
-
-CACHE_ENV = "RAYLAB_DATA_CACHE"
-"""Folder under which nodes keep their copies of archives staged on a URI."""
 
 
 def stage(name: str, dest: str, url: str | None = None, md5: str | None = None, timeout_s: float = 60) -> str:
@@ -77,27 +73,6 @@ def stage(name: str, dest: str, url: str | None = None, md5: str | None = None, 
             fs.delete_file(sidecar)  # the published checksum applies again
         _put(fs, local, target)
     return "staged"
-
-
-def node_copy(data_dir: str, name: str) -> Path:
-    """The node-local folder holding a copy of ``name``'s archive (and its sidecar) staged on the
-    URI ``data_dir``; copied on first use on this node, replaced when its size differs."""
-    spec = cifar._spec(name)
-    cache = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "raylab" / "data")
-    local = cache / hashlib.sha256(data_dir.encode()).hexdigest()[:16]
-    fs, folder = filesystem(data_dir)
-    local.mkdir(parents=True, exist_ok=True)
-    for member in (spec.archive, spec.archive + cifar.SIDECAR_SUFFIX):
-        remote = f"{folder.rstrip('/')}/{member}"
-        info = fs.get_file_info(remote)
-        if info.type.name != "File":
-            (local / member).unlink(missing_ok=True)
-            continue
-        if (local / member).is_file() and (local / member).stat().st_size == info.size:
-            continue
-        with fs.open_input_stream(remote, compression=None) as stream:
-            write_atomic(local / member, stream.read())  # trials on one node may copy at once
-    return local
 
 
 def _put(fs, source: Path | bytes, target: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from raylab.data import stage
+from raylab.data import node_copy, stage
 from raylab.data.cifar import SPECS, load_cifar, write_synthetic_cifar
 
 ARCHIVE = SPECS["cifar10"].archive
@@ -84,7 +84,7 @@ def test_stage_to_a_uri_is_copied_once_per_node(server, tmp_path, monkeypatch):
     url, md5, gets = server
     uri = f"file://{tmp_path / 'storage' / 'cifar'}"
     assert stage.main(["cifar10", uri, "--url", url, "--md5", md5]) == 0
-    monkeypatch.setenv(stage.CACHE_ENV, str(tmp_path / "node-cache"))
+    monkeypatch.setenv(node_copy.CACHE_ENV, str(tmp_path / "node-cache"))
     data = load_cifar("cifar10", uri)
     assert data.train_x.shape == (300, 3, 32, 32) and data.test_x.shape == (100, 3, 32, 32)
     copies = list((tmp_path / "node-cache").rglob(ARCHIVE))
