@@ -152,7 +152,8 @@ def make_optimizer(model: torch.nn.Module, cfg: Config, lr: float) -> torch.opti
 
 
 def no_best() -> dict:
-    return {"epoch": -1, "key": [float("-inf"), float("-inf")], "val": float("-inf"), "metrics": {}}
+    nothing = float("-inf")
+    return {"epoch": -1, "key": [nothing, nothing], "val": nothing, "val_average": nothing, "metrics": {}}
 
 
 @dataclass
@@ -327,7 +328,8 @@ def train_loop(config: dict) -> None:
         key = list(
             metrics.selection_key(val_preds["adv_pred"][select_idx], val_y[select_idx], num_classes, cfg.select_by)
         )
-        if key > list(st.best["key"]):
+        # (a checkpoint from before select_by kept the worst-class key as val, val_average)
+        if key > list(st.best.get("key", [st.best["val"], st.best.get("val_average", float("-inf"))])):
             st.best = {
                 "epoch": epoch,
                 "key": key,
@@ -349,7 +351,7 @@ def train_loop(config: dict) -> None:
             "best/epoch": best["epoch"],
             "best/val_robust_acc_worst_class": best["val"],
             "best/val_robust_acc": best["val_average"],
-            "best/val_score": best["key"][0],
+            "best/val_score": best.get("key", [best["val"]])[0],
             **best["metrics"],
             "best/robust_acc_worst_class_gap": best["metrics"]["best/robust_acc_worst_class"]
             - row["eval/robust_acc_worst_class"],
