@@ -21,8 +21,8 @@ Statistic: the best-validation model's worst-class PGD-10 accuracy on all 359 te
 (``final_last/...``) is printed beside it. A contrast is the per-seed paired difference; its
 interval is the report's (``raylab.report.estimators.strata_interval``: percentile bootstrap
 over seeds, 95%). The per-seed table is printed (``-s``) and copied into the README. What is
-asserted: the positive control and that the worst class is not floored; the contrasts are
-measured and printed (see the end of the test for what is not yet asserted).
+asserted: the positive control and that the worst class is not floored, then each contrast's
+interval statement as measured over seeds 0-4, with how many seeds agree (README).
 """
 
 import multiprocessing
@@ -150,18 +150,41 @@ def test_worst_class_contrasts_where_the_worst_class_is_not_floored(tmp_path):
             print(show(name, results[(metric, name)]))
 
     # positive control first: the instrument sees the known effect. Clean training leaves the
-    # worst digit at 0 and little robust accuracy on every seed, and every adversarially trained
+    # worst digit near 0 and little robust accuracy on every seed, and every adversarially trained
     # arm lifts both, on every seed: the worst class is not floored here
     for seed in range(len(SEEDS)):
-        assert found["standard"][seed][worst] == 0.0 and found["standard"][seed]["final/robust_acc"] < 0.3
+        assert found["standard"][seed][worst] < 0.1 and found["standard"][seed]["final/robust_acc"] < 0.3
         for arm in ("trades", "tri_regime", "frl", "control"):
             row = found[arm][seed]
             assert row[worst] > 0.2, (arm, seed, row[worst])
             assert row["final/robust_acc"] > found["standard"][seed]["final/robust_acc"] + 0.3, (arm, seed)
 
-    # the finding: every contrast's interval over seeds 0-4 is printed (and the report's claims
-    # 1, 3 and 5 compute the same intervals from a run). NOT YET ASSERTED: the 25-trial run did not
-    # finish on the shared 2-core machine before this change's deadline (README, "Science on real
-    # images"); the interval statements go here, as found, once it has run
-    for (metric, name), p in results.items():
-        assert len(p["diffs"]) == len(SEEDS) and np.isfinite(p["diffs"]).all(), (metric, name)
+    # the finding over seeds 0-4, as measured (README's table; intervals 95%, bootstrap over seeds)
+    tri_frl, tri_base, frl_ctl = (
+        "tri-regime - FRL",
+        "tri-regime - TRADES (its base loss)",
+        "FRL - uniform control",
+    )
+    # the best-validation model (the claims' statistic): tri-regime's gains are not shown at 5
+    # seeds (measured +0.042 [-0.030, +0.120] against FRL, +0.034 [-0.027, +0.097] against
+    # TRADES; 3 of 5 seeds above, 2 below): picking the best of 15 epochs on 30 validation
+    # digits a class adds noise of the size of the effect
+    for name in (tri_frl, tri_base):
+        p = results[(worst, name)]
+        assert p["low"] < 0 < p["high"] and p["above"] == 3, (name, p)
+    # FRL's class weights do not lift the worst class over the same fine-tune with uniform
+    # weights (measured -0.014 [-0.026, -0.003]; no seed above, 3 below, 2 equal)
+    p = results[(worst, frl_ctl)]
+    assert p["high"] < 0.005 and p["above"] == 0, p
+    # the last model: tri-regime's worst digit is above FRL's (+0.076 [+0.034, +0.118]; 4 of 5
+    # seeds above, 1 equal) and above its own base loss's (+0.060 [+0.042, +0.074]; 5 of 5);
+    # FRL against its control contains 0 (+0.012 [-0.011, +0.034])
+    p = results[(last_worst, tri_frl)]
+    assert p["low"] > 0.02 and p["above"] >= 4 and p["below"] == 0, p
+    p = results[(last_worst, tri_base)]
+    assert p["low"] > 0.02 and p["above"] == len(SEEDS), p
+    p = results[(last_worst, frl_ctl)]
+    assert p["low"] < 0 < p["high"], p
+    # at equal clean accuracy: tri-regime within 0.01 of FRL on every bound (-0.001 [-0.005, +0.003])
+    p = results[(clean, tri_frl)]
+    assert -0.01 < p["low"] and p["high"] < 0.01, p
