@@ -9,6 +9,10 @@
 3. with ``download=True``: the archive fetched from the dataset's home page into ``data_dir``,
    checked, then read as in 2.
 
+``python -m raylab.data.stage`` downloads the archive once, before a sweep, into a folder or a
+URI (the run's storage) that every trial reads with ``download: false``; a URI ``data_dir`` is
+read through this node's copy of the staged archive (``raylab.data.node_copy``).
+
 A checksum sidecar overrides the published value: ``<archive>.md5`` beside an archive, or
 ``MD5SUMS`` inside an extracted folder (lines ``<md5>  <file name>``). The small synthetic
 archives that tests and smoke runs write (``write_synthetic_cifar``) carry one, so they go
@@ -141,7 +145,7 @@ def load_cifar(name: Name, data_dir: str | os.PathLike, download: bool = False) 
     missing, and naming the file when a checksum does not match.
     """
     spec = _spec(name)
-    root = user_path(data_dir)
+    root = _root(data_dir, name)
     folder, archive = root / spec.folder, root / spec.archive
     if folder.is_dir():
         return _read(spec, _folder_reader(spec, folder))
@@ -168,7 +172,7 @@ def prepare_cifar(
     """What a workload's loop calls with its config's ``dataset``/``data_dir``/``download``/
     ``synthetic_data``: with ``synthetic_data``, write a small synthetic archive (seed 0, so
     concurrent trials write identical bytes) into ``data_dir`` first; then ``load_cifar``."""
-    root = user_path(data_dir)
+    root = _root(data_dir, name)
     if synthetic_data:
         write_synthetic_cifar(root, name, n_train=synthetic_train, n_test=synthetic_test, seed=0)
     return load_cifar(name, root, download=download)
@@ -181,7 +185,7 @@ def check_cifar(name: Name, data_dir: str | os.PathLike, download: bool = False)
     about a second for the real archives).
     """
     spec = _spec(name)
-    root = user_path(data_dir)
+    root = _root(data_dir, name)
     folder, archive = root / spec.folder, root / spec.archive
     if folder.is_dir():
         read = _folder_reader(spec, folder)
@@ -194,10 +198,22 @@ def check_cifar(name: Name, data_dir: str | os.PathLike, download: bool = False)
     if download:
         return root / spec.archive  # load_cifar fetches it (and names any failure)
     raise UserError(
-        f"{name} not found: looked for {root / spec.folder} and {root / spec.archive}; set "
-        f"download: true (online), or fetch {spec.urls[0]} (MD5 {spec.archive_md5}) into {root}; "
+        f"{name} not found: looked for {root / spec.folder} and {root / spec.archive}; stage it "
+        f"once with python -m raylab.data.stage {name} {data_dir}, set download: true (online), "
+        f"or fetch {spec.urls[0]} (MD5 {spec.archive_md5}) into {root}; "
         f"for a smoke run without real images set synthetic_data: true"
     )
+
+
+def _root(data_dir: str | os.PathLike, name: str) -> Path:
+    """The local folder to read: ``data_dir`` itself, or for a URI (the run's storage, where
+    ``python -m raylab.data.stage`` put the archive) this node's copy of it."""
+    if "://" in str(data_dir):
+        from raylab.data.node_copy import node_copy
+
+        spec = _spec(name)
+        return node_copy(str(data_dir), [spec.archive, spec.archive + SIDECAR_SUFFIX])
+    return user_path(data_dir)
 
 
 def _spec(name: str) -> Spec:

@@ -28,6 +28,8 @@ METRICS = (
     "val/robust_acc_per_class",
     "best/epoch",
     "best/val_robust_acc_worst_class",
+    "best/val_robust_acc",
+    "best/val_score",
     "best/clean_acc",
     "best/clean_acc_worst_class",
     "best/robust_acc",

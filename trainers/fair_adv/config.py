@@ -43,6 +43,15 @@ class Config:
     """Training images held out (class-stratified, same split for every seed and method) as the
     validation split that picks the best checkpoint and feeds FRL's class-wise errors. 3000 is
     FRL's 300 per class on CIFAR-10; at least one per class (checked before Ray starts)."""
+    select_by: Literal["worst_class", "average"] = "worst_class"
+    """Rule that picks the best checkpoint on validation (PGD-20 every epoch): worst_class
+    (the validation worst-class robust accuracy, ties to the better average; the claim's own
+    statistic) or average (Rice et al.'s rule: the average robust accuracy over examples, ties
+    to the better worst class). ``best/val_score`` is the rule's value."""
+    select_size: int | None = None
+    """Validation images the selection rule reads: a fixed class-stratified subset of the
+    validation split (Rice et al.: 1,000); null: the whole split. FRL's class-wise errors
+    always read the whole split."""
     val_seed: int = 0
     """Seed of the validation split (fixed, so all trials of a sweep share one split)."""
     eval_size: int | None = 1000
@@ -61,8 +70,9 @@ class Config:
     FRL's code) or reflect (Rice et al.'s robust-overfitting code)."""
 
     # ------------------------------------------------------------------ model and optimizer
-    model: Literal["preact_resnet18", "resnet18", "small_cnn"] = "preact_resnet18"
-    """Network: the CIFAR PreAct-ResNet-18 or ResNet-18 (raylab.models), or a small 3-layer
+    model: Literal["preact_resnet18", "resnet18", "wrn34_10", "small_cnn"] = "preact_resnet18"
+    """Network: the CIFAR PreAct-ResNet-18 or ResNet-18 (raylab.models), the WideResNet-34-10
+    of TRADES, FRL and Rice et al. (46.2M parameters; ``model.WideResNet``), or a small 3-layer
     CNN (smoke runs on a CPU, and the digits: it takes their 1 channel)."""
     cnn_width: int = 16
     """Channels of the small CNN's first layer (then 2x and 4x)."""
@@ -254,6 +264,11 @@ class Config:
                 "frl_remargin",
                 "needs base_loss trades (the reference's remargin attack is TRADES's)",
             )
+        require(
+            self.select_size is None or 1 <= self.select_size <= self.val_size,
+            "select_size",
+            f"must be null or in [1, val_size {self.val_size}], got {self.select_size}",
+        )
         for key in ("eval_size", "final_eval_size"):
             value = getattr(self, key)
             require(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")

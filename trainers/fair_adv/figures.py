@@ -21,6 +21,9 @@ def class_names(config: dict) -> tuple[str, ...]:
 
 TRI = {"method": "tri_regime"}
 FRL = {"method": "frl", "frl_rate_nat": where("!= 0 (not the uniform-weight control)", lambda r: r != 0)}
+FRL_REWEIGHT = {**FRL, "frl_remargin": False}
+CONTROL = {"method": "frl", "frl_rate_nat": 0.0, "frl_rate_bndy": 0.0}
+"""FRL's uniform-weight control: the same fine-tune from the same stage-1 model, weights 1/Y."""
 WORST_ROBUST = ("final/autoattack_acc_worst_class", "final/robust_acc_worst_class")
 """Worst-class robust accuracy of the best-validation model on the final test images: under
 AutoAttack where the run has it, else under PGD-20."""
@@ -51,6 +54,33 @@ CLAIMS = (
         threshold=-0.02,
         controls=(ATTACK_BITES,),
         name="clean",
+    ),
+    Claim(
+        "Tri-regime's reweighting lifts the worst class over its own base loss: tri-regime on TRADES "
+        "exceeds TRADES in worst-class robust accuracy.",
+        Contrast(WORST_ROBUST, arm={**TRI, "base_loss": "trades"}, against={"method": "trades"}),
+        expect=">",
+        threshold=0.0,
+        controls=(ATTACK_BITES,),
+        name="vs_base_trades",
+    ),
+    Claim(
+        "Tri-regime's reweighting lifts the worst class over its own base loss: tri-regime on PGD-AT "
+        "exceeds PGD-AT in worst-class robust accuracy.",
+        Contrast(WORST_ROBUST, arm={**TRI, "base_loss": "pgd_at"}, against={"method": "pgd_at"}),
+        expect=">",
+        threshold=0.0,
+        controls=(ATTACK_BITES,),
+        name="vs_base_pgd_at",
+    ),
+    Claim(
+        "FRL's class weights lift the worst class: FRL-Reweight exceeds its uniform-weight control "
+        "(the same fine-tune with weights 1/Y) in worst-class robust accuracy.",
+        Contrast(WORST_ROBUST, arm=FRL_REWEIGHT, against=CONTROL, strata=("base_loss",)),
+        expect=">",
+        threshold=0.0,
+        controls=(ATTACK_BITES,),
+        name="frl_vs_control",
     ),
     Claim(
         "Tri-regime prevents robust overfitting: its best-validation model's worst-class robust accuracy "

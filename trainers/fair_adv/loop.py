@@ -2,13 +2,14 @@
 
 Each epoch: train one pass over the training split with the configured method; evaluate
 clean and PGD-20 accuracy per class on the validation split (held out from the training set)
-and on the test set; keep the model with the best validation worst-class robust accuracy next
-to the last one; report. FRL runs in two stages, as its authors do: the first
+and on the test set; keep the model that the selection rule (``select_by``: worst-class or
+average robust accuracy on validation) ranks best next to the last one; report. FRL runs in two stages, as its authors do: the first
 ``epochs - frl_finetune_epochs`` epochs train the plain base loss (PGD-AT or TRADES) under the
 usual schedule, and the rest fine-tune the first stage's best-validation model (with a fresh
 optimizer, as the reference loads its pre-trained model into a new SGD) at ``frl_lr`` with
 class weights whose multipliers are updated before every fine-tuning epoch from the current
-model's validation errors. The best model is chosen over the whole trial, for FRL too. After
+model's validation errors. FRL's best model is the best of its fine-tuning epochs (its own
+fine-tuned model, even when the stage-1 model scored higher on validation). After
 the last epoch the best model (and with ``final_eval_last`` the last one) is evaluated once
 more on the test set with CW-inf and (unless ``autoattack: off``) AutoAttack (``final/*``).
 
@@ -151,7 +152,8 @@ def make_optimizer(model: torch.nn.Module, cfg: Config, lr: float) -> torch.opti
 
 
 def no_best() -> dict:
-    return {"epoch": -1, "val": float("-inf"), "metrics": {}}
+    nothing = float("-inf")
+    return {"epoch": -1, "key": [nothing, nothing], "val": nothing, "val_average": nothing, "metrics": {}}
 
 
 @dataclass
@@ -169,7 +171,8 @@ class FairAdvState(LoopState):
     """FRL's multipliers per regime (``nat``, ``bndy``, ``margin``), one per class."""
     rng: GlobalRNG = field(default_factory=GlobalRNG)
     best: dict = field(default_factory=no_best)
-    """The best-validation epoch so far: its epoch, score, average and test metrics."""
+    """The best-validation epoch so far (FRL: of its fine-tune, once that has begun): its epoch,
+    selection key, validation worst class and average, and test metrics."""
     best_model: dict | None = None
     """That epoch's weights (on the CPU)."""
     epoch: int = 0
@@ -191,6 +194,7 @@ def train_loop(config: dict) -> None:
     test_x, test_y = data.test_x[eval_idx].to(device), data.test_y[eval_idx].to(device)
     final_x, final_y = data.test_x[final_idx].to(device), data.test_y[final_idx].to(device)
     n_train = len(train_y)
+    select_idx = test_subset(data.train_y[val_idx], cfg.select_size)  # the validation images the selection rule reads
     finetune_start = cfg.finetune_start()
 
     torch.manual_seed(cfg.seed)
@@ -253,6 +257,9 @@ def train_loop(config: dict) -> None:
                 # SGD (the reference loads its pre-trained model into a fresh optimizer)
                 model.load_state_dict(st.best_model)
                 st.optimizer = make_optimizer(model, cfg, cfg.frl_lr)
+                # FRL's reported model is its own fine-tuned one: the best of the fine-tuning
+                # epochs (never the stage-1 model, even when none beats it on validation)
+                st.best, st.best_model = no_best(), None
                 val_preds = None
             if val_preds is None:  # also after a resume: the same seeded attack, the same preds
                 val_preds = evaluate_val(model)
@@ -316,13 +323,16 @@ def train_loop(config: dict) -> None:
             **metrics.summarize(test_preds, test_y, num_classes, "eval"),
             **metrics.summarize(val_preds, val_y, num_classes, "val"),
         }
-        # ties of the worst class (all at 0, say, under a strong attack) go to the better average
-        if (row["val/robust_acc_worst_class"], row["val/robust_acc"]) > (
-            st.best["val"],
-            st.best.get("val_average", float("-inf")),
-        ):
+        # the selection rule's key (worst_class: ties of the worst class, all at 0 under a strong
+        # attack say, go to the better average; average: Rice et al.'s rule)
+        key = list(
+            metrics.selection_key(val_preds["adv_pred"][select_idx], val_y[select_idx], num_classes, cfg.select_by)
+        )
+        # (a checkpoint from before select_by kept the worst-class key as val, val_average)
+        if key > list(st.best.get("key", [st.best["val"], st.best.get("val_average", float("-inf"))])):
             st.best = {
                 "epoch": epoch,
+                "key": key,
                 "val": row["val/robust_acc_worst_class"],
                 "val_average": row["val/robust_acc"],
                 "metrics": {
@@ -340,6 +350,8 @@ def train_loop(config: dict) -> None:
         row |= {
             "best/epoch": best["epoch"],
             "best/val_robust_acc_worst_class": best["val"],
+            "best/val_robust_acc": best["val_average"],
+            "best/val_score": best.get("key", [best["val"]])[0],
             **best["metrics"],
             "best/robust_acc_worst_class_gap": best["metrics"]["best/robust_acc_worst_class"]
             - row["eval/robust_acc_worst_class"],

@@ -115,3 +115,23 @@ def summarize(
         out[f"{prefix}/{name}_acc_worst_class"] = worst_class(per_class)
         out[f"{prefix}/{name}_acc_per_class"] = [float(v) for v in per_class]
     return out
+
+
+SELECTION_RULES = ("worst_class", "average")
+
+
+def selection_key(adv_pred: torch.Tensor, y: torch.Tensor, num_classes: int, rule: str) -> tuple[float, float]:
+    """The key that ranks checkpoints on validation (larger is better), from robust predictions.
+
+    ``worst_class`` (this workload's default, the claim's own statistic):
+    ``(acc_worst, acc)``, the worst class's robust accuracy, ties to the better average;
+    ``average`` (Rice et al.'s rule): ``(acc, acc_worst)``, the average robust accuracy over
+    examples, ties to the better worst class.
+    """
+    acc = float((adv_pred == y).double().mean())
+    worst = worst_class(per_class_accuracy(adv_pred, y, num_classes))
+    if rule == "worst_class":
+        return worst, acc
+    if rule == "average":
+        return acc, worst
+    raise ValueError(f"unknown selection rule {rule!r}; choose one of {SELECTION_RULES}")

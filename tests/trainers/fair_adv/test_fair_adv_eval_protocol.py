@@ -49,8 +49,9 @@ def test_loop_evaluates_the_subset_each_epoch_and_the_best_model_on_every_test_i
         "config.val_size=60",
     )
     assert [r["train/epoch"] for r in rows] == [1, 2]
-    # per epoch: validation (60), the test subset (40); at the end PGD-20 and CW on all 100
-    assert [len(x) for x, _ in calls] == [60, 40, 60, 40, 100, 100]
+    # per epoch: validation (60), the test subset (40); at the end PGD-20 and CW on all 100, for
+    # the best model and (fair_adv.yaml's final_eval_last) the last one
+    assert [len(x) for x, _ in calls] == [60, 40, 60, 40, 100, 100, 100, 100]
     subset = [calls[1], calls[3]]
     assert torch.equal(subset[0][0], subset[1][0])  # the same images every epoch
     counts = torch.bincount(subset[0][1], minlength=10)

@@ -20,23 +20,25 @@ from trainers.fair_adv.loop import frl_state, frl_step
 # ----------------------------------------------------------------------------- FRL's start
 
 
-def test_frl_finetune_starts_from_the_best_stage_one_model(local_trial, tmp_path, monkeypatch):
-    """Stage 1 (epochs 1-2) is forced to have its best validation score at epoch 1: the
-    fine-tune's first epoch must start from the epoch-1 model (not the last stage-1 model), in a
-    fresh optimizer, and the best model is then chosen over the whole trial."""
-    forced = {1: 0.9, 2: 0.1, 3: 0.95, 4: 0.2}  # val worst-class robust accuracy per epoch
-    calls = {"val": 0}
-    summarize = metrics.summarize
+def _force_selection(monkeypatch, forced: dict[int, float]) -> list:
+    """Make the loop's selection key of epoch ``e`` (1-based, in call order) ``(forced[e], 0)``;
+    returns the list of (labels, rule) each call saw."""
+    seen = []
 
-    def forced_summarize(preds, y, num_classes, prefix, adv_name="robust"):
-        out = summarize(preds, y, num_classes, prefix, adv_name)
-        if prefix == "val":
-            calls["val"] += 1
-            out["val/robust_acc_worst_class"] = forced[calls["val"]]
-        return out
+    def forced_key(adv_pred, y, num_classes, rule):
+        seen.append((y.clone(), rule))
+        return forced[len(seen)], 0.0
 
+    monkeypatch.setattr(metrics, "selection_key", forced_key)
+    return seen
+
+
+def _spy_epochs(monkeypatch) -> dict:
+    """Record each epoch's start and end weights, optimizer state size and FRL weights, and the
+    weights of every model the final evaluation sees (``("final", prefix)``)."""
     seen = {}
     train_epoch = fair_loop.train_epoch
+    final_evaluation = fair_loop.final_evaluation
 
     def spy(model, optimizer, *args, epoch, frl, **kwargs):
         seen[("start", epoch)] = {k: v.clone() for k, v in model.state_dict().items()}
@@ -46,25 +48,42 @@ def test_frl_finetune_starts_from_the_best_stage_one_model(local_trial, tmp_path
         seen[("end", epoch)] = {k: v.clone() for k, v in model.state_dict().items()}
         return out
 
-    monkeypatch.setattr(metrics, "summarize", forced_summarize)
+    def spy_final(model, *args, prefix="final", **kwargs):
+        seen[("final", prefix)] = {k: v.clone() for k, v in model.state_dict().items()}
+        return final_evaluation(model, *args, prefix=prefix, **kwargs)
+
     monkeypatch.setattr(fair_loop, "train_epoch", spy)
-    rows = local_trial(
-        "fair_adv",
-        f"config.data_dir={tmp_path / 'data'}",
-        "config.method=frl",
-        "config.epochs=4",
-        "config.frl_finetune_epochs=2",
-        "config.lr_milestones=[1]",
-        "config.final_eval_last=true",
-        stop={"train/epoch": 4},
-    )
+    monkeypatch.setattr(fair_loop, "final_evaluation", spy_final)
+    return seen
+
+
+def _same(a: dict, b: dict) -> bool:
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+FRL_4_EPOCHS = (
+    "config.method=frl",
+    "config.epochs=4",
+    "config.frl_finetune_epochs=2",
+    "config.lr_milestones=[1]",
+)  # final_eval_last: fair_adv.yaml's own (true): the main experiment evaluates the last model too
+
+
+def test_frl_finetune_starts_from_the_best_stage_one_model(local_trial, tmp_path, monkeypatch):
+    """Stage 1 (epochs 1-2) is forced to have its best validation score at epoch 1: the
+    fine-tune's first epoch must start from the epoch-1 model (not the last stage-1 model), in a
+    fresh optimizer; the best model is then the best of the fine-tuning epochs."""
+    _force_selection(monkeypatch, {1: 0.9, 2: 0.1, 3: 0.95, 4: 0.2})
+    seen = _spy_epochs(monkeypatch)
+    rows = local_trial("fair_adv", f"config.data_dir={tmp_path / 'data'}", *FRL_4_EPOCHS, stop={"train/epoch": 4})
     assert [r["train/epoch"] for r in rows] == [1, 2, 3, 4]
     assert seen[("frl", 1)] is None and seen[("frl", 2)] is not None  # stage 2 from epoch index 2
     start, best1, last1 = seen[("start", 2)], seen[("end", 0)], seen[("end", 1)]
-    assert all(torch.equal(start[k], best1[k]) for k in start)
+    assert _same(start, best1)
     assert any(not torch.equal(start[k], last1[k]) for k in start if start[k].is_floating_point())
     assert seen[("momentum", 1)] > 0 and seen[("momentum", 2)] == 0  # a fresh SGD for the fine-tune
-    assert [r["best/epoch"] for r in rows] == [1, 1, 3, 3]  # over the whole trial
+    assert [r["best/epoch"] for r in rows] == [1, 1, 3, 3]
+    assert [r["best/val_score"] for r in rows] == [0.9, 0.9, 0.95, 0.95]
     assert rows[1]["best/robust_acc"] == rows[0]["eval/robust_acc"]
     assert rows[-1]["best/robust_acc_gap"] == pytest.approx(rows[2]["eval/robust_acc"] - rows[3]["eval/robust_acc"])
     # AutoAttack and CW on the best and the last model, and their gaps
@@ -72,6 +91,88 @@ def test_frl_finetune_starts_from_the_best_stage_one_model(local_trial, tmp_path
     assert_finite_metrics(last, [m for m in METRICS + LAST_METRICS if m.startswith("final")])
     for name in ("cw_acc", "autoattack_acc_worst_class", "clean_acc"):
         assert last[f"final/{name}_gap"] == pytest.approx(last[f"final/{name}"] - last[f"final_last/{name}"])
+
+
+def test_frl_reports_its_own_finetuned_model_when_stage_one_scores_higher(local_trial, tmp_path, monkeypatch):
+    """No fine-tuning epoch beats stage 1's best on validation (0.9 at epoch 1 against 0.3 and
+    0.2): FRL's best/* and final/* are still its own fine-tuned model (its best fine-tuning
+    epoch, 3), never the stage-1 model; final_last/* is the last model (epoch 4), which the main
+    experiment (fair_adv.yaml, final_eval_last) evaluates too."""
+    _force_selection(monkeypatch, {1: 0.9, 2: 0.1, 3: 0.3, 4: 0.2})
+    seen = _spy_epochs(monkeypatch)
+    # AutoAttack off (time): the test above runs it on the best and the last model
+    rows = local_trial(
+        "fair_adv",
+        f"config.data_dir={tmp_path / 'data'}",
+        *FRL_4_EPOCHS,
+        "config.autoattack='off'",
+        stop={"train/epoch": 4},
+    )
+    assert [r["best/epoch"] for r in rows] == [1, 1, 3, 3]
+    assert [r["best/val_score"] for r in rows] == [0.9, 0.9, 0.3, 0.3]
+    assert _same(seen[("start", 2)], seen[("end", 0)])  # the fine-tune still starts from stage 1's best
+    for name in ("clean_acc", "robust_acc", "robust_acc_worst_class"):
+        assert rows[-1][f"best/{name}"] == rows[2][f"eval/{name}"], name
+    assert rows[-1]["best/val_robust_acc_worst_class"] == rows[2]["val/robust_acc_worst_class"]
+    assert _same(seen[("final", "final")], seen[("end", 2)])  # final/*: the best fine-tuned model
+    assert not _same(seen[("final", "final")], seen[("end", 0)])  # not the stage-1 model
+    assert _same(seen[("final", "final_last")], seen[("end", 3)])  # final_last/*: the last model
+    last = rows[-1]
+    assert_finite_metrics(last, [m for m in METRICS + LAST_METRICS if m.startswith("final") and "autoattack" not in m])
+    assert last["final/robust_acc_gap"] == pytest.approx(last["final/robust_acc"] - last["final_last/robust_acc"])
+
+
+def test_selection_rule_reads_its_stratified_validation_subset(local_trial, tmp_path, monkeypatch, rule="average"):
+    """select_by and select_size reach the loop: the key is computed on a fixed class-stratified
+    select_size-image subset of the validation split, with the configured rule, and the best
+    checkpoint follows the key (here forced: epoch 2 wins)."""
+    calls = _force_selection(monkeypatch, {1: 0.2, 2: 0.6, 3: 0.4})
+    rows = local_trial(
+        "fair_adv",
+        f"config.data_dir={tmp_path / 'data'}",
+        "config.method=pgd_at",
+        "config.epochs=3",
+        f"config.select_by={rule}",
+        "config.select_size=30",
+        "config.autoattack='off'",
+        stop={"train/epoch": 3},
+    )
+    assert [r["best/epoch"] for r in rows] == [1, 2, 2]
+    assert [rule_seen for _, rule_seen in calls] == [rule] * 3
+    labels = [y for y, _ in calls]
+    assert [len(y) for y in labels] == [30] * 3 and all(torch.equal(y, labels[0]) for y in labels)
+    counts = torch.bincount(labels[0], minlength=10)
+    assert int(counts.max() - counts.min()) <= 1  # class-stratified (the smoke split: 6 per class)
+
+
+def test_selection_keys_by_hand():
+    """Classes 0, 1, 2 with 4, 2, 2 images: robust correct 4/4, 1/2, 0/2: average 5/8, worst 0.
+    Rice et al.'s rule ranks by the average first, the workload's default by the worst class."""
+    y = torch.tensor([0, 0, 0, 0, 1, 1, 2, 2])
+    adv = torch.tensor([0, 0, 0, 0, 1, 0, 0, 1])
+    assert metrics.selection_key(adv, y, 3, "worst_class") == (0.0, 0.625)
+    assert metrics.selection_key(adv, y, 3, "average") == (0.625, 0.0)
+    # a model with a better worst class and a worse average: the two rules disagree
+    other = torch.tensor([0, 1, 1, 1, 1, 1, 2, 0])
+    assert metrics.selection_key(other, y, 3, "worst_class") > metrics.selection_key(adv, y, 3, "worst_class")
+    assert metrics.selection_key(other, y, 3, "average") < metrics.selection_key(adv, y, 3, "average")
+
+
+def test_presets_name_their_selection_rule():
+    """Each preset's rule as the README's table states it; Rice's rule needs its 1,000 images."""
+    rules = {
+        name: (c["select_by"], c["select_size"])
+        for name in ("fair_adv", "fair_adv_long", "fair_adv_tri", "fair_adv_digits")
+        for c in [experiments.load(name).resolved_config()]
+    }
+    assert rules == {
+        "fair_adv": ("worst_class", None),
+        "fair_adv_long": ("average", 1000),
+        "fair_adv_tri": ("worst_class", None),
+        "fair_adv_digits": ("worst_class", None),
+    }
+    with pytest.raises(Exception, match="select_size"):
+        from_dict(Config, {"val_size": 100, "select_size": 1000}, "test config")
 
 
 # ----------------------------------------------------------------------------- FRL's update
