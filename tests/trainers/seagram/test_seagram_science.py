@@ -67,10 +67,9 @@ SEEDS = (0, 1, 2, 3, 4, 5)
 AL_ARMS = {
     "uncertainty": {"al_random_frac": 0.0},  # pure uncertainty sampling over the picks pool
     "passive": {"al_strategy": "passive"},  # classifier-free: uniform flips of uniform train pairs
-    # the same three arms at half the label budget: the budget axis of calls-to-match-passive
+    # the active arms at half the label budget: the budget axis of calls-to-match-passive at 300
     "mixed_150": {"al_budget": 150},
     "uncertainty_150": {"al_random_frac": 0.0, "al_budget": 150},
-    "passive_150": {"al_strategy": "passive", "al_budget": 150},
 }
 """The active-learning arms beside the default (``seagram``: half of each round at random, half
 by uncertainty, over the flips the current classifier's attack would take), at equal labels."""
