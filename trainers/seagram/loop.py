@@ -723,6 +723,7 @@ def compare_attacks(
     attacks=("random", "greedy", "seagram"),
     al_strategies: tuple[str, ...] = (),
     al_arms: dict[str, dict] | None = None,
+    judge: bool = False,
 ) -> dict:
     """Train one victim, then run each attack on it; no session, no checkpoints.
 
@@ -733,13 +734,16 @@ def compare_attacks(
     with each of these sampling strategies on the same victim, its results under
     ``"seagram_<strategy>"`` and ``"seagram_train_<strategy>"``; ``al_arms``, ``{name:
     overrides}``, the same for other settings (``"seagram_<name>"``), at the same al_budget.
+    ``judge``: every SEAGRAM classifier is also scored on one held-out set of ``eval_candidates``
+    solver-labelled flips (``heldout_metrics``, the ``clf/*`` metrics), and ``"heldout"`` holds
+    its solver calls, its non-critical rate and an untrained classifier's scores (the control).
     """
     victim, clean = trained_victim(cfg, data)
     out = {"victim": clean}
     test_queries = attacked_queries(cfg, data)
-    clf = None
+    clf, heldout = None, None
     if "seagram" in attacks:
-        heldout = heldout_set(cfg, data, victim) if cfg.eval_candidates else None
+        heldout = heldout_set(cfg, data, victim) if judge and cfg.eval_candidates else None
         clf, out["seagram_train"] = train_seagram(cfg, data, victim)
         arms = {s: {"al_strategy": s} for s in al_strategies} | dict(al_arms or {})
         for name, overrides in arms.items():
@@ -752,5 +756,12 @@ def compare_attacks(
         out[name] = run_attack(cfg, data, victim, clf, test_queries, attack=name)[0]
     if clf is not None and heldout is not None:
         out["seagram"].update(heldout_metrics(cfg, clf, *heldout))
-        out["heldout"] = {"rows": heldout[1], "labels": heldout[2], "calls": heldout[3]}
+        # the instrument's control: an untrained classifier (the same initialisation) on the same flips
+        torch.manual_seed(cfg.seed + 1)
+        untrained = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members).eval()
+        out["heldout"] = {
+            "calls": heldout[3],
+            "noncritical_rate": float(heldout[2].mean()) if len(heldout[2]) else float("nan"),
+            "untrained": heldout_metrics(cfg, untrained, *heldout),
+        }
     return out
