@@ -33,6 +33,9 @@ def test_one_victim_checkpoint_serves_every_attack_experiment(local_trial, tmp_p
     saved = newest_state(run / "victim_0")
     assert saved["phase"] == "done" and saved["step"] == 40
     weights = saved["victim"]
+    assert victims.main([str(run)]) == 0  # python -m trainers.seagram.victims RUN: the table, the chosen margin
+    printed = capsys.readouterr().out
+    assert "neuromatch" in printed and "*" in printed and "margin 0.5, test MAP" in printed, printed
 
     def no_training(*args, **kwargs):
         raise AssertionError("a victim_from trial took a victim training step")
