@@ -2,29 +2,43 @@
 
 NeuroMatch-named victim (raylab's GIN order embedding) with IsoNet++'s weight decay and early
 stopping, budget 2, 10 test queries x 60 corpus graphs, 299 training labels per SEAGRAM arm,
-at the defaults (threshold 0.8, select safest, al_pool picks, al_random_frac 0.5).
+at the defaults (threshold 0.8, select safest, al_pool picks, al_random_frac 0.5), six seeds.
 
-Measured with this fixture on 2026-12-03 (seeds 0 / 1 / 2; clean MAP 0.526 / 0.527 / 0.493):
-random flips keep 0.787 / 0.753 / 0.773; greedy drops MAP 0.410 / 0.412 / 0.377 at 2404 / 2489
-/ 2182 solver calls; unconstrained greedy keeps 0.673 / 0.670 / 0.700 (true drop 0.335 / 0.344 /
-0.343). Active-learning arms at equal labels (299 solver calls each): labels kept, MAP drop
-under the original labels, under the true labels:
+Measured with this fixture on 2026-12-03 (seeds 0-5; clean MAP 0.521 / 0.531 / 0.517 / 0.530 /
+0.531 / 0.539): random flips keep 0.753-0.803; greedy drops MAP 0.402-0.421 at 2107-2691 solver
+calls; unconstrained greedy keeps 0.663-0.695; SEAGRAM (mixed) keeps 0.790-0.932 (mean 0.865) at
+0.96-1.00x greedy's drop with no solver call at attack time.
+
+Active-learning arms at equal labels (299 solver calls each), judged on 1,000 held-out candidate
+flips (positive-gain flips of an attack step on validation pairs, labelled by the solver, the
+same set for every arm of a seed). Means over the six seeds: held-out AUROC / precision at recall
+0.5 / labels kept / true-label MAP drop:
 
 - mixed (default: half of each round at random, half by uncertainty, over the flips the current
-  classifier's attack would take): kept 0.803 / 0.824 / 0.917, drop 0.336 / 0.391 / 0.375,
-  true drop 0.322 / 0.345 / 0.348;
-- pure uncertainty (al_random_frac 0): kept 0.725 / 0.782 / 0.861, drop 0.410 / 0.411 / 0.373,
-  true drop 0.234 / 0.269 / 0.315;
-- passive (classifier-free: uniform flips of uniform train pairs): kept 0.905 / 0.856 / 0.838,
-  drop 0.382 / 0.391 / 0.375, true drop 0.390 / 0.346 / 0.335.
+  classifier's attack would take): 0.748 / 0.879 / 0.865 / 0.369;
+- pure uncertainty (al_random_frac 0): 0.703 / 0.829 / 0.810 / 0.333;
+- passive (classifier-free: uniform flips of uniform train pairs): 0.758 / 0.878 / 0.830 / 0.338.
 
-Mixed beats pure uncertainty on all three seeds in both (kept +0.042 to +0.078, true drop
-+0.033 to +0.088). Neither beats passive labelling on the mean or on every seed: mixed -
-passive is kept -0.019 on the mean (1/3 seeds > 0) and true drop -0.019 (1/3); pure
-uncertainty - passive is kept -0.077 (1/3) and true drop -0.085 (0/3). So active learning does
-not beat passive labelling here: the assertions say so. At the old threshold 0.9 the same
-fixture measured mixed kept 0.816 / 0.932 / 0.879 and drop 0.397 / 0.169 / 0.400; at 0.8
-every seed's drop is at least 0.8x greedy's.
+Paired differences, mean [95% bootstrap interval over seeds], seeds above 0:
+
+- mixed - pure uncertainty: AUROC +0.045 [+0.024, +0.068] 6/6; precision at recall +0.050
+  [+0.011, +0.096] 5/6; kept +0.054 [+0.021, +0.095] 5/6; true drop +0.035 [-0.005, +0.078] 4/6;
+- pure uncertainty - passive: AUROC -0.055 [-0.095, -0.017] 0/6; precision at recall -0.049
+  [-0.085, -0.009] 1/6; kept -0.019 [-0.086, +0.035] 3/6; true drop -0.005 [-0.056, +0.045] 3/6;
+- mixed - passive: AUROC -0.010 [-0.049, +0.023] 3/6; precision at recall +0.001 [-0.030,
+  +0.026] 4/6; kept +0.035 [-0.032, +0.074] 5/6; true drop +0.030 [-0.018, +0.064] 5/6.
+
+Calls-to-match-passive at 300 labels (the active arms also trained at 150; the label budget at
+which an arm's AUROC reaches passive's at 300, / 300): mixed 0.60 / 0.50 / never / never / 0.71 /
+0.50; pure uncertainty 0.50 / 0.50 / 0.50 / never / never / never (0.50 means "already at 150",
+an upper bound; pure uncertainty's AUROC at 150, mean 0.712, is above its own at 300, 0.703: more
+uncertainty-sampled labels did not help it).
+
+So at this scale "active learning saves solver calls" is not supported: pure uncertainty sampling
+is worse than passive labelling on held-out AUROC (every seed), the mixed default is not
+distinguishable from passive (the earlier 3-seed labels-kept null and its sign flip were this
+noise: 6 seeds put it at +0.035 with an interval across 0), and the one robust ordering is that
+the random half of the mixed arm beats pure uncertainty. The assertions say exactly that.
 """
 
 import numpy as np
@@ -36,7 +50,7 @@ from trainers.seagram.config import Config
 from trainers.seagram.data import load_or_generate, spec_from_config
 from trainers.seagram.loop import compare_attacks
 
-pytestmark = pytest.mark.long  # 308-346 s on 2 shared cores (2026-12-03): three seeds of five arms
+pytestmark = pytest.mark.long  # 660-870 s per seed at load 16-39 on 2 shared cores (2026-12-03), two seeds at once
 
 SCIENCE = dict(
     source="nci",
@@ -227,4 +241,25 @@ def test_active_learning_arms_at_equal_label_budgets(runs):
 
 
 def check_findings(stats) -> None:
-    """What 6 seeds support (see the module docstring); the rest is printed as findings."""
+    """What 6 seeds support (measured figures in the module docstring); the rest is printed as
+    findings, not asserted. The judge is the held-out AUROC (threshold-free); labels kept and
+    true-label drop also move with the threshold."""
+    diffs = stats["diffs"]
+
+    def seeds_above(a, b, metric):
+        return int((diffs[a, b, metric][0] > 0).sum())
+
+    # mixed beats pure uncertainty on held-out AUROC: measured +0.045 [+0.024, +0.068], 6/6 seeds
+    _, mean, lo, _ = diffs["mixed (default)", "uncertainty", "auroc"]
+    assert mean >= 0.02 and lo > 0 and seeds_above("mixed (default)", "uncertainty", "auroc") >= 5, mean
+    # ... and keeps more labels: measured +0.054 [+0.021, +0.095], 5/6 seeds
+    _, mean, lo, _ = diffs["mixed (default)", "uncertainty", "kept"]
+    assert mean >= 0.02 and lo > 0 and seeds_above("mixed (default)", "uncertainty", "kept") >= 4, mean
+    # pure uncertainty ranks held-out flips worse than passive labelling: measured -0.055
+    # [-0.095, -0.017], 0/6 seeds above 0
+    _, mean, _, hi = diffs["uncertainty", "passive", "auroc"]
+    assert hi < 0 and seeds_above("uncertainty", "passive", "auroc") <= 1, mean
+    # mixed against passive: no AUROC difference this instrument can see at 6 seeds (measured
+    # -0.010 [-0.049, +0.023], 3/6); asserted only as "not better by more than 0.05"
+    _, mean, _, _ = diffs["mixed (default)", "passive", "auroc"]
+    assert abs(mean) <= 0.05, mean

@@ -21,13 +21,27 @@ def data_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("seagram-victim-data"))
 
 
+@pytest.fixture(scope="module")
+def victims_run(tmp_path_factory, data_dir):
+    """A victim stage's run (its smoke: one small NeuroMatch victim) and its trial's rows."""
+    from raylab import experiment, train
+    from raylab.run_folder import TrialFolder
+
+    run = tmp_path_factory.mktemp("runs") / "seagram_victims"
+    stage = experiment.load("seagram_victims", [f"config.data_dir={data_dir}"], smoke=True)
+    config, _ = train.single_config(stage)
+    rows = train.run_local(stage, TrialFolder.at(run / "victim_0"), config, verbose=False)
+    return run, rows
+
+
 def newest_state(trial_dir):
     return ckpt.load_latest(RunFolder(trial_dir.parent).trial(trial_dir.name).checkpoint_paths())[0]
 
 
-def test_one_victim_checkpoint_serves_every_attack_experiment(local_trial, tmp_path, data_dir, monkeypatch, capsys):
-    run = tmp_path / "seagram_victims"
-    rows = local_trial("seagram_victims", f"config.data_dir={data_dir}", trial_dir=run / "victim_0")
+def test_one_victim_checkpoint_serves_every_attack_experiment(
+    victims_run, local_trial, tmp_path, data_dir, monkeypatch, capsys
+):
+    run, rows = victims_run
     assert rows[-1]["train/phase"] == 2 and "attack/map_drop" not in rows[-1]  # the victim stage attacks nothing
     stage = rows[-1]
     saved = newest_state(run / "victim_0")
@@ -112,3 +126,37 @@ def test_victim_from_refuses_a_missing_run_and_a_victim_stage_that_loads(tmp_pat
         victims.find_victim(from_dict(Config, {"victim_from": str(tmp_path / "nothing")}, "t"))
     with pytest.raises(Exception, match="victim_from"):
         from_dict(Config, {"victim_from": "x", "attack": "none"}, "t")
+
+
+def test_victim_from_reads_a_run_on_s3(victims_run, data_dir, monkeypatch):
+    """The victim stage's run on an S3-compatible store (moto): found and loaded through pyarrow,
+    as a cluster's trials read the run's storage."""
+    boto3 = pytest.importorskip("boto3")
+    pytest.importorskip("moto.server")
+    import pyarrow.fs
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from scenarios.clusters.conftest import free_port
+    from scenarios.clusters.s3_store import CREDENTIALS
+
+    for key, value in CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    run, _ = victims_run
+    weights = newest_state(run / "victim_0")["victim"]
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="raylab")
+        uri = f"s3://raylab/runs/seagram_victims?endpoint_override={endpoint}&scheme=http"
+        fs, path = pyarrow.fs.FileSystem.from_uri(uri)
+        pyarrow.fs.copy_files(str(run), path, source_filesystem=pyarrow.fs.LocalFileSystem(), destination_filesystem=fs)
+        asked = from_dict(Config, {**rows_config(data_dir), "victim_from": uri}, "t")
+        state, found = victims.load_victim_state(asked)
+        assert found.name == "victim_0"
+        for key in weights:
+            assert torch.equal(state["victim"][key], weights[key]), key
+        with pytest.raises(UserError, match="no finished victim"):
+            victims.find_victim(from_dict(Config, {**rows_config(data_dir), "victim_from": uri, "seed": 3}, "t"))
+    finally:
+        server.stop()
