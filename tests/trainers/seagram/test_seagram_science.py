@@ -34,6 +34,11 @@ which an arm's AUROC reaches passive's at 300, / 300): mixed 0.60 / 0.50 / never
 an upper bound; pure uncertainty's AUROC at 150, mean 0.712, is above its own at 300, 0.703: more
 uncertainty-sampled labels did not help it).
 
+The AUROC instrument's control: every arm's classifier is above 0.5 on every seed (0.644-0.797)
+and above an untrained classifier of the same initialisation by +0.20 to +0.26 on the mean
+(intervals above 0); the untrained one's AUROC is 0.32 / 0.27 / 0.71 / 0.72 / 0.29 / 0.68 (its
+random weights read the structural features in either direction), so the control is on the mean.
+
 So at this scale "active learning saves solver calls" is not supported: pure uncertainty sampling
 is worse than passive labelling on held-out AUROC (every seed), the mixed default is not
 distinguishable from passive (the earlier 3-seed labels-kept null and its sign flip were this
@@ -229,11 +234,15 @@ def test_active_learning_arms_at_equal_label_budgets(runs):
     stats = al_statistics(runs)
     print_statistics(runs, stats)
     table = stats["table"]
-    # positive control of the AUROC instrument: every arm's trained classifier ranks the held-out
-    # flips above an untrained one of the same initialisation, on every seed
+    # positive control of the AUROC instrument: it sees training. Every arm's classifier ranks the
+    # held-out flips above chance on every seed (measured 0.644-0.797), and above an untrained one
+    # of the same initialisation on the mean, the interval above 0 (measured +0.20 to +0.26, lower
+    # ends +0.03 to +0.12). Not seed by seed: an untrained classifier's random weights read the
+    # structural features in either direction (measured AUROC 0.27-0.72, mean 0.50).
     untrained = np.array([r["heldout"]["untrained"]["clf/auroc"] for r in runs])
     for arm, cols in table.items():
-        assert (cols["auroc"] > untrained).all() and (cols["auroc"] > 0.5).all(), (arm, cols["auroc"], untrained)
+        mean, lo, _ = paired_interval(cols["auroc"] - untrained)
+        assert (cols["auroc"] > 0.5).all() and mean >= 0.15 and lo > 0, (arm, cols["auroc"], untrained)
     for cols in table.values():  # equal label budgets: every arm spends the same solver calls
         assert (cols["calls"] == table["passive"]["calls"]).all() and (cols["calls"] <= SCIENCE["al_budget"]).all()
         assert cols["true_drop"].mean() >= 0.2  # every arm's classifier makes a working attack
