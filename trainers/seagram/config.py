@@ -90,9 +90,15 @@ class Config:
     report_every: int = 500
     """Victim steps between reports (validation MAP, checkpoint at the experiment's cadence)."""
     # ---------------------------------------------------------------- attack
-    attack: Literal["seagram", "greedy", "greedy_free", "random"] = "seagram"
+    attack: Literal["seagram", "greedy", "greedy_free", "random", "none"] = "seagram"
     """The attack this trial runs on the test pairs (``greedy_free``: greedy with no label
-    check, the unconstrained reference)."""
+    check, the unconstrained reference); ``none``: the victim stage, which trains and
+    checkpoints the victim and attacks nothing (``tune_configs/seagram_victims.yaml``)."""
+    victim_from: str = ""
+    """A ``seagram_victims`` run (a path or a URI): load the victim of this trial's (dataset,
+    victim, hidden, layers, seed) from it instead of training one (``trainers/seagram/victims.py``:
+    a swept margin is chosen per dataset and victim on validation MAP). The victim training
+    fields of this config are then unused. Empty: train the victim in this trial."""
     label_source: Literal["solver", "victim"] = "solver"
     """What SEAGRAM and greedy_free condition on (gain sign, classifier input): ``solver``, each
     test pair's true label (made by the solver at data generation; the attacker knows it), or
@@ -134,6 +140,14 @@ class Config:
     al_random_frac: float = 0.5
     """Share of each round's labels drawn at random from the candidates before uncertainty
     sampling picks the rest (exploration against the sampling bias of pure uncertainty)."""
+    eval_candidates: int = 2000
+    """SEAGRAM: held-out candidate flips (positive-gain flips of an attack step on random
+    validation pairs, the same set for every arm of a seed and victim) labelled by the solver
+    to judge the classifier threshold-free (``clf/auroc``, ``clf/precision_at_recall``); their
+    solver calls are measurement (``clf/eval_calls``), not the attack's cost. 0: skip."""
+    eval_recall: float = 0.5
+    """The recall at which ``clf/precision_at_recall`` reads each classifier (one level for every
+    arm; set it near the attack's own recall, ``clf/recall_at_threshold``)."""
     al_pos_frac: float = 0.5
     """Share of pool flips drawn from relevant train pairs."""
     witness_labels: int = 0
@@ -209,6 +223,7 @@ class Config:
             "attack_queries",
             "patience",
             "witness_labels",
+            "eval_candidates",
             "clf_epochs_init",
             "clf_epochs",
             "torch_threads",
@@ -216,12 +231,18 @@ class Config:
         require(
             self.solver_timeout_s >= 0, "solver_timeout_s", f"must be >= 0 (0: no limit), got {self.solver_timeout_s}"
         )
+        require(
+            not (self.victim_from and self.attack == "none"),
+            "victim_from",
+            "a victim stage (attack: none) trains its victim; victim_from is for the attack experiments",
+        )
         require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
         require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
         require(self.es_tolerance >= 0, "es_tolerance", f"must be >= 0, got {self.es_tolerance}")
         require(self.clf_lr > 0, "clf_lr", f"must be > 0, got {self.clf_lr}")
         require(self.margin > 0, "margin", f"must be > 0, got {self.margin}")
         require(0 < self.threshold < 1, "threshold", f"must be in (0, 1), got {self.threshold}")
+        require(0 < self.eval_recall <= 1, "eval_recall", f"must be in (0, 1], got {self.eval_recall}")
         require(0 < self.al_pos_frac < 1, "al_pos_frac", f"must be in (0, 1), got {self.al_pos_frac}")
         require(0 <= self.al_random_frac <= 1, "al_random_frac", f"must be in [0, 1], got {self.al_random_frac}")
         require(

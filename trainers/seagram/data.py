@@ -441,6 +441,10 @@ def preflight(cfg) -> None:
                     f"files in {data_dir / cfg.source / 'raw'} or set config.download=true "
                     f"(needs internet)"
                 )
+    if cfg.victim_from:
+        from trainers.seagram.victims import find_victim
+
+        find_victim(cfg)  # the run holds this trial's (dataset, victim, seed), with edge slots enough
     n_test = 75 if cfg.dataset else max(1, round(cfg.split[2] * cfg.n_queries))
     if cfg.attack_queries:
         n_test = min(n_test, cfg.attack_queries)

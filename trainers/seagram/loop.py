@@ -36,6 +36,9 @@ from trainers.seagram.model import build_victim, dense_batch
 from trainers.seagram.solver import SolverStats, SubgraphSolver
 
 PHASES = ("victim", "attack_train", "eval", "done")
+NOT_YET = {"attack/map": float("nan"), "clf/auroc": float("nan")}
+"""The experiments' metrics, in every row before the attack has measured them (Tune wants its
+metric in every report): NaN, not measured yet."""
 
 
 @dataclass
@@ -87,7 +90,14 @@ def train_loop(config: dict) -> None:
     }
 
     torch.manual_seed(cfg.seed)
-    victim, _ = make_victim(cfg, data)
+    served = None  # with victim_from: the victim stage's checkpointed state and trial
+    if cfg.victim_from:
+        from trainers.seagram.victims import load_victim_state
+
+        served = load_victim_state(cfg)
+        victim, _ = make_victim(served[1].config, data)  # its own edge slots (its budget)
+    else:
+        victim, _ = make_victim(cfg, data)
     victim = victim.to(device)
     optimizer = torch.optim.Adam(victim.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     torch.manual_seed(cfg.seed + 1)
@@ -112,6 +122,29 @@ def train_loop(config: dict) -> None:
         test_queries = test_queries[: cfg.attack_queries]
 
     # ------------------------------------------------------------ phase 1: the victim
+    if st.phase == "victim" and served is not None:  # loaded from the victim stage: no step taken
+        state, found = served
+        victim.load_state_dict(state["victim"])
+        victim.eval()
+        st.clean_map = split_map(victim, data, test_queries, n_query, n_corpus)
+        st.step, st.pairs_per_s = int(state["step"]), float(state["pairs_per_s"])
+        st.victim_seconds = float(state["victim_seconds"])
+        st.phase = next_phase(cfg)
+        session.report(
+            {
+                "victim/step": st.step,
+                "victim/map_val": found.map_val,
+                "victim/best_step": int(state["early_stopping"]["best_step"]),
+                "victim/pairs_per_s": st.pairs_per_s,
+                "victim/margin": found.config.margin,
+                "victim/map": st.clean_map,
+                **NOT_YET,
+                "train/phase": 0,
+                **data_metrics,
+            },
+            state=st.state_dict,
+            checkpoint=True,
+        )
     if st.phase == "victim":
         feed = TrainPairs.of(data, cfg, device)  # padded once on the device: no collation per step
         losses, pairs, started = [], 0, time.perf_counter()
@@ -131,7 +164,7 @@ def train_loop(config: dict) -> None:
                 if last:
                     stopping.restore(victim)
                     st.clean_map = split_map(victim, data, test_queries, n_query, n_corpus)
-                    st.phase = "attack_train" if cfg.attack == "seagram" else "eval"
+                    st.phase = next_phase(cfg)
                 victim.train()
                 session.report(
                     {
@@ -140,18 +173,38 @@ def train_loop(config: dict) -> None:
                         "victim/map_val": map_val,
                         "victim/best_step": stopping.best_step,
                         "victim/pairs_per_s": st.pairs_per_s,
-                        "attack/map": float("nan"),
+                        "victim/margin": cfg.margin,
+                        **NOT_YET,
                         "train/phase": 0,
                         **data_metrics,
                         **({"victim/map": st.clean_map} if last else {}),
                     },
                     state=st.state_dict,
-                    checkpoint=True if last else None,
+                    # the victim stage checkpoints with its final row, below
+                    checkpoint=(cfg.attack != "none") if last else None,
                 )
                 losses, pairs, started = [], 0, time.perf_counter()
                 if last:
                     break
-        st.phase = "attack_train" if cfg.attack == "seagram" else "eval"
+        st.phase = next_phase(cfg)
+    if cfg.attack == "none":  # the victim stage: its checkpoint is the product
+        if st.phase == "done":
+            session.report(
+                {
+                    "victim/map": st.clean_map,
+                    "victim/map_val": stopping.best,
+                    "victim/best_step": stopping.best_step,
+                    "victim/step": st.step,
+                    "victim/pairs_per_s": st.pairs_per_s,
+                    "victim/margin": cfg.margin,
+                    **NOT_YET,
+                    "train/phase": 2,
+                    **data_metrics,
+                },
+                state=st.state_dict,
+                checkpoint=True,
+            )
+        return
     victim.eval()
     for p in victim.parameters():
         p.requires_grad_(False)
@@ -180,7 +233,7 @@ def train_loop(config: dict) -> None:
                     "attack/solver_calls_train": solver.stats.calls,
                     "attack/solver_unknown_train": solver.stats.unknown,
                     "attack/train_s": st.al_seconds,
-                    "attack/map": float("nan"),
+                    **NOT_YET,
                     "train/phase": 1,
                     **data_metrics,
                 },
@@ -192,6 +245,9 @@ def train_loop(config: dict) -> None:
 
     # ------------------------------------------------------------ phase 3: attack and measure
     metrics, checker = run_attack(cfg, data, victim, clf, test_queries)
+    metrics["clf/auroc"] = float("nan")  # measured for SEAGRAM's classifier only
+    if cfg.attack == "seagram" and cfg.eval_candidates:
+        metrics.update(heldout_metrics(cfg, clf, *heldout_set(cfg, data, victim)))
     st.phase = "done"
     session.report(
         {
@@ -209,6 +265,12 @@ def train_loop(config: dict) -> None:
         state=st.state_dict,
         checkpoint=True,
     )
+
+
+def next_phase(cfg: Config) -> str:
+    """The phase after the victim's: active learning for SEAGRAM, the attack for the others,
+    nothing for the victim stage (``attack: none``)."""
+    return {"seagram": "attack_train", "none": "done"}.get(cfg.attack, "eval")
 
 
 class EarlyStopping:
@@ -435,6 +497,57 @@ def run_attack(cfg: Config, data: RetrievalData, victim, clf, test_queries: np.n
     return {**metrics, **extra}, checker
 
 
+def heldout_set(cfg: Config, data: RetrievalData, victim) -> tuple:
+    """The held-out candidate flips that judge a classifier, labelled by the solver.
+
+    ``eval_candidates`` flips of positive gain among an attack step's candidates on random
+    (validation query, corpus graph) pairs (the train queries when there is no validation
+    split), drawn by a generator of the seed alone: every arm of a seed and victim gets the
+    same set. Returns ``(pool, rows, labels, solver calls)``; labels 1 = non-critical (the
+    flip keeps the pair's relevance), unknown verdicts dropped.
+    """
+    queries = val_queries(data)
+    pool = atk.FlipPool(
+        [data.queries[i] for i in queries], data.corpus, data.labels[queries], cfg.al_pos_frac, cfg.induced
+    )
+    rng = np.random.default_rng([cfg.seed, 5])
+    per_pair = min(cfg.top_k, 8) if cfg.top_k else 8
+    rows = pool.sample_attack(
+        rng, cfg.eval_candidates, victim, max(1, -(-cfg.eval_candidates // per_pair)), cfg.top_k,
+        cfg.query_nodes[1], cfg.corpus_nodes[1],
+    )  # fmt: skip
+    solver = SubgraphSolver.from_config(cfg)
+    rows, labels, _ = pool.label(rows, solver)
+    known = labels >= 0
+    return pool, rows[known], labels[known], solver.stats.calls
+
+
+def heldout_metrics(cfg: Config, clf, pool: atk.FlipPool, rows: np.ndarray, labels: np.ndarray, calls: int) -> dict:
+    """The classifier on the held-out flips: AUROC, precision at ``eval_recall``, and recall and
+    precision at the attack's threshold (``p_noncritical`` as the attack reads it: the ensemble's
+    minimum)."""
+    from trainers.seagram import al_metrics
+
+    if not len(rows):
+        nan = float("nan")
+        return {"clf/auroc": nan, "clf/precision_at_recall": nan, "clf/recall_at_threshold": nan,
+                "clf/precision_at_threshold": nan, "clf/eval_noncritical_rate": nan, "clf/eval_calls": calls}  # fmt: skip
+    batch = pool.batch(rows, cfg.query_nodes[1], cfg.corpus_nodes[1])
+    with torch.no_grad():
+        prob = atk.noncritical_prob(
+            clf, batch, torch.arange(len(rows)), torch.from_numpy(rows[:, 2]), torch.from_numpy(rows[:, 3])
+        ).numpy()
+    recall, precision = al_metrics.at_threshold(prob, labels, cfg.threshold)
+    return {
+        "clf/auroc": al_metrics.auroc(prob, labels),
+        "clf/precision_at_recall": al_metrics.precision_at_recall(prob, labels, cfg.eval_recall),
+        "clf/recall_at_threshold": recall,
+        "clf/precision_at_threshold": precision,
+        "clf/eval_noncritical_rate": float(labels.mean()),
+        "clf/eval_calls": calls,
+    }
+
+
 def train_scores(victim, data: RetrievalData, cfg: Config) -> torch.Tensor:
     """The victim's scores of every (train query, corpus graph) pair, row-major."""
     queries = data.splits["train"]
@@ -610,6 +723,7 @@ def compare_attacks(
     attacks=("random", "greedy", "seagram"),
     al_strategies: tuple[str, ...] = (),
     al_arms: dict[str, dict] | None = None,
+    judge: bool = False,
 ) -> dict:
     """Train one victim, then run each attack on it; no session, no checkpoints.
 
@@ -620,18 +734,34 @@ def compare_attacks(
     with each of these sampling strategies on the same victim, its results under
     ``"seagram_<strategy>"`` and ``"seagram_train_<strategy>"``; ``al_arms``, ``{name:
     overrides}``, the same for other settings (``"seagram_<name>"``), at the same al_budget.
+    ``judge``: every SEAGRAM classifier is also scored on one held-out set of ``eval_candidates``
+    solver-labelled flips (``heldout_metrics``, the ``clf/*`` metrics), and ``"heldout"`` holds
+    its solver calls, its non-critical rate and an untrained classifier's scores (the control).
     """
     victim, clean = trained_victim(cfg, data)
     out = {"victim": clean}
     test_queries = attacked_queries(cfg, data)
-    clf = None
+    clf, heldout = None, None
     if "seagram" in attacks:
+        heldout = heldout_set(cfg, data, victim) if judge and cfg.eval_candidates else None
         clf, out["seagram_train"] = train_seagram(cfg, data, victim)
         arms = {s: {"al_strategy": s} for s in al_strategies} | dict(al_arms or {})
         for name, overrides in arms.items():
             other = replace(cfg, **overrides)
             other_clf, out[f"seagram_train_{name}"] = train_seagram(other, data, victim)
             out[f"seagram_{name}"] = run_attack(other, data, victim, other_clf, test_queries, attack="seagram")[0]
+            if heldout is not None:
+                out[f"seagram_{name}"].update(heldout_metrics(other, other_clf, *heldout))
     for name in attacks:
         out[name] = run_attack(cfg, data, victim, clf, test_queries, attack=name)[0]
+    if clf is not None and heldout is not None:
+        out["seagram"].update(heldout_metrics(cfg, clf, *heldout))
+        # the instrument's control: an untrained classifier (the same initialisation) on the same flips
+        torch.manual_seed(cfg.seed + 1)
+        untrained = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members).eval()
+        out["heldout"] = {
+            "calls": heldout[3],
+            "noncritical_rate": float(heldout[2].mean()) if len(heldout[2]) else float("nan"),
+            "untrained": heldout_metrics(cfg, untrained, *heldout),
+        }
     return out

@@ -2,40 +2,62 @@
 
 NeuroMatch-named victim (raylab's GIN order embedding) with IsoNet++'s weight decay and early
 stopping, budget 2, 10 test queries x 60 corpus graphs, 299 training labels per SEAGRAM arm,
-at the defaults (threshold 0.8, select safest, al_pool picks, al_random_frac 0.5).
+at the defaults (threshold 0.8, select safest, al_pool picks, al_random_frac 0.5), six seeds.
 
-Measured with this fixture on 2026-12-03 (seeds 0 / 1 / 2; clean MAP 0.526 / 0.527 / 0.493):
-random flips keep 0.787 / 0.753 / 0.773; greedy drops MAP 0.410 / 0.412 / 0.377 at 2404 / 2489
-/ 2182 solver calls; unconstrained greedy keeps 0.673 / 0.670 / 0.700 (true drop 0.335 / 0.344 /
-0.343). Active-learning arms at equal labels (299 solver calls each): labels kept, MAP drop
-under the original labels, under the true labels:
+Measured with this fixture on 2026-12-03 (seeds 0-5; clean MAP 0.521 / 0.531 / 0.517 / 0.530 /
+0.531 / 0.539): random flips keep 0.753-0.803; greedy drops MAP 0.402-0.421 at 2107-2691 solver
+calls; unconstrained greedy keeps 0.663-0.695; SEAGRAM (mixed) keeps 0.790-0.932 (mean 0.865) at
+0.96-1.00x greedy's drop with no solver call at attack time.
+
+Active-learning arms at equal labels (299 solver calls each), judged on 1,000 held-out candidate
+flips (positive-gain flips of an attack step on validation pairs, labelled by the solver, the
+same set for every arm of a seed). Means over the six seeds: held-out AUROC / precision at recall
+0.5 / labels kept / true-label MAP drop:
 
 - mixed (default: half of each round at random, half by uncertainty, over the flips the current
-  classifier's attack would take): kept 0.803 / 0.824 / 0.917, drop 0.336 / 0.391 / 0.375,
-  true drop 0.322 / 0.345 / 0.348;
-- pure uncertainty (al_random_frac 0): kept 0.725 / 0.782 / 0.861, drop 0.410 / 0.411 / 0.373,
-  true drop 0.234 / 0.269 / 0.315;
-- passive (classifier-free: uniform flips of uniform train pairs): kept 0.905 / 0.856 / 0.838,
-  drop 0.382 / 0.391 / 0.375, true drop 0.390 / 0.346 / 0.335.
+  classifier's attack would take): 0.748 / 0.879 / 0.865 / 0.369;
+- pure uncertainty (al_random_frac 0): 0.703 / 0.829 / 0.810 / 0.333;
+- passive (classifier-free: uniform flips of uniform train pairs): 0.758 / 0.878 / 0.830 / 0.338.
 
-Mixed beats pure uncertainty on all three seeds in both (kept +0.042 to +0.078, true drop
-+0.033 to +0.088). Neither beats passive labelling on the mean or on every seed: mixed -
-passive is kept -0.019 on the mean (1/3 seeds > 0) and true drop -0.019 (1/3); pure
-uncertainty - passive is kept -0.077 (1/3) and true drop -0.085 (0/3). So active learning does
-not beat passive labelling here: the assertions say so. At the old threshold 0.9 the same
-fixture measured mixed kept 0.816 / 0.932 / 0.879 and drop 0.397 / 0.169 / 0.400; at 0.8
-every seed's drop is at least 0.8x greedy's.
+Paired differences, mean [95% bootstrap interval over seeds], seeds above 0:
+
+- mixed - pure uncertainty: AUROC +0.045 [+0.024, +0.068] 6/6; precision at recall +0.050
+  [+0.011, +0.096] 5/6; kept +0.054 [+0.021, +0.095] 5/6; true drop +0.035 [-0.005, +0.078] 4/6;
+- pure uncertainty - passive: AUROC -0.055 [-0.095, -0.017] 0/6; precision at recall -0.049
+  [-0.085, -0.009] 1/6; kept -0.019 [-0.086, +0.035] 3/6; true drop -0.005 [-0.056, +0.045] 3/6;
+- mixed - passive: AUROC -0.010 [-0.049, +0.023] 3/6; precision at recall +0.001 [-0.030,
+  +0.026] 4/6; kept +0.035 [-0.032, +0.074] 5/6; true drop +0.030 [-0.018, +0.064] 5/6.
+
+Calls-to-match-passive at 300 labels (the active arms also trained at 150; the label budget at
+which an arm's AUROC reaches passive's at 300, / 300): mixed 0.60 / 0.50 / never / never / 0.71 /
+0.50; pure uncertainty 0.50 / 0.50 / 0.50 / never / never / never (0.50 means "already at 150",
+an upper bound; pure uncertainty's AUROC at 150, mean 0.712, is above its own at 300, 0.703: more
+uncertainty-sampled labels did not help it).
+
+The AUROC instrument's control: every arm's classifier is above 0.5 on every seed (0.644-0.797)
+and above an untrained classifier of the same initialisation by +0.20 to +0.26 on the mean
+(intervals above 0); the untrained one's AUROC is 0.32 / 0.27 / 0.71 / 0.72 / 0.29 / 0.68 (its
+random weights read the structural features in either direction), so the control is on the mean.
+
+So at this scale "active learning saves solver calls" is not supported: pure uncertainty sampling
+is worse than passive labelling on held-out AUROC (every seed), the mixed default is not
+distinguishable from passive (the earlier 3-seed labels-kept null and its sign flip were this
+noise: 6 seeds put it at +0.035 with an interval across 0), and the one robust ordering is that
+the random half of the mixed arm beats pure uncertainty. The assertions say exactly that.
 """
 
 import numpy as np
 import pytest
 
 from raylab.config import from_dict
+from trainers.seagram.al_metrics import calls_to_match, paired_interval
 from trainers.seagram.config import Config
 from trainers.seagram.data import load_or_generate, spec_from_config
 from trainers.seagram.loop import compare_attacks
 
-pytestmark = pytest.mark.long  # 308-346 s on 2 shared cores (2026-12-03): three seeds of five arms
+# the fixture: 660-870 s per seed at load 16-39 on 2 shared cores (2026-12-03, two seeds at once;
+# 3 seeds of fewer arms took 308-346 s at load ~2): six seeds need more than the default 900 s
+pytestmark = [pytest.mark.long, pytest.mark.timeout(3600)]
 
 SCIENCE = dict(
     source="nci",
@@ -60,11 +82,16 @@ SCIENCE = dict(
     clf_hidden=32,
     clf_layers=3,
     clf_batch=32,
+    eval_candidates=1000,
+    eval_recall=0.5,
 )
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3, 4, 5)
 AL_ARMS = {
     "uncertainty": {"al_random_frac": 0.0},  # pure uncertainty sampling over the picks pool
     "passive": {"al_strategy": "passive"},  # classifier-free: uniform flips of uniform train pairs
+    # the active arms at half the label budget: the budget axis of calls-to-match-passive at 300
+    "mixed_150": {"al_budget": 150},
+    "uncertainty_150": {"al_random_frac": 0.0, "al_budget": 150},
 }
 """The active-learning arms beside the default (``seagram``: half of each round at random, half
 by uncertainty, over the flips the current classifier's attack would take), at equal labels."""
@@ -77,7 +104,11 @@ def runs(tmp_path_factory):
     for seed in SEEDS:
         cfg = from_dict(Config, {**SCIENCE, "seed": seed}, "science test")
         data = load_or_generate(spec_from_config(cfg), cache, cache)
-        out.append(compare_attacks(cfg, data, attacks=("random", "greedy", "greedy_free", "seagram"), al_arms=AL_ARMS))
+        out.append(
+            compare_attacks(
+                cfg, data, attacks=("random", "greedy", "greedy_free", "seagram"), al_arms=AL_ARMS, judge=True
+            )
+        )
     return out
 
 
@@ -119,20 +150,71 @@ def test_seagram_needs_at_least_5x_fewer_solver_calls(runs):
         assert r["greedy"]["attack/solver_calls_test"] >= 5 * seagram_calls
 
 
+ARM_KEYS = {"mixed (default)": "seagram", "uncertainty": "seagram_uncertainty", "passive": "seagram_passive"}
+"""The three arms at 300 labels: mixed (half random, half uncertainty), pure uncertainty, passive."""
+AT_150 = {"mixed (default)": "seagram_mixed_150", "uncertainty": "seagram_uncertainty_150"}
+"""The active arms at 150 labels: the budget axis of calls-to-match-passive."""
+PAIRS = [("mixed (default)", "passive"), ("uncertainty", "passive"), ("mixed (default)", "uncertainty")]
+METRICS = ("auroc", "prec_at_recall", "kept", "true_drop")
+
+
+def arm_values(r: dict, key: str) -> dict[str, float]:
+    m = r[key]
+    return {
+        "auroc": m["clf/auroc"],
+        "prec_at_recall": m["clf/precision_at_recall"],
+        "recall_at_t": m["clf/recall_at_threshold"],
+        "kept": m["attack/label_preserved"],
+        "drop": m["attack/map_drop"],
+        "true_drop": r["victim"]["map"] - m["attack/map_true_labels"],
+    }
+
+
 def al_table(runs) -> dict[str, dict[str, np.ndarray]]:
-    """Per arm, per-seed labels kept, MAP drop under the original labels and under the true
-    labels (``victim/map - attack/map_true_labels``), and training solver calls."""
-    arms = {"mixed (default)": "seagram", "uncertainty": "seagram_uncertainty", "passive": "seagram_passive"}
+    """Per arm (300 labels), per-seed held-out AUROC, precision at recall 0.5, recall at the
+    attack's threshold, labels kept, MAP drop under the original and the true labels, and the
+    training solver calls."""
     out = {}
-    for arm, key in arms.items():
+    for arm, key in ARM_KEYS.items():
         train = "seagram_train" + key[len("seagram") :]
-        out[arm] = {
-            "kept": values(runs, key, "label_preserved"),
-            "drop": values(runs, key, "map_drop"),
-            "true_drop": np.array([r["victim"]["map"] - r[key]["attack/map_true_labels"] for r in runs]),
-            "calls": np.array([r[train]["solver_calls"] for r in runs]),
-        }
+        rows = [arm_values(r, key) for r in runs]
+        out[arm] = {name: np.array([row[name] for row in rows]) for name in rows[0]}
+        out[arm]["calls"] = np.array([r[train]["solver_calls"] for r in runs])
     return out
+
+
+def al_statistics(runs) -> dict:
+    """Paired differences between arms (mean, 95% bootstrap interval over seeds, seeds > 0) and
+    calls-to-match-passive at 300 labels (per seed: the label budget at which an active arm's AUROC
+    reaches passive's at 300, on the axis 150 / 300, divided by 300; inf: not reached)."""
+    table = al_table(runs)
+    stats = {"table": table, "diffs": {}, "match": {}}
+    for a, b in PAIRS:
+        for metric in METRICS:
+            d = table[a][metric] - table[b][metric]
+            stats["diffs"][a, b, metric] = (d, *paired_interval(d))
+    for arm, key in AT_150.items():
+        curve = [[r[key]["clf/auroc"], r[ARM_KEYS[arm]]["clf/auroc"]] for r in runs]
+        target = table["passive"]["auroc"]
+        stats["match"][arm] = np.array([calls_to_match([150, 300], c, t) / 300 for c, t in zip(curve, target)])
+    return stats
+
+
+def print_statistics(runs, stats) -> None:
+    table = stats["table"]
+    cols = ("calls", "auroc", "prec_at_recall", "recall_at_t", "kept", "drop", "true_drop")
+    print(f"\n{'arm':16s} {'seed':>4s} " + " ".join(f"{c:>14s}" for c in cols))
+    for arm, t in table.items():
+        for i, seed in enumerate(SEEDS):
+            print(f"{arm:16s} {seed:4d} " + " ".join(f"{float(t[c][i]):14.3f}" for c in cols))
+        print(f"{arm:16s} mean " + " ".join(f"{float(np.mean(t[c])):14.3f}" for c in cols))
+    for (a, b, metric), (d, mean, lo, hi) in stats["diffs"].items():
+        print(f"{a} - {b}, {metric}: {mean:+.3f} [{lo:+.3f}, {hi:+.3f}], {int((d > 0).sum())}/{len(d)} seeds > 0")
+    for arm, ratio in stats["match"].items():
+        print(f"calls-to-match-passive @300, {arm}: per seed {np.round(ratio, 2).tolist()}")
+    untrained = [r["heldout"]["untrained"]["clf/auroc"] for r in runs if "heldout" in r]
+    if untrained:
+        print(f"untrained classifier AUROC per seed: {np.round(untrained, 3).tolist()}")
 
 
 @pytest.mark.slow
@@ -151,40 +233,44 @@ def test_active_learning_arms_at_equal_label_budgets(runs):
                 f"{m['attack/map_drop']:6.3f} {r['victim']['map'] - m['attack/map_true_labels']:9.3f} "
                 f"{m['attack/solver_calls_test']:10d}"
             )
-    table = al_table(runs)
-    print(f"\n{'arm':16s} {'seed':>4s} {'calls':>6s} {'kept':>6s} {'drop':>6s} {'true drop':>9s}")
+    stats = al_statistics(runs)
+    print_statistics(runs, stats)
+    table = stats["table"]
+    # positive control of the AUROC instrument: it sees training. Every arm's classifier ranks the
+    # held-out flips above chance on every seed (measured 0.644-0.797), and above an untrained one
+    # of the same initialisation on the mean, the interval above 0 (measured +0.20 to +0.26, lower
+    # ends +0.03 to +0.12). Not seed by seed: an untrained classifier's random weights read the
+    # structural features in either direction (measured AUROC 0.27-0.72, mean 0.50).
+    untrained = np.array([r["heldout"]["untrained"]["clf/auroc"] for r in runs])
     for arm, cols in table.items():
-        for i, seed in enumerate(SEEDS):
-            print(
-                f"{arm:16s} {seed:4d} {cols['calls'][i]:6d} {cols['kept'][i]:6.3f} {cols['drop'][i]:6.3f} "
-                f"{cols['true_drop'][i]:9.3f}"
-            )
-        print(
-            f"{arm:16s} mean {cols['calls'].mean():6.0f} {cols['kept'].mean():6.3f} {cols['drop'].mean():6.3f} "
-            f"{cols['true_drop'].mean():9.3f}"
-        )
-    diffs = {}
-    for a, b in [("mixed (default)", "passive"), ("uncertainty", "passive"), ("mixed (default)", "uncertainty")]:
-        for metric in ("kept", "true_drop"):
-            diff = diffs[a, b, metric] = table[a][metric] - table[b][metric]
-            print(
-                f"{a} - {b}, {metric}: mean {diff.mean():+.3f}, range [{diff.min():+.3f}, {diff.max():+.3f}], "
-                f"{int((diff > 0).sum())}/{len(diff)} seeds > 0"
-            )
+        mean, lo, _ = paired_interval(cols["auroc"] - untrained)
+        assert (cols["auroc"] > 0.5).all() and mean >= 0.15 and lo > 0, (arm, cols["auroc"], untrained)
     for cols in table.values():  # equal label budgets: every arm spends the same solver calls
         assert (cols["calls"] == table["passive"]["calls"]).all() and (cols["calls"] <= SCIENCE["al_budget"]).all()
         assert cols["true_drop"].mean() >= 0.2  # every arm's classifier makes a working attack
-    # Measured (see the module docstring): neither AL arm beats passive labelling on every seed,
-    # in labels kept or in true-label MAP drop, and the mean differences stay within 0.1 (the
-    # largest, pure uncertainty - passive true drop, measured -0.085). So the claim "active
-    # learning saves solver calls" is not supported at this scale. Within the AL arms, the
-    # random half of the default (mixed) beats pure uncertainty on the mean in both (measured
-    # +0.059 kept, +0.066 true drop; on all three seeds).
-    for (a, b, metric), diff in diffs.items():
-        assert abs(diff.mean()) <= 0.1, (a, b, metric, diff)
-    for a in ("mixed (default)", "uncertainty"):
-        beats = (diffs[a, "passive", "kept"] > 0) & (diffs[a, "passive", "true_drop"] > 0)
-        assert not beats.all(), (a, diffs[a, "passive", "kept"], diffs[a, "passive", "true_drop"])
-    for metric in ("kept", "true_drop"):
-        diff = diffs["mixed (default)", "uncertainty", metric]
-        assert diff.mean() >= 0.02 and (diff > 0).sum() >= 2, (metric, diff)
+    check_findings(stats)
+
+
+def check_findings(stats) -> None:
+    """What 6 seeds support (measured figures in the module docstring); the rest is printed as
+    findings, not asserted. The judge is the held-out AUROC (threshold-free); labels kept and
+    true-label drop also move with the threshold."""
+    diffs = stats["diffs"]
+
+    def seeds_above(a, b, metric):
+        return int((diffs[a, b, metric][0] > 0).sum())
+
+    # mixed beats pure uncertainty on held-out AUROC: measured +0.045 [+0.024, +0.068], 6/6 seeds
+    _, mean, lo, _ = diffs["mixed (default)", "uncertainty", "auroc"]
+    assert mean >= 0.02 and lo > 0 and seeds_above("mixed (default)", "uncertainty", "auroc") >= 5, mean
+    # ... and keeps more labels: measured +0.054 [+0.021, +0.095], 5/6 seeds
+    _, mean, lo, _ = diffs["mixed (default)", "uncertainty", "kept"]
+    assert mean >= 0.02 and lo > 0 and seeds_above("mixed (default)", "uncertainty", "kept") >= 4, mean
+    # pure uncertainty ranks held-out flips worse than passive labelling: measured -0.055
+    # [-0.095, -0.017], 0/6 seeds above 0
+    _, mean, _, hi = diffs["uncertainty", "passive", "auroc"]
+    assert hi < 0 and seeds_above("uncertainty", "passive", "auroc") <= 1, mean
+    # mixed against passive: no AUROC difference this instrument can see at 6 seeds (measured
+    # -0.010 [-0.049, +0.023], 3/6); asserted only as "not better by more than 0.05"
+    _, mean, _, _ = diffs["mixed (default)", "passive", "auroc"]
+    assert abs(mean) <= 0.05, mean

@@ -154,11 +154,16 @@ def test_config_validation_names_the_key():
     assert from_dict(Config, {}, "test").al_per_round == 150
 
 
-@pytest.mark.parametrize("name", ["seagram", "seagram_baselines", "seagram_no_labels"])
+@pytest.mark.parametrize("name", ["seagram", "seagram_baselines", "seagram_no_labels", "seagram_victims"])
 @pytest.mark.parametrize("smoke", [False, True])
 def test_experiment_files_validate(name, smoke):
     experiment = experiments.load(name, smoke=smoke)
-    assert experiment.metric == "attack/map" and experiment.mode == "min"
+    metric = {"seagram": ("clf/auroc", "max"), "seagram_victims": ("victim/map_val", "max")}
+    assert (experiment.metric, experiment.mode) == metric.get(name, ("attack/map", "min"))
+    # the attack experiments load the victim stage's victims; their smokes train a small one
+    assert experiment.config.get("victim_from", "") == (
+        "" if smoke or name == "seagram_victims" else "results/seagram_victims"
+    )
     if smoke:
         assert experiment.resources.gpus_per_worker == 0 and experiment.config["source"] == "nci"
     else:
