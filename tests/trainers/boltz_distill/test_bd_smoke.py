@@ -46,7 +46,7 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
 
     roots = (f"config.store_root={tmp_path / 'stores'}", f"config.student_root={tmp_path / 'students'}")
     results, run_path, _ = smoke_sweep("admet_probe", *roots)
-    assert len(results) == 14  # 7 rows x split seeds 1, 2
+    assert len(results) == 16  # 8 rows x split seeds 1, 2
     for result in results:
         assert result.error is None, result.error
         end_to_end = result.config["variant"]["probe"] == "end_to_end"
@@ -58,12 +58,16 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
         "Chemprop D-MPNN",
         "GINE, supervised",
         "Morgan + descriptors",
+        "Morgan + descriptors",
         "GINE, random init",
         "teacher descriptors",
         "student <- conformer",
         "student <- descriptors",
     ]
     assert all(len(per_task["solubility"]) == 2 for per_task in cells.values())  # mean ± std over 2 seeds
+    assert {probe for name, probe in cells if name == "Morgan + descriptors"} == {"linear", "gbm"}
+    printed = table.format_table(cells).splitlines()
+    assert any(line.startswith("TDC leaderboard: best") and "different data and split" in line for line in printed)
     # two students from different teachers were distilled once each, shared by both seeds
     assert len(list((tmp_path / "students").glob("*/state.pt"))) == 2
     html = Path(report.write_report(run_path)).read_text()
