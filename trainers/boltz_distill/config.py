@@ -134,12 +134,13 @@ class ProbeConfig:
     ``end_to_end`` for the supervised models (and only for them)."""
     student_checkpoint: str = ""
     """features=student: a boltz_distill checkpoint folder (with state.pt) or its trial folder
-    (the newest checkpoint in it is used). Empty: the student is distilled here (once, cached
+    (its student with the lowest reported ``distill/val_loss``). Empty: the student is distilled here (once, cached
     under ``student_root``) from ``student_teachers``. features=random_student: if given,
     copies its architecture."""
     students_from: str = ""
-    """features=student: a finished ``boltz_distill`` run folder (``results/boltz_distill-...``);
-    the trial probes the student of its trial folder ``student_trial`` (the newest checkpoint).
+    """features=student: a ``boltz_distill`` run folder (``results/boltz_distill-...``) or its
+    storage URI (``s3://...``, as ``--storage`` names it); the trial probes the student of its
+    finished trial ``student_trial`` (the weights with the lowest reported ``distill/val_loss``).
     ``python -m trainers.boltz_distill.students RUN`` prints the search override that makes one
     probe trial per trained student (and split seed): one table row per student."""
     student_trial: str = ""

@@ -63,7 +63,7 @@ def preflight(cfg: ProbeConfig) -> None:
         from trainers.boltz_distill.corpus import check_test_sets
 
         check_test_sets(cfg.data_dir, cfg.allow_missing_tests, "config.data_dir")
-    if cfg.features == "student" and cfg.student_checkpoint:
+    if cfg.features == "student" and cfg.student_checkpoint and "://" not in cfg.student_checkpoint:
         path = user_path(cfg.student_checkpoint)
         if not path.exists():
             raise UserError(f"config.student_checkpoint: {path} does not exist")
@@ -80,7 +80,9 @@ def student_source(cfg: ProbeConfig) -> str:
     """The trained student this trial probes: ``student_checkpoint``, or the ``student_trial``
     folder of the run ``students_from``; empty when the student is distilled here."""
     if cfg.students_from:
-        return str(user_path(cfg.students_from) / cfg.student_trial)
+        from trainers.boltz_distill.loop import student_location
+
+        return student_location(cfg.students_from, cfg.student_trial)
     return cfg.student_checkpoint
 
 

@@ -56,9 +56,9 @@ def representation(params: dict) -> str:
     if features == "student":
         teachers, layer = params.get("student_teachers") or (), params.get("student_layer", "trunk_s")
         if params.get("students_from"):
-            from trainers.boltz_distill.loop import load_student
+            from trainers.boltz_distill.loop import load_student, student_location
 
-            path = Path(params["students_from"]).expanduser() / params.get("student_trial", "")
+            path = student_location(params["students_from"], params.get("student_trial", ""))
             trained = load_student(path)[1]["config"]
             teachers, layer = trained.get("teachers", ()), trained.get("boltz2_layer", "trunk_s")
             return (

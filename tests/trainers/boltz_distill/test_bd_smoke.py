@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from conftest import assert_finite_metrics
 
 from raylab.errors import UserError
@@ -94,6 +95,14 @@ def test_distill_trial_resumes_exactly(local_trial, tmp_path):
     assert rest[-1]["distill/step"] == full[-1]["distill/step"]
     assert rest[-1]["distill/val_loss"] == full[-1]["distill/val_loss"]
     assert rest[-1]["distill/loss"] == full[-1]["distill/loss"]
+    # the checkpoint carries the student with the lowest reported val loss, which load_student probes
+    from trainers.boltz_distill.loop import load_student
+
+    model, state = load_student(tmp_path / "full")
+    best = min(range(len(full)), key=lambda i: full[i]["distill/val_loss"])
+    assert state["best_val_loss"] == full[best]["distill/val_loss"]
+    assert state["probed_step"] == state["best_step"] == full[best]["distill/step"]
+    assert all(torch.equal(model.state_dict()[k], state["best_model"][k]) for k in state["best_model"])
 
     # the distilled student is probed by admet_probe straight from its trial folder
     rows = local_trial(

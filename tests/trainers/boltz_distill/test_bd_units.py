@@ -473,7 +473,9 @@ def test_probe_reads_every_student_of_a_finished_distill_run(tmp_path, local_tri
             store_root=str(tmp_path / "stores"),
             allow_missing_tests=True,
         )
-        ckpt.save(RunFolder(run).trial(f"trial_{seed}").checkpoint_path(0), distill(cfg))
+        trial = RunFolder(run).trial(f"trial_{seed}")
+        ckpt.save(trial.checkpoint_path(0), distill(cfg))
+        trial.write_rows([{"distill/val_loss": 1.0, "done": True}])
     (run / "not_a_trial").mkdir()
     assert students.run_students(str(run)) == ["trial_0", "trial_1"]
     assert students.main([str(run)]) == 0
