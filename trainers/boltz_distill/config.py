@@ -24,6 +24,9 @@ class Config:
     exclude_tests: bool = True
     """Leave out every molecule of a known test set (the offline tasks', and the TDC ADMET
     group's under ``tdc_data_dir``): see ``corpus.py``."""
+    exclude_test_scaffolds: bool = False
+    """The scaffold-disjoint arm: also leave out every corpus molecule whose ring scaffold is a
+    test molecule's (``corpus.test_scaffold``), so no test scaffold is seen in distillation."""
     tdc_data_dir: str = "~/.cache/raylab/tdc"
     """Where the TDC ADMET group lives, for the test-set exclusion. A missing test set refuses
     the run unless ``allow_missing_tests``."""

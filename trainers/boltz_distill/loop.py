@@ -39,7 +39,13 @@ def corpus_of(cfg: Config, excluded_sets: list[str] | None = None) -> list[str]:
     """The corpus's canonical SMILES under the leakage rule of ``corpus.py`` (the test sets
     excluded are appended to ``excluded_sets``)."""
     return corpus_smiles(
-        cfg.corpus, cfg.max_molecules, cfg.exclude_tests, cfg.tdc_data_dir, cfg.allow_missing_tests, excluded_sets
+        cfg.corpus,
+        cfg.max_molecules,
+        cfg.exclude_tests,
+        cfg.tdc_data_dir,
+        cfg.allow_missing_tests,
+        excluded_sets,
+        cfg.exclude_test_scaffolds,
     )
 
 
@@ -55,13 +61,14 @@ def preflight(cfg: Config) -> None:
                 f"-m trainers.boltz_distill.teacher --teacher boltz2 --checkpoint boltz2_conf.ckpt "
                 f"--layer {cfg.boltz2_layer} --smiles CORPUS.smi --out {path} (CORPUS.smi from: "
                 f"python -m trainers.boltz_distill.corpus {cfg.corpus} --limit {cfg.max_molecules} "
-                f"--out CORPUS.smi; across a cluster's GPUs add --address auto)"
+                + ("--exclude-test-scaffolds " if cfg.exclude_test_scaffolds else "")
+                + "--out CORPUS.smi; across a cluster's GPUs add --address auto)"
             )
         if (path / "meta.json").is_file():
             store = EmbeddingStore(path)
             dims += store.dim
             rows = max(rows, store.total_rows())
-    if cfg.exclude_tests:
+    if cfg.exclude_tests or cfg.exclude_test_scaffolds:
         check_test_sets(cfg.tdc_data_dir, cfg.allow_missing_tests)
     need = rows * dims * 4 * 2  # float32 targets, plus room for the batches built from them
     available = _available_memory()

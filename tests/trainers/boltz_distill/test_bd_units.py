@@ -354,20 +354,22 @@ def test_corpus_leaves_out_every_test_molecule_and_reads_moses(tmp_path):
     solubility = data.load_task("solubility")
     test_keys, sources = corpus.test_set_keys(allow_missing=True)
     assert sources == ["solubility", "freesolv"]
-    assert {k for k in map(corpus.leakage_key, solubility.test_smiles) if k} <= test_keys
+    assert {k for ks in map(corpus.leakage_keys, solubility.test_smiles) if ks for k in ks} <= test_keys
     smi = tmp_path / "c.smi"
-    train_part = [s for s in solubility.train_val_smiles[:30] if corpus.leakage_key(s) not in test_keys]
+    train_part = [s for s in solubility.train_val_smiles[:30] if not corpus.leakage_keys(s) & test_keys]
     smi.write_text("\n".join(solubility.test_smiles[:30] + train_part + train_part[:3]) + "\n")
     kept = corpus.corpus_smiles(str(smi), limit=0, allow_missing_tests=True)
-    assert not {corpus.leakage_key(k) for k in kept} & test_keys
+    assert not {k for s in kept for k in corpus.leakage_keys(s)} & test_keys
     assert kept == list(dict.fromkeys(map(chem.canonical_smiles, train_part)))  # file order, duplicates once
     assert len(corpus.corpus_smiles(str(smi), limit=0, exclude_tests=False)) > len(kept)
     moses = corpus.corpus_smiles("moses", limit=200, allow_missing_tests=True)
     assert len(moses) == 200 and all(Chem.MolFromSmiles(k) is not None for k in moses)
 
 
-# one test molecule per line, then its variants: stereo, salt, charge state, isotope, E/Z
+# one test molecule per line, then its variants: stereo, salt, charge state, isotope, E/Z, tautomer
 LEAKAGE_VARIANTS = {
+    "CC(=O)CC(=O)C": ["CC(O)=CC(=O)C", "C/C(O)=C/C(C)=O"],  # keto-enol: InChI keeps them apart
+    "CC(C)=O": ["CC(O)=C"],
     "CC(N)C(=O)O": [
         "C[C@H](N)C(=O)O",
         "C[C@@H](N)C(=O)O",
@@ -383,18 +385,26 @@ LEAKAGE_VARIANTS = {
 DIFFERENT = ["CCC(N)C(=O)O", "NCCC(=O)O", "CC=CC(=O)OC", "c1ccc2occc2c1", "CC(N)C(=O)N"]
 
 
-def test_leakage_key_groups_stereo_salt_and_charge_variants_and_the_corpus_drops_them(tmp_path):
+def test_leakage_key_groups_stereo_salt_charge_and_tautomer_variants_and_the_corpus_drops_them(tmp_path):
     from trainers.boltz_distill import ADMET_METRICS, corpus
 
     for parent, variants in LEAKAGE_VARIANTS.items():
-        key = corpus.leakage_key(parent)
+        (key,) = corpus.leakage_keys(parent)
         assert len(key) == 14
-        assert {corpus.leakage_key(v) for v in variants} == {key}, parent
+        assert all(corpus.leakage_keys(v) == {key} for v in variants), parent
         # the old rule (canonical SMILES) let every variant through
         assert all(chem.canonical_smiles(v) != chem.canonical_smiles(parent) for v in variants)
-    parents = {corpus.leakage_key(p) for p in LEAKAGE_VARIANTS}
-    assert not {corpus.leakage_key(d) for d in DIFFERENT} & parents  # near neighbours are kept
-    assert corpus.leakage_key("not a smiles") is None
+    # control: without the canonical tautomer, InChI's key keeps keto and enol apart
+    assert Chem.MolToInchiKey(Chem.MolFromSmiles("CC(O)=CC(=O)C")) != Chem.MolToInchiKey(
+        Chem.MolFromSmiles("CC(=O)CC(=O)C")
+    )
+    # every organic fragment of a salt has its key: aspirin lysinate holds aspirin's and lysine's
+    lysinate = corpus.leakage_keys("CC(=O)Oc1ccccc1C(=O)[O-].NCCCC[C@H]([NH3+])C(=O)O")
+    assert lysinate == corpus.leakage_keys("CC(=O)Oc1ccccc1C(=O)O") | corpus.leakage_keys("NCCCCC(N)C(=O)O")
+    assert len(lysinate) == 2
+    parents = {k for p in LEAKAGE_VARIANTS for k in corpus.leakage_keys(p)}
+    assert not {k for d in DIFFERENT for k in corpus.leakage_keys(d)} & parents  # near neighbours are kept
+    assert corpus.leakage_keys("not a smiles") is None
 
     # an ADMET test set holding the parents: the corpus of variants and neighbours keeps only
     # the neighbours; with a set missing the run is refused unless the caller opts out
@@ -404,10 +414,12 @@ def test_leakage_key_groups_stereo_salt_and_charge_variants_and_the_corpus_drops
         folder.mkdir(parents=True)
         (folder / "train_val.csv").write_text("Drug_ID,Drug,Y\n0,CCO,1\n")
         tests = list(LEAKAGE_VARIANTS) if task == "herg" else ["CCO"]
+        tests += ["CC(=O)Oc1ccccc1C(=O)[O-].NCCCC[C@H]([NH3+])C(=O)O"] if task == "ames" else []
         (folder / "test.csv").write_text("Drug_ID,Drug,Y\n" + "".join(f"{j},{s},1\n" for j, s in enumerate(tests)))
     smi = tmp_path / "c.smi"
     every_variant = [v for vs in LEAKAGE_VARIANTS.values() for v in vs]
-    smi.write_text("\n".join(every_variant + DIFFERENT) + "\n")
+    fragments = ["NCCCC[C@@H](N)C(=O)O", "CC(=O)Oc1ccccc1C(=O)O.[Na]"]  # the test salt's parts
+    smi.write_text("\n".join(every_variant + fragments + DIFFERENT) + "\n")
     sets: list[str] = []
     kept = corpus.corpus_smiles(str(smi), tdc_data_dir=str(root), excluded_sets=sets)
     assert kept == [chem.canonical_smiles(d) for d in DIFFERENT]
@@ -420,8 +432,30 @@ def test_leakage_key_groups_stereo_salt_and_charge_variants_and_the_corpus_drops
     sets = []
     assert len(
         corpus.corpus_smiles(str(smi), tdc_data_dir=str(root), allow_missing_tests=True, excluded_sets=sets)
-    ) == len(every_variant) + len(DIFFERENT)
+    ) == len(every_variant) + len(DIFFERENT)  # ames' salt still leaves out its fragments
     assert "herg" not in sets and "(missing: herg)" in corpus.exclusion_line(sets)
+
+
+def test_scaffold_disjoint_arm_leaves_out_every_test_scaffold():
+    from trainers.boltz_distill import corpus
+
+    scaffolds: set[str] = set()
+    corpus.test_set_keys(allow_missing=True, scaffolds=scaffolds)
+    ring_tests = [s for s in data.load_task("solubility").test_smiles if corpus.test_scaffold(s)]
+    assert {corpus.test_scaffold(s) for s in ring_tests} <= scaffolds
+
+    def shared(kept):  # the solubility ring test molecules whose scaffold the corpus holds
+        held = {corpus.test_scaffold(k) for k in kept}
+        return sum(corpus.test_scaffold(s) in held for s in ring_tests) / len(ring_tests)
+
+    plain = corpus.corpus_smiles("nci", limit=500, allow_missing_tests=True)
+    disjoint = corpus.corpus_smiles("nci", limit=500, allow_missing_tests=True, exclude_test_scaffolds=True)
+    print(
+        f"solubility ring test molecules sharing a scaffold with 500 NCI: {shared(plain):.2f} -> {shared(disjoint):.2f}"
+    )
+    assert shared(plain) > 0.2  # control: the plain corpus holds test scaffolds (0.58 measured)
+    assert shared(disjoint) == 0 and len(disjoint) == 500
+    assert not {corpus.test_scaffold(k) for k in disjoint} & scaffolds
 
 
 def test_missing_admet_test_sets_refuse_the_run_before_ray(tmp_path, capsys):
