@@ -32,6 +32,7 @@ corpus as a ``.smi`` file (for the boltz environment, which does not hold ``mols
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import importlib.util
 import sys
@@ -96,14 +97,21 @@ def _standardizers():
     return _STANDARDIZERS["uncharger"], _STANDARDIZERS["tautomers"]
 
 
-def _fragment_key(fragment: Chem.Mol) -> str:
+def _fragment_key(fragment: Chem.Mol, formulas: set[str] | None = None) -> str:
+    from rdkit.Chem.rdMolDescriptors import CalcMolFormula
+
     uncharger, tautomers = _standardizers()
-    mol = tautomers.Canonicalize(uncharger.uncharge(fragment))
+    neutral = uncharger.uncharge(fragment)
+    if formulas is not None:
+        formula = CalcMolFormula(neutral)
+        if formula not in formulas:  # tautomers share a formula: no test key can match this one
+            return "formula:" + formula
+    mol = tautomers.Canonicalize(neutral)
     key = Chem.MolToInchiKey(mol)
     return key[:14] if key else "smiles:" + Chem.MolToSmiles(mol)
 
 
-def leakage_keys(smiles: str) -> frozenset[str] | None:
+def leakage_keys(smiles: str, formulas: set[str] | None = None) -> frozenset[str] | None:
     """The structure keys of the leakage rule, one per organic fragment; ``None`` if RDKit
     cannot parse ``smiles``.
 
@@ -114,7 +122,9 @@ def leakage_keys(smiles: str) -> frozenset[str] | None:
     of the neutralized fragment. Stereo, charge, isotope and tautomer variants (keto-enol
     included) of a molecule share its key; a salt has a key per organic fragment (aspirin
     lysinate: aspirin's and lysine's), inorganic counter-ions and water none. A corpus molecule
-    is left out when any of its keys is a test molecule's.
+    is left out when any of its keys is a test molecule's. ``formulas``: the test fragments'
+    molecular formulas (``test_formulas``); a fragment with another formula cannot share a
+    test key, so it gets ``formula:...`` instead and skips the (slow) tautomer enumeration.
     """
     mol = mol_from_smiles(smiles)
     if mol is None:
@@ -123,12 +133,32 @@ def leakage_keys(smiles: str) -> frozenset[str] | None:
     try:
         fragments = Chem.GetMolFrags(rdMolStandardize.Cleanup(mol), asMols=True)
         organic = [f for f in fragments if any(a.GetAtomicNum() == 6 for a in f.GetAtoms())] or list(fragments)
-        keys = frozenset(_fragment_key(f) for f in organic)
+        keys = frozenset(_fragment_key(f, formulas) for f in organic)
     except Exception:  # noqa: BLE001 -- RDKit raises its own types for a molecule it cannot standardize
         keys = frozenset(["smiles:" + Chem.MolToSmiles(mol)])
     finally:
         RDLogger.EnableLog("rdApp.*")
     return keys
+
+
+def fragment_formulas(smiles: str) -> set[str]:
+    """The molecular formulas of a molecule's neutralized organic fragments (as ``leakage_keys``
+    splits it), for its ``formulas`` prefilter."""
+    from rdkit.Chem.rdMolDescriptors import CalcMolFormula
+
+    mol = mol_from_smiles(smiles)
+    if mol is None:
+        return set()
+    RDLogger.DisableLog("rdApp.*")
+    try:
+        uncharger, _ = _standardizers()
+        fragments = Chem.GetMolFrags(rdMolStandardize.Cleanup(mol), asMols=True)
+        organic = [f for f in fragments if any(a.GetAtomicNum() == 6 for a in f.GetAtoms())] or list(fragments)
+        return {CalcMolFormula(uncharger.uncharge(f)) for f in organic}
+    except Exception:  # noqa: BLE001
+        return set()
+    finally:
+        RDLogger.EnableLog("rdApp.*")
 
 
 def test_scaffold(smiles: str) -> str:
@@ -167,12 +197,22 @@ def check_test_sets(tdc_data_dir: str, allow_missing: bool, what: str = "config.
     return missing
 
 
+@functools.lru_cache(maxsize=100_000)
+def _test_molecule(smiles: str) -> tuple[frozenset[str], str, frozenset[str]]:
+    """A test molecule's ``leakage_keys``, ``test_scaffold`` and ``fragment_formulas``, computed
+    once per process (every corpus read recomputes the test sets)."""
+    return leakage_keys(smiles) or frozenset(), test_scaffold(smiles), frozenset(fragment_formulas(smiles))
+
+
 def test_set_keys(
-    tdc_data_dir: str = "", allow_missing: bool = False, scaffolds: set[str] | None = None
+    tdc_data_dir: str = "",
+    allow_missing: bool = False,
+    scaffolds: set[str] | None = None,
+    formulas: set[str] | None = None,
 ) -> tuple[set[str], list[str]]:
     """``leakage_keys`` of every known test molecule, and the names of the sets they came from
     (a missing ADMET set is refused unless ``allow_missing``); their ring scaffolds are added to
-    ``scaffolds`` when it is given."""
+    ``scaffolds`` and their fragments' formulas to ``formulas`` when given."""
     from trainers.boltz_distill import ADMET_METRICS
     from trainers.boltz_distill import data as tasks
 
@@ -183,18 +223,23 @@ def test_set_keys(
             task = tasks.load_task(name)
         except UserError:
             continue
-        keys.update(k for ks in map(leakage_keys, task.test_smiles) if ks for k in ks)
-        if scaffolds is not None:
-            scaffolds.update(filter(None, map(test_scaffold, task.test_smiles)))
+        _add_test_set(task.test_smiles, keys, scaffolds, formulas)
         sources.append(name)
     missing = check_test_sets(tdc_data_dir, allow_missing)
     for name in (t for t in ADMET_METRICS if t not in missing):
         task = tasks.load_admet_task(name, tdc_data_dir)
-        keys.update(k for ks in map(leakage_keys, task.test_smiles) if ks for k in ks)
-        if scaffolds is not None:
-            scaffolds.update(filter(None, map(test_scaffold, task.test_smiles)))
+        _add_test_set(task.test_smiles, keys, scaffolds, formulas)
         sources.append(name)
     return keys, sources
+
+
+def _add_test_set(smiles: list[str], keys: set, scaffolds: set | None, formulas: set | None) -> None:
+    for molecule in map(_test_molecule, smiles):
+        keys.update(molecule[0])
+        if scaffolds is not None and molecule[1]:
+            scaffolds.add(molecule[1])
+        if formulas is not None:
+            formulas.update(molecule[2])
 
 
 def corpus_smiles(
@@ -212,12 +257,14 @@ def corpus_smiles(
     the sets excluded are appended to ``excluded_sets`` when it is given."""
     excluded: set[str] = set()
     scaffolds: set[str] | None = set() if exclude_test_scaffolds else None
+    formulas: set[str] = set()
     if exclude_tests or exclude_test_scaffolds:
-        excluded, sources = test_set_keys(tdc_data_dir, allow_missing_tests, scaffolds)
+        excluded, sources = test_set_keys(tdc_data_dir, allow_missing_tests, scaffolds, formulas)
+        excluded = excluded if exclude_tests else set()
         if excluded_sets is not None:
             excluded_sets.extend(sources)
     # read a margin beyond ``limit`` so that skipped molecules are replaced
-    raw_limit = 0 if not limit or scaffolds else limit + len(excluded) + limit // 10 + 100
+    raw_limit = 0 if not limit or scaffolds is not None else limit + len(excluded) + limit // 10 + 100
     if corpus == "moses":
         raw = read_moses(raw_limit)
     elif corpus == "nci":
@@ -227,7 +274,7 @@ def corpus_smiles(
     out: dict[str, None] = {}
     for smiles in raw:
         key = canonical_smiles(smiles)
-        if key is None or (excluded and leakage_keys(key) & excluded):
+        if key is None or (excluded and leakage_keys(key, formulas) & excluded):
             continue
         if scaffolds and test_scaffold(key) in scaffolds:
             continue
