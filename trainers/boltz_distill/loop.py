@@ -39,7 +39,13 @@ def corpus_of(cfg: Config, excluded_sets: list[str] | None = None) -> list[str]:
     """The corpus's canonical SMILES under the leakage rule of ``corpus.py`` (the test sets
     excluded are appended to ``excluded_sets``)."""
     return corpus_smiles(
-        cfg.corpus, cfg.max_molecules, cfg.exclude_tests, cfg.tdc_data_dir, cfg.allow_missing_tests, excluded_sets
+        cfg.corpus,
+        cfg.max_molecules,
+        cfg.exclude_tests,
+        cfg.tdc_data_dir,
+        cfg.allow_missing_tests,
+        excluded_sets,
+        cfg.exclude_test_scaffolds,
     )
 
 
@@ -55,13 +61,14 @@ def preflight(cfg: Config) -> None:
                 f"-m trainers.boltz_distill.teacher --teacher boltz2 --checkpoint boltz2_conf.ckpt "
                 f"--layer {cfg.boltz2_layer} --smiles CORPUS.smi --out {path} (CORPUS.smi from: "
                 f"python -m trainers.boltz_distill.corpus {cfg.corpus} --limit {cfg.max_molecules} "
-                f"--out CORPUS.smi; across a cluster's GPUs add --address auto)"
+                + ("--exclude-test-scaffolds " if cfg.exclude_test_scaffolds else "")
+                + "--out CORPUS.smi; across a cluster's GPUs add --address auto)"
             )
         if (path / "meta.json").is_file():
             store = EmbeddingStore(path)
             dims += store.dim
             rows = max(rows, store.total_rows())
-    if cfg.exclude_tests:
+    if cfg.exclude_tests or cfg.exclude_test_scaffolds:
         check_test_sets(cfg.tdc_data_dir, cfg.allow_missing_tests)
     need = rows * dims * 4 * 2  # float32 targets, plus room for the batches built from them
     available = _available_memory()
@@ -270,6 +277,12 @@ class DistillState(LoopState):
     epoch: int = 0
     pos: int = 0
     """Where in ``perm`` the next batch starts."""
+    best_val_loss: float = math.inf
+    """The lowest ``distill/val_loss`` reported so far ..."""
+    best_step: int = 0
+    """... at this step ..."""
+    best_model: dict | None = None
+    """... and the student's weights then: what ``load_student`` probes (not the newest weights)."""
     target_mean: torch.Tensor | None = saved_only()
     target_std: torch.Tensor | None = saved_only()
     out_dim: int = saved_only(0)
@@ -321,6 +334,9 @@ def train_loop(config: dict) -> None:
         step = st.step
         if step % cfg.report_every == 0 or step == total_steps:
             val_metrics = evaluate(model, val, mean, std, cfg, device)
+            if val_metrics["loss"] < st.best_val_loss:
+                st.best_val_loss, st.best_step = val_metrics["loss"], step
+                st.best_model = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
             session.report(
                 {
                     "distill/loss": running.item() / running_n,
@@ -338,21 +354,47 @@ def train_loop(config: dict) -> None:
             running, running_n, molecules, busy = torch.zeros((), device=device), 0, 0, 0.0
 
 
-def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:
-    """The distilled student from a checkpoint folder (``state.pt``) or a trial folder (newest)."""
-    from raylab import checkpoint as ckpt
+def student_location(location: str, *parts: str) -> str:
+    """A local path (``~`` and relative paths resolved) or a storage URI (``s3://...``), joined."""
+    from raylab import run_folder
 
-    path = user_path(path)
-    candidates = [path] if (path / "state.pt").is_file() else TrialFolder.at(path).checkpoint_paths()
-    found = ckpt.load_latest(candidates) if candidates else None
+    if run_folder.is_uri(location):
+        return run_folder.join(location, *parts)
+    return str(user_path(location).joinpath(*parts))
+
+
+def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:
+    """The distilled student of a checkpoint folder (``state.pt``) or of a trial folder, local
+    or at a storage URI (``s3://...``, read through pyarrow's filesystem as Ray's storage is).
+
+    A trial folder's newest good checkpoint is read; the student is the weights with the
+    lowest ``distill/val_loss`` that the trial reported (``DistillState.best_model``, carried in
+    every checkpoint), not the newest weights; a student distilled outside a trial (``distill``,
+    no validation) has only its final weights. ``state["probed_step"]`` says which.
+    """
+    import pyarrow.fs
+
+    from raylab import checkpoint as ckpt
+    from raylab import run_folder
+
+    location = student_location(str(path))
+    fs, on_fs = run_folder.filesystem(location)
+    if fs.get_file_info(f"{on_fs.rstrip('/')}/state.pt").type == pyarrow.fs.FileType.File:
+        newest = on_fs
+    else:
+        names = TrialFolder.at(location).checkpoints()
+        newest = f"{on_fs.rstrip('/')}/{names[-1]}" if names else None
+    found = ckpt.load_newest_good(newest, fs) if newest else None
     if found is None:
         raise UserError(
-            f"student_checkpoint: no boltz_distill checkpoint at {path} (expected a "
+            f"student_checkpoint: no boltz_distill checkpoint at {location} (expected a "
             f"folder with state.pt, or a trial folder with checkpoint folders)"
         )
     state = found[0]
     cfg = from_dict(Config, state["config"], f"{found[1]}/state.pt")
     model = GINEStudent(cfg.width, cfg.depth, state["out_dim"], cfg.dropout, cfg.head_layers, cfg.global_context)
-    model.load_state_dict(state["model"])
+    best = state.get("best_model")
+    model.load_state_dict(best if best is not None else state["model"])
+    state["probed_step"] = state.get("best_step") if best is not None else state.get("step")
     model.eval()
     return model, state

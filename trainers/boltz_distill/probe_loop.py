@@ -28,6 +28,7 @@ from trainers.boltz_distill.probe import (
     MLPProbe,
     Standardizer,
     better,
+    gbm_probe,
     linear_probe,
     mean_predictor,
     mlp_loss,
@@ -62,7 +63,7 @@ def preflight(cfg: ProbeConfig) -> None:
         from trainers.boltz_distill.corpus import check_test_sets
 
         check_test_sets(cfg.data_dir, cfg.allow_missing_tests, "config.data_dir")
-    if cfg.features == "student" and cfg.student_checkpoint:
+    if cfg.features == "student" and cfg.student_checkpoint and "://" not in cfg.student_checkpoint:
         path = user_path(cfg.student_checkpoint)
         if not path.exists():
             raise UserError(f"config.student_checkpoint: {path} does not exist")
@@ -79,8 +80,16 @@ def student_source(cfg: ProbeConfig) -> str:
     """The trained student this trial probes: ``student_checkpoint``, or the ``student_trial``
     folder of the run ``students_from``; empty when the student is distilled here."""
     if cfg.students_from:
-        return str(user_path(cfg.students_from) / cfg.student_trial)
+        from trainers.boltz_distill.loop import student_location
+
+        return student_location(cfg.students_from, cfg.student_trial)
     return cfg.student_checkpoint
+
+
+def logit(p: np.ndarray) -> np.ndarray:
+    """log(p / (1 - p)), clipped away from 0 and 1 (a probability as a score with the same ranks)."""
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-7, 1 - 1e-7)
+    return np.log(p / (1 - p))
 
 
 @torch.no_grad()
@@ -260,7 +269,7 @@ def load_split(cfg: ProbeConfig) -> Split:
     te_keys, te_mols, te_kept = parse_smiles(task.test_smiles, f"{cfg.task} test")
     parsed = np.zeros(len(task.test_smiles), dtype=bool)
     parsed[te_kept] = True
-    train_idx, valid_idx = tasks.scaffold_split(tv_keys, cfg.seed)
+    train_idx, valid_idx = tasks.scaffold_split(tv_keys, cfg.seed, acyclic_singletons=cfg.task == "freesolv")
     return Split(task, train_idx, valid_idx, tv_keys, tv_mols, task.train_val_y[tv_kept], te_keys, te_mols, parsed)
 
 
@@ -379,15 +388,29 @@ def train_loop(config: dict) -> None:
         return
 
     x_tr, y_tr, x_va, y_va, x_te, imputed = prepare(cfg, split)
-    if cfg.probe == "linear":
-        pred, valid_value, _ = linear_probe(x_tr, y_tr, x_va, y_va, torch.cat([x_tr, x_te]), metric)
+    if cfg.probe in ("linear", "gbm"):
+        epoch = 0  # gbm: the boosting iterations chosen on validation
+        if cfg.probe == "linear":
+            pred, valid_value, _ = linear_probe(x_tr, y_tr, x_va, y_va, torch.cat([x_tr, x_te]), metric)
+        else:
+            pred, valid_value, chosen = gbm_probe(
+                x_tr.numpy(),
+                y_tr.numpy(),
+                x_va.numpy(),
+                y_va.numpy(),
+                torch.cat([x_tr, x_te]).numpy(),
+                metric,
+                cfg.gbm_max_iter,
+                cfg.seed,
+            )
+            pred, epoch = (logit(pred) if task.classification else pred), chosen["iterations"]
         fit = torch.as_tensor(pred[: len(y_tr)])
         train_loss = (
             torch.nn.functional.binary_cross_entropy_with_logits(fit, y_tr)
             if task.classification
             else torch.nn.functional.mse_loss(fit, y_tr)
         )
-        session.report(row(pred[len(y_tr) :], valid_value, 0, train_loss.item(), imputed), checkpoint=False)
+        session.report(row(pred[len(y_tr) :], valid_value, epoch, train_loss.item(), imputed), checkpoint=False)
         return
 
     # MLP probe: standardized regression targets, mini-batches, early stopping on validation.

@@ -1,7 +1,9 @@
 """``python -m trainers.boltz_distill.students RUN``: the trained students of a boltz_distill run.
 
-Lists the trial folders of a finished ``boltz_distill`` run that hold a student checkpoint
+Lists the finished trials of a ``boltz_distill`` run (its loop returned: the last row says
+``done``, or the run recorded the trial ended; no error) that hold a student checkpoint
 (``checkpoint_*/state.pt``), with each one's teachers, layer, width, depth, lr and seed, and
+the step whose student is probed (the lowest ``distill/val_loss`` it reported), and
 prints the ``admet_probe`` overrides that probe every one of them (one trial per student and
 split seed, so one table row per student)::
 
@@ -16,20 +18,29 @@ import json
 import sys
 
 from raylab.errors import UserError, exit_on_user_error
-from raylab.files import user_path
-from raylab.run_folder import RunFolder
+from raylab.run_folder import RunFolder, TrialFolder
+
+
+def finished(trial: TrialFolder, ended: frozenset[str]) -> bool:
+    """Whether the trial's loop returned without an error (its last row ``done``, or recorded ended)."""
+    rows = trial.rows()
+    last = rows[-1] if rows else {}
+    return bool(rows) and (bool(last.get("done")) or last.get("trial_id") in ended) and trial.error() is None
 
 
 def run_students(run_dir: str) -> list[str]:
-    """Names of the trial folders of ``run_dir`` with a student checkpoint, sorted."""
-    root = user_path(run_dir)
-    if not root.is_dir():
-        raise UserError(f"config.students_from: {root} is not a folder (a boltz_distill run folder)")
-    run = RunFolder(root)
+    """Names of the finished trials of ``run_dir`` (a path or a storage URI) with a student
+    checkpoint, sorted."""
+    from trainers.boltz_distill.loop import student_location
+
+    run = RunFolder(student_location(run_dir))
+    if run.kind() != "dir":
+        raise UserError(f"config.students_from: {run.location} is not a folder (a boltz_distill run folder)")
+    ended = run.ended_trials()
     return [
-        name
-        for name, kind in run.listdir()
-        if kind == "dir" and any(c.joinpath("state.pt").is_file() for c in run.trial(name).checkpoint_paths())
+        trial.name
+        for trial in run.trials()
+        if finished(trial, ended) and any(run.kind(f"{trial.name}/{c}/state.pt") == "file" for c in trial.checkpoints())
     ]
 
 
@@ -38,18 +49,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainers.boltz_distill.students", description=__doc__.split("\n")[0])
     p.add_argument("run_dir", help="a finished boltz_distill run folder")
     args = p.parse_args(argv)
-    from trainers.boltz_distill.loop import load_student
+    from trainers.boltz_distill.loop import load_student, student_location
 
     names = run_students(args.run_dir)
     if not names:
         raise UserError(
-            f"{args.run_dir}: no trial folder with a boltz_distill checkpoint (a checkpoint folder with state.pt)"
+            f"{args.run_dir}: no finished trial with a boltz_distill checkpoint (a checkpoint folder with state.pt)"
         )
     for name in names:
-        cfg = load_student(user_path(args.run_dir) / name)[1]["config"]
+        state = load_student(student_location(args.run_dir, name))[1]
+        cfg = state["config"]
         print(
             f"{name}: teachers {'+'.join(cfg.get('teachers', []))}, layer {cfg.get('boltz2_layer')}, "
-            f"width {cfg.get('width')}, depth {cfg.get('depth')}, lr {cfg.get('lr')}, seed {cfg.get('seed')}"
+            f"width {cfg.get('width')}, depth {cfg.get('depth')}, lr {cfg.get('lr')}, seed {cfg.get('seed')}, "
+            f"probed: step {state['probed_step']}"
         )
     print(f"\noverrides: config.students_from={args.run_dir} 'search.student_trial={json.dumps(names)}'")
     return 0

@@ -6,7 +6,9 @@ each cell ``mean ± std`` of the task's official metric over the split seeds (TD
 seeds 1-5, population std as TDC's ``evaluate_many``), with the number of seeds and, where any
 test molecule had no features, the imputed count. A representation is named by what made it
 (``representation``): each distilled student by its teachers and Boltz-2 layer, each teacher by
-its store. ``--markdown`` prints a Markdown table.
+its store. Below our rows, the published TDC leaderboard figures on the same tasks
+(``leaderboard.py``: its source, and which tasks are different data). ``--markdown`` prints a
+Markdown table.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from raylab.errors import UserError, exit_on_user_error
 from raylab.run_folder import RunFolder
-from trainers.boltz_distill import TASK_METRICS, metric_name
+from trainers.boltz_distill import TASK_METRICS, leaderboard, metric_name
 
 ROW_ORDER = (
     "chemprop",
@@ -39,6 +41,7 @@ NAMES = {
     "morgan_descriptors": "Morgan + descriptors",
     "random_student": "GINE, random init",
 }
+PROBES = {"gbm": "gbm (HistGBM)"}
 
 
 def _teachers(teachers, layer: str) -> str:
@@ -53,9 +56,9 @@ def representation(params: dict) -> str:
     if features == "student":
         teachers, layer = params.get("student_teachers") or (), params.get("student_layer", "trunk_s")
         if params.get("students_from"):
-            from trainers.boltz_distill.loop import load_student
+            from trainers.boltz_distill.loop import load_student, student_location
 
-            path = Path(params["students_from"]).expanduser() / params.get("student_trial", "")
+            path = student_location(params["students_from"], params.get("student_trial", ""))
             trained = load_student(path)[1]["config"]
             teachers, layer = trained.get("teachers", ()), trained.get("boltz2_layer", "trunk_s")
             return (
@@ -104,7 +107,7 @@ def format_table(cells, markdown: bool = False) -> str:
     header = ["representation", "probe"] + [f"{t} ({metric_name(t).rsplit('/', 1)[1]})" for t in tasks]
     body = []
     for key in rows:
-        line = [key[0], key[1]]
+        line = [key[0], PROBES.get(key[1], key[1])]
         for task in tasks:
             entries = cells[key].get(task, [])
             values = [v for v, _ in entries]
@@ -116,13 +119,16 @@ def format_table(cells, markdown: bool = False) -> str:
             else:
                 line.append("-")
         body.append(line)
+    for name, which in leaderboard.ROWS:
+        body.append([name, "published"] + [leaderboard.cell(task, which) for task in tasks])
+    note = f"published rows: {leaderboard.SOURCE}"
     if markdown:
         out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         out += ["| " + " | ".join(line) + " |" for line in body]
-        return "\n".join(out)
+        return "\n".join(out + ["", note])
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
     fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths))  # noqa: E731
-    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body])
+    return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body] + [note])
 
 
 @exit_on_user_error

@@ -149,16 +149,18 @@ LAYER_SCRIPT = r"""
 import json, sys
 import numpy as np, torch
 torch.set_num_threads(1)
-from trainers.boltz_distill.teacher.boltz2 import ATOM_LAYERS, LAYERS, Boltz2Teacher, write_random_checkpoint
+from trainers.boltz_distill.teacher.boltz2 import (
+    LAYERS, Boltz2Teacher, small_hparams, small_overrides, write_random_checkpoint,
+)
 from trainers.boltz_distill.chem import canonical_smiles, nci_smiles_path, read_smiles_file
 
 tmp, n = sys.argv[1], int(sys.argv[2])
 smiles = [k for k in map(canonical_smiles, read_smiles_file(nci_smiles_path(), limit=n)) if k]
 out = {}
 for label, redraw, seed in (("redrawn0", True, 0), ("redrawn1", True, 1), ("boltz_init", False, 0)):
-    ckpt = write_random_checkpoint(f"{tmp}/{label}.ckpt", seed=seed, redraw=redraw)
+    ckpt = write_random_checkpoint(f"{tmp}/{label}.ckpt", seed=seed, redraw=redraw, hparams=small_hparams())
     for layer in LAYERS:
-        t = Boltz2Teacher(ckpt, layer=layer, recycling_steps=1)
+        t = Boltz2Teacher(ckpt, layer=layer, recycling_steps=1, overrides=small_overrides(1))
         xs, ys, shapes_ok = [], [], True
         for key in smiles:
             emb, mapping = t.embed(key)
@@ -179,7 +181,8 @@ print("RESULT " + json.dumps(out))
 def test_boltz2_layers_shapes_and_linear_fit_from_raw_inputs(tmp_path):
     """Each layer's shape, and how much of it a least-squares map from the raw atom inputs explains.
 
-    On the real ``Boltz2`` class (small configuration) with every weight matrix redrawn
+    On the real ``Boltz2`` class (``small_hparams``: 2 Pairformer blocks, loaded with its own
+    architecture, ``small_overrides``, 7x faster than the 64-block stand-in) with every weight matrix redrawn
     (Boltz's own init zeroes its blocks' output projections, making them identities, which the
     third checkpoint shows): ``atom_input`` is a linear map of the raw inputs (R^2 = 1), the
     learned layers are not. R^2 is in-sample over all atoms of 20 NCI molecules (some 300
@@ -263,3 +266,119 @@ def test_main_environment_reports_missing_boltz(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 2 and "make boltz-env" in proc.stderr
+
+
+LOAD_SCRIPT = r"""
+import argparse, json, sys
+import torch
+torch.set_num_threads(1)
+from boltz.model.models.boltz2 import Boltz2
+from omegaconf import DictConfig, OmegaConf
+from raylab.errors import UserError
+from trainers.boltz_distill.chem import canonical_smiles
+from trainers.boltz_distill.teacher import cli
+from trainers.boltz_distill.teacher.boltz2 import (
+    Boltz2Teacher, load_boltz2, predict_overrides, small_hparams, small_overrides, write_random_checkpoint,
+)
+
+tmp = sys.argv[1]
+out = {}
+standin = write_random_checkpoint(f"{tmp}/standin.ckpt", seed=0, redraw=True)
+raw = torch.load(standin, weights_only=False)
+out["keys"] = sorted(raw)
+hp = raw["hyper_parameters"]
+out["omegaconf"] = sorted(k for k, v in hp.items() if isinstance(v, DictConfig))
+out["ckpt_dropout"] = hp["pairformer_args"]["dropout"]
+try:  # control: the file really pickles OmegaConf objects
+    torch.load(standin, weights_only=True)
+    out["plain_weights_only"] = "loaded"
+except Exception as err:
+    out["plain_weights_only"] = type(err).__name__
+
+ours = load_boltz2(standin)  # weights_only=True with the OmegaConf allowlist
+ref = Boltz2.load_from_checkpoint(standin, strict=True, map_location="cpu", **predict_overrides())
+ref.eval()
+plain = lambda h: {k: OmegaConf.to_container(v) if isinstance(v, DictConfig) else v for k, v in dict(h).items()}
+out["hparams_equal"] = plain(ours.hparams) == plain(ref.hparams)
+out["hparams_diff"] = sorted(k for k in plain(ref.hparams) if plain(ours.hparams).get(k) != plain(ref.hparams)[k])
+out["loaded_dropout"] = ours.hparams["pairformer_args"]["dropout"]
+out["loaded_blocks"] = len(ours.pairformer_module.layers)
+a, b = ours.state_dict(), ref.state_dict()
+out["state_equal"] = sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+out["state_is_file"] = all(torch.equal(a[k], raw["state_dict"][k]) for k in raw["state_dict"])
+teacher = Boltz2Teacher(standin, recycling_steps=1)
+key = canonical_smiles("c1ccccc1C(=O)N")
+batch, _ = teacher.features(key)
+with torch.no_grad():
+    s_ours = teacher.model(batch, recycling_steps=1)["s"]
+    ref.skip_run_structure, ref.confidence_prediction, ref.affinity_prediction = True, False, False
+    s_ref = ref(batch, recycling_steps=1)["s"]
+out["s_equal"] = bool(torch.equal(s_ours, s_ref)) and float(s_ours.std()) > 0
+
+# boltz predict's keyword arguments replace the checkpoint's nested ones whole: a 2-block
+# checkpoint does not load with them, through Lightning or here; with its own architecture it does
+tiny = write_random_checkpoint(f"{tmp}/tiny.ckpt", seed=0, hparams=small_hparams())
+try:
+    Boltz2.load_from_checkpoint(tiny, strict=True, map_location="cpu", **predict_overrides())
+    out["tiny_lightning"] = "loaded"
+except RuntimeError as err:
+    out["tiny_lightning"] = "RuntimeError"
+try:
+    load_boltz2(tiny)
+    out["tiny_ours"] = "loaded"
+except UserError as err:
+    out["tiny_ours"] = str(err)
+out["tiny_own_arch"] = len(load_boltz2(tiny, overrides=small_overrides()).pairformer_module.layers)
+
+# anything but OmegaConf's data classes is refused, named, unless trusted
+raw["hyper_parameters"]["run_args"] = argparse.Namespace(seed=1)
+torch.save(raw, f"{tmp}/extra.ckpt")
+try:
+    load_boltz2(f"{tmp}/extra.ckpt")
+    out["extra"] = "loaded"
+except UserError as err:
+    out["extra"] = str(err)
+out["extra_trusted"] = len(load_boltz2(f"{tmp}/extra.ckpt", trust_checkpoint=True).pairformer_module.layers)
+
+# the teacher command on the stand-in, without --trust-checkpoint
+with open(f"{tmp}/one.smi", "w") as f:
+    f.write("c1ccccc1C(=O)N\n")
+out["cli"] = cli.main(["--teacher", "boltz2", "--checkpoint", str(standin), "--smiles", f"{tmp}/one.smi",
+                       "--recycling-steps", "1", "--out", f"{tmp}/store", "--allow-missing-tests"])
+print("RESULT " + json.dumps(out, default=str))
+"""
+
+
+@pytest.mark.slow
+def test_training_style_checkpoint_loads_as_boltz_predict_loads_it(tmp_path):
+    """A stand-in written by Lightning's ``Trainer.save_checkpoint`` with OmegaConf hyperparameters
+    (as boltz's Hydra training writes ``boltz2_conf.ckpt``) loads through ``load_boltz2`` to the
+    same model ``Boltz2.load_from_checkpoint`` builds with ``boltz predict``'s arguments: same
+    merged hyperparameters, same weights, same trunk output; without full unpickling."""
+    proc = subprocess.run(
+        [str(BOLTZ_PYTHON), "-c", LOAD_SCRIPT, str(tmp_path)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    print(json.dumps(r, indent=1))
+    # the stand-in is a Trainer checkpoint whose nested hyperparameters are OmegaConf objects
+    assert {"loops", "optimizer_states", "lr_schedulers", "pytorch-lightning_version"} <= set(r["keys"])
+    assert {"pairformer_args", "msa_args", "training_args"} <= set(r["omegaconf"])
+    assert r["plain_weights_only"] == "UnpicklingError"  # control: torch's default allowlist refuses it
+    # the same model as boltz predict's path
+    assert r["hparams_equal"], r["hparams_diff"]
+    assert r["ckpt_dropout"] == 0.25 and r["loaded_dropout"] == 0.0  # predict's pairformer_args won
+    assert r["loaded_blocks"] == 64
+    assert r["state_equal"] and r["state_is_file"] and r["s_equal"]
+    # merge order: predict's arguments replace the checkpoint's nested ones whole
+    assert r["tiny_lightning"] == "RuntimeError"
+    assert "boltz predict's arguments do not build this checkpoint's model" in r["tiny_ours"]
+    assert r["tiny_own_arch"] == 2
+    assert "argparse.Namespace" in r["extra"] and "--trust-checkpoint" in r["extra"]
+    assert r["extra_trusted"] == 64
+    assert r["cli"] == 0

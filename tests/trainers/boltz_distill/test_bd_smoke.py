@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from conftest import assert_finite_metrics
 
 from raylab.errors import UserError
@@ -46,7 +47,7 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
 
     roots = (f"config.store_root={tmp_path / 'stores'}", f"config.student_root={tmp_path / 'students'}")
     results, run_path, _ = smoke_sweep("admet_probe", *roots)
-    assert len(results) == 14  # 7 rows x split seeds 1, 2
+    assert len(results) == 16  # 8 rows x split seeds 1, 2
     for result in results:
         assert result.error is None, result.error
         end_to_end = result.config["variant"]["probe"] == "end_to_end"
@@ -58,12 +59,16 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
         "Chemprop D-MPNN",
         "GINE, supervised",
         "Morgan + descriptors",
+        "Morgan + descriptors",
         "GINE, random init",
         "teacher descriptors",
         "student <- conformer",
         "student <- descriptors",
     ]
     assert all(len(per_task["solubility"]) == 2 for per_task in cells.values())  # mean ± std over 2 seeds
+    assert {probe for name, probe in cells if name == "Morgan + descriptors"} == {"linear", "gbm"}
+    printed = table.format_table(cells).splitlines()
+    assert any(line.startswith("TDC leaderboard: best") and "different data and split" in line for line in printed)
     # two students from different teachers were distilled once each, shared by both seeds
     assert len(list((tmp_path / "students").glob("*/state.pt"))) == 2
     html = Path(report.write_report(run_path)).read_text()
@@ -90,6 +95,14 @@ def test_distill_trial_resumes_exactly(local_trial, tmp_path):
     assert rest[-1]["distill/step"] == full[-1]["distill/step"]
     assert rest[-1]["distill/val_loss"] == full[-1]["distill/val_loss"]
     assert rest[-1]["distill/loss"] == full[-1]["distill/loss"]
+    # the checkpoint carries the student with the lowest reported val loss, which load_student probes
+    from trainers.boltz_distill.loop import load_student
+
+    model, state = load_student(tmp_path / "full")
+    best = min(range(len(full)), key=lambda i: full[i]["distill/val_loss"])
+    assert state["best_val_loss"] == full[best]["distill/val_loss"]
+    assert state["probed_step"] == state["best_step"] == full[best]["distill/step"]
+    assert all(torch.equal(model.state_dict()[k], state["best_model"][k]) for k in state["best_model"])
 
     # the distilled student is probed by admet_probe straight from its trial folder
     rows = local_trial(

@@ -3,8 +3,8 @@
 Runs only where ``boltz`` is installed (its own environment, ``make boltz-env``). Every step is
 boltz's own code: ``parse_boltz_schema`` reads the ligand SMILES (hydrogens added, atoms named,
 an ETKDG conformer made), ``Boltz2Tokenizer`` and ``Boltz2Featurizer`` build the features,
-``collate`` batches them, and the ``Boltz2`` model class (weights from a checkpoint path) runs
-its trunk. Nothing downloads.
+``collate`` batches them, and the ``Boltz2`` model class, loaded from a checkpoint path as
+``boltz predict`` loads it (``boltz2_checkpoint.load_boltz2``), runs its trunk. Nothing downloads.
 
 Layers (``LAYERS``):
 
@@ -37,9 +37,6 @@ of molecules or a resume.
 from __future__ import annotations
 
 import contextlib
-import inspect
-import warnings
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -48,154 +45,21 @@ import torch
 
 from raylab.errors import UserError
 from trainers.boltz_distill.chem import boltz_atom_names
+from trainers.boltz_distill.teacher.boltz2_checkpoint import (  # noqa: F401 - re-exported
+    load_boltz2,
+    predict_overrides,
+    redraw_weights,
+    small_hparams,
+    small_overrides,
+    standin_hparams,
+    write_random_checkpoint,
+)
 
 LAYERS = ("trunk_s", "atom_attention", "s_inputs", "atom_input")
 ATOM_LAYERS = ("atom_attention", "atom_input")
 """Layers with one row per featurized atom (the others have one per token)."""
 LIGAND_CHAIN = "L"
 PROTEIN_CHAIN = "A"
-
-
-def small_hparams() -> dict[str, Any]:
-    """A small Boltz-2 configuration (about 0.25M parameters) for tests on a CPU.
-
-    The real model has token_s 384, token_z 128, 64 Pairformer blocks; these sizes only make
-    the same class run in seconds. Its weights are random: it tests the pipeline, not Boltz-2.
-    """
-    return dict(
-        atom_s=16,
-        atom_z=8,
-        token_s=32,
-        token_z=16,
-        num_bins=64,
-        training_args={},
-        validation_args={},
-        embedder_args=dict(atom_encoder_depth=1, atom_encoder_heads=2),
-        msa_args=dict(
-            msa_s=8,
-            msa_blocks=1,
-            msa_dropout=0.0,
-            z_dropout=0.0,
-            pairwise_head_width=8,
-            pairwise_num_heads=2,
-            use_paired_feature=True,
-        ),
-        pairformer_args=dict(
-            num_blocks=2, num_heads=2, dropout=0.0, pairwise_head_width=8, pairwise_num_heads=2, v2=True
-        ),
-        score_model_args=dict(
-            atom_encoder_depth=1,
-            atom_encoder_heads=2,
-            token_transformer_depth=1,
-            token_transformer_heads=2,
-            atom_decoder_depth=1,
-            atom_decoder_heads=2,
-            conditioning_transition_layers=1,
-            dim_fourier=16,
-            sigma_data=16,
-        ),
-        diffusion_process_args=dict(num_sampling_steps=2),
-        diffusion_loss_args={},
-        confidence_prediction=False,
-        validate_structure=False,
-        atom_feature_dim=388,  # ref_pos 3 + charge 1 + element 128 + atom-name chars 4 x 64
-    )
-
-
-def redraw_weights(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Draw every weight matrix of ``model`` from N(0, 1/fan_in) (biases and norms kept).
-
-    Boltz's own initialization zeroes the output projections of its attention and transition
-    blocks (AlphaFold-3's "final init"), so at that initialization every residual block is the
-    identity and ``atom_attention`` equals ``atom_input`` exactly. Redrawn weights make each
-    block compute a nonlinear function, as trained weights do; the tests use them to check
-    which layers are more than a linear map of the inputs.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.ndim >= 2:
-                fan_in = param[0].numel()
-                param.copy_(torch.randn(param.shape, generator=generator) / fan_in**0.5)
-    return model
-
-
-def write_random_checkpoint(path: str | Path, seed: int = 0, hparams: dict | None = None, redraw: bool = False) -> Path:
-    """Save a randomly initialized ``Boltz2`` in Lightning's checkpoint layout (for tests);
-    ``redraw``: with every weight matrix redrawn (``redraw_weights``)."""
-    import pytorch_lightning
-    from boltz.model.models.boltz2 import Boltz2
-
-    torch.manual_seed(seed)
-    model = Boltz2(**(hparams or small_hparams()))
-    if redraw:
-        redraw_weights(model, seed)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {
-            "state_dict": model.state_dict(),
-            "hyper_parameters": dict(model.hparams),
-            "pytorch-lightning_version": pytorch_lightning.__version__,
-        },
-        path,
-    )
-    return path
-
-
-def load_boltz2(checkpoint: str | Path, trust_checkpoint: bool = False):
-    """A ``Boltz2`` model built from a Lightning checkpoint's hyperparameters and weights.
-
-    Loads with ``torch.load(weights_only=True)`` (no code runs from the file) unless
-    ``trust_checkpoint``. Inference-time settings as ``boltz predict``'s: no EMA, Pairformer/MSA
-    arguments completed with boltz's own defaults. Unlike ``boltz predict`` (which uses the
-    cuequivariance kernels unless ``--no_kernels``), the kernels are off: they need CUDA and the
-    ``cuequivariance`` packages, and the teacher must also run on a CPU.
-    """
-    from boltz.main import BoltzSteeringParams, MSAModuleArgs, PairformerArgsV2
-    from boltz.model.models.boltz2 import Boltz2
-
-    path = Path(checkpoint).expanduser()
-    if not path.is_file():
-        raise UserError(
-            f"--checkpoint {path}: no such file (download boltz2_conf.ckpt yourself; nothing is downloaded here)"
-        )
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=not trust_checkpoint)
-    except Exception as err:  # noqa: BLE001
-        hint = (
-            "" if trust_checkpoint else ("; if you trust this file, --trust-checkpoint loads it with full unpickling")
-        )
-        raise UserError(f"--checkpoint {path}: cannot load: {str(err).splitlines()[0]}{hint}") from None
-    if "state_dict" not in ckpt or "hyper_parameters" not in ckpt:
-        raise UserError(f"--checkpoint {path}: not a Lightning checkpoint (no state_dict / hyper_parameters)")
-    hparams = dict(ckpt["hyper_parameters"])
-    hparams["pairformer_args"] = {
-        **asdict(PairformerArgsV2()),
-        **dict(hparams.get("pairformer_args", {})),
-        "activation_checkpointing": False,
-        "offload_to_cpu": False,
-    }
-    hparams["msa_args"] = {
-        **asdict(MSAModuleArgs(use_paired_feature=True)),
-        **dict(hparams.get("msa_args", {})),
-        "activation_checkpointing": False,
-        "offload_to_cpu": False,
-        "subsample_msa": False,
-    }
-    hparams.update(ema=False, use_kernels=False, steering_args=asdict(BoltzSteeringParams()))
-    accepted = set(inspect.signature(Boltz2.__init__).parameters) - {"self"}
-    dropped = sorted(set(hparams) - accepted)
-    if dropped:
-        warnings.warn(f"{path}: ignoring hyperparameters Boltz2 does not take: {', '.join(dropped)}")
-    model = Boltz2(**{k: v for k, v in hparams.items() if k in accepted})
-    model.load_state_dict(ckpt["state_dict"], strict=True)
-    model.eval()
-    # Representation extraction needs the trunk only: no diffusion sampling, confidence, affinity.
-    model.skip_run_structure = True
-    model.confidence_prediction = False
-    model.affinity_prediction = False
-    return model
 
 
 def raw_atom_inputs(batch: dict[str, Any]) -> np.ndarray:
@@ -254,7 +118,9 @@ class Boltz2Teacher:
         mol_dir: str | None = None,
         precision: str = "auto",
         trust_checkpoint: bool = False,
+        overrides: dict | None = None,
     ):
+        """``overrides``: the load arguments, ``boltz predict``'s by default (``predict_overrides``)."""
         if layer not in LAYERS:
             raise UserError(f"--layer {layer}: choose one of {', '.join(LAYERS)}")
         if protein and not mol_dir:
@@ -272,7 +138,7 @@ class Boltz2Teacher:
         if precision == "auto":
             precision = "bf16-mixed" if self.device.type == "cuda" else "32"
         self.precision = precision
-        self.model = load_boltz2(checkpoint, trust_checkpoint).to(self.device)
+        self.model = load_boltz2(checkpoint, trust_checkpoint, overrides).to(self.device)
         hp = self.model.hparams
         self.dim = int(hp["atom_s"] if layer in ATOM_LAYERS else hp["token_s"])
         self._canonicals = None

@@ -77,12 +77,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--trust-checkpoint",
         action="store_true",
-        help="load the checkpoint with full unpickling if weights-only loading fails",
+        help="unpickle the checkpoint fully, as boltz predict does (default: weights only, OmegaConf classes allowed)",
     )
     g.add_argument(
         "--write-random-checkpoint",
         metavar="PATH",
-        help="save a small randomly initialized Boltz-2 checkpoint and exit (tests)",
+        help="save a small randomly initialized Boltz-2 as a training run saves one, and exit (tests)",
     )
     from trainers.boltz_distill.teacher.ray_job import add_arguments
 
