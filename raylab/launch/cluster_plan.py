@@ -222,17 +222,22 @@ def checkpoint_interval(experiment) -> tuple[float, str] | None:
     """Progress between two checkpoints of a trial, in the unit of its length, and the basis:
     ``checkpoint.every`` reports of ``config.report_every`` steps each, or of one epoch each
     when the unit counts epochs (the workloads report once an epoch, or more often: then this
-    is an upper bound); None when the trial's length is unknown."""
+    is an upper bound), and never more than the trial itself (a trial whose ``report_every``
+    counts something other than its length's unit, seagram's victim steps against its rounds,
+    loses at most the whole trial); None when the trial's length is unknown."""
     length = experiment.trial_length()
     if not length:
         return None
-    unit, every = length[0], experiment.checkpoint.every
+    (unit, steps), every = length, experiment.checkpoint.every
     report = experiment.resolved_config().get("report_every")
     if "epoch" in unit or not report:
-        return float(
-            every
-        ), f"checkpoint.every {every} reports, one report per {unit.split('/')[-1].removesuffix('s')} assumed"
-    return float(every * report), f"checkpoint.every {every} x config.report_every {report}"
+        interval = float(every)
+        basis = f"checkpoint.every {every} reports, one report per {unit.split('/')[-1].removesuffix('s')} assumed"
+    else:
+        interval, basis = float(every * report), f"checkpoint.every {every} x config.report_every {report}"
+    if interval > steps:
+        return steps, f"{basis} is more than the trial: the whole trial"
+    return interval, basis
 
 
 def market_cost(experiment, chosen, cpus, gpus, spot, trials, running, trial_hours, head_price, cluster):

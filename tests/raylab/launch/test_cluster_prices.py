@@ -132,3 +132,11 @@ def test_checkpoint_interval_basis():
     interval, basis = cluster_plan.checkpoint_interval(experiments.load("fair_adv", []))
     assert interval == 5.0 and "one report per epoch assumed" in basis
     assert math.isfinite(interval)
+
+
+def test_a_checkpoint_interval_is_never_longer_than_the_trial():
+    """seagram_baselines' ``report_every`` (20) counts victim steps, its length one attack: the
+    interval is the whole trial (1 attack), not 20 trials, and its spot work finishes."""
+    interval, basis = cluster_plan.checkpoint_interval(experiments.load("seagram_baselines", []))
+    assert interval == 1.0 and basis.endswith("is more than the trial: the whole trial")
+    assert "never finishes" not in cluster_plan.plan_text(experiments.load("seagram_baselines", []), GPU_YAML)
