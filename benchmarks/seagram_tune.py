@@ -53,6 +53,8 @@ SETTING = dict(
     clf_hidden=32,
     clf_layers=3,
     clf_batch=32,
+    eval_candidates=1000,
+    eval_recall=0.5,
 )
 """The science test's ``SCIENCE`` without the four tuned keys (a test checks they agree)."""
 GRID_KEYS = ("al_pool", "al_random_frac", "threshold", "select")
