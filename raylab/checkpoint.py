@@ -276,6 +276,26 @@ def load_newest_good(path: str, filesystem: Any = None) -> tuple[dict[str, Any],
     return None
 
 
+def load_at(location: str) -> tuple[dict[str, Any], str] | None:
+    """The state at ``location``, a local path or a storage URI (``s3://...``, read through
+    pyarrow as Ray's storage is): a checkpoint folder (it holds ``state.pt``), or a trial folder,
+    whose newest good checkpoint is read (``load_newest_good``). Returns ``(state, where)``, or
+    None when there is no readable checkpoint. For a workload that loads another run's results
+    (a victim, a distilled student)."""
+    import pyarrow.fs
+
+    from raylab.run_folder import TrialFolder, filesystem
+
+    fs, path = filesystem(location)
+    folder = path.rstrip("/")
+    if fs.get_file_info(f"{folder}/{STATE_FILE}").type != pyarrow.fs.FileType.File:
+        names = TrialFolder.at(location).checkpoints()
+        if not names:
+            return None
+        folder = f"{folder}/{names[-1]}"
+    return load_newest_good(folder, fs)
+
+
 def rng_state() -> dict[str, Any]:
     """The global RNG states (Python, NumPy, torch CPU and CUDA) as checkpointable values."""
     import numpy as np

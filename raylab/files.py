@@ -13,6 +13,13 @@ LAUNCH_DIR_ENV = "RAYLAB_LAUNCH_DIR"
 """The folder the sweep was started from, set in each trial's process by raylab."""
 
 
+def user_location(location: str) -> str:
+    """A storage URI (``s3://...``) as given, or a local path resolved as ``user_path`` does."""
+    from raylab.run_folder import is_uri
+
+    return location if is_uri(location) else str(user_path(location))
+
+
 def user_path(path: str | os.PathLike) -> Path:
     """``path`` with ``~`` expanded; a relative path is taken from where the command ran.
 

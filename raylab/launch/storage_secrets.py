@@ -66,9 +66,10 @@ def use_credentials_file(values: dict[str, str], environ: dict | None = None) ->
     environ = os.environ if environ is None else environ
     secret = {k: v for k, v in values.items() if k in SECRET_ENV}
     environ.update({k: v for k, v in values.items() if k not in SECRET_ENV})
-    if secret:
-        environ[FILE_ENV] = write_credentials_file(secret)
-        environ["AWS_PROFILE"] = PROFILE
+    if not secret:
+        return  # nothing to move: the environment's own keys, if any, stay where they are
+    environ[FILE_ENV] = write_credentials_file(secret)
+    environ["AWS_PROFILE"] = PROFILE
     for key in SECRET_ENV:
         environ.pop(key, None)
 

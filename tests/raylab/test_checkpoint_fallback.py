@@ -73,3 +73,17 @@ def test_train_worker_restores_from_the_trial_checkpoint_it_was_handed(tmp_path,
             assert session.restore()["step"] == 2
     finally:
         session.start()
+
+
+def test_load_at_reads_a_checkpoint_folder_or_a_trial_folders_newest_good(tmp_path):
+    """``load_at``: a checkpoint folder is read as it is; a trial folder's newest good checkpoint
+    (the corrupted newest skipped); a folder without checkpoints gives None."""
+    trial = tmp_path / "run" / "trial_0"
+    newest = write_checkpoints(trial, TUNE_NAMES)
+    assert ckpt.load_at(str(trial / TUNE_NAMES[0]))[0]["step"] == 1
+    corrupt(newest)
+    with pytest.warns(UserWarning, match=newest.name):
+        state, used = ckpt.load_at(str(trial))
+    assert state["step"] == 2 and used.endswith(TUNE_NAMES[1])
+    (tmp_path / "empty").mkdir()
+    assert ckpt.load_at(str(tmp_path / "empty")) is None

@@ -28,9 +28,13 @@ CORE: list[str] = PYPROJECT["project"]["dependencies"]
 REQUIRING = sorted(name for name, w in workloads.registry().items() if w.requires)
 """The registered workloads that declare modules every run imports."""
 
-SEPARATE_ENVIRONMENTS = {"trainers/boltz_distill/teacher/boltz2.py": {"boltz", "pytorch-lightning"}}
+SEPARATE_ENVIRONMENTS = {
+    "trainers/boltz_distill/teacher/boltz2.py": {"boltz", "pytorch-lightning"},
+    "trainers/boltz_distill/teacher/boltz2_checkpoint.py": {"boltz", "pytorch-lightning", "omegaconf"},
+}
 """Files that run in their own environment, with the distributions it has: the Boltz-2 teacher
-in ``make boltz-env``'s (the ``boltz`` extra, whose boltz 2.2.1 pins pytorch-lightning 2.5.0)."""
+and its checkpoint loader in ``make boltz-env``'s (the ``boltz`` extra, whose boltz 2.2.1 pins
+pytorch-lightning 2.5.0 and brings omegaconf)."""
 
 
 def canonical(name: str) -> str:

@@ -15,11 +15,11 @@ import numpy as np
 import torch
 
 from raylab import session
-from raylab.checkpoint import GlobalRNG, LoopState, saved_only
+from raylab.checkpoint import GlobalRNG, LoopState, load_at, saved_only
 from raylab.config import from_dict
 from raylab.errors import UserError
-from raylab.files import user_path
-from raylab.run_folder import TrialFolder
+from raylab.files import user_location, user_path
+from raylab.run_folder import RunFolder
 from trainers.boltz_distill.batches import GraphBank
 from trainers.boltz_distill.config import Config
 from trainers.boltz_distill.corpus import check_test_sets, corpus_exists, corpus_smiles, exclusion_line
@@ -356,11 +356,7 @@ def train_loop(config: dict) -> None:
 
 def student_location(location: str, *parts: str) -> str:
     """A local path (``~`` and relative paths resolved) or a storage URI (``s3://...``), joined."""
-    from raylab import run_folder
-
-    if run_folder.is_uri(location):
-        return run_folder.join(location, *parts)
-    return str(user_path(location).joinpath(*parts))
+    return RunFolder(user_location(location)).join(*parts)
 
 
 def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:
@@ -372,19 +368,8 @@ def load_student(path: str | os.PathLike) -> tuple[GINEStudent, dict]:
     every checkpoint), not the newest weights; a student distilled outside a trial (``distill``,
     no validation) has only its final weights. ``state["probed_step"]`` says which.
     """
-    import pyarrow.fs
-
-    from raylab import checkpoint as ckpt
-    from raylab import run_folder
-
     location = student_location(str(path))
-    fs, on_fs = run_folder.filesystem(location)
-    if fs.get_file_info(f"{on_fs.rstrip('/')}/state.pt").type == pyarrow.fs.FileType.File:
-        newest = on_fs
-    else:
-        names = TrialFolder.at(location).checkpoints()
-        newest = f"{on_fs.rstrip('/')}/{names[-1]}" if names else None
-    found = ckpt.load_newest_good(newest, fs) if newest else None
+    found = load_at(location)
     if found is None:
         raise UserError(
             f"student_checkpoint: no boltz_distill checkpoint at {location} (expected a "

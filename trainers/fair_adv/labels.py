@@ -33,6 +33,8 @@ LABELS = {
     "frl/bndy_weight_per_class": "FRL boundary-loss class weight",
     "best/epoch": "Best validation epoch",
     "best/val_robust_acc_worst_class": "Worst-class robust accuracy (validation, best epoch)",
+    "best/val_robust_acc": "Robust accuracy (validation, best epoch)",
+    "best/val_score": "Selection rule's value (validation, best epoch)",
     "best/robust_acc_worst_class_gap": "Worst-class robust accuracy, best minus last",
     "best/robust_acc_gap": "Robust accuracy, best minus last",
     **{

@@ -27,10 +27,9 @@ import math
 import sys
 
 from raylab import checkpoint as ckpt
-from raylab import run_folder
 from raylab.config import from_dict
 from raylab.errors import UserError, exit_on_user_error
-from raylab.files import user_path
+from raylab.files import user_location
 from raylab.run_folder import RunFolder, TrialFolder
 from raylab.search_space import with_variant
 from trainers.seagram.config import Config
@@ -78,7 +77,7 @@ def identity_words(key: tuple) -> str:
 
 def run_location(run: str) -> str:
     """A run given as a path (relative to where the command ran) or a URI."""
-    return run if run_folder.is_uri(run) else str(user_path(run))
+    return user_location(run)
 
 
 @functools.lru_cache(maxsize=8)
@@ -101,7 +100,7 @@ def run_victims(run: str) -> tuple[VictimTrial, ...]:
         if not rows or rows[-1].get("train/phase") != FINAL_PHASE or not trial.checkpoints():
             continue
         params = with_variant(trial.params())
-        cfg = from_dict(Config, {k: v for k, v in params.items() if k in names}, trial.join("params.json"))
+        cfg = from_dict(Config, {k: v for k, v in params.items() if k in names}, trial.location)
         if cfg.attack != "none":
             continue
         last = rows[-1]
@@ -159,9 +158,7 @@ def load_victim_state(cfg: Config) -> tuple[dict, VictimTrial]:
     run_victims.cache_clear()  # the run as it is now, not as a preflight in this process saw it
     found = find_victim(cfg)
     trial = TrialFolder(RunFolder(run_location(cfg.victim_from)), found.name)
-    newest = trial.checkpoints()[-1]
-    fs, path = run_folder.filesystem(trial.join(newest))
-    loaded = ckpt.load_newest_good(path, fs)
+    loaded = ckpt.load_at(trial.location)
     if loaded is None:
         raise UserError(f"config.victim_from: no readable checkpoint in {trial.location}")
     state = loaded[0]

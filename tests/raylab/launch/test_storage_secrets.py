@@ -63,3 +63,11 @@ def test_one_file_per_set_of_keys_and_nothing_without_keys(tmp_path):
 def test_either_token_variable_becomes_the_session_token(token_key):
     text = storage_secrets.credentials_text({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "s", token_key: "t"})
     assert text == "[raylab]\naws_access_key_id = a\naws_secret_access_key = s\naws_session_token = t\n"
+
+
+def test_a_run_that_hands_nothing_on_keeps_its_own_keys():
+    """A local sweep or a dry run onto S3 hands no keys to a cluster (``secrets`` is empty): the
+    driver's own keys stay in its environment, where its storage check and Tune read them."""
+    environ = {**KEYS, "AWS_REGION": "eu-west-1"}
+    storage_secrets.use_credentials_file({}, environ)
+    assert environ == {**KEYS, "AWS_REGION": "eu-west-1"}

@@ -92,8 +92,10 @@ def checkpoints_by_trial(client, run: str) -> dict[str, int]:
 def driver_rows(root: Path, run: str) -> dict[str, list[dict]]:
     """``{trial folder: rows}`` as the Tune driver on the head has them (its staging copy of
     each trial's result.json, in the head's /tmp), before any sync to the bucket."""
+    from raylab.run_folder import RESULT_FILE
+
     found: dict[str, list[dict]] = {}
-    pattern = f"node0/tmp/ray/session_2*/artifacts/*/{run}/driver_artifacts/*/result.json"
+    pattern = f"node0/tmp/ray/session_2*/artifacts/*/{run}/driver_artifacts/*/{RESULT_FILE}"
     for path in root.glob(pattern):
         rows = []
         for line in path.read_text(errors="replace").splitlines():

@@ -28,6 +28,8 @@ import pytest
 from scenarios.clusters.conftest import CREDENTIALS, free_port
 from scenarios.clusters.fake_cluster import fake_cluster
 
+from raylab.run_folder import CHECKPOINT_PREFIX
+
 # It starts Ray and runs a sweep (slow), about 2 minutes on 2 shared cores (long).
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
@@ -146,7 +148,7 @@ def test_secrets_reach_trials_but_not_rays_job_and_actor_lists(monkeypatch):
     # The trials reached S3 with the command's keys: every request for the run's objects is signed with them.
     run_requests = [(m, path, key) for m, path, key in signed_by if path.startswith("/raylab/runs/secret")]
     ended = [r for r in run_requests if r[0] == "PUT" and "/_raylab/ended/" in r[1] and not r[1].endswith("/")]
-    checkpoints = [r for r in run_requests if r[0] == "PUT" and "/checkpoint_" in r[1]]
+    checkpoints = [r for r in run_requests if r[0] == "PUT" and f"/{CHECKPOINT_PREFIX}" in r[1]]
     assert len(ended) == 1 and checkpoints, run_requests  # the trial's own writes
     assert {key for _, _, key in run_requests} == {ACCESS_KEY}
 
