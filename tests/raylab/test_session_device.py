@@ -87,11 +87,18 @@ def test_a_tune_trial_without_a_gpu_trains_on_the_cpu(monkeypatch):
 
 
 def test_outside_ray_no_gpu_is_reserved_and_ray_is_not_started():
-    import ray
+    """In a fresh process (this one may hold the test session's Ray): asking for the reserved
+    GPUs outside Ray answers none and does not start a local Ray."""
+    import subprocess
+    import sys
 
-    assert not ray.is_initialized()
-    assert session.reserved_gpus() == []
-    assert not ray.is_initialized()
+    code = (
+        "import ray; from raylab import session; "
+        "assert not ray.is_initialized(); assert session.reserved_gpus() == []; "
+        "assert not ray.is_initialized(); print('ok')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
 def test_ddp_puts_the_model_on_the_checked_device_not_ray_trains_cuda(train_worker, monkeypatch):
