@@ -168,3 +168,39 @@ def test_a_sweeps_trials_share_one_student_in_the_runs_storage(smoke_sweep, tmp_
     assert len(copies) == 1 and student_store.published(RunFolder(run_path), name).endswith(copies[0])
     assert not list((tmp_path / "students").glob("*/state.pt"))  # only the lock is node-local
     assert not list(Path(run_path).glob("_students/*/*/state.pt.*"))  # no stray parts
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_sweep_onto_s3_publishes_one_student_its_trials_read_back(s3_server, tmp_path):  # noqa: F811
+    """``python -m raylab.tune admet_probe --storage s3://...`` in its own process (its own Ray,
+    as a user runs it): the trials' student goes into the bucket, not onto the node's disk."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from scenarios.clusters.s3_store import keys
+
+    storage, client = s3_server
+    overrides = [
+        "search.variant=[{features: student, student_teachers: [descriptors], probe: linear}]",
+        f"config.store_root={tmp_path / 'stores'}",
+        f"config.student_root={tmp_path / 'students'}",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "raylab.tune", "admet_probe", "--smoke", "--quiet", "--storage", storage]
+        + ["--name", "probe-s3", *overrides],
+        cwd=Path(__file__).resolve().parents[3],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stored = sorted(k for k in keys(client, "runs/probe-s3/_students/") if not k.endswith("/"))
+    assert sorted(k.rsplit("/", 1)[1] for k in stored) == ["meta.json", "published.json", "state.pt"]
+    assert len({k.split("/")[3] for k in stored}) == 1  # one student, one published copy
+    trials = {k.split("/")[2] for k in keys(client, "runs/probe-s3/") if k.endswith("/result.json")}
+    assert len(trials) == 2  # split seeds 1 and 2, both finished on the one copy
+    assert not list((tmp_path / "students").glob("*/state.pt"))
