@@ -192,6 +192,17 @@ class RunFolder:
             f.write(text.encode())
         return self.join(relative)
 
+    def upload(self, local_folder: str | os.PathLike, relative: str) -> str:
+        """Copy the files of a local folder (a checkpoint written on this node) into ``relative``
+        of the folder, one object each on a bucket; return its path or URI."""
+        import pyarrow.fs
+
+        fs, path = self._path(relative)
+        fs.create_dir(path, recursive=True)
+        local = pyarrow.fs.LocalFileSystem()
+        pyarrow.fs.copy_files(str(local_folder), path, source_filesystem=local, destination_filesystem=fs)
+        return self.join(relative)
+
     def remove(self, relative: str) -> None:
         """Delete a folder inside this one (or this one, ``""``) if it is there."""
         import pyarrow.fs

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping
 
 from raylab import checkpoint as ckpt
-from raylab.run_folder import TrialFolder
+from raylab.run_folder import RunFolder, TrialFolder
 
 State = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 
@@ -49,6 +49,8 @@ class Session:
     keep: int | None = 2
     trial: TrialFolder | None = None
     """Local trials: the (local) trial folder their rows and checkpoints go to."""
+    run: str = ""
+    """The run folder (a path or a storage URI) the trial belongs to; empty outside a run."""
     stop: dict[str, float] = field(default_factory=dict)
     mode: Literal["min", "max"] = "max"
     verbose: bool = False
@@ -80,7 +82,19 @@ def start(**settings: Any) -> Session:
     if _session.trial is not None:
         _session.trial.path.mkdir(parents=True, exist_ok=True)
         _session.checkpoint_base = _session.trial.last_checkpoint_number()
+        _session.run = _session.run or _session.trial.run.location
     return _session
+
+
+def run_folder() -> RunFolder | None:
+    """The folder of the run this trial belongs to: the sweep's run under ``--storage`` (a local
+    folder or a storage URI such as ``s3://...``: where every trial of the run writes, on any
+    node), or a ``python -m raylab.train`` run's; None where the loop runs outside a run (a
+    workload's own runner, ``session.start(backend="local")`` without a trial folder).
+
+    For what trials of one run share and make once (a student distilled inside a sweep): write
+    it into the folder, never to one node's disk."""
+    return RunFolder(_session.run) if _session.run else None
 
 
 def current() -> Session:

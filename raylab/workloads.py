@@ -80,7 +80,16 @@ ALL = "*"
 WORKLOAD_API: dict[str, tuple[str, ...]] = {
     "raylab.errors": ("UserError", "exit_on_user_error"),
     "raylab.config": ("from_dict", "require", "require_at_least", "require_positive"),
-    "raylab.session": ("report", "restore", "device", "prepare_model", "world_rank", "world_size", "start"),
+    "raylab.session": (
+        "report",
+        "restore",
+        "device",
+        "prepare_model",
+        "world_rank",
+        "world_size",
+        "start",
+        "run_folder",
+    ),
     "raylab.checkpoint": (
         "rng_state",
         "set_rng_state",

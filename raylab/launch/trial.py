@@ -83,6 +83,7 @@ def run_trial(settings: TrialSettings, backend: str, config: dict[str, Any]) -> 
         mode=settings.mode,
         resume=settings.resume,
         gauges=gauges,
+        run=settings.run,
     )
     loop = workloads.resolve(settings.loop)
     loop(search_space.with_variant(config))

@@ -154,6 +154,17 @@ def test_a_trial_folder_reads_back_what_its_writers_wrote(tmp_path, as_uri):
         assert [t.name for t in run.trials()] == ["toy_00000"]  # checkpoints inside are no trials
 
 
+@pytest.mark.parametrize("as_uri", [False, True], ids=["local", "file-uri"])
+def test_a_local_folder_uploaded_into_a_run_reads_back_whole(tmp_path, as_uri):
+    from raylab import checkpoint as ckpt
+
+    run = RunFolder(f"file://{tmp_path}/run" if as_uri else tmp_path / "run")
+    ckpt.save(tmp_path / "written", {"step": 3})
+    where = run.upload(tmp_path / "written", "_shared/one")
+    assert where == run.join("_shared/one") and run.kind("_shared/one/state.pt") == "file"
+    assert ckpt.load_at(where)[0] == {"step": 3} and run.trials() == []
+
+
 def test_a_half_written_row_is_skipped(tmp_path):
     trial = RunFolder(tmp_path).trial("t")
     trial.write_rows([{"a": 1}])

@@ -137,8 +137,8 @@ class ProbeConfig:
     ``end_to_end`` for the supervised models (and only for them)."""
     student_checkpoint: str = ""
     """features=student: a boltz_distill checkpoint folder (with state.pt) or its trial folder
-    (its student with the lowest reported ``distill/val_loss``). Empty: the student is distilled here (once, cached
-    under ``student_root``) from ``student_teachers``. features=random_student: if given,
+    (its student with the lowest reported ``distill/val_loss``). Empty: the student is distilled here (once per run,
+    in the run's storage; outside a run under ``student_root``) from ``student_teachers``. features=random_student: if given,
     copies its architecture."""
     students_from: str = ""
     """features=student: a ``boltz_distill`` run folder (``results/boltz_distill-...``) or its
@@ -165,7 +165,8 @@ class ProbeConfig:
     store_root: str = "~/.cache/raylab/boltz_distill/stores"
     """Teacher stores (as boltz_distill's ``store_root``)."""
     student_root: str = "~/.cache/raylab/boltz_distill/students"
-    """Where students distilled by this workload are cached, one folder per setting."""
+    """A node-local folder: the lock that makes one node's trials distil a student once, and,
+    outside a run (a loop called in-process), the students distilled here, one per setting."""
     random_width: int = 300
     """features=random_student without a checkpoint, supervised_gine, and distilled students:
     the GINE's width."""

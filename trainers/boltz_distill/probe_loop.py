@@ -175,13 +175,18 @@ def teacher_features(store_dir: str, keys: list[str]) -> tuple[torch.Tensor, np.
 
 
 def distilled_student(cfg: ProbeConfig) -> str:
-    """The folder of the student distilled from ``cfg.student_teachers`` with the ``distill_*``
-    settings (seed 0, the GINE's ``random_width`` x ``random_depth``), made once and cached
-    under ``student_root`` (a lock makes concurrent trials wait for the first)."""
+    """The location of the student distilled from ``cfg.student_teachers`` with the ``distill_*``
+    settings (seed 0, the GINE's ``random_width`` x ``random_depth``), made once.
+
+    In a run (a sweep, or ``python -m raylab.train``) it lives in the run's storage, the same
+    for every node (``student_store``: ``RUN/_students/NAME``, written once, read through
+    pyarrow); outside one, in the node-local ``student_root``. Either way a lock under
+    ``student_root`` makes the trials of one node wait for the first."""
     import hashlib
     import json
 
     from raylab import checkpoint as ckpt
+    from trainers.boltz_distill import student_store
     from trainers.boltz_distill.config import Config
     from trainers.boltz_distill.loop import _locked, distill
 
@@ -202,7 +207,10 @@ def distilled_student(cfg: ProbeConfig) -> str:
     fields = json.dumps(dataclasses.asdict(distill_cfg), sort_keys=True, default=list)
     name = "+".join(cfg.student_teachers) + "-" + hashlib.sha256(fields.encode()).hexdigest()[:12]
     folder = user_path(cfg.student_root) / name
+    run = session.run_folder()
     with _locked(folder):
+        if run is not None:
+            return student_store.shared_student(run, name, lambda: distill(distill_cfg))
         if not (folder / "state.pt").is_file():
             ckpt.save(folder, distill(distill_cfg))
     return str(folder)

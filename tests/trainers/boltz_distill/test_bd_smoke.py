@@ -69,8 +69,11 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
     assert {probe for name, probe in cells if name == "Morgan + descriptors"} == {"linear", "gbm"}
     printed = table.format_table(cells).splitlines()
     assert any(line.startswith("TDC leaderboard: best") and "different data and split" in line for line in printed)
-    # two students from different teachers were distilled once each, shared by both seeds
-    assert len(list((tmp_path / "students").glob("*/state.pt"))) == 2
+    # two students from different teachers were distilled once each into the run's storage,
+    # shared by both seeds (student_root holds only the node's locks)
+    assert len(list(Path(run_path).glob("_students/*/published.json"))) == 2
+    assert len(list(Path(run_path).glob("_students/*/*/state.pt"))) == 2
+    assert not list((tmp_path / "students").glob("*/state.pt"))
     html = Path(report.write_report(run_path)).read_text()
     assert "Chemprop" in html or "chemprop" in html
     # its claims (tests/raylab/report/test_report_workloads.py checks the other workloads' from their smokes)
