@@ -12,7 +12,7 @@ from scenarios.clusters.conftest import s3_server  # noqa: F401 - the fixture
 
 from raylab import session
 from raylab.checkpoint import load_at
-from raylab.run_folder import RunFolder, join
+from raylab.run_folder import RESULT_FILE, RunFolder, join
 from trainers.boltz_distill import loop, student_store
 from trainers.boltz_distill.config import ProbeConfig
 from trainers.boltz_distill.probe_loop import distilled_student
@@ -201,6 +201,6 @@ def test_a_sweep_onto_s3_publishes_one_student_its_trials_read_back(s3_server, t
     stored = sorted(k for k in keys(client, "runs/probe-s3/_students/") if not k.endswith("/"))
     assert sorted(k.rsplit("/", 1)[1] for k in stored) == ["meta.json", "published.json", "state.pt"]
     assert len({k.split("/")[3] for k in stored}) == 1  # one student, one published copy
-    trials = {k.split("/")[2] for k in keys(client, "runs/probe-s3/") if k.endswith("/result.json")}
+    trials = {k.split("/")[2] for k in keys(client, "runs/probe-s3/") if k.endswith(f"/{RESULT_FILE}")}
     assert len(trials) == 2  # split seeds 1 and 2, both finished on the one copy
     assert not list((tmp_path / "students").glob("*/state.pt"))
