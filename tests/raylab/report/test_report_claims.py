@@ -1,5 +1,5 @@
 """Claims, aggregates and the sweep view on hand-written run folders (no Ray): planted effects the
-statistics must find, controls that fail, too few seeds, the CLI's claims table, a README that
+statistics must find, controls that fail, too few seeds, the CLI's claims table, a workload page that
 lists every claim as its report states it."""
 
 from __future__ import annotations
@@ -354,7 +354,7 @@ def test_sweep_view_finds_the_planted_hyperparameter_and_keeps_the_seed_as_noise
     assert "Hyperparameter importance" in html and html.count("<img ") == 2
 
 
-# ------------------------------------------------------------------------ README against declarations
+# ----------------------------------------------------------- workload pages against declarations
 
 READMES = {
     "dqn_softlinf": "docs/workloads/dqn_softlinf.md",
