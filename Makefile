@@ -104,7 +104,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/image_speed.py --width 16 --batch-size 32 --threads 1
 	$(PY) benchmarks/seagram_cost.py
 
-# The GPU check rehearsed here (issue 37): .kit/ built (benchmarks/device_kit.py), then
+# The GPU check rehearsed here: .kit/ built (benchmarks/device_kit.py), then
 # benchmarks/device_rehearsal.py: a Python 3.12 venv as the GPU machine has it (torch 2.11 from PyPI,
 # its package list as constraints, no Ray), cached outside the tree (RAYLAB_DEVICE_VENV, default
 # ~/.cache/raylab/device-py312-torch2.11; the first build downloads about 4 GB), the kit unpacked by

@@ -205,7 +205,7 @@ STEPS: tuple[Step, ...] = (
             ),
         ),
     ),
-    # issue 38's benchmarks/gpu_throughput.py goes here, one row (its seconds taken from another
+    # benchmarks/gpu_throughput.py goes here, one row (its seconds taken from another
     # row: the limits' sum stays within BUDGET_S), e.g.:
     # Step("fig_gpu_throughput", 40, "figure", figure=Figure(("benchmarks/gpu_throughput.py",), ("steps/s",),
     #      ("benchmarks/gpu_throughput.py", "--cpu-size-args"))),

@@ -9,7 +9,7 @@ written to ``DIR/gpu_throughput.json`` (default ``gpu_throughput_out/``):
 
 1. ``dqn``: the DQN loop (trainers/dqn_softlinf/loop.py's ``train_loop``, soft-linf, Pong, 8
    envs, the held-out game and every probe on) in four variants, run in interleaved rounds:
-   **today** (the loop before issue 38: each batch sent in five
+   **today** (the loop before the device-replay change: each batch sent in five
    copies, two of them slices with gaps; the held-out game's greedy action in a forward pass
    and a device read of its own; soft-linf reading beta's sign from the device), **window**
    (the host replay now: one contiguous window and one scalar array per batch, the held-out
@@ -64,7 +64,7 @@ TARGETS = {
 
 # ---------------------------------------------------------------------- today's DQN, for "today"
 def todays_to_batch(run, b):
-    """loop.to_batch before issue 38: five copies, obs and next_obs as slices with gaps."""
+    """loop.to_batch before the device-replay change: five copies, obs and next_obs as slices with gaps."""
     from trainers.dqn_softlinf.loop import to_device
 
     def to_obs(frames):
@@ -80,7 +80,7 @@ def todays_to_batch(run, b):
 
 
 def todays_choose_actions(run, epsilon):
-    """Acting before issue 38: numpy epsilon-greedy, the held-out game's greedy action in a
+    """Acting before the device-replay change: numpy epsilon-greedy, the held-out game's greedy action in a
     forward pass (and a device read) of its own."""
     from trainers.dqn_softlinf import loop
 
@@ -88,7 +88,7 @@ def todays_choose_actions(run, epsilon):
 
 
 def todays_soft_linf(td, beta, weights=None):
-    """loss.soft_linf before issue 38: beta made a device tensor and its sign read back."""
+    """loss.soft_linf before the device-replay change: beta made a device tensor and its sign read back."""
     from trainers.dqn_softlinf.loss import _mean
 
     beta = torch.as_tensor(beta, dtype=td.dtype, device=td.device)

@@ -2,7 +2,7 @@
 
 To add a workload, make a folder here with ``config.py`` (a frozen ``Config`` dataclass) and
 ``loop.py`` (``train_loop(config: dict)``), add one line below, and an experiment YAML in
-``tune_configs/``. See README.md, "Adding a workload".
+``tune_configs/``. See docs/tutorial.md, "Your first workload".
 """
 
 from raylab.workloads import Workload

@@ -252,7 +252,7 @@ class Claim:
     """One claim of the paper, and the statistic (per seed) that tests it."""
 
     statement: str
-    """The claim in words, as the README's "what it reproduces" lists it."""
+    """The claim in words, as a workload page's "What it reproduces" lists it."""
     statistic: Statistic
     expect: Expect
     """The side of ``threshold`` the claim puts the statistic on (``within``: inside a range)."""
@@ -285,7 +285,7 @@ class Claim:
         return f"claimed {'above' if self.expect == '>' else 'below'} {format_value(self.threshold)}"
 
     def test_words(self) -> str:
-        """The statistic and the claimed side, as the report and the README state them."""
+        """The statistic and the claimed side, as the report and the workload page state them."""
         return f"{self.statistic.words()}; {self.expectation()}"
 
     def inputs(self) -> tuple[str, ...]:
@@ -306,7 +306,7 @@ def _check_at(owner, at: str) -> None:
 
 
 def readme_lines(claims: tuple[Claim, ...]) -> list[str]:
-    """The claims as a workload README's "what it reproduces" lists them (a numbered Markdown
+    """The claims as a workload page's "What it reproduces" lists them (a numbered Markdown
     list: the statement, the statistic and the claimed side, the positive controls)."""
     lines = []
     for i, claim in enumerate(claims, start=1):

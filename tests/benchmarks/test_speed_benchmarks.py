@@ -1,4 +1,4 @@
-"""The side-by-side speed benchmarks of issue 38, run as a user runs them, at a tiny size: every
+"""The side-by-side speed benchmarks, run as a user runs them, at a tiny size: every
 variant runs and each line carries its figures (the figures themselves are the scripts' job)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Small input mistakes of issue 42 item 9: a stop value that ends every trial at once, an
+"""Small input mistakes: a stop value that ends every trial at once, an
 unknown workload, a bad command-line override (named, not blamed on the shipped YAML), and a
 ``--dry-run`` whose checks refuse (exit 2, as the real command). Each is one line, exit 2."""
 

@@ -1,5 +1,5 @@
 """``search.<field>=[...]`` over an experiment whose variant groups set that field keeps the
-groups with those values (issue 42 item 4): the README's own ``search.loss=[mse,soft_linf]``
+groups with those values: the experiments page's own ``search.loss=[mse,soft_linf]``
 on dqn_softlinf runs only those arms; what cannot filter the groups is refused with the
 ``search.variant=[...]`` form, and that form works. ``raylab.train``'s hint pins what works."""
 

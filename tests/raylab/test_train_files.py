@@ -1,5 +1,5 @@
 """``python -m raylab.train`` trial folders hold what Tune's do beside ``result.json``:
-``progress.csv`` and TensorBoard events (issue 42 item 9); a NaN metric (seagram's attack
+``progress.csv`` and TensorBoard events; a NaN metric (seagram's attack
 metrics before the attack phase) prints as ``-``, not ``nan``."""
 
 from __future__ import annotations

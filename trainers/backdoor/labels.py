@@ -1,6 +1,6 @@
 """What the backdoor reports' axes and legends call each metric and swept key (``Report.labels``).
 
-The early-stage metrics are built from the group names and quantities below (README, "Metrics"):
+The early-stage metrics are built from the group names and quantities below (docs/workloads/backdoor.md, "Metrics"):
 ``early/loss_drop_gap_vs_relabel`` reads "early loss drop: poisoned − relabelled control"."""
 
 GROUPS = {

@@ -17,7 +17,7 @@ carried unchanged in every later row (so every row has it, as Ray Tune requires 
   group's relative decrease; ``theory/second_order_predicted_drop_*`` adds the error term
   ``-(eta t)^2 C_G / (2 L_G(0))`` (``theory/curvature_*``: ``C_G``, ``theory.signal_and_curvature``).
   The signal ratio predicts the drop ratio only while ``signal_predicted_drop_poison`` is small
-  (README, "Where the signal holds");
+  (docs/workloads/backdoor.md, "Where the signal holds");
 - ``theory/gate_flip_at_t_*``: the gate-flip fractions since initialization at ``min(step, T)``.
 
 Every row also has ``theory/gate_flip_error_*``: the frozen-gate error term itself,

@@ -1,5 +1,5 @@
 """boltz_distill and admet_probe: distil Boltz-2 (or RDKit) per-atom ligand representations into
-a GINE student and probe representations on the TDC ADMET group. See README.md here.
+a GINE student and probe representations on the TDC ADMET group. See docs/workloads/boltz_distill.md.
 
 This file stays light (no torch, RDKit or boltz imports): the registry reads the metric names.
 """

@@ -1,5 +1,5 @@
 """What the boltz_distill and admet_probe reports' axes and legends call each metric and swept
-key (``Report.labels``); the metrics' definitions are in the README ("Metrics")."""
+key (``Report.labels``); the metrics' definitions are in docs/workloads/boltz_distill.md ("Metrics")."""
 
 LABELS = {
     "teachers": "Teachers",

@@ -5,7 +5,7 @@ CleanRL's schedule and optimizer): 10M agent steps, 1M replay, Adam lr 1e-4, tar
 1000 agent steps, one update every 4 steps from 80k steps on, epsilon 1 -> 0.01 over the first
 10%, evaluation at epsilon 0.01, batch 32, gamma 0.99. Nature's own settings (RMSProp 2.5e-4,
 target period 10,000, learning from 50k, epsilon to 0.1 over 1M steps, 50M steps) are the
-experiment file ``dqn_softlinf_nature``; the README's protocol table lists them side by side.
+experiment file ``dqn_softlinf_nature``; the workload page's protocol table lists them side by side.
 """
 
 from __future__ import annotations

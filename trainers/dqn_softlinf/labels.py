@@ -1,5 +1,5 @@
 """What the dqn_softlinf report's axes and legends call each metric and swept key
-(``Report.labels``); the metrics' definitions are the README's metric table."""
+(``Report.labels``); the metrics' definitions are the workload page's metric table."""
 
 from trainers.dqn_softlinf.stats import TIME_AVERAGED, time_averaged_name
 

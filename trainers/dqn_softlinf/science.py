@@ -5,7 +5,7 @@ reports, per seed the ratio soft-linf / MSE of those, over seeds a t interval, a
 interval and a sign test.
 
 Run directly, this module runs the comparison at a longer budget under two exploration
-schedules, prints the per-seed tables and draws the curve the README shows::
+schedules, prints the per-seed tables and draws the curve the workload page shows::
 
     python -m trainers.dqn_softlinf.science --steps 12000 --seeds 20 --out science-12k
 
@@ -126,7 +126,7 @@ def ratio_curve(histories: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def draw(results: dict, path: Path) -> None:
-    """The figure the README shows: per schedule, the exact residual ratio and the greedy-value
+    """The figure the workload page shows: per schedule, the exact residual ratio and the greedy-value
     gap ratio (soft-linf / MSE) against agent steps, mean over seeds with a 95% t band, the
     window the time average reads shaded."""
     import matplotlib

@@ -4,7 +4,7 @@ Defaults are the paper-scale CIFAR-10 setting for one GPU per trial: PreAct-ResN
 (lr 0.1, momentum 0.9, weight decay 5e-4), batch 128, 110 epochs with the learning rate divided
 by 10 at epochs 100 and 105, L-inf eps 8/255 with PGD-10 (step 2/255) for training and PGD-20
 for evaluation. The tri-regime and FRL fields are explained with their equations in
-``trainers/fair_adv/reweight.py`` and the README.
+``trainers/fair_adv/reweight.py`` and docs/workloads/fair_adv.md.
 """
 
 from __future__ import annotations

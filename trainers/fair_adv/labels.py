@@ -1,5 +1,5 @@
 """What the fair_adv report's axes and legends call each metric and swept key (``Report.labels``);
-the metrics' definitions are the README's metric table. Accuracies are built from the
+the metrics' definitions are the workload page's metric table. Accuracies are built from the
 evaluation (``eval/``: the eval subset at each epoch, ``best/``, ``final/``...) and the attack."""
 
 ACC = {

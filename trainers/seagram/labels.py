@@ -1,5 +1,5 @@
 """What the seagram report's axes and legends call each metric and swept key (``Report.labels``);
-the metrics' definitions are the README's metric table."""
+the metrics' definitions are the workload page's metric table."""
 
 LABELS = {
     "attack": "Attack",

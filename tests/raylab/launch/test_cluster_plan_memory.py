@@ -1,4 +1,4 @@
-"""``--dry-run --cluster`` packs trials by memory as well as CPU and GPU (issue 42 item 3).
+"""``--dry-run --cluster`` packs trials by memory as well as CPU and GPU.
 
 gpu.yaml's node types declare ``resources.memory``; dqn_softlinf states a trial's need (its
 replay as the backend stores it: RLlib's float32 frame stacks for ``backend: rllib``). A trial

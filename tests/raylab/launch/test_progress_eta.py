@@ -1,5 +1,5 @@
 """The console's ETA comes from the running trials' progress toward the stop key before any
-trial finishes (issue 42 item 7): the status line and the Tune callback that prints it."""
+trial finishes: the status line and the Tune callback that prints it."""
 
 from __future__ import annotations
 

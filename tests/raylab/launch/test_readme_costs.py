@@ -1,4 +1,4 @@
-"""README's cluster cost table is what ``--dry-run --cluster cluster/gpu.yaml`` prints.
+"""The cost table of docs/cluster.md is what ``--dry-run --cluster cluster/gpu.yaml`` prints.
 
 Each row of the table under "**Costs.**" is compared, field by field, with the lines
 ``raylab.launch.cluster_plan.plan_text`` prints for that experiment on ``cluster/gpu.yaml``; and every
@@ -19,7 +19,7 @@ from raylab.launch import cluster_plan
 
 REPO = Path(__file__).resolve().parents[3]
 GPU_YAML = REPO / "cluster" / "gpu.yaml"
-FIELDS = {  # README column -> the piece of the dry run's text it shows
+FIELDS = {  # the table's column -> the piece of the dry run's text it shows
     "nodes at the cap": r"at the cap (\d+ x \S+) \(of",
     "trials (at once)": r"(\d+) of (\d+) trials at once",
     "$/h at the cap": r"price at the cap: (\$[\d,.]+)/h",
@@ -36,7 +36,7 @@ FIELDS = {  # README column -> the piece of the dry run's text it shows
 
 
 def readme_rows() -> dict[str, dict[str, str]]:
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "cluster.md").read_text()
     table = text[text.index("| experiment | nodes at the cap") :]
     lines = table.splitlines()
     lines = lines[: next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))]
@@ -104,7 +104,7 @@ def test_every_shipped_gpu_experiment_has_a_costed_row():
 
 
 def table() -> str:
-    """The README's table, as the code prints it now (to paste after a change)."""
+    """The cluster page's table, as the code prints it now (to paste after a change)."""
     rows = readme_rows()
     lines = ["| experiment | " + " | ".join(FIELDS) + " |", "| --- " * (len(FIELDS) + 1) + "|"]
     for name in rows:

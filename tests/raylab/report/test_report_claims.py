@@ -1,5 +1,5 @@
 """Claims, aggregates and the sweep view on hand-written run folders (no Ray): planted effects the
-statistics must find, controls that fail, too few seeds, the CLI's claims table, a README that
+statistics must find, controls that fail, too few seeds, the CLI's claims table, a workload page that
 lists every claim as its report states it."""
 
 from __future__ import annotations
@@ -354,22 +354,22 @@ def test_sweep_view_finds_the_planted_hyperparameter_and_keeps_the_seed_as_noise
     assert "Hyperparameter importance" in html and html.count("<img ") == 2
 
 
-# ------------------------------------------------------------------------ README against declarations
+# ----------------------------------------------------------- workload pages against declarations
 
 READMES = {
-    "dqn_softlinf": "trainers/dqn_softlinf/README.md",
-    "backdoor": "trainers/backdoor/README.md",
-    "backdoor_theory": "trainers/backdoor/README.md",
-    "fair_adv": "trainers/fair_adv/README.md",
-    "boltz_distill": "trainers/boltz_distill/README.md",
-    "admet_probe": "trainers/boltz_distill/README.md",
-    "seagram": "trainers/seagram/README.md",
+    "dqn_softlinf": "docs/workloads/dqn_softlinf.md",
+    "backdoor": "docs/workloads/backdoor.md",
+    "backdoor_theory": "docs/workloads/backdoor.md",
+    "fair_adv": "docs/workloads/fair_adv.md",
+    "boltz_distill": "docs/workloads/boltz_distill.md",
+    "admet_probe": "docs/workloads/boltz_distill.md",
+    "seagram": "docs/workloads/seagram.md",
 }
 
 
 @pytest.mark.parametrize("name", sorted(READMES))
 def test_readme_lists_each_claim_as_the_report_states_it(name):
-    """The README's "What it reproduces" holds the lines ``readme_lines`` makes from the running
+    """The workload page's "What it reproduces" holds the lines ``readme_lines`` makes from the running
     declaration: each claim's statement, statistic, claimed side and controls."""
     spec = workloads.get(name).report_spec()
     assert spec.claims, f"{name} declares no claims"

@@ -1,4 +1,4 @@
-"""Paper-ready figures (issue 42 item 8), on hand-written run folders (no Ray): SVG and PDF beside
+"""Paper-ready figures, on hand-written run folders (no Ray): SVG and PDF beside
 the PNG, the SMOKE watermark of a smoke run, the workload's labels instead of metric keys, and the
 uncertainty option's band and error bars measured on the drawn figure for known values."""
 

@@ -390,7 +390,7 @@ def wait_ssh(key: Path, ip: str, timeout: float = 30) -> None:
 # it ("cloud instance 127.0.0.1 no longer found": the head's own copy of the provider's state
 # file lists the head as terminated, which only v1 corrects), and its scheduler logs "Adding 1
 # nodes to satisfy min count" every few seconds without queueing one. v1 launches every worker
-# IP; so do README's instructions for cluster/local.yaml.
+# IP; so do docs/cluster.md's instructions for cluster/local.yaml.
 RAY_CLI_ENV = {"RAY_UP_enable_autoscaler_v2": "0"}
 AUTOSCALER_ENV = {"v1": {"RAY_UP_enable_autoscaler_v2": "0"}, "v2": {"RAY_UP_enable_autoscaler_v2": "1"}}
 
@@ -453,11 +453,11 @@ config: {value: 2.5}
 resources: {workers: 1, cpus_per_worker: 1}
 """
 
-# README's two lines for a lab's own workload package (cluster section): a file mount of its
+# docs/cluster.md's two lines for a lab's own workload package (cluster section): a file mount of its
 # folder and a setup line installing it on every node.
 LAB_MOUNT = "~/lab-package"
 LAB_SETUP = "pip install -q -e ~/lab-package"
-# README's data step: a data folder mounted on every node (copied at each node's setup), and
+# docs/cluster.md's data step: a data folder mounted on every node (copied at each node's setup), and
 # data made on the head after `ray up` pushed from there to every node that is up.
 DATA_MOUNT = "~/raylab/data"
 PUSH_FROM_HEAD = "ray rsync-up ~/ray_bootstrap_config.yaml {path} {path} --all-nodes"
@@ -503,7 +503,7 @@ def main() -> int:
     )
     parser.add_argument("--lab", action="store_true", help="mount, install and run a lab package")
     parser.add_argument(
-        "--data", action="store_true", help="README's data step: a data folder mounted on every node, and synced on"
+        "--data", action="store_true", help="docs data step: a data folder mounted on every node, and synced on"
     )
     parser.add_argument("--preflight", default="", help="experiments whose preflight workers run")
     parser.add_argument("--nodes", type=int, default=len(IPS), help="nodes the check waits for before it runs")
@@ -618,14 +618,14 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
     if args.lab:
         derived["file_mounts"] = {**derived.get("file_mounts", {}), LAB_MOUNT: str(lab_package(root))}
         derived["setup_commands"] = [*derived.get("setup_commands", []), LAB_SETUP]
-        # README: in gpu.yaml the line goes into each node type's own setup lines too (Ray runs
+        # docs/cluster.md: in gpu.yaml the line goes into each node type's own setup lines too (Ray runs
         # those in place of setup_commands on that type).
         for spec in derived.get("available_node_types", {}).values():
             if "worker_setup_commands" in spec:
                 spec["worker_setup_commands"] = [*spec["worker_setup_commands"], LAB_SETUP]
     expect = []
     if args.data:
-        # README's data step: the data folder (seagram's data/isonet split) is a file mount,
+        # docs/cluster.md's data step: the data folder (seagram's data/isonet split) is a file mount,
         # copied to each node as it is set up. (Not file_mounts_sync_continuously: on a change
         # it re-runs every worker's start commands, whose `ray stop` ends the trials running
         # there, and it hashes the mounts' whole contents, __pycache__ included, each update.)
@@ -643,7 +643,7 @@ def run_cluster(config: dict, root: Path, key: Path, report: dict, args, s3) -> 
         # The head's autoscaler starts the workers over SSH (min_workers = every worker IP); the
         # check waits for all of them, then runs one task pinned to each node from the head's
         # own copy of the tree: the imports and every workload's preflight, there.
-        if args.data:  # data made after `ray up` on the head (the teacher's stores): README's line
+        if args.data:  # data made after `ray up` on the head (the teacher's stores): docs/cluster.md's line
             wait = ray_cli(
                 "exec",
                 str(cfg),

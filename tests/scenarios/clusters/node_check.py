@@ -26,7 +26,7 @@ def probe(experiments: list[str], expect: list[str]) -> dict:
     from raylab.launch import checks
 
     home = os.path.expanduser("~")
-    os.chdir(os.path.join(home, "raylab"))  # where the README's commands run from
+    os.chdir(os.path.join(home, "raylab"))  # where docs/cluster.md's commands run from
     names = sorted(workloads.registry())
     for name in names:
         workload = workloads.get(name)

@@ -3,7 +3,7 @@
 `ray up` first runs Ray's provider bootstrap: instance profiles, key pair, subnets, security
 group rules, image check. These tests run that exact code (Ray 2.60's
 ``ray/autoscaler/_private/aws/config.py``) on the shipped YAML, with the two instance
-profiles created the way the README tells a user to create them, then launch one node of
+profiles created the way docs/cluster.md tells a user to create them, then launch one node of
 every type through Ray's own AWS node provider. What moto cannot show: that EC2 resolves the
 ``resolve:ssm:`` image parameter (moto does not, and holds no Deep Learning AMI parameters), so
 the launch test puts a stand-in moto AMI there, and the bootstrap test checks the parameter
@@ -48,13 +48,13 @@ def aws(monkeypatch, tmp_path):
 
 
 def policy(name: str) -> str:
-    """A policy file of cluster/iam/, with the README's placeholders filled in."""
+    """A policy file of cluster/iam/, with docs/cluster.md's placeholders filled in."""
     text = (REPO / "cluster" / "iam" / name).read_text()
     return text.replace("BUCKET", "raylab-results").replace("ACCOUNT_ID", "123456789012")
 
 
 def make_instance_profiles(config: dict) -> None:
-    """The README's one-time IAM setup, with the policies in cluster/iam/, for the YAML's names."""
+    """docs/cluster.md's one-time IAM setup, with the policies in cluster/iam/, for the YAML's names."""
     iam = boto3.client("iam")
     names = {t["node_config"]["IamInstanceProfile"]["Name"] for t in config["available_node_types"].values()}
     assert names == {"raylab-head", "raylab-worker"}

@@ -93,7 +93,7 @@ def _run_on_this_python(line: str, home: Path, **env_changes: str | None) -> sub
 
 @pytest.mark.parametrize("path", CLUSTER_FILES, ids=lambda p: p.name)
 def test_setup_check_line_fails_where_raylab_data_is_a_folder(path, tmp_path):
-    """Control: in a home whose checkout ``~/raylab`` has a ``data/`` folder (README's data
+    """Control: in a home whose checkout ``~/raylab`` has a ``data/`` folder (docs/cluster.md's data
     mount), an import-hook editable install (pip's default, as the Makefile installs) makes ``raylab.data`` that
     folder, a namespace package. The check line says so instead of passing; the YAMLs' compat
     install (a path entry) is what the loopback ``ray up`` runs to show the package wins."""

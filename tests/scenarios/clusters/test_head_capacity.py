@@ -13,7 +13,7 @@ prints for the same cluster file:
 - 2 Ray Train trials of two one-GPU workers: each driver holds the head's one ``trial_driver``,
   so 1 at a time although the GPUs allow 2 (and at most 1 ``TrainController`` alive).
 
-The sweeps check issue 25's credentials item too: the cluster's processes were started without
+The sweeps check the storage credentials too: the cluster's processes were started without
 AWS variables, the CLI has them, and no process's environment holds them (trials read them from a
 file on their node, ``raylab/launch/storage_secrets.py``) while no file the run saves in the bucket
 holds them. The Ray Train sweep also

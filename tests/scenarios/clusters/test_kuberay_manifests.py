@@ -6,7 +6,7 @@ checked the way ``kubectl apply --validate=strict`` checks a custom resource: th
 types, enums, patterns and required fields, and no field the schema does not declare (the API
 server would drop it silently; strict validation refuses it). The operator's own checks beyond
 the schema that these manifests touch (validation.go at the same release) are tested too. No
-Kubernetes runs here (README "Kubernetes").
+Kubernetes runs here (docs/kubernetes.md).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ that IP when Ray's autoscaler asks for a node again; the autoscaler sets it up i
 Shown from the bucket (result.json rows, error files) and Ray's node list: the reclaimed trial
 restarts from its last S3 checkpoint on another Ray node, each trial's reports are the steps
 10, 20, ..., 400 once each (none lost, none duplicated), the sweep finishes, the autoscaler
-brings a node back, and the trial on the surviving worker is never restarted (Ray issue #50187:
+brings a node back, and the trial on the surviving worker is never restarted (Ray's bug #50187:
 Tune killing a trial whose driver is alive when a node goes). The control (checkpoints off:
 ``checkpoint.every`` past the trial's reports) makes the same check fail.
 

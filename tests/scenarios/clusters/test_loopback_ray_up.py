@@ -154,8 +154,8 @@ def test_ray_up_gpu_yaml_runs_preflights_a_s3_sweep_and_a_lab_package_on_worker_
     (check_node_types); from the head's copy of the tree,
     through ``ray exec ... --address auto``: every workload's preflight on each worker, one
     CIFAR-format smoke sweep (fair_adv: synthetic CIFAR-10 batches written and read on the
-    worker through raylab.data) and one trial of a lab's own workload package (README's
-    file mount and setup line) onto the loopback S3 server, and README's data step."""
+    worker through raylab.data) and one trial of a lab's own workload package (docs/cluster.md's
+    file mount and setup line) onto the loopback S3 server, and docs/cluster.md's data step."""
     report = loopback_ray_up(
         REPO / "cluster" / "gpu.yaml",
         tmp_path,

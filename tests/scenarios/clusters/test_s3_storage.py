@@ -66,11 +66,11 @@ def test_a_two_worker_train_sweep_checkpoints_on_s3_and_reports_by_experiment_na
     """The Ray Train path on the same store: its run folder (``_raylab/train/TRIAL``) is joined
     before the URI's query string, and the checkpoints end in the trial folder.
 
-    Bytes per checkpoint (issue 25): the Train worker PUTs each checkpoint once; Tune's copy
+    Bytes per checkpoint: the Train worker PUTs each checkpoint once; Tune's copy
     into the trial folder is a server-side copy (pyarrow's ``copy_files`` between two paths of
     one S3 filesystem calls CopyObject), so no checkpoint byte passes the head, but the bucket
     holds the checkpoint twice until Ray Train's copy is deleted, and pays one more PUT request
-    per file. README's "Cluster" section states the cost.
+    per file. docs/cluster.md's "S3" section states the cost.
     """
     storage, client, writes = counting_s3_server
     proc = tune(

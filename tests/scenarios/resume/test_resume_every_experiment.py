@@ -6,7 +6,7 @@ search is what a saved experiment used to break on) and three reports per trial
 (``stop.training_iteration=3``, a checkpoint at each). The CLI joins the test session's Ray
 (``--address``) instead of starting its own; the uninterrupted run goes through the same
 ``raylab.launch.sweep``, in this process. Final metrics are compared bit for bit where the workload
-promises an exact resume on CPU (its README says so); elsewhere (Atari emulators cannot be
+promises an exact resume on CPU (its docs page says so); elsewhere (Atari emulators cannot be
 saved; the others make no promise) the resumed run must finish every trial with the sweep
 metric reported and finite.
 """

@@ -163,7 +163,7 @@ def test_badnets_on_real_digits_trigger_contrast_against_label_flip(results):
                 f"trigger - {against} | {c} | {' / '.join(f'{v:+.3f}' for v in effect)} | "
                 f"{mean:+.3f} [{low:+.3f}, {high:+.3f}] | {sum(v > 0 for v in effect)}/{len(SEEDS)}"
             )
-    # Measured (seeds 0-4, the README's table): trigger minus label-flip on the vs-relabel loss drop
+    # Measured (seeds 0-4, the workload page's table): trigger minus label-flip on the vs-relabel loss drop
     # +2.789 / +5.030 / +4.766 / +5.178 / +1.739, mean +3.90 [+2.12, +5.68], 5/5 seeds; trigger-dominant
     # neurons 7 / 7 / 5 / 4 / 2 against 0 in every label-flip and clean arm. Recorded only: gate flips
     # and the gradient alignment.

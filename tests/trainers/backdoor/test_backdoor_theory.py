@@ -216,7 +216,7 @@ def test_the_signal_ratio_holds_where_the_first_order_drop_is_small(one_thread):
     while the first-order predicted poisoned drop ``eps`` is at most 0.07, and the second-order
     ratio (the error term ``C``) within 5% while ``eps`` is at most 0.2, where the signal ratio is
     already off by up to 10%. By T = 50 (``eps`` 1.6-3.3: a relative drop cannot exceed 1) the
-    measured ratio is under 0.6x the signal ratio: the gap the README records."""
+    measured ratio is under 0.6x the signal ratio: the gap the workload page records."""
     print("\np     seed  T   eps    measured  signal  second_order  drop_poison")
     for p in (0.05, 0.1):
         for seed in range(2):

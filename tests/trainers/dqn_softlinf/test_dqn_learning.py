@@ -103,7 +103,7 @@ def ratios_and_table(histories: dict, seeds) -> dict[str, np.ndarray]:
 
 
 def assert_residual_claim(ratios: dict, n: int) -> None:
-    """What the exact metrics support, under every schedule and budget measured (README)."""
+    """What the exact metrics support, under every schedule and budget measured (docs/workloads/dqn_softlinf.md)."""
     # positive control: the in-sample one-sample figure's bias (an l-inf fit avoids the target's
     # noise floor, an l2 fit pays it) is a large effect the instrument must see on every seed
     assert (ratios["insample"] < 0.8).all() and t_interval(ratios["insample"])[1] < 0.6

@@ -20,9 +20,9 @@ Statistic: the best-validation model's worst-class PGD-10 accuracy on all 359 te
 (``final/robust_acc_worst_class``, the report's claim statistic); the last model's
 (``final_last/...``) is printed beside it. A contrast is the per-seed paired difference; its
 interval is the report's (``raylab.report.estimators.strata_interval``: percentile bootstrap
-over seeds, 95%). The per-seed table is printed (``-s``) and copied into the README. What is
+over seeds, 95%). The per-seed table is printed (``-s``) and copied into docs/workloads/fair_adv.md. What is
 asserted: the positive control and that the worst class is not floored, then each contrast's
-interval statement as measured over seeds 0-4, with how many seeds agree (README).
+interval statement as measured over seeds 0-4, with how many seeds agree (docs/workloads/fair_adv.md).
 """
 
 import multiprocessing
@@ -159,7 +159,7 @@ def test_worst_class_contrasts_where_the_worst_class_is_not_floored(tmp_path):
             assert row[worst] > 0.2, (arm, seed, row[worst])
             assert row["final/robust_acc"] > found["standard"][seed]["final/robust_acc"] + 0.3, (arm, seed)
 
-    # the finding over seeds 0-4, as measured (README's table; intervals 95%, bootstrap over seeds)
+    # the finding over seeds 0-4, as measured (the workload page's table; intervals 95%, bootstrap over seeds)
     tri_frl, tri_base, frl_ctl = (
         "tri-regime - FRL",
         "tri-regime - TRADES (its base loss)",

@@ -159,7 +159,7 @@ def test_selection_keys_by_hand():
 
 
 def test_presets_name_their_selection_rule():
-    """Each preset's rule as the README's table states it; Rice's rule needs its 1,000 images."""
+    """Each preset's rule as the workload page's table states it; Rice's rule needs its 1,000 images."""
     rules = {
         name: (c["select_by"], c["select_size"])
         for name in ("fair_adv", "fair_adv_long", "fair_adv_tri", "fair_adv_digits")

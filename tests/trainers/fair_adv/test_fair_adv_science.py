@@ -10,7 +10,7 @@ PGD-AT's first 20 epochs and fine-tunes it for the last 10 at lr 1e-3 with its v
 class weights (900 held-out noisy-label points, about 300 per class).
 
 The tri-regime parameters are the workload's defaults, with only the epoch counts scaled to
-the 30-epoch budget (warm-up 5, ramp 5). Measured figures: the README's science section.
+the 30-epoch budget (warm-up 5, ramp 5). Measured figures: the workload page's science section.
 """
 
 import pytest

@@ -17,7 +17,7 @@ lived outside this repository and is not kept: what is kept are the numbers. ray
 agreed with them to 2.4e-14 (GMN) and 8.5e-13 (IsoNet edge).
 
 ``neuromatch`` and ``isonet_node`` have no IsoNet++ counterpart (IsoNet++'s NeuroMatch is a
-SAGE network with a post-MP MLP; ``isonet_node`` is raylab's own ablation; the README's
+SAGE network with a post-MP MLP; ``isonet_node`` is raylab's own ablation; the workload page's
 fidelity table says so), so they are pinned to a sparse re-statement with torch-geometric's
 ``GINConv`` on an ``edge_index``, the form IsoNet++'s PyG models take, computed in the test (float32: those two models build their inputs in float32).
 """
