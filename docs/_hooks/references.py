@@ -166,7 +166,8 @@ def experiments_page() -> str:
         out += [
             f"### `{name}`",
             "",
-            f"`{cls.__module__}.{cls.__qualname__}`" + (f": {_cell(workload.description)}" if workload.description else ""),
+            f"`{cls.__module__}.{cls.__qualname__}`"
+            + (f": {_cell(workload.description)}" if workload.description else ""),
             "",
             field_table(cls, prefix="config."),
             "",
@@ -212,9 +213,7 @@ def entry_points() -> list[tuple[str, str]]:
             text = path.read_text()
             if path.name == "__main__.py":
                 tree = ast.parse(text)
-                source = next(
-                    (n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module), None
-                )
+                source = next((n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module), None)
                 found.append((".".join(rel.parts[:-1]), source or ".".join(rel.parts)))
             elif 'if __name__ == "__main__":' in text:
                 found.append((".".join(rel.parts), ".".join(rel.parts)))
