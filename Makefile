@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-long demo docs bench clean boltz-env chromium sshd device-rehearsal lock
+.PHONY: test test-long demo docs screenshots bench clean boltz-env chromium sshd device-rehearsal lock
 
 # torchattacks (the fair_adv tests' independent PGD) goes in with --no-deps: its metadata asks
 # for torchvision (a second torch build) and requests~=2.25, and its code imports neither.
@@ -81,7 +81,7 @@ lock:
 test: $(STAMP) $(BOLTZ_STAMP) chromium sshd
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	$(PY) -m pytest -q --durations=30 --junitxml=test-output/junit.xml
 
 # The tests marked `long` (multi-seed science, repeated fault scenarios), which `make test` skips.
@@ -95,6 +95,11 @@ demo: $(STAMP)
 # its reference pages are generated from the code as it builds.
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
+# The report's screenshots in docs/images/ (report_claims.png, report_sweep.png), written by the
+# test that checks a real report in Chromium, so that the pictures are of what that test checked.
+screenshots: $(STAMP) chromium
+	RAYLAB_DOCS_IMAGES=$(CURDIR)/docs/images $(PY) -m pytest -q -p no:cacheprovider tests/raylab/report/test_report_chromium.py
 
 # Side-by-side throughput figures (ratios), one script per target; minutes each on 2 CPU cores.
 bench: $(STAMP)
