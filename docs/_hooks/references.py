@@ -55,23 +55,28 @@ def _type_name(hint: Any) -> str:
     return str(hint).replace("typing.", "").replace("NoneType", "None")
 
 
-def _default(field: dataclasses.Field) -> str:
+def _default(field: dataclasses.Field, required: tuple[str, ...] | None) -> str:
+    """The field's default as YAML would hold it; "required" for one without a default (or, when
+    ``required`` is given, for the names in it: a mapping without a default is then empty)."""
     if field.default is not dataclasses.MISSING:
         value = field.default
     elif field.default_factory is not dataclasses.MISSING:
         value = field.default_factory()
-    else:
+    elif required is None or field.name in required:
         return "required"
+    else:
+        value = {}
     if dataclasses.is_dataclass(value):
-        return "see below"
+        return f"[see below](#{field.name})"
     if isinstance(value, tuple):
         value = list(value)
     return f"`{value!r}`" if value != "" else '`""`'
 
 
-def field_rows(cls: type) -> list[tuple[str, str, str, str]]:
+def field_rows(cls: type, required: tuple[str, ...] | None = None) -> list[tuple[str, str, str, str]]:
     """``(name, type, default, docstring)`` for each field of a dataclass, in order; the
-    docstring under a field in the class that declares it (base classes included)."""
+    docstring under a field in the class that declares it (base classes included), or for a
+    field that is itself a dataclass (a section), that class's docstring."""
     from raylab.config import field_docs
 
     docs: dict[str, str] = {}
@@ -79,16 +84,26 @@ def field_rows(cls: type) -> list[tuple[str, str, str, str]]:
         if dataclasses.is_dataclass(klass) and klass is not object:
             docs.update(field_docs(klass))
     hints = typing.get_type_hints(cls)
-    return [
-        (f.name, _type_name(hints.get(f.name, f.type)), _default(f), docs.get(f.name, ""))
-        for f in dataclasses.fields(cls)
-    ]
+    rows = []
+    for f in dataclasses.fields(cls):
+        hint = hints.get(f.name, f.type)
+        if dataclasses.is_dataclass(hint):
+            rows.append((f.name, "mapping", _default(f, required), docs.get(f.name) or _first_paragraph(hint.__doc__)))
+        else:
+            rows.append((f.name, _type_name(hint), _default(f, required), docs.get(f.name, "")))
+    return rows
 
 
-def field_table(cls: type, prefix: str = "", skip: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> str:
+def field_table(
+    cls: type,
+    prefix: str = "",
+    skip: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (),
+    required: tuple[str, ...] | None = None,
+) -> str:
     """A Markdown table of a dataclass's fields (``extra``: rows appended as they are)."""
     lines = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
-    for name, kind, default, doc in field_rows(cls):
+    for name, kind, default, doc in field_rows(cls, required):
         if name not in skip:
             lines.append(f"| `{prefix}{name}` | `{_cell(kind)}` | {_cell(default)} | {_cell(doc)} |")
     return "\n".join([*lines, *extra])
@@ -148,7 +163,7 @@ def experiments_page() -> str:
         "",
         "## Top-level keys",
         "",
-        field_table(spec, skip=("name", "source", "smoke"), extra=(smoke_row,)),
+        field_table(spec, skip=("name", "source", "smoke"), extra=(smoke_row,), required=experiment.REQUIRED_KEYS),
         "",
     ]
     for name, cls in nested.items():
