@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-long demo bench clean boltz-env chromium sshd device-rehearsal lock
+.PHONY: test test-long demo docs screenshots bench clean boltz-env chromium sshd device-rehearsal lock
 
 # torchattacks (the fair_adv tests' independent PGD) goes in with --no-deps: its metadata asks
 # for torchvision (a second torch build) and requests~=2.25, and its code imports neither.
 # molsets (MOSES) too: boltz_distill reads only the molecule files its wheel ships.
-# The -e line installs every workload's extra (pyproject.toml: one per workload) and dev, aws,
+# The -e line installs every workload's extra (pyproject.toml: one per workload) and dev, docs, aws,
 # at the versions the cluster nodes' lock pins (cluster/lock/cpu-py311.txt as constraints, torch
 # aside: it is the line before), so the tests run what the nodes run.
 $(STAMP): pyproject.toml Makefile cluster/lock/cpu-py311.txt
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile cluster/lock/cpu-py311.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	grep -v '^torch==' cluster/lock/cpu-py311.txt > $(VENV)/lock-constraints.txt
-	$(PY) -m pip install --quiet -e ".[dev,dqn_softlinf,backdoor,fair_adv,boltz_distill,seagram,aws]" -c $(VENV)/lock-constraints.txt
+	$(PY) -m pip install --quiet -e ".[dev,docs,dqn_softlinf,backdoor,fair_adv,boltz_distill,seagram,aws]" -c $(VENV)/lock-constraints.txt
 	$(PY) -m pip install --quiet --no-deps torchattacks==3.5.1
 	$(PY) -m pip install --quiet --no-deps molsets==0.3.1
 	# molsets' wheel also installs a top-level 'tests' package, which would shadow this repo's tests/
@@ -81,6 +81,7 @@ lock:
 test: $(STAMP) $(BOLTZ_STAMP) chromium sshd
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	$(PY) -m pytest -q --durations=30 --junitxml=test-output/junit.xml
 
 # The tests marked `long` (multi-seed science, repeated fault scenarios), which `make test` skips.
@@ -89,6 +90,16 @@ test-long: $(STAMP) $(BOLTZ_STAMP) chromium sshd
 
 demo: $(STAMP)
 	$(PY) -m raylab.tune dqn_softlinf --smoke
+
+# The documentation site on http://127.0.0.1:8000, rebuilt on each change (mkdocs.yml, docs/);
+# its reference pages are generated from the code as it builds.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
+
+# The report's screenshots in docs/images/ (report_claims.png, report_sweep.png), written by the
+# test that checks a real report in Chromium, so that the pictures are of what that test checked.
+screenshots: $(STAMP) chromium
+	RAYLAB_DOCS_IMAGES=$(CURDIR)/docs/images $(PY) -m pytest -q -p no:cacheprovider tests/raylab/report/test_report_chromium.py
 
 # Side-by-side throughput figures (ratios), one script per target; minutes each on 2 CPU cores.
 bench: $(STAMP)

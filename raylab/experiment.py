@@ -417,9 +417,14 @@ def _blame_override(
     return None
 
 
+REQUIRED_KEYS = ("workload", "metric", "mode")
+"""The keys every experiment file states; every other section has a default (``config`` and
+``search``: empty)."""
+
+
 def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -> Experiment:
     """Turn a merged experiment dict into an ``Experiment``, checking every part."""
-    for key in ("workload", "metric", "mode"):
+    for key in REQUIRED_KEYS:
         if key not in raw:
             raise UserError(f"{source}: missing required key '{key}'")
     raw = dict(raw)

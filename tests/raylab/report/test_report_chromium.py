@@ -23,6 +23,14 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+DOCS_IMAGES_ENV = "RAYLAB_DOCS_IMAGES"
+"""A folder (``docs/images`` for the site: ``make screenshots``) where this test also writes the
+documentation's screenshots of the report, section by section: ``DOCS_SCREENSHOTS``."""
+DOCS_SCREENSHOTS = {
+    # file: (the section heading it starts at, the heading it stops before)
+    "report_claims.png": ("Claims", "Figures"),
+    "report_sweep.png": ("Sweep", "Trials"),
+}
 # the report test's dqn_softlinf sweep (3 seeds of MSE and soft-linf on FeatureMDP), shared
 DQN_SWEEP = ("dqn_softlinf_small", "search.seed=[0,1,2]")
 
@@ -64,6 +72,8 @@ def test_html_report_opens_in_headless_chromium_and_shows_claims_aggregates_and_
             order = page.evaluate("() => Array.from(document.querySelectorAll('h2')).map(h => h.innerText)")
             tables = page.evaluate("() => document.querySelectorAll('table').length")
             page.screenshot(path=str(shot), full_page=True)
+            if os.environ.get(DOCS_IMAGES_ENV):
+                docs_screenshots(page, Path(os.environ[DOCS_IMAGES_ENV]), tmp_path)
         finally:
             browser.close()
 
@@ -90,3 +100,25 @@ def test_html_report_opens_in_headless_chromium_and_shows_claims_aggregates_and_
         width, height = screenshot.size
     assert width == 1280 and height > sum(i["h"] for i in images) + 300
     assert shot.stat().st_size > 50_000
+
+
+def docs_screenshots(page, folder: Path, tmp_path: Path) -> None:
+    """Each of ``DOCS_SCREENSHOTS``: the report from one section heading to the next, as a small
+    PNG (128 colours) in ``folder``."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (first, stop) in DOCS_SCREENSHOTS.items():
+        top, bottom = page.evaluate(
+            "([first, stop]) => { const h = Array.from(document.querySelectorAll('h2'));"
+            " const y = t => h.find(e => e.innerText.startsWith(t)).getBoundingClientRect().top + window.scrollY;"
+            " return [y(first), y(stop)]; }",
+            [first, stop],
+        )
+        assert bottom > top + 100, (name, top, bottom)
+        raw = tmp_path / f"raw-{name}"
+        page.screenshot(
+            path=str(raw), full_page=True, clip={"x": 0, "y": top - 12, "width": 1280, "height": bottom - top}
+        )
+        with Image.open(raw) as image:
+            image.convert("RGB").quantize(colors=128).save(folder / name, optimize=True)
