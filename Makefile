@@ -55,7 +55,7 @@ sshd:
 	  || echo "warning: could not install openssh-server/rsync; the loopback ray up test will be skipped"; \
 	fi
 
-# The lock files every cluster node installs (cluster/lock/, README "Images and lock files"):
+# The lock files every cluster node installs (cluster/lock/, docs/cluster.md "Images and lock files"):
 # the dependencies of raylab[NODE_EXTRAS] for Linux x86_64 and Python 3.11 (the image's),
 # resolved by uv. gpu-py311.txt: torch 2.13.0 from PyPI, whose Linux wheel is the CUDA build
 # (its nvidia-* libraries pinned too), for GPU nodes and cluster/Dockerfile. cpu-py311.txt: the
