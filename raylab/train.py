@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         run.record(resumed=provenance.now())
     else:
+        run.claim()
         run.begin(experiment, TRAIN_RUN)
     try:
         history = run_local(experiment, run.trial(TRAIN_TRIAL), config, verbose=not args.quiet)

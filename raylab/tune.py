@@ -23,7 +23,7 @@ from raylab import experiment as experiments
 from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
 from raylab.launch import checks, cli, disk_full, loggers, storage_secrets, summary, sweep
-from raylab.run_folder import ERROR_FILE, SUMMARY_FILE, RunFolder, new_run_name
+from raylab.run_folder import ERROR_FILE, EXPERIMENT_FILE, SUMMARY_FILE, RunFolder, new_run_name
 
 
 def parser() -> cli.ArgumentParser:
@@ -117,19 +117,25 @@ def main(argv: list[str] | None = None) -> int:
     for _, problem in run_checks(args, experiment, run, stop_at_first=True):
         if problem:
             raise UserError(problem)
-    ray_info = ray_start.connect(
-        args.address,
-        dashboard=args.dashboard,
-        state_api=experiment.resources.uses_ray_train,
-        listen=args.listen,
-        quiet=not args.verbose,
-        env_vars=secrets or None,
-    )
-    if args.address:  # before any trial starts: a local folder must be one every node mounts
-        import ray
+    if not args.resume:  # one run per folder: a second sweep of this name is refused here
+        run.claim()
+    try:
+        ray_info = ray_start.connect(
+            args.address,
+            dashboard=args.dashboard,
+            state_api=experiment.resources.uses_ray_train,
+            listen=args.listen,
+            quiet=not args.verbose,
+            env_vars=secrets or None,
+        )
+        if args.address:  # before any trial starts: a local folder must be one every node mounts
+            import ray
 
-        checks.check_storage(run, joined=True, shared=args.shared_storage)
-        checks.check_resources(experiment, ray.cluster_resources(), local=False)
+            checks.check_storage(run, joined=True, shared=args.shared_storage)
+            checks.check_resources(experiment, ray.cluster_resources(), local=False)
+    except BaseException:
+        run.release()  # the run never began: no empty folder left behind
+        raise
     if ray_info["dashboard_url"]:
         cli.stderr(ray_start.dashboard_text(ray_info))
 
@@ -144,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
             loggers=log_to,
             joined_cluster=bool(args.address),
         )
+    except KeyboardInterrupt:  # a second Ctrl-C stops Tune at once: the resume command still counts
+        cli.stderr(f"sweep interrupted; continue it with:\n  {resume_command(experiment.name, run.name, args)}")
+        return 130
     except disk_full.DiskFull as err:  # one line, no restarts; the state is saved to resume
         raise disk_full.DiskFull(
             f"{err}; free space there, then continue with: {resume_command(experiment.name, run.name, args)}"
@@ -167,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     if done.failed:
         print(f"{len(done.failed)} trial(s) failed: {', '.join(done.failed)}; see their {ERROR_FILE}", file=sys.stderr)
         return 1
+    if done.rows and not any(row.get(f"{experiment.metric} ({experiment.mode})") is not None for row in done.rows):
+        cli.stderr(
+            f"error: every trial ended without a finite {experiment.metric} (NaN, infinite or never reported); "
+            f"see the trials' metrics in {csv_path}"
+        )
+        return 1
     return 0
 
 
@@ -188,7 +203,21 @@ def run_to_resume(args) -> tuple[RunFolder, experiments.Experiment]:
         raise UserError(f"--resume --name {args.name}: that run is of experiment '{experiment.name}', not '{name}'")
     if not args.name:
         cli.stderr(f"resuming {run.name}, the newest unfinished run of '{name}'")
+    if (current := _experiment_file(args.experiment)) and run.source_changed(current):
+        cli.stderr(
+            f"note: {current} has changed since {run.name} started; --resume continues the experiment the run "
+            f"saved ({run.join(EXPERIMENT_FILE)}); to sweep the edited file, start a new run: "
+            f"python -m raylab.tune {shlex.quote(args.experiment)}"
+        )
     return run, experiment
+
+
+def _experiment_file(name_or_path: str):
+    """The experiment file a name stands for now, or None when there is none any more."""
+    try:
+        return experiments.find(name_or_path)
+    except UserError:
+        return None
 
 
 def resume_command(experiment_name: str, run_name: str, args) -> str:

@@ -6,6 +6,7 @@ object written, read back and deleted through the filesystem layer Ray Tune uses
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import itertools
@@ -222,7 +223,8 @@ def probe_local(storage: str, need: CheckpointNeed | None = None) -> None:
             raise UserError(f"--storage {storage}: the disk holding '{probe}' is full ({err.strerror})") from None
         raise UserError(f"--storage {storage}: '{probe}' is not a writable directory ({err.strerror or err})") from None
     finally:
-        marker.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # on a read-only disk the unlink itself raises EROFS
+            marker.unlink(missing_ok=True)
     if need is not None:
         free = shutil.disk_usage(probe).free
         if free < need.total:
