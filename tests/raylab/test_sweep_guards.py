@@ -93,10 +93,13 @@ def read_only_command(mount: str, *argv: str, bind: bool = False):
 
 @pytest.fixture(scope="module")
 def raced(tmp_path_factory):
-    """Two sweeps started at once with the same new ``--name``, trials whose metric is NaN
-    (a learning rate that diverges): ``(run folder, [both results])``."""
+    """Two sweeps started at once with the same new ``--name``, of an experiment file and a run
+    name that are not ASCII, with trials whose metric is NaN (a learning rate that diverges):
+    ``(run folder, [both results])``."""
     storage = tmp_path_factory.mktemp("raced")
-    argv = ["toy", "--smoke", "config.lr=1e6", "--storage", str(storage), "--name", "same", "--quiet"]
+    path = storage / "expé_α.yaml"
+    path.write_text(TOY.read_text())
+    argv = [str(path), "--smoke", "config.lr=1e6", "--storage", str(storage), "--name", "rün_β", "--quiet"]
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [
         subprocess.Popen(
@@ -113,15 +116,23 @@ def raced(tmp_path_factory):
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    return storage / "same", done
+    return storage / "rün_β", done
 
 
 def test_two_sweeps_of_one_new_name_started_at_once_get_one_folder(raced):
     run, done = raced
     refused = [d for d in done if d.returncode == 2]
     assert len(refused) == 1, [(d.returncode, d.stderr) for d in done]
-    assert "--name same:" in one_error_line(refused[0])
+    assert "--name rün_β:" in one_error_line(refused[0])
     assert len(RunFolder(run).trials()) == 2  # the one sweep's two trials
+
+
+def test_a_run_of_any_script_keeps_its_names_and_its_trials_run(raced):
+    run, done = raced
+    assert run.is_dir()  # the folder has the name the user gave, unescaped
+    trials = RunFolder(run).trials()
+    assert trials and not [t.error() for t in trials if t.error()], [t.error() for t in trials]
+    assert not any("UnicodeEncodeError" in d.stdout + d.stderr for d in done)
 
 
 def test_a_sweep_whose_every_trial_ends_with_a_nan_metric_exits_1(raced):
