@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if ray_info["dashboard_url"]:
         cli.stderr(ray_start.dashboard_text(ray_info))
 
-    cli.stderr(f"run folder: {run.location}\nTensorBoard: tensorboard --logdir {run.location}")
+    cli.stderr(f"run folder: {run.location}\n{cli.tensorboard_text(run.location)}")
     try:
         done = sweep.run(
             experiment,
@@ -329,8 +329,8 @@ def wall_time_text(experiment: experiments.Experiment, storage: str) -> str:
     timed = trial_time(experiment, storage)
     if timed is None:
         return (
-            f"# wall time: {trials} trials x ? s / {at_once} at once ({where}); no trial time known: run it once "
-            "with --smoke (later dry runs use its trials' times), or state estimate.steps_per_s in the file"
+            f"# wall time: {trials} trials x ? s / {at_once} at once ({where}); no trial time known yet: once a run "
+            "of it has trials, dry runs take their median time; or state estimate.steps_per_s in the file"
         )
     seconds, basis = timed
     waves = math.ceil(trials / at_once)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -116,6 +117,17 @@ def quiet_third_party_warnings(verbose: bool = False) -> None:
 
 def _drop_ray_resume_advice(record: logging.LogRecord) -> bool:
     return "Tuner.restore(" not in record.getMessage()
+
+
+def tensorboard_text(location: str) -> str:
+    """``TensorBoard: tensorboard --logdir RUN``, and how to get the viewer where it is missing
+    (it comes with raylab's ``dev`` and ``loggers`` extras, not with the framework itself)."""
+    import importlib.util
+
+    text = f"TensorBoard: tensorboard --logdir {shlex.quote(location)}"
+    if importlib.util.find_spec("tensorboard") is None:
+        text += "  (not installed here: pip install tensorboard)"
+    return text
 
 
 def stderr(message: str) -> None:
