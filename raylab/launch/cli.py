@@ -107,12 +107,31 @@ def quiet_third_party_warnings(verbose: bool = False) -> None:
     warnings.filterwarnings("ignore", message=".*pkg_resources is deprecated", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="wandb.*")
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    nan_logger = logging.getLogger("tensorboardX.x2num")
+    if _label_tensorboardx_nan not in nan_logger.filters:
+        nan_logger.addFilter(_label_tensorboardx_nan)
     if not verbose:
         logging.getLogger("ray.tune.tune").addFilter(_drop_ray_resume_advice)
         # Ray Tune's new output engine prints its configuration box and a TensorBoard hint
         # into Ray's temp folder even at verbose=0; the legacy one is silent there.
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
         os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+
+TENSORBOARDX_NAN = "NaN or Inf found in input tensor."
+
+
+def _label_tensorboardx_nan(record: logging.LogRecord) -> bool:
+    """tensorboardX's bare ``NaN or Inf found in input tensor.`` (its ``x2num.check_nan``, on a
+    metric written to the TensorBoard events, by Ray Tune's logger or ``raylab.train``), said
+    with where it comes from and what it means."""
+    if record.getMessage() == TENSORBOARDX_NAN:
+        record.msg = (
+            "TensorBoard events (tensorboardX): a metric is NaN or infinite in this row "
+            "(a metric not measured yet, or a diverging trial); written as is"
+        )
+        record.args = ()
+    return True
 
 
 def _drop_ray_resume_advice(record: logging.LogRecord) -> bool:
