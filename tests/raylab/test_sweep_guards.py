@@ -220,3 +220,9 @@ def test_resume_after_the_experiment_file_changed_says_so_and_resumes_the_saved_
     assert done.returncode == 0, done.stderr
     (note,) = [line for line in done.stderr.splitlines() if "has changed" in line]
     assert f"note: {path} has changed since r1 started" in note and "start a new run" in note
+
+
+def test_a_metric_tag_is_ascii_for_ray_and_names_keep_their_ascii():
+    from raylab.launch.gauges import tag
+
+    assert tag("expé_α") == "exp%C3%A9_%CE%B1" and tag("toy_1a2b3") == "toy_1a2b3" and tag("eval/mse") == "eval/mse"
