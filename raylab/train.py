@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:  # the run folder's own experiment (smoke or not), before any check
         run = trial_run_to_resume(args.storage, cli.experiment_name(args.experiment), args.smoke, args.name)
         experiment = run.saved_experiment()
+        cli.note_changed_experiment(run, args.experiment, "raylab.train")
     else:
         experiment = experiments.load(args.experiment, cli.overrides_of(args), smoke=args.smoke)
         run = RunFolder.under(args.storage, args.name or new_run_name(experiment, TRAIN_RUN))

@@ -25,7 +25,7 @@ from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
 from raylab.launch import checks, cli, disk_full, loggers, storage_secrets, summary, sweep
 from raylab.launch import progress as progress_text
-from raylab.run_folder import ERROR_FILE, EXPERIMENT_FILE, SUMMARY_FILE, RunFolder, is_uri, new_run_name
+from raylab.run_folder import ERROR_FILE, SUMMARY_FILE, RunFolder, is_uri, new_run_name
 
 
 def parser() -> cli.ArgumentParser:
@@ -209,21 +209,8 @@ def run_to_resume(args) -> tuple[RunFolder, experiments.Experiment]:
         raise UserError(f"--resume --name {args.name}: that run is of experiment '{experiment.name}', not '{name}'")
     if not args.name:
         cli.stderr(f"resuming {run.name}, the newest unfinished run of '{name}'")
-    if (current := _experiment_file(args.experiment)) and run.source_changed(current):
-        cli.stderr(
-            f"note: {current} has changed since {run.name} started; --resume continues the experiment the run "
-            f"saved ({run.join(EXPERIMENT_FILE)}); to sweep the edited file, start a new run: "
-            f"python -m raylab.tune {shlex.quote(args.experiment)}"
-        )
+    cli.note_changed_experiment(run, args.experiment, "raylab.tune")
     return run, experiment
-
-
-def _experiment_file(name_or_path: str):
-    """The experiment file a name stands for now, or None when there is none any more."""
-    try:
-        return experiments.find(name_or_path)
-    except UserError:
-        return None
 
 
 def resume_command(experiment_name: str, run_name: str, args) -> str:

@@ -138,6 +138,24 @@ def _drop_ray_resume_advice(record: logging.LogRecord) -> bool:
     return "Tuner.restore(" not in record.getMessage()
 
 
+def note_changed_experiment(run, name_or_path: str, module: str) -> None:
+    """On ``--resume``: one line when the experiment file has changed since ``run`` started
+    (``RunFolder.source_changed``). The run continues the experiment it saved; the line says
+    how to run the edited file instead."""
+    from raylab.run_folder import EXPERIMENT_FILE
+
+    try:
+        current = experiments.find(name_or_path)
+    except UserError:
+        return
+    if run.source_changed(current):
+        stderr(
+            f"note: {current} has changed since {run.name} started; --resume continues the experiment the run "
+            f"saved ({run.join(EXPERIMENT_FILE)}); to run the edited file, start a new run: "
+            f"python -m {module} {shlex.quote(name_or_path)}"
+        )
+
+
 def tensorboard_text(location: str) -> str:
     """``TensorBoard: tensorboard --logdir RUN``, and how to get the viewer where it is missing
     (it comes with raylab's ``dev`` and ``loggers`` extras, not with the framework itself)."""
