@@ -280,7 +280,8 @@ def dry_run_text(experiment: experiments.Experiment) -> str:
 def trial_time(experiment: experiments.Experiment, storage: str) -> tuple[float, str] | None:
     """Seconds one trial takes and where that figure comes from: the median trial of the
     newest earlier run of this experiment (smoke or not, as this one) under ``storage``, else
-    the file's ``estimate`` (steps of a trial over ``estimate.steps_per_s``); None without either."""
+    the file's ``estimate`` (steps of a trial over ``estimate.steps_per_s``; full-size runs
+    only); None without either."""
     import statistics
 
     from raylab.run_folder import newest_run
@@ -298,7 +299,8 @@ def trial_time(experiment: experiments.Experiment, storage: str) -> tuple[float,
         if times:
             return statistics.median(times), f"the median of {len(times)} trial(s) of the earlier run {earlier.name}"
     length = experiment.trial_length()
-    if length and experiment.estimate.steps_per_s:
+    # the file's estimate describes its full-size trials (on the hardware it names), not the smoke ones
+    if length and experiment.estimate.steps_per_s and not experiment.smoke:
         key, steps = length
         rate = experiment.estimate.steps_per_s
         basis = experiment.estimate.rate_basis or "rate stated in the file"
@@ -317,7 +319,8 @@ def wall_time_text(experiment: experiments.Experiment, storage: str) -> str:
     if timed is None:
         return (
             f"# wall time: {trials} trials x ? s / {at_once} at once ({where}); no trial time known yet: once a run "
-            "of it has trials, dry runs take their median time; or state estimate.steps_per_s in the file"
+            "of it has trials, dry runs take their median time"
+            + ("" if experiment.smoke else "; or state estimate.steps_per_s in the file")
         )
     seconds, basis = timed
     waves = math.ceil(trials / at_once)
