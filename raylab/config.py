@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import functools
 import inspect
+import math
 import textwrap
 import types
 import typing
@@ -135,6 +136,8 @@ def coerce(value: Any, annotation: Any, source: str, key: str) -> Any:
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             fail()
+        if not math.isfinite(value):  # .inf or .nan would run to NaN metrics and exit 0
+            raise UserError(f"{source}: {key}: expected a finite number, got {value!r}")
         return float(value)
     if annotation is int:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
 from typing import Callable
+
+FILESYSTEM_REFUSALS = frozenset(
+    {errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EEXIST}
+)
+"""The ``errno`` values of a filesystem that refuses a write (read-only, full, no permission, a
+file where a folder is expected): the user's storage, not a bug, so one line and exit 2."""
+
+
+def filesystem_refusal(err: BaseException) -> str | None:
+    """``PATH: Read-only file system`` for an ``OSError`` in ``FILESYSTEM_REFUSALS``, else None."""
+    if not isinstance(err, OSError) or err.errno not in FILESYSTEM_REFUSALS:
+        return None
+    where = err.filename if err.filename is not None else "storage"
+    return f"{where}: {err.strerror or errno.errorcode.get(err.errno, err.errno)}"
 
 
 class UserError(Exception):
@@ -16,7 +31,8 @@ class UserError(Exception):
 
 
 def exit_on_user_error(main: Callable[..., int | None]) -> Callable[..., int]:
-    """Decorate a CLI ``main``: a ``UserError`` becomes one line on stderr and exit code 2."""
+    """Decorate a CLI ``main``: a ``UserError``, or a filesystem's refusal to be written
+    (``filesystem_refusal``), becomes one line on stderr and exit code 2."""
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs) -> int:
@@ -24,6 +40,12 @@ def exit_on_user_error(main: Callable[..., int | None]) -> Callable[..., int]:
             return main(*args, **kwargs) or 0
         except UserError as err:
             message = " ".join(str(err).split("\n"))
+            print(f"error: {message}", file=sys.stderr)
+            return 2
+        except OSError as err:
+            message = filesystem_refusal(err)
+            if message is None:
+                raise
             print(f"error: {message}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:

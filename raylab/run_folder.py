@@ -24,6 +24,7 @@ are read and written the same way; the location algebra on them (``join``, ``par
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -42,6 +43,9 @@ RUN_INTERNAL = "_raylab"
 FINISHED_FILE = f"{RUN_INTERNAL}/finished.yaml"
 """Written when every trial of a sweep has terminated: ``--resume`` then has nothing to do."""
 ENDED_DIR = f"{RUN_INTERNAL}/ended"
+CLAIM_FILE = f"{RUN_INTERNAL}/claimed"
+"""Created exclusively by the command that starts a new run, before Ray starts
+(``RunFolder.claim``): one run per folder."""
 """One empty file per trial whose loop returned (``_raylab/ended/TRIAL_ID``). Tune's saved state
 can miss that: when a sweep is killed soon after a trial's function returns, Ray 2.60 may have
 saved the trial TERMINATED with a last result that lacks ``done``, and a resume keeps it so."""
@@ -242,12 +246,42 @@ class RunFolder:
     def mark_finished(self, trials: int) -> None:
         self.write_text(FINISHED_FILE, yaml_io.dumps({"trials": trials}))
 
+    def claim(self) -> None:
+        """Claim a new run's folder for this command before Ray starts: ``_raylab/claimed``
+        created exclusively (``O_EXCL``), so that of two sweeps started with the same new
+        ``--name`` a second apart, the second is refused in one line instead of writing its
+        trials into the first one's folder. A bucket has no exclusive create; there the name
+        check (``raylab.launch.checks.check_run_name``) is the guard."""
+        if self.is_uri:
+            return
+        target = Path(self.location, CLAIM_FILE)
+        made = [folder for folder in target.parents if not folder.exists()]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self._claimed = [target, *made]  # what ``release`` removes again
+        try:
+            with open(target, "x") as f:
+                f.write(f"{provenance.now()} pid {os.getpid()}\n")
+        except FileExistsError:
+            raise UserError(
+                f"--name {self.name}: another run has just started in {self.location}; choose another name"
+            ) from None
+
+    def release(self) -> None:
+        """Undo ``claim`` for a run that never began (Ray could not start): the claim file and
+        the folders it made, where they are still empty."""
+        for path in getattr(self, "_claimed", []):
+            with contextlib.suppress(OSError):
+                path.rmdir() if path.is_dir() else path.unlink()
+        self._claimed = []
+
     def begin(self, experiment: Experiment, command: str = TUNE_RUN) -> None:
         """Write ``experiment.yaml``: the experiment as it runs now, with its provenance (the
         code's commit, package versions, host, start time) and the ``command`` that ran it."""
         from raylab import workloads
 
         record = {**provenance.of_workload(workloads.get(experiment.workload)), "command": command}
+        if digest := file_digest(experiment.source):
+            record[SOURCE_DIGEST] = digest
         self.write_text(EXPERIMENT_FILE, yaml_io.dumps({**experiment.to_yaml_dict(), "provenance": record}))
 
     def record(self, *, ended: str | None = None, resumed: str | None = None) -> None:
@@ -262,6 +296,14 @@ class RunFolder:
             record["resumed"] = [*record.get("resumed", []), resumed]
             record["ended"] = None
         self.write_text(EXPERIMENT_FILE, yaml_io.dumps(saved))
+
+    def source_changed(self, current_file: str | os.PathLike) -> bool:
+        """Whether the experiment file ``current_file`` differs from the one this run started
+        from (its digest in the provenance; a run older than that record never differs)."""
+        saved = self.experiment() or {}
+        record = saved.get("provenance") if isinstance(saved.get("provenance"), dict) else {}
+        started = record.get(SOURCE_DIGEST)
+        return bool(started) and file_digest(current_file) != started
 
     def saved_experiment(self, what: str = "--resume") -> Experiment:
         """The experiment the run was started with (its ``experiment.yaml``), validated again;
@@ -290,6 +332,20 @@ class RunFolder:
                 if trial.is_trial():
                     found.append(trial)
         return found
+
+
+SOURCE_DIGEST = "experiment_file_sha256"
+"""The provenance key of the experiment file's digest when the run started."""
+
+
+def file_digest(path: str | os.PathLike) -> str | None:
+    """The SHA-256 of a local file's bytes; None when it cannot be read."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def is_train_run(saved: dict, folder_name: str) -> bool:

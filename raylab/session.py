@@ -53,6 +53,8 @@ class Session:
     """The run folder (a path or a storage URI) the trial belongs to; empty outside a run."""
     stop: dict[str, float] = field(default_factory=dict)
     mode: Literal["min", "max"] = "max"
+    metric: str = ""
+    """The experiment's metric: local trials' console lines show it first (``verbose``)."""
     verbose: bool = False
     reports: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -333,8 +335,7 @@ def _report_local(s: Session, metrics: dict, state_dict: Mapping[str, Any] | Non
     if s.on_row is not None:
         s.on_row(row)
     if s.verbose:
-        shown = " | ".join(f"{k} {_fmt(v)}" for k, v in metrics.items() if not isinstance(v, list))
-        print(f"[{s.reports:5d}] {shown}", file=sys.stderr, flush=True)
+        print(f"[{s.reports:5d}] {progress_text(metrics, s.stop, s.metric)}", file=sys.stderr, flush=True)
     reason = _stop_reason(s, row)
     if reason:
         raise StopTrial(reason)
@@ -354,6 +355,22 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+SHOWN_AT_MOST = 4
+"""Numbers on a local trial's console line; the row's others are in its progress.csv."""
+
+
+def progress_text(metrics: Mapping[str, Any], stop: Mapping[str, float] = {}, metric: str = "") -> str:
+    """``env/steps 2000 | eval/return_mean 12.5 | train/loss 0.031 | +40 more in progress.csv``:
+    the stop counters and the experiment's metric first, then training losses and throughputs, at most
+    ``SHOWN_AT_MOST`` numbers (a workload may report dozens per row)."""
+    numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    first = [k for k in (*stop, metric) if k in numbers]
+    watched = [k for k in numbers if k.startswith("train/") and ("loss" in k or k.endswith("per_s"))]
+    keys = list(dict.fromkeys([*first, *watched, *numbers]))[:SHOWN_AT_MOST]
+    more = len(metrics) - len(keys)
+    return " | ".join(f"{k} {_fmt(numbers[k])}" for k in keys) + (f" | +{more} more in progress.csv" if more else "")
 
 
 def _fmt(value: Any) -> str:

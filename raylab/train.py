@@ -38,15 +38,26 @@ def parser() -> cli.ArgumentParser:
     cli.add_common_arguments(p)
     p.add_argument("--resume", action="store_true", help="continue the newest (or --name) trial")
     p.add_argument("--quiet", action="store_true", help="do not print each report")
+    p.add_argument(
+        "--variant", type=int, default=None, metavar="K", help="take group K (1, 2, ...) of the search's variant list"
+    )
     return p
 
 
-def single_config(experiment: experiments.Experiment) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The experiment's fixed config plus one value per search field; and those picked values."""
+def single_config(experiment: experiments.Experiment, variant: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The experiment's fixed config plus one value per search field; and those picked values.
+
+    ``variant``: which group of ``search.variant`` (1-based) the trial takes."""
     picked = {}
     for key, spec in experiment.search.items():
         ((kind, args),) = spec.items()
-        if kind in ("grid", "choice"):
+        if key == search_space.VARIANT:
+            if not 1 <= variant <= len(args):
+                raise UserError(
+                    f"--variant {variant}: {experiment.source} has {len(args)} variant(s), 1 to {len(args)}"
+                )
+            picked[key] = args[variant - 1]
+        elif kind in ("grid", "choice"):
             picked[key] = args[0]
         elif "log" in kind:
             picked[key] = math.sqrt(args[0] * args[1])
@@ -77,6 +88,7 @@ def run_local(
         trial=trial,
         stop=dict(experiment.stop),
         mode=experiment.mode,
+        metric=experiment.metric,
         verbose=verbose,
         on_row=beside.write,
     )
@@ -119,7 +131,9 @@ class TrialFiles:
         if self.events is not None:
             step = int(row.get("training_iteration", len(rows)))
             for key, value in row.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                # NaN (a metric not measured yet) stays in progress.csv; in the events it would only
+                # make tensorboardX warn, once per row, without naming the metric
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                     self.events.add_scalar(key, value, global_step=step)
 
     def close(self) -> None:
@@ -141,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:  # the run folder's own experiment (smoke or not), before any check
         run = trial_run_to_resume(args.storage, cli.experiment_name(args.experiment), args.smoke, args.name)
         experiment = run.saved_experiment()
+        cli.note_changed_experiment(run, args.experiment, "raylab.train")
     else:
         experiment = experiments.load(args.experiment, cli.overrides_of(args), smoke=args.smoke)
         run = RunFolder.under(args.storage, args.name or new_run_name(experiment, TRAIN_RUN))
@@ -154,8 +169,25 @@ def main(argv: list[str] | None = None) -> int:
     checks.check_storage(run, need=checks.storage_need(experiment, args.resume, trials=1))
     checks.check_resources(experiment, ray_start.local_resources(), local=True)
     checks.preflight(experiment)
-    config, picked = single_config(experiment)
+    variants = experiment.search.get(search_space.VARIANT, {}).get("grid", [])
+    if args.variant is not None and not variants:
+        raise UserError(f"--variant {args.variant}: {experiment.source} has no search.variant list")
+    if args.resume and variants and args.variant is None:  # the variant the trial started with
+        saved = run.trial(TRAIN_TRIAL).params() or {}
+        args.variant = next(
+            (k for k, group in enumerate(variants, 1) if all(saved.get(f) == v for f, v in group.items())), None
+        )
+    config, picked = single_config(experiment, args.variant or 1)
     for key, value in picked.items():
+        if key == search_space.VARIANT:
+            others = ", ".join(
+                f"{k} {variants[k - 1]!r}" for k in range(1, len(variants) + 1) if k != (args.variant or 1)
+            )
+            cli.stderr(
+                f"search.variant: using variant {args.variant or 1} of {len(variants)}, {value!r}"
+                + (f"; pick another with --variant K: {others}" if others else "")
+            )
+            continue
         cli.stderr(f"search.{key}: using {value!r} (pin it with {pin_text(key, value)}, or another value)")
     if experiment.resources.workers > 1:
         raise UserError(
@@ -165,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         run.record(resumed=provenance.now())
     else:
+        run.claim()
         run.begin(experiment, TRAIN_RUN)
     try:
         history = run_local(experiment, run.trial(TRAIN_TRIAL), config, verbose=not args.quiet)
@@ -197,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
     )
-    print(f"\nresults: {run.location}")
+    print(f"\nresults: {run.location}\n{cli.tensorboard_text(run.location)}")
     return 0
 
 

@@ -11,6 +11,7 @@ Examples::
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 
@@ -23,7 +24,8 @@ from raylab import experiment as experiments
 from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
 from raylab.launch import checks, cli, disk_full, loggers, storage_secrets, summary, sweep
-from raylab.run_folder import ERROR_FILE, SUMMARY_FILE, RunFolder, new_run_name
+from raylab.launch import progress as progress_text
+from raylab.run_folder import ERROR_FILE, SUMMARY_FILE, RunFolder, is_uri, new_run_name
 
 
 def parser() -> cli.ArgumentParser:
@@ -97,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(dry_run_text(experiment))
         print(cost_text(experiment))
+        if not args.cluster:  # a cluster plan prints its own wall time, for the cluster's nodes
+            print(wall_time_text(experiment, args.storage))
         refused = []
         if args.cluster:
             from raylab.launch import cluster_plan
@@ -117,23 +121,29 @@ def main(argv: list[str] | None = None) -> int:
     for _, problem in run_checks(args, experiment, run, stop_at_first=True):
         if problem:
             raise UserError(problem)
-    ray_info = ray_start.connect(
-        args.address,
-        dashboard=args.dashboard,
-        state_api=experiment.resources.uses_ray_train,
-        listen=args.listen,
-        quiet=not args.verbose,
-        env_vars=secrets or None,
-    )
-    if args.address:  # before any trial starts: a local folder must be one every node mounts
-        import ray
+    if not args.resume:  # one run per folder: a second sweep of this name is refused here
+        run.claim()
+    try:
+        ray_info = ray_start.connect(
+            args.address,
+            dashboard=args.dashboard,
+            state_api=experiment.resources.uses_ray_train,
+            listen=args.listen,
+            quiet=not args.verbose,
+            env_vars=secrets or None,
+        )
+        if args.address:  # before any trial starts: a local folder must be one every node mounts
+            import ray
 
-        checks.check_storage(run, joined=True, shared=args.shared_storage)
-        checks.check_resources(experiment, ray.cluster_resources(), local=False)
+            checks.check_storage(run, joined=True, shared=args.shared_storage)
+            checks.check_resources(experiment, ray.cluster_resources(), local=False)
+    except BaseException:
+        run.release()  # the run never began: no empty folder left behind
+        raise
     if ray_info["dashboard_url"]:
         cli.stderr(ray_start.dashboard_text(ray_info))
 
-    cli.stderr(f"run folder: {run.location}\nTensorBoard: tensorboard --logdir {run.location}")
+    cli.stderr(f"run folder: {run.location}\n{cli.tensorboard_text(run.location)}")
     try:
         done = sweep.run(
             experiment,
@@ -144,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             loggers=log_to,
             joined_cluster=bool(args.address),
         )
+    except KeyboardInterrupt:  # a second Ctrl-C stops Tune at once: the resume command still counts
+        cli.stderr(f"sweep interrupted; continue it with:\n  {resume_command(experiment.name, run.name, args)}")
+        return 130
     except disk_full.DiskFull as err:  # one line, no restarts; the state is saved to resume
         raise disk_full.DiskFull(
             f"{err}; free space there, then continue with: {resume_command(experiment.name, run.name, args)}"
@@ -158,14 +171,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"report: {report.write_report(run.location)}")
     if ray_info["dashboard_url"] and args.keep and not done.unfinished:
         ray_start.wait_for_ctrl_c(ray_info)
-    if done.unfinished:
+    # Tune creates trials lazily: those it had not made yet are unfinished too
+    unfinished = done.unfinished + max(0, progress_text.trial_count(experiment) - len(done.rows))
+    if unfinished:
         cli.stderr(
-            f"sweep interrupted with {done.unfinished} unfinished trial(s); continue it with:\n"
+            f"sweep interrupted with {unfinished} unfinished trial(s); continue it with:\n"
             f"  {resume_command(experiment.name, run.name, args)}"
         )
         return 130
     if done.failed:
         print(f"{len(done.failed)} trial(s) failed: {', '.join(done.failed)}; see their {ERROR_FILE}", file=sys.stderr)
+        return 1
+    if done.rows and not any(row.get(f"{experiment.metric} ({experiment.mode})") is not None for row in done.rows):
+        cli.stderr(
+            f"error: every trial ended without a finite {experiment.metric} (NaN, infinite or never reported); "
+            f"see the trials' metrics in {csv_path}"
+        )
         return 1
     return 0
 
@@ -188,6 +209,7 @@ def run_to_resume(args) -> tuple[RunFolder, experiments.Experiment]:
         raise UserError(f"--resume --name {args.name}: that run is of experiment '{experiment.name}', not '{name}'")
     if not args.name:
         cli.stderr(f"resuming {run.name}, the newest unfinished run of '{name}'")
+    cli.note_changed_experiment(run, args.experiment, "raylab.tune")
     return run, experiment
 
 
@@ -252,6 +274,59 @@ def dry_run_text(experiment: experiments.Experiment) -> str:
         + yaml_io.dumps(resolved)
         + f"# trials: {trials}; per trial: {total['CPU']:g} CPU, {total['GPU']:g} GPU ({path})"
         + auto_switches_text(resolved["config"], total["GPU"] > 0)
+    )
+
+
+def trial_time(experiment: experiments.Experiment, storage: str) -> tuple[float, str] | None:
+    """Seconds one trial takes and where that figure comes from: the median trial of the
+    newest earlier run of this experiment (smoke or not, as this one) under ``storage``, else
+    the file's ``estimate`` (steps of a trial over ``estimate.steps_per_s``; full-size runs
+    only); None without either."""
+    import statistics
+
+    from raylab.run_folder import newest_run
+
+    try:
+        earlier = None if is_uri(storage) else newest_run(storage, experiment.name, smoke=experiment.smoke)
+    except (OSError, UserError):
+        earlier = None
+    if earlier is not None:
+        times = [
+            rows[-1]["time_total_s"]
+            for trial in earlier.trials()
+            if (rows := trial.rows()) and isinstance(rows[-1].get("time_total_s"), (int, float))
+        ]
+        if times:
+            return statistics.median(times), f"the median of {len(times)} trial(s) of the earlier run {earlier.name}"
+    length = experiment.trial_length()
+    # the file's estimate describes its full-size trials (on the hardware it names), not the smoke ones
+    if length and experiment.estimate.steps_per_s and not experiment.smoke:
+        key, steps = length
+        rate = experiment.estimate.steps_per_s
+        basis = experiment.estimate.rate_basis or "rate stated in the file"
+        return steps / rate, f"{steps:,.0f} {key} at {rate:,.4g} {key}/s, estimate.steps_per_s: {basis}"
+    return None
+
+
+def wall_time_text(experiment: experiments.Experiment, storage: str) -> str:
+    """``# wall time: about 5000 trials x 12 s / 2 at once = 8.3 h (trial time: ...)``: the
+    sweep's expected wall time on this machine, W = N x T / C, with the trial count N from the
+    search space, the trial time T (``trial_time``) and C the trials that run at once here."""
+    trials = search_space.grid_size(experiment.search) * experiment.num_samples
+    at_once = experiment.max_concurrent_trials or checks.fitting_trials(experiment, ray_start.local_resources())
+    where = "max_concurrent_trials" if experiment.max_concurrent_trials else "what fits on this machine"
+    timed = trial_time(experiment, storage)
+    if timed is None:
+        return (
+            f"# wall time: {trials} trials x ? s / {at_once} at once ({where}); no trial time known yet: once a run "
+            "of it has trials, dry runs take their median time"
+            + ("" if experiment.smoke else "; or state estimate.steps_per_s in the file")
+        )
+    seconds, basis = timed
+    waves = math.ceil(trials / at_once)
+    return (
+        f"# wall time: about {trials} trials x {progress_text.duration(seconds)} / {at_once} at once ({where}) = "
+        f"{progress_text.duration(waves * seconds)} (trial time: {basis})"
     )
 
 

@@ -15,8 +15,32 @@ import yaml
 from raylab.errors import UserError
 
 
+class DuplicateKey(yaml.MarkedYAMLError):
+    """A mapping that names one key twice (YAML says keys are unique; PyYAML keeps the last)."""
+
+
 class _Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` (no arbitrary objects) that also reads ``1e-4`` as a float."""
+    """``yaml.SafeLoader`` (no arbitrary objects) that also reads ``1e-4`` as a float and
+    refuses a key written twice in one mapping, at any depth (a copy-paste would otherwise
+    sweep on the second value without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = first.setdefault(key, key_node.start_mark)
+                except TypeError:  # an unhashable key: the base class says so
+                    break
+                if earlier is not key_node.start_mark:
+                    raise DuplicateKey(
+                        problem=f"key '{key}' is written twice in one mapping (first at line {earlier.line + 1})",
+                        problem_mark=key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep=deep)
 
 
 _FLOAT = re.compile(
@@ -35,9 +59,13 @@ _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456
 
 
 def loads(text: str, source: str) -> Any:
-    """Parse YAML text; a syntax error becomes ``UserError('source:line:col: problem')``."""
+    """Parse YAML text; a syntax error or a key written twice in one mapping becomes
+    ``UserError('source:line:col: problem')``."""
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except DuplicateKey as err:
+        mark = err.problem_mark
+        raise UserError(f"{source}:{mark.line + 1}:{mark.column + 1}: {err.problem}") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source

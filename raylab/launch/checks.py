@@ -6,6 +6,7 @@ object written, read back and deleted through the filesystem layer Ray Tune uses
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import itertools
@@ -48,7 +49,13 @@ def check_resources(experiment: Experiment, available: dict[str, float], local: 
             )
             raise UserError(message + hint)
         if local:
-            hint = f" (--smoke runs the small version here; --address runs it on a cluster{' with GPUs' if name == 'GPU' else ''})"
+            here = fitting_experiments(experiment, available)
+            hint = (
+                " (--smoke runs the small version here"
+                + (f"; {', '.join(here)} run{'s' if len(here) == 1 else ''} on this machine in full" if here else "")
+                + "; --cluster cluster/gpu.yaml with --dry-run plans it for a cluster; --address runs it on one"
+                + f"{' with GPUs' if name == 'GPU' else ''})"
+            )
             raise UserError(message + hint)
         print(f"warning: {message} now; trials will wait for the autoscaler to add nodes")
 
@@ -61,6 +68,25 @@ def fitting_trials(experiment: Experiment, available: dict[str, float]) -> int:
         if need > 0
     ]
     return max(1, min(fits)) if fits else 1
+
+
+def fitting_experiments(experiment: Experiment, available: dict[str, float]) -> list[str]:
+    """The other experiments of ``experiment``'s workload whose trials fit ``available`` (this
+    machine) at full size, no GPU asked: what a refused newcomer can run here instead."""
+    from raylab import experiment as experiments
+
+    names = []
+    for name in experiments.available():
+        if name == experiment.name:
+            continue
+        try:
+            other = experiments.load(name)
+        except UserError:
+            continue
+        total = other.resources.total()
+        if other.workload == experiment.workload and not total["GPU"] and total["CPU"] <= available.get("CPU", 0):
+            names.append(name)
+    return names
 
 
 def preflight(experiment: Experiment, limit: int = 256) -> None:
@@ -222,7 +248,8 @@ def probe_local(storage: str, need: CheckpointNeed | None = None) -> None:
             raise UserError(f"--storage {storage}: the disk holding '{probe}' is full ({err.strerror})") from None
         raise UserError(f"--storage {storage}: '{probe}' is not a writable directory ({err.strerror or err})") from None
     finally:
-        marker.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # on a read-only disk the unlink itself raises EROFS
+            marker.unlink(missing_ok=True)
     if need is not None:
         free = shutil.disk_usage(probe).free
         if free < need.total:
@@ -230,9 +257,23 @@ def probe_local(storage: str, need: CheckpointNeed | None = None) -> None:
             raise UserError(
                 f"--storage {storage}: {human_bytes(free)} free on the disk holding '{probe}', but the "
                 f"checkpoints kept need {need.trials} trials x {kept} x {human_bytes(need.checkpoint_bytes)} "
-                f"= {human_bytes(need.total)} (estimate.checkpoint_bytes, checkpoint.keep); free space, "
-                "choose another --storage, or keep fewer checkpoints (checkpoint.keep=1)"
+                f"= {human_bytes(need.total)} (estimate.checkpoint_bytes, checkpoint.keep); {storage_hint(need, free)}"
             )
+
+
+def storage_hint(need: CheckpointNeed, free: float) -> str:
+    """What would fit in ``free`` bytes: the most checkpoints per trial that fit
+    (``checkpoint.keep=K`` with ``trials x K x checkpoint_bytes <= free``), else how much a
+    storage needs for one checkpoint per trial, and the flags that plan or run it elsewhere."""
+    per_keep = need.trials * need.checkpoint_bytes
+    fitting = math.floor(free / per_keep) if per_keep > 0 else 0
+    if fitting >= 1 and (need.kept is None or fitting < need.kept):
+        return f"checkpoint.keep={fitting} fits ({human_bytes(fitting * per_keep)}), or choose another --storage"
+    return (
+        f"even checkpoint.keep=1 needs {human_bytes(per_keep)}: choose a --storage with that much free "
+        "(a bucket, s3://BUCKET/runs), plan it for a cluster with --cluster cluster/gpu.yaml, or run the "
+        "small version here with --smoke"
+    )
 
 
 def human_bytes(count: float) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -106,6 +107,9 @@ def quiet_third_party_warnings(verbose: bool = False) -> None:
     warnings.filterwarnings("ignore", message=".*pkg_resources is deprecated", category=DeprecationWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning, module="wandb.*")
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    nan_logger = logging.getLogger("tensorboardX.x2num")
+    if _label_tensorboardx_nan not in nan_logger.filters:
+        nan_logger.addFilter(_label_tensorboardx_nan)
     if not verbose:
         logging.getLogger("ray.tune.tune").addFilter(_drop_ray_resume_advice)
         # Ray Tune's new output engine prints its configuration box and a TensorBoard hint
@@ -114,8 +118,53 @@ def quiet_third_party_warnings(verbose: bool = False) -> None:
         os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
 
+TENSORBOARDX_NAN = "NaN or Inf found in input tensor."
+
+
+def _label_tensorboardx_nan(record: logging.LogRecord) -> bool:
+    """tensorboardX's bare ``NaN or Inf found in input tensor.`` (its ``x2num.check_nan``, on a
+    metric written to the TensorBoard events, by Ray Tune's logger or ``raylab.train``), said
+    with where it comes from and what it means."""
+    if record.getMessage() == TENSORBOARDX_NAN:
+        record.msg = (
+            "TensorBoard events (tensorboardX): a metric is NaN or infinite in this row "
+            "(a metric not measured yet, or a diverging trial); written as is"
+        )
+        record.args = ()
+    return True
+
+
 def _drop_ray_resume_advice(record: logging.LogRecord) -> bool:
     return "Tuner.restore(" not in record.getMessage()
+
+
+def note_changed_experiment(run, name_or_path: str, module: str) -> None:
+    """On ``--resume``: one line when the experiment file has changed since ``run`` started
+    (``RunFolder.source_changed``). The run continues the experiment it saved; the line says
+    how to run the edited file instead."""
+    from raylab.run_folder import EXPERIMENT_FILE
+
+    try:
+        current = experiments.find(name_or_path)
+    except UserError:
+        return
+    if run.source_changed(current):
+        stderr(
+            f"note: {current} has changed since {run.name} started; --resume continues the experiment the run "
+            f"saved ({run.join(EXPERIMENT_FILE)}); to run the edited file, start a new run: "
+            f"python -m {module} {shlex.quote(name_or_path)}"
+        )
+
+
+def tensorboard_text(location: str) -> str:
+    """``TensorBoard: tensorboard --logdir RUN``, and how to get the viewer where it is missing
+    (it comes with raylab's ``dev`` and ``loggers`` extras, not with the framework itself)."""
+    import importlib.util
+
+    text = f"TensorBoard: tensorboard --logdir {shlex.quote(location)}"
+    if importlib.util.find_spec("tensorboard") is None:
+        text += "  (not installed here: pip install tensorboard)"
+    return text
 
 
 def stderr(message: str) -> None:

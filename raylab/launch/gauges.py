@@ -38,6 +38,15 @@ def _gauges():
     }
 
 
+def tag(value: str) -> str:
+    """A tag value Ray's metrics take: ASCII, with anything else percent-encoded as UTF-8
+    (``expé_α`` -> ``exp%C3%A9_%CE%B1``; Ray's metrics layer refuses other characters with a
+    ``UnicodeEncodeError``). Only the tag is escaped: the run and its folders keep their names."""
+    from urllib.parse import quote
+
+    return value if value.isascii() else quote(value, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
 def watched(name: str, experiment_metric: str) -> bool:
     """Whether metric ``name`` becomes a time series: the optimized one, losses, throughputs."""
     return name == experiment_metric or "loss" in name or name.endswith("per_s")
@@ -47,7 +56,7 @@ class TrialGauges:
     """The gauges of one trial, tagged with its id and experiment."""
 
     def __init__(self, trial: str, experiment: str, metric: str):
-        self.tags = {"trial": trial, "experiment": experiment}
+        self.tags = {"trial": tag(trial), "experiment": tag(experiment)}
         self.metric = metric
         self.last = time.monotonic()
 
@@ -64,7 +73,7 @@ class TrialGauges:
                 and math.isfinite(value)
                 and watched(name, self.metric)
             ):
-                gauges["metric"].set(float(value), tags={**self.tags, "metric": name})
+                gauges["metric"].set(float(value), tags={**self.tags, "metric": tag(name)})
 
     def checkpoint(self, seconds: float) -> None:
         _gauges()["checkpoint"].set(seconds, tags=self.tags)

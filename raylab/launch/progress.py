@@ -10,8 +10,21 @@ import sys
 import time
 from typing import Any
 
+from raylab import search_space
 from raylab.experiment import Experiment
 from raylab.run_folder import ERROR_FILE, RunFolder, name_of
+
+COLLAPSE_ABOVE = 50
+"""Above this many trials the console prints one status line at a time, not a line per trial
+update (errors still get their own line)."""
+
+COLLAPSED_STATUS_EVERY_S = 15.0
+"""How often the one status line of a collapsed console is printed (at most)."""
+
+
+def trial_count(experiment: Experiment) -> int:
+    """The sweep's trial count from its search space: grid size x ``num_samples``."""
+    return search_space.grid_size(experiment.search) * experiment.num_samples
 
 
 def result_line(trial_id: str, result: dict[str, Any], experiment: Experiment, best: float | None) -> str:
@@ -49,8 +62,14 @@ def fraction(result: dict[str, Any], stop: dict[str, float]) -> float | None:
     return max(shares) if shares else None
 
 
-def status_line(statuses: list[str], elapsed_s: float, running: list[tuple[float, float]] = ()) -> str:
+def status_line(
+    statuses: list[str], elapsed_s: float, running: list[tuple[float, float]] = (), total: int | None = None
+) -> str:
     """``3 done, 2 running, 5 pending; ETA 4 min`` from the trials' Tune statuses.
+
+    ``total``: the sweep's trial count from its search space (``trial_count``); Tune creates
+    trials lazily, so the trials it has made so far are not all (a trial not made yet counts as
+    pending).
 
     ``running``: for each running trial that has reported progress toward the stop criterion,
     ``(now, at_start)``, the fractions (``fraction``) it has reached and had reached when this
@@ -60,17 +79,18 @@ def status_line(statuses: list[str], elapsed_s: float, running: list[tuple[float
     running trials' progress alone (``elapsed / done x (total - done)`` once only finished
     trials count). No progress yet gives no ETA.
     """
+    count = max(total or 0, len(statuses))
     done = sum(s in ("TERMINATED", "ERROR") for s in statuses)
     active = sum(s == "RUNNING" for s in statuses)
-    pending = len(statuses) - done - active
-    text = f"{done} done, {active} running, {pending} pending"
-    if done == len(statuses):
+    pending = count - done - active
+    text = f"{done} done, {active} running, {pending} pending" + (f" of {count}" if count > COLLAPSE_ABOVE else "")
+    if done == count:
         return text
     work = done + sum(now - start for now, start in running)
-    left = len(statuses) - done - sum(now for now, _ in running)
+    left = count - done - sum(now for now, _ in running)
     if work <= 0:
         return text + "; ETA once a trial reports progress toward its stop criterion or finishes"
-    return text + f"; ETA {_duration(elapsed_s * left / work)}"
+    return text + f"; ETA {duration(elapsed_s * left / work)}"
 
 
 def at_start(result: dict[str, Any], now: float) -> float:
@@ -98,9 +118,16 @@ def callback(
     """A Tune callback that prints one line per trial result, start, end, error and restart,
     and a status line with the trial counts and an ETA at least every ``status_every_s``.
 
-    The clock starts when the sweep (or its resumption) starts; an error line names the
-    trial's error file in the run folder ``run_path``."""
+    A sweep of more than ``COLLAPSE_ABOVE`` trials prints the status line alone (at most every
+    ``COLLAPSED_STATUS_EVERY_S``) and the errors and restarts. The clock starts when the sweep
+    (or its resumption) starts; an error line names the trial's error file in the run folder
+    ``run_path``."""
     from ray import tune
+
+    total = trial_count(experiment)
+    collapsed = total > COLLAPSE_ABOVE
+    if collapsed:
+        status_every_s = min(status_every_s, COLLAPSED_STATUS_EVERY_S)
 
     class ProgressLines(tune.Callback):
         def __init__(self):
@@ -112,6 +139,15 @@ def callback(
 
         def setup(self, **info):  # each fit(), a resumed one too: its clock starts again
             self.started = self.last_status = clock()
+            if collapsed:
+                self._print(
+                    f"{total} trials: one status line every {status_every_s:.0f} s instead of a line per trial "
+                    "(errors still get theirs)"
+                )
+
+        def _trial_line(self, text: str) -> None:
+            if not collapsed:
+                self._print(text)
 
         def _print(self, text: str) -> None:
             elapsed = clock() - self.started
@@ -125,10 +161,10 @@ def callback(
                     for t in trials
                     if t.status == "RUNNING" and getattr(t, "trial_id", None) in self.progress
                 ]
-                self._print(status_line([t.status for t in trials], clock() - self.started, running))
+                self._print(status_line([t.status for t in trials], clock() - self.started, running, total))
 
         def on_trial_start(self, iteration, trials, trial, **info):
-            self._print(f"{trial.trial_id} started")
+            self._trial_line(f"{trial.trial_id} started")
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             best = better(experiment.mode, result.get(experiment.metric), self.best.get(trial.trial_id))
@@ -136,10 +172,10 @@ def callback(
             now = fraction(result, experiment.stop)
             if now is not None:
                 self.progress[trial.trial_id] = (now, self.progress.get(trial.trial_id, (0, at_start(result, now)))[1])
-            self._print(result_line(trial.trial_id, result, experiment, best))
+            self._trial_line(result_line(trial.trial_id, result, experiment, best))
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            self._print(f"{trial.trial_id} finished")
+            self._trial_line(f"{trial.trial_id} finished")
 
         def on_trial_recover(self, iteration, trials, trial, **info):
             limit = experiment.failure.max_failures
@@ -168,7 +204,8 @@ def _error_line(trial, run_path: str | None) -> str:
     return error_line(trial.trial_id, text, where)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``3.2 h``."""
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:

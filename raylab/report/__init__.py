@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from raylab import provenance, workloads
-from raylab.errors import UserError, exit_on_user_error
+from raylab.errors import UserError, exit_on_user_error, filesystem_refusal
 from raylab.report.aggregate import conditions, resolve_metric, table_blocks
 from raylab.report.data import TUNE_COUNTERS, Run, find_run, format_value, load_run
 from raylab.report.evidence import claims_text, evaluate_claims
@@ -143,6 +143,19 @@ def write_report(
         raise UserError(f"--uncertainty {uncertainty}: expected one of {', '.join(UNCERTAINTIES)}")
     run = load_run(str(run_path))
     out_dir = Path(out) if out else default_out(run)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: a file is there; name a folder for the report")
+    try:
+        return _write(run, out_dir, fmt, figure_formats, uncertainty)
+    except OSError as err:
+        if filesystem_refusal(err) is None:
+            raise
+        raise UserError(
+            f"cannot write the report in {out_dir} ({filesystem_refusal(err)}); pass --out a folder you can write"
+        ) from None
+
+
+def _write(run: Run, out_dir: Path, fmt: str, figure_formats: tuple[str, ...], uncertainty: str | None) -> str:
     out_dir.mkdir(parents=True, exist_ok=True)
     stale = [*out_dir.glob("figures/*.png"), *out_dir.glob("figures/*.svg"), *out_dir.glob("figures/*.pdf")]
     for old in [*stale, *out_dir.glob("tables/*.csv")]:

@@ -93,6 +93,11 @@ def find_run(target: str, storage: str = "results", train_runs: bool = False) ->
     if root.kind() != "dir":
         raise UserError(f"'{target}' is not a run folder, and --storage {storage} has no runs of it")
     newest = newest_run(root.location, target, train=None if train_runs else False)
+    if newest is None and (debug := newest_run(root.location, target, train=True)) is not None:
+        raise UserError(
+            f"no sweep of experiment '{target}' under {root.location}; its newest python -m raylab.train run is "
+            f"{debug.name}: add --train-runs to report it (or pass its folder, {debug.location})"
+        )
     if newest is None:
         raise UserError(
             f"no run of experiment '{target}' under {root.location} (folders whose {EXPERIMENT_FILE} names it)"
