@@ -22,6 +22,7 @@ from raylab import search_space, workloads
 from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.experiment import SPOT_RESOURCE, Experiment
+from raylab.files import refuse_credentials
 from raylab.run_folder import RunFolder, filesystem, is_uri, join
 
 
@@ -92,8 +93,10 @@ def check_storage_syntax(storage: str) -> None:
 
     ``s3:/bucket`` or ``gs:bucket`` is not a URI (that needs ``://``) and, read as a local path,
     would silently write to a folder named ``s3:``. A local folder whose name holds a colon is
-    still possible as ``./s3:x``.
+    still possible as ``./s3:x``. A URI that holds credentials is refused without printing it
+    (``raylab.files.refuse_credentials``).
     """
+    refuse_credentials(storage)
     found = MALFORMED_URI.match(storage)
     if not found:
         return
