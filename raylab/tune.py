@@ -203,9 +203,13 @@ def resume_command(experiment_name: str, run_name: str, args) -> str:
     return command
 
 
-LOCAL_CHECKS = ("resources on this machine", "workload preflight")
-"""The checks of this machine's own CPUs, GPUs and memory, which a ``--cluster`` plan does not
-count against the run (the cluster's nodes have their own; the plan checks those)."""
+MACHINE_MEMORY = "workload preflight, this machine's memory (a cluster's nodes have their own)"
+LOCAL_CHECKS = ("resources on this machine", MACHINE_MEMORY)
+"""The checks of this machine's own CPUs and GPUs, which a ``--cluster`` plan does not count
+against the run (the cluster's nodes have their own; the plan checks those). The workload's
+preflight counts: with ``--cluster`` it runs as the head would, in the cluster's file set
+(``checks.preflight(head=True)``), and only its refusals about this machine's memory are left
+out."""
 
 
 def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
@@ -222,6 +226,12 @@ def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
         if not args.address:
             checks.check_resources(experiment, ray_start.local_resources(), local=True)
 
+    def workload_preflight():
+        if not (args.cluster and args.dry_run):
+            checks.preflight(experiment)
+            return ""
+        return checks.preflight(experiment, head=True)
+
     # a plan for a cluster is not held to this machine's free disk space (the head's is another)
     need = None if args.cluster else checks.storage_need(experiment, args.resume)
     steps = [
@@ -229,12 +239,16 @@ def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
         *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), run))] if args.logger else []),
         ("run name", name_is_free),
         ("resources on the cluster (checked once joined)" if args.address else "resources on this machine", resources),
-        ("workload preflight", lambda: checks.preflight(experiment)),
+        ("workload preflight", workload_preflight),
     ]
     for check, step in steps:
         try:
-            step()
-            yield check, None
+            note = step()
+            if note:  # the preflight on the head passed; this machine's memory would not
+                yield check, None
+                yield MACHINE_MEMORY, note
+            else:
+                yield check, None
         except UserError as err:
             yield check, str(err)
             if stop_at_first:
