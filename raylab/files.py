@@ -52,10 +52,10 @@ LAUNCH_DIR_ENV = "RAYLAB_LAUNCH_DIR"
 
 def user_location(location: str) -> str:
     """A storage URI (``s3://...``) as given, or a local path resolved as ``user_path`` does."""
-    from raylab.run_folder import is_uri
-
-    refuse_credentials(location, "storage")
-    return location if is_uri(location) else str(user_path(location))
+    if "://" in location:  # a URI (``run_folder.is_uri``; this module imports nothing of raylab)
+        refuse_credentials(location, "storage")
+        return location
+    return str(user_path(location))
 
 
 def user_path(path: str | os.PathLike) -> Path:
