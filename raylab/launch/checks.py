@@ -46,7 +46,9 @@ def check_resources(experiment: Experiment, available: dict[str, float], local: 
         if local and name == SPOT_RESOURCE:
             hint = (
                 " (resources.spot or --spot: trials run on spot node types, which declare it; run on "
-                "such a cluster, cluster/gpu.yaml, with --address, or drop --spot here)"
+                "such a cluster, cluster/gpu.yaml, with --address, or drop --spot here; its spot nodes need "
+                "the account's spot vCPU quota, 'All G and VT Spot Instance Requests' L-3819A6DF for g5, "
+                "often 0 on a new account)"
             )
             raise UserError(message + hint)
         if local:

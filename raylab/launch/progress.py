@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from raylab.experiment import Experiment
+from raylab.launch.cluster_plan import failure_budget
 from raylab.run_folder import ERROR_FILE, RunFolder, name_of
 
 
@@ -142,7 +143,7 @@ def callback(
             self._print(f"{trial.trial_id} finished")
 
         def on_trial_recover(self, iteration, trials, trial, **info):
-            limit = experiment.failure.max_failures
+            limit = failure_budget(experiment)[0]
             self._print(
                 _error_line(trial, run_path) + f"; restarting ({trial.num_failures} of "
                 f"{limit if limit >= 0 else 'unlimited'})"
