@@ -11,6 +11,7 @@ Examples::
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     # through this process's environment, which Ray Tune copies into each trial actor's listed
     # runtime_env (raylab/launch/storage_secrets.py); before anything reads the storage.
     secrets = ray_start.credential_env(args.storage) if args.address and not args.dry_run else {}
+    if secrets and (warning := storage_secrets.token_lifetime_warning(secrets, None, "the sweep")):
+        cli.stderr(warning)  # a token of unstated lifetime; the dry run with --cluster compares it with the plan
     storage_secrets.use_credentials_file(secrets)
     if args.keep and not args.dashboard:
         raise UserError("--keep keeps the dashboard up after the sweep; it needs --dashboard")
@@ -101,10 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.cluster:
             from raylab.launch import cluster_plan
 
+            figures = {}
             try:
-                print(cluster_plan.plan_text(experiment, args.cluster))
+                print(cluster_plan.plan_text(experiment, args.cluster, figures))
             except UserError as err:
                 refused.append(str(err))
+            if warning := storage_secrets.token_lifetime_warning(
+                os.environ, figures.get("wall_hours"), "the plan's wall time at the cap"
+            ):
+                cli.stderr(warning)
         for check, problem in run_checks(args, experiment, run):
             print(f"# {check}: {problem or 'ok'}")
             # a plan for a cluster is not refused for what this machine lacks (its CPUs, GPUs, memory)

@@ -449,8 +449,9 @@ def _amount(value: float) -> str:
     return f"{value:,.2g}" if value < 10 else f"{value:,.0f}"
 
 
-def plan_text(experiment, cluster: str | Path) -> str:
-    """The ``--dry-run --cluster`` lines for one experiment."""
+def plan_text(experiment, cluster: str | Path, figures: dict | None = None) -> str:
+    """The ``--dry-run --cluster`` lines for one experiment; ``figures`` (a dict) receives
+    ``wall_hours``, the wall time at the cap, when it is known."""
     head, nodes, cap = load(cluster)
     nodes, spot_source = live_spot_shares(cluster, nodes)
     resources = experiment.resources
@@ -507,6 +508,8 @@ def plan_text(experiment, cluster: str | Path) -> str:
         trial_hours = steps / estimate.steps_per_s / 3600
         waves = math.ceil(trials / at_once)
         wall = waves * trial_hours
+        if figures is not None:
+            figures["wall_hours"] = wall
         line = (
             f"#   {trials} trials x {_hours(trial_hours)} = {trials * trial_hours:,.1f} trial-hours, "
             f"{trials * trial_hours * total['GPU']:,.1f} GPU-hours; wall time at the cap "

@@ -35,9 +35,19 @@ FIELDS = {  # README column -> the piece of the dry run's text it shows
 }
 
 
+HEADER = "| experiment | nodes at the cap"
+
+
+def table_source() -> Path:
+    """The page that holds the cost table: a docs/ page (the cluster page, or a change's note in
+    docs/_pending/ that replaces it) before README.md, where it used to be."""
+    pages = sorted((REPO / "docs").rglob("*.md"), key=lambda p: (p.name != "cluster.md", str(p)))
+    return next((p for p in [*pages, REPO / "README.md"] if HEADER in p.read_text()), REPO / "README.md")
+
+
 def readme_rows() -> dict[str, dict[str, str]]:
-    text = (REPO / "README.md").read_text()
-    table = text[text.index("| experiment | nodes at the cap") :]
+    text = table_source().read_text()
+    table = text[text.index(HEADER) :]
     lines = table.splitlines()
     lines = lines[: next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
