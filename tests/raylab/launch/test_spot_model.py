@@ -20,7 +20,7 @@ GPU_YAML = REPO / "cluster" / "gpu.yaml"
 
 
 def test_reclaim_tail_by_hand():
-    # the case: 0.2 reclaims per node-hour over a 7 h trial, max_failures 3
+    # 0.2 reclaims per node-hour over a 7 h trial, max_failures 3
     mu = 0.2 * 7
     poisson = 1 - math.exp(-mu) * (1 + mu + mu**2 / 2 + mu**3 / 6)
     assert cluster_prices.reclaim_tail(mu, 3, math.inf) == pytest.approx(poisson)
