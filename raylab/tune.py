@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     else:
         experiment = experiments.load(args.experiment, overrides_of(args), smoke=args.smoke)
+        checks.refuse_credential_values(experiment)
         run = RunFolder.under(args.storage, args.name or new_run_name(experiment))
 
     if args.dry_run:

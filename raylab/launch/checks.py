@@ -161,6 +161,24 @@ def cluster_file_set(launch_dir: str | None = None):
         yield folder
 
 
+def refuse_credential_values(experiment: Experiment) -> None:
+    """Refuse a config or search value that is a URI holding credentials (``config.data_dir=
+    s3://KEY:SECRET@bucket/...``): the dry run prints the config and the run folder saves it."""
+
+    def walk(value, where: str) -> None:
+        if isinstance(value, str):
+            refuse_credentials(value, where)
+        elif isinstance(value, dict):
+            for key, inner in value.items():
+                walk(inner, f"{where}.{key}")
+        elif isinstance(value, (list, tuple)):
+            for inner in value:
+                walk(inner, where)
+
+    walk(experiment.config, "config")
+    walk(experiment.search, "search")
+
+
 MALFORMED_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(?!//)")
 """A scheme followed by ``:`` but not ``://`` (``s3:/bucket``, ``gs:bucket``): taken as a local
 path, it would make a folder named ``s3:`` in the working directory."""

@@ -60,6 +60,15 @@ COMMANDS = {
     "train": ["-m", "raylab.train", "toy", "--smoke", "--storage"],
     "report": ["-m", "raylab.report", "toy", "--storage"],
     "stage": ["-m", "raylab.data.stage", "cifar10"],
+    "data_dir": [
+        "-m",
+        "raylab.tune",
+        "fair_adv",
+        "--dry-run",
+        "--cluster",
+        str(REPO / "cluster" / "gpu.yaml"),
+        "config.data_dir=",
+    ],
 }
 
 
@@ -75,8 +84,13 @@ def test_planted_secret_is_refused_and_appears_in_no_output_and_no_file(command,
         "TMPDIR": str(tmp_path),
         "RAY_ADDRESS": "",
     }
+    argv = (
+        COMMANDS[command][:-1] + [COMMANDS[command][-1] + URIS[0]]
+        if command == "data_dir"
+        else [*COMMANDS[command], URIS[0]]
+    )
     proc = subprocess.run(
-        [sys.executable, *COMMANDS[command], URIS[0]],
+        [sys.executable, *argv],
         cwd=work,
         env=env,
         capture_output=True,
