@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
             figures = {}
             try:
-                print(cluster_plan.plan_text(experiment, args.cluster, figures))
+                print(cluster_plan.plan_text(experiment, args.cluster, figures, live=True))
             except UserError as err:
                 refused.append(str(err))
             if warning := storage_secrets.token_lifetime_warning(

@@ -449,11 +449,15 @@ def _amount(value: float) -> str:
     return f"{value:,.2g}" if value < 10 else f"{value:,.0f}"
 
 
-def plan_text(experiment, cluster: str | Path, figures: dict | None = None) -> str:
+def plan_text(experiment, cluster: str | Path, figures: dict | None = None, live: bool = False) -> str:
     """The ``--dry-run --cluster`` lines for one experiment; ``figures`` (a dict) receives
-    ``wall_hours``, the wall time at the cap, when it is known."""
+    ``wall_hours``, the wall time at the cap, when it is known. ``live``: spot prices from EC2's
+    spot price history when credentials are at hand (``live_spot_shares``; the command line's
+    dry run), else the dated table's."""
     head, nodes, cap = load(cluster)
-    nodes, spot_source = live_spot_shares(cluster, nodes)
+    nodes, spot_source = (
+        live_spot_shares(cluster, nodes) if live else (nodes, f"the dated table ({cluster_prices.SPOT_PRICES_AS_OF})")
+    )
     resources = experiment.resources
     total = resources.total()
     trials = search_space.grid_size(experiment.search) * experiment.num_samples

@@ -87,7 +87,9 @@ def test_spot_shares_from_moto_price_history(monkeypatch):
         assert shares["g5.xlarge"] == pytest.approx(price / 1.006)
         assert shares["g5.4xlarge"] == pytest.approx(price / 1.624)
         assert cluster_prices.spot_shares_from_history(["g5.xlarge"], "us-west-2", ["us-west-2z"], client) == {}
-        text = cluster_plan.plan_text(experiments.load("backdoor", ["resources.spot=true"]), GPU_YAML)
+        text = cluster_plan.plan_text(experiments.load("backdoor", ["resources.spot=true"]), GPU_YAML, live=True)
+        table = cluster_plan.plan_text(experiments.load("backdoor", ["resources.spot=true"]), GPU_YAML)
+    assert "spot prices: the dated table (2026-11, us-west-2)" in table  # tests and plain calls: the table
     assert "spot prices: EC2's spot price history now (g5.4xlarge, g5.xlarge)" in text
     assert f"{shares['g5.xlarge']:.0%} of on-demand for g5.xlarge (spot price history, now)" in text
 
@@ -102,7 +104,7 @@ def test_without_credentials_the_dated_table_is_used(monkeypatch, tmp_path):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     assert not cluster_prices.credentials_present()
-    text = cluster_plan.plan_text(experiments.load("backdoor", ["resources.spot=true"]), GPU_YAML)
+    text = cluster_plan.plan_text(experiments.load("backdoor", ["resources.spot=true"]), GPU_YAML, live=True)
     assert "spot prices: the dated table (2026-11, us-west-2); no AWS credentials here" in text
 
 
