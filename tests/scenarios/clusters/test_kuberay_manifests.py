@@ -459,3 +459,20 @@ def test_rayjob_has_a_deadline_a_small_submitter_and_a_valid_cleanup():
     requests = container["resources"]["requests"]
     assert kubernetes_bytes(requests["memory"]) <= 2**30 and requests["cpu"].endswith("m")
     assert int(requests["cpu"][:-1]) <= 500
+
+
+def test_the_service_accounts_role_trusts_only_that_account():
+    """cluster/iam's trust policies for the pods' role: IRSA's names platform.yaml's service
+    account as the only subject; Pod Identity's trusts EKS's pods service."""
+    account = platform()["ServiceAccount"]["metadata"]["name"]
+    irsa = json.loads((REPO / "cluster" / "iam" / "trust-irsa.json").read_text())
+    (statement,) = irsa["Statement"]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity"
+    subjects = [v for k, v in statement["Condition"]["StringEquals"].items() if k.endswith(":sub")]
+    assert subjects == [f"system:serviceaccount:NAMESPACE:{account}"]
+    pod_identity = json.loads((REPO / "cluster" / "iam" / "trust-pod-identity.json").read_text())
+    (statement,) = pod_identity["Statement"]
+    assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert set(statement["Action"]) == {"sts:AssumeRole", "sts:TagSession"}
+    role = platform()["ServiceAccount"]["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    assert role.endswith(":role/raylab-k8s")
