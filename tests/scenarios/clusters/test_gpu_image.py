@@ -132,6 +132,8 @@ def test_the_image_has_one_cuda_stack_torchs():
     if cuda is None:
         env = dict(pair.split("=", 1) for word, arg in recipe if word == "ENV" for pair in arg.split())
         assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and "compute" in env["NVIDIA_DRIVER_CAPABILITIES"]
+        # the container toolkit's driver check asks for torch's CUDA, not an older one
+        assert env["NVIDIA_REQUIRE_CUDA"] == f"cuda>={lock_cuda_major()}.0"
     assert ("RUN", "pip check") in recipe
     assert yaml.safe_load(GPU_YAML.read_text())["docker"]["image"] == base
 
