@@ -25,6 +25,7 @@ own runner that reads a shipped experiment file (``experiment.load``)."""
 
 _NAMES = {
     "UserError": "raylab.errors",
+    "ThisMachine": "raylab.errors",
     "exit_on_user_error": "raylab.errors",
     "from_dict": "raylab.config",
     "require": "raylab.config",

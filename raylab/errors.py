@@ -30,6 +30,13 @@ class UserError(Exception):
     """
 
 
+class ThisMachine(UserError):
+    """A refusal about this machine's own resources (its memory now), not about the config.
+
+    A plan for a cluster (``--dry-run --cluster``) does not count it against the run: trials
+    run on the cluster's nodes, whose declared memory the plan checks itself."""
+
+
 def exit_on_user_error(main: Callable[..., int | None]) -> Callable[..., int]:
     """Decorate a CLI ``main``: a ``UserError``, or a filesystem's refusal to be written
     (``filesystem_refusal``), becomes one line on stderr and exit code 2."""

@@ -1,13 +1,50 @@
 """The small file helpers that checkpoints, datasets and caches share: a file written atomically
-(``write_atomic``), a file's SHA-256 (``sha256_file``), and how a path a user gives is resolved
-(``user_path``)."""
+(``write_atomic``), a file's SHA-256 (``sha256_file``), how a path a user gives is resolved
+(``user_path``), and the refusal of a storage URI that carries credentials
+(``refuse_credentials``)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
+from urllib.parse import parse_qsl
+
+CREDENTIAL_QUERY_KEYS = ("access_key", "secret_key", "session_token")
+"""Query keys with which pyarrow's S3 filesystem takes keys from the URI itself."""
+
+_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#]*@|[^@?#]*:[^@?#]*@)")
+"""``scheme://USER[:SECRET]@host...``: an ``@`` in the authority, or a ``:`` before an ``@``
+(an AWS secret key may hold ``/``, which would otherwise end the authority early)."""
+
+
+def refuse_credentials(location: str, what: str = "--storage") -> None:
+    """Refuse a URI that holds credentials: userinfo (``s3://KEY:SECRET@bucket/runs``), keys in
+    its query (``?access_key=...&secret_key=...``), or userinfo in its ``endpoint_override``.
+
+    pyarrow honours each of them, and the URI is printed, saved in the run's provenance and in
+    Ray Tune's state. The refusal names the URI's scheme and the keys' places, never their
+    values. Raises ``raylab.errors.UserError``."""
+    if "://" not in location:
+        return
+    from raylab.errors import UserError
+
+    path, _, query = location.partition("?")
+    fields = parse_qsl(query, keep_blank_values=True)
+    where = []
+    if _USERINFO.match(path):
+        where.append("user:password@ before the host")
+    where += [f"query key {key}" for key, _ in fields if key.lower() in CREDENTIAL_QUERY_KEYS]
+    where += [f"{key}'s user:password@" for key, value in fields if _USERINFO.match(value)]
+    if where:
+        scheme = location.split("://", 1)[0]
+        raise UserError(
+            f"{what}: a {scheme}:// URI holding credentials ({', '.join(where)}) is refused, as it "
+            "would be printed and saved with the run; put keys in the environment, a profile or a role"
+        )
+
 
 LAUNCH_DIR_ENV = "RAYLAB_LAUNCH_DIR"
 """The folder the sweep was started from, set in each trial's process by raylab."""
@@ -15,9 +52,10 @@ LAUNCH_DIR_ENV = "RAYLAB_LAUNCH_DIR"
 
 def user_location(location: str) -> str:
     """A storage URI (``s3://...``) as given, or a local path resolved as ``user_path`` does."""
-    from raylab.run_folder import is_uri
-
-    return location if is_uri(location) else str(user_path(location))
+    if "://" in location:  # a URI (``run_folder.is_uri``; this module imports nothing of raylab)
+        refuse_credentials(location, "storage")
+        return location
+    return str(user_path(location))
 
 
 def user_path(path: str | os.PathLike) -> Path:

@@ -612,10 +612,13 @@ def filesystem(location: str):
     """The pyarrow filesystem of a local folder or a URI, and the path on it.
 
     A URI's ``?query`` configures the filesystem (``pyarrow.fs.FileSystem.from_uri``); a local
-    path comes back absolute."""
+    path comes back absolute. A URI holding credentials is refused (``files.refuse_credentials``)."""
     import pyarrow.fs
 
+    from raylab.files import refuse_credentials
+
     if is_uri(location):
+        refuse_credentials(location, "storage")
         return pyarrow.fs.FileSystem.from_uri(location)
     return pyarrow.fs.LocalFileSystem(), root(location)
 

@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         cli.note_changed_experiment(run, args.experiment, "raylab.train")
     else:
         experiment = experiments.load(args.experiment, cli.overrides_of(args), smoke=args.smoke)
+        checks.refuse_credential_values(experiment)
         run = RunFolder.under(args.storage, args.name or new_run_name(experiment, TRAIN_RUN))
         if args.name:
             checks.check_run_name(run)

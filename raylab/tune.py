@@ -12,6 +12,7 @@ Examples::
 from __future__ import annotations
 
 import math
+import os
 import shlex
 import sys
 
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     # through this process's environment, which Ray Tune copies into each trial actor's listed
     # runtime_env (raylab/launch/storage_secrets.py); before anything reads the storage.
     secrets = ray_start.credential_env(args.storage) if args.address and not args.dry_run else {}
+    if secrets and (warning := storage_secrets.token_lifetime_warning(secrets, None, "the sweep")):
+        cli.stderr(warning)  # a token of unstated lifetime; the dry run with --cluster compares it with the plan
     storage_secrets.use_credentials_file(secrets)
     if args.keep and not args.dashboard:
         raise UserError("--keep keeps the dashboard up after the sweep; it needs --dashboard")
@@ -94,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     else:
         experiment = experiments.load(args.experiment, overrides_of(args), smoke=args.smoke)
+        checks.refuse_credential_values(experiment)
         run = RunFolder.under(args.storage, args.name or new_run_name(experiment))
 
     if args.dry_run:
@@ -105,10 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.cluster:
             from raylab.launch import cluster_plan
 
+            figures = {}
             try:
-                print(cluster_plan.plan_text(experiment, args.cluster))
+                print(cluster_plan.plan_text(experiment, args.cluster, figures, live=True))
             except UserError as err:
                 refused.append(str(err))
+            if warning := storage_secrets.token_lifetime_warning(
+                os.environ, figures.get("wall_hours"), "the plan's wall time at the cap"
+            ):
+                cli.stderr(warning)
         for check, problem in run_checks(args, experiment, run):
             print(f"# {check}: {problem or 'ok'}")
             # a plan for a cluster is not refused for what this machine lacks (its CPUs, GPUs, memory)
@@ -225,9 +234,13 @@ def resume_command(experiment_name: str, run_name: str, args) -> str:
     return command
 
 
-LOCAL_CHECKS = ("resources on this machine", "workload preflight")
-"""The checks of this machine's own CPUs, GPUs and memory, which a ``--cluster`` plan does not
-count against the run (the cluster's nodes have their own; the plan checks those)."""
+MACHINE_MEMORY = "workload preflight, this machine's memory (a cluster's nodes have their own)"
+LOCAL_CHECKS = ("resources on this machine", MACHINE_MEMORY)
+"""The checks of this machine's own CPUs and GPUs, which a ``--cluster`` plan does not count
+against the run (the cluster's nodes have their own; the plan checks those). The workload's
+preflight counts: with ``--cluster`` it runs as the head would, in the cluster's file set
+(``checks.preflight(head=True)``), and only its refusals about this machine's memory are left
+out."""
 
 
 def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
@@ -244,6 +257,12 @@ def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
         if not args.address:
             checks.check_resources(experiment, ray_start.local_resources(), local=True)
 
+    def workload_preflight():
+        if not (args.cluster and args.dry_run):
+            checks.preflight(experiment)
+            return ""
+        return checks.preflight(experiment, head=True)
+
     # a plan for a cluster is not held to this machine's free disk space (the head's is another)
     need = None if args.cluster else checks.storage_need(experiment, args.resume)
     steps = [
@@ -251,12 +270,16 @@ def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
         *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), run))] if args.logger else []),
         ("run name", name_is_free),
         ("resources on the cluster (checked once joined)" if args.address else "resources on this machine", resources),
-        ("workload preflight", lambda: checks.preflight(experiment)),
+        ("workload preflight", workload_preflight),
     ]
     for check, step in steps:
         try:
-            step()
-            yield check, None
+            note = step()
+            if note:  # the preflight on the head passed; this machine's memory would not
+                yield check, None
+                yield MACHINE_MEMORY, note
+            else:
+                yield check, None
         except UserError as err:
             yield check, str(err)
             if stop_at_first:

@@ -78,7 +78,7 @@ ALL = "*"
 """In ``WORKLOAD_API``: every public name of the module, and of every module under it."""
 
 WORKLOAD_API: dict[str, tuple[str, ...]] = {
-    "raylab.errors": ("UserError", "exit_on_user_error"),
+    "raylab.errors": ("UserError", "ThisMachine", "exit_on_user_error"),
     "raylab.config": ("from_dict", "require", "require_at_least", "require_positive"),
     "raylab.session": (
         "report",

@@ -12,6 +12,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from raylab.errors import UserError
 from raylab.files import write_atomic
 from raylab.run_folder import filesystem
 
@@ -22,6 +23,13 @@ CACHE_ENV = "RAYLAB_DATA_CACHE"
 def node_copy(data_dir: str, members: list[str]) -> Path:
     """The node-local folder holding copies of ``members`` (file names) of the URI ``data_dir``;
     a member missing there is missing here too."""
+    try:
+        return _copy(data_dir, members)
+    except OSError as err:  # an unreachable store or bucket: one line naming it, not a traceback
+        raise UserError(f"data_dir {data_dir}: cannot read it ({' '.join(str(err).split())})") from None
+
+
+def _copy(data_dir: str, members: list[str]) -> Path:
     cache = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "raylab" / "data")
     local = cache / hashlib.sha256(data_dir.encode()).hexdigest()[:16]
     fs, folder = filesystem(data_dir)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from raylab.data import cifar
 from raylab.errors import UserError
-from raylab.files import user_path, write_atomic
+from raylab.files import refuse_credentials, user_path, write_atomic
 from raylab.run_folder import filesystem, is_uri, join
 
 
@@ -42,6 +42,7 @@ def stage(name: str, dest: str, url: str | None = None, md5: str | None = None, 
     ``<archive>.md5`` is written beside an archive whose checksum is not the published one).
     Returns ``"already staged"`` or ``"staged"``; raises ``UserError`` naming the URL or file.
     """
+    refuse_credentials(dest, "DEST")
     spec = cifar._spec(name)
     expected = md5 or spec.archive_md5
     dest = dest if is_uri(dest) else str(user_path(dest))

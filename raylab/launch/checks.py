@@ -21,8 +21,9 @@ from urllib.parse import urlsplit
 
 from raylab import search_space, workloads
 from raylab.config import from_dict
-from raylab.errors import UserError
+from raylab.errors import ThisMachine, UserError
 from raylab.experiment import SPOT_RESOURCE, Experiment
+from raylab.files import LAUNCH_DIR_ENV, refuse_credentials
 from raylab.run_folder import RunFolder, filesystem, is_uri, join
 
 
@@ -45,7 +46,9 @@ def check_resources(experiment: Experiment, available: dict[str, float], local: 
         if local and name == SPOT_RESOURCE:
             hint = (
                 " (resources.spot or --spot: trials run on spot node types, which declare it; run on "
-                "such a cluster, cluster/gpu.yaml, with --address, or drop --spot here)"
+                "such a cluster, cluster/gpu.yaml, with --address, or drop --spot here; its spot nodes need "
+                "the account's spot vCPU quota, 'All G and VT Spot Instance Requests' L-3819A6DF for g5, "
+                "often 0 on a new account)"
             )
             raise UserError(message + hint)
         if local:
@@ -89,23 +92,116 @@ def fitting_experiments(experiment: Experiment, available: dict[str, float]) -> 
     return names
 
 
-def preflight(experiment: Experiment, limit: int = 256) -> None:
+def preflight(experiment: Experiment, limit: int = 256, head: bool = False) -> str:
     """Refuse a workload whose packages are missing (its ``requires``, naming its extra), then
-    run its preflight check on each grid/choice combination (up to ``limit``)."""
+    run its preflight check on each grid/choice combination (up to ``limit``).
+
+    ``head``: run it as a cluster's head would (``--dry-run --cluster``): relative paths resolve
+    in the cluster's file set (``cluster_file_set``: the checkout less what .gitignore lists,
+    what ``ray up`` syncs and the image carries, so no ``data/``), and a refusal about this
+    machine's own memory (``ThisMachine``) is not counted: trials run on the nodes, whose memory
+    the plan checks. Returns that refusal's text, or "" (raises ``UserError`` for the rest)."""
     workload = workloads.get(experiment.workload)
     workload.check_requires(experiment.workload)  # before the preflight's module is imported
     check = workload.preflight_check()
     if check is None:
-        return
+        return ""
     listed = {
         key: args
         for key, spec in experiment.search.items()
         for kind, args in spec.items()
         if kind in ("grid", "choice")
     }
-    for combo in itertools.islice(itertools.product(*listed.values()), limit):
-        values = search_space.with_variant({**experiment.config, **dict(zip(listed, combo))})
-        check(from_dict(workload.config_class(), values, experiment.source, "config"))
+    combos = itertools.islice(itertools.product(*listed.values()), limit)
+    configs = (
+        from_dict(
+            workload.config_class(),
+            search_space.with_variant({**experiment.config, **dict(zip(listed, c))}),
+            experiment.source,
+            "config",
+        )
+        for c in combos
+    )
+    if not head:
+        for cfg in configs:
+            check(cfg)
+        return ""
+    machine = ""
+    with cluster_file_set() as folder, _launch_dir(folder):
+        for cfg in configs:
+            try:
+                check(cfg)
+            except ThisMachine as err:
+                machine = machine or str(err)
+            except UserError as err:
+                raise UserError(
+                    "on the cluster's head (HEAD: its launch folder, the checkout less what .gitignore "
+                    f"lists; stage data to the run's bucket, config.data_dir=s3://...): {str(err).replace(folder, 'HEAD')}"
+                ) from None
+    return machine
+
+
+@contextlib.contextmanager
+def _launch_dir(folder: str):
+    """Relative paths (``raylab.files.user_path``) resolve in ``folder`` meanwhile."""
+    saved = os.environ.get(LAUNCH_DIR_ENV)
+    os.environ[LAUNCH_DIR_ENV] = folder
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(LAUNCH_DIR_ENV, None)
+        else:
+            os.environ[LAUNCH_DIR_ENV] = saved
+
+
+@contextlib.contextmanager
+def cluster_file_set(launch_dir: str | None = None):
+    """A temporary folder holding what a cluster's head has of ``launch_dir`` (the current
+    folder): in a git checkout its files less what .gitignore lists (``git ls-files --cached
+    --others --exclude-standard``), which is what ``ray up``'s sync (cluster/gpu.yaml's
+    rsync_filter) and the image's build context (cluster/Dockerfile.dockerignore, a superset of
+    those exclusions for data) leave out; elsewhere nothing. Files are symbolic links."""
+    import subprocess
+    import tempfile
+
+    source = Path(launch_dir or os.getcwd())
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=source,
+            capture_output=True,
+            timeout=30,
+            check=True,
+        ).stdout.decode(errors="replace")
+        files = [f for f in listed.split("\0") if f]
+    except (OSError, subprocess.SubprocessError):
+        files = []
+    with tempfile.TemporaryDirectory(prefix="raylab-head-files-") as folder:
+        for rel in files:
+            if (source / rel).is_file():
+                target = Path(folder) / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(source / rel)
+        yield folder
+
+
+def refuse_credential_values(experiment: Experiment) -> None:
+    """Refuse a config or search value that is a URI holding credentials (``config.data_dir=
+    s3://KEY:SECRET@bucket/...``): the dry run prints the config and the run folder saves it."""
+
+    def walk(value, where: str) -> None:
+        if isinstance(value, str):
+            refuse_credentials(value, where)
+        elif isinstance(value, dict):
+            for key, inner in value.items():
+                walk(inner, f"{where}.{key}")
+        elif isinstance(value, (list, tuple)):
+            for inner in value:
+                walk(inner, where)
+
+    walk(experiment.config, "config")
+    walk(experiment.search, "search")
 
 
 MALFORMED_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(?!//)")
@@ -118,8 +214,10 @@ def check_storage_syntax(storage: str) -> None:
 
     ``s3:/bucket`` or ``gs:bucket`` is not a URI (that needs ``://``) and, read as a local path,
     would silently write to a folder named ``s3:``. A local folder whose name holds a colon is
-    still possible as ``./s3:x``.
+    still possible as ``./s3:x``. A URI that holds credentials is refused without printing it
+    (``raylab.files.refuse_credentials``).
     """
+    refuse_credentials(storage)
     found = MALFORMED_URI.match(storage)
     if not found:
         return

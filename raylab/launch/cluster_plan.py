@@ -49,13 +49,29 @@ class NodeType:
     left out (70% of the instance's memory; the rest is the object store's); 0: not declared."""
     spot: float = 0.0
     """Its declared ``resources.spot``: a spot node type (only trials asking for spot go there)."""
+    live_share: float | None = None
+    """A spot type's share of the on-demand price read from EC2's spot price history just now
+    (``live_spot_shares``); None: the dated table's (``cluster_prices.spot_share``)."""
+    nvme: bool = False
+    """Its container's temporary folder (checkpoints before upload) is on the instance's local
+    NVMe: its ``docker.worker_run_options`` mount ``NVME_HOST`` there."""
+
+    @property
+    def share(self) -> tuple[float, str]:
+        """A spot type's share of the on-demand price and its source."""
+        live = {self.instance: self.live_share} if self.live_share is not None else None
+        return cluster_prices.spot_share(self.instance, live)
 
     @property
     def price(self) -> float | None:
-        """USD per hour, when the instance type's price is known (a spot type's: assumed,
-        ``cluster_prices.SPOT_SHARE`` of the on-demand price)."""
+        """USD per hour, when the instance type's price is known (a spot type's: its own share
+        of the on-demand price, ``share``)."""
         on_demand = PRICE_PER_HOUR.get(self.instance)
-        return cluster_prices.spot_price(on_demand) if self.spot else on_demand
+        return cluster_prices.spot_price(on_demand, self.share[0]) if self.spot else on_demand
+
+
+NVME_HOST = "/opt/dlami/nvme"
+"""Where the Deep Learning AMI mounts an instance's local NVMe (instance store) on the host."""
 
 
 def load(path: str | Path) -> tuple[NodeType | None, list[NodeType], int]:
@@ -91,12 +107,38 @@ def load(path: str | Path) -> tuple[NodeType | None, list[NodeType], int]:
             float(resources.get(DRIVER_RESOURCE, 0)),
             float(resources.get("memory", 0)),
             float(resources.get(SPOT_RESOURCE, 0)),
+            nvme=any(NVME_HOST in str(o) for o in (spec.get("docker") or {}).get("worker_run_options", [])),
         )
         if name == config.get("head_node_type"):
             head = node
         else:
             workers.append(node)
     return head, workers, cap
+
+
+def live_spot_shares(path: str | Path, nodes: list[NodeType]) -> tuple[list[NodeType], str]:
+    """``nodes`` with the spot types' shares read from EC2's spot price history now, when the
+    cluster file is AWS's and AWS credentials are at hand (``cluster_prices.credentials_present``),
+    and a note saying where the spot prices come from."""
+    import dataclasses
+
+    import yaml
+
+    config = yaml.safe_load(Path(path).read_text()) or {}
+    provider = config.get("provider") or {}
+    spot_types = sorted({n.instance for n in nodes if n.spot})
+    table = f"the dated table ({cluster_prices.SPOT_PRICES_AS_OF})"
+    if not spot_types or provider.get("type") != "aws":
+        return nodes, table
+    if not cluster_prices.credentials_present():
+        return nodes, f"{table}; no AWS credentials here to read the current ones"
+    zones = [z.strip() for z in str(provider.get("availability_zone", "")).split(",") if z.strip()]
+    try:
+        shares = cluster_prices.spot_shares_from_history(spot_types, provider.get("region", "us-west-2"), zones)
+    except Exception as err:  # noqa: BLE001 - any failure of the API leaves the table's figures
+        return nodes, f"{table}; the spot price history could not be read ({type(err).__name__})"
+    updated = [dataclasses.replace(n, live_share=shares.get(n.instance)) if n.spot else n for n in nodes]
+    return updated, f"EC2's spot price history now ({', '.join(sorted(shares)) or 'no prices listed'})"
 
 
 def idle_minutes(path: str | Path) -> float:
@@ -258,7 +300,8 @@ def market_cost(experiment, chosen, cpus, gpus, spot, trials, running, trial_hou
         rate = cluster_prices.PREEMPTIONS_PER_NODE_HOUR
         interval = checkpoint_interval(experiment)
         interval_hours = interval[0] / experiment.estimate.steps_per_s / 3600 if interval else trial_hours
-        factor = cluster_prices.rerun_factor(rate, interval_hours, start) or math.inf
+        restart = start + cluster_prices.CAPACITY_WAIT_MINUTES / 60  # a reclaimed pool is short
+        factor = cluster_prices.rerun_factor(rate, interval_hours, restart) or math.inf
     return (
         chosen,
         nodes_at_cap,
@@ -268,9 +311,11 @@ def market_cost(experiment, chosen, cpus, gpus, spot, trials, running, trial_hou
     )
 
 
-def market_lines(experiment, markets: dict, spot: bool, cluster) -> list[str]:
-    """The dry run's spot and on-demand lines: the two node types' prices side by side, the
-    expected cost of each with the stated preemption rate, start-up and idle tail."""
+def market_lines(experiment, markets: dict, spot: bool, cluster, source: str = "") -> list[str]:
+    """The dry run's spot and on-demand lines: the two node types' prices side by side (the
+    spot one from its own share, ``source`` saying where the shares come from), the expected
+    cost of each with the stated preemption rate, start-up and idle tail, the spot quota the
+    spot nodes need, and the failure budget."""
     start, idle = cluster_prices.NODE_START_MINUTES, idle_minutes(cluster)
     lines = []
     if True not in markets:
@@ -281,11 +326,13 @@ def market_lines(experiment, markets: dict, spot: bool, cluster) -> list[str]:
     interval = checkpoint_interval(experiment)
     unit = experiment.trial_length()[0]
     head = od.head_price
+    share, basis = sp_type.share
     lines.append(
         f"#   on-demand vs spot at the cap: ${od_nodes * od_type.price + head:,.2f}/h vs "
         f"${sp_nodes * sp_type.price + head:,.2f}/h ({od_nodes} x {od_type.name} ${od_type.price:.3f} vs "
-        f"{sp_nodes} x {sp_type.name} ${sp_type.price:.3f}, spot assumed {cluster_prices.SPOT_SHARE:.0%} of "
-        f"on-demand; the head on-demand in both); this run: {'spot' if spot else 'on-demand (--spot: spot)'}"
+        f"{sp_nodes} x {sp_type.name} ${sp_type.price:.3f}, {share:.0%} of on-demand for {sp_type.instance} "
+        f"({basis}); the head on-demand in both); this run: {'spot' if spot else 'on-demand (--spot: spot)'}"
+        + (f"; spot prices: {source}" if source else "")
     )
     lines.append(
         f"#   on-demand vs spot expected: about ${_amount(od.dollars)} in {_hours(od.wall_hours)} vs "
@@ -293,18 +340,80 @@ def market_lines(experiment, markets: dict, spot: bool, cluster) -> list[str]:
         + f", each with {start:g} min start-up per node (assumed) and the {idle:g} min idle tail "
         "(idle_timeout_minutes)"
     )
+    lines.append(spot_quota_line(sp_type, sp_nodes))
     if sp.dollars == math.inf:
         lines.append(
             "#   spot: with this checkpoint interval the work never finishes in expectation; checkpoint more often"
         )
         return lines
+    wait = cluster_prices.CAPACITY_WAIT_MINUTES
     lines.append(
         f"#   spot preemptions: {cluster_prices.PREEMPTIONS_PER_NODE_HOUR:g} per node-hour (assumed), "
         f"{sp.preemptions:,.2f} expected, {sp.rerun_hours:,.2f} node-hours re-run (half of a checkpoint interval each: "
         + (f"{interval[0]:,.0f} {unit}, {interval[1]}" if interval else "unknown")
-        + f") plus {start:g} min start-up of a new node each"
+        + f") plus {start:g} min start-up of a new node and {wait:g} min waiting for capacity each (assumed: "
+        f"reclaims come in bursts, the pool is short)"
     )
+    lines.append(failure_budget_line(experiment))
     return lines
+
+
+def spot_quota_line(node: NodeType, nodes: int) -> str:
+    """The spot vCPU quota the spot nodes at the cap need, by name and code."""
+    vcpus = cluster_prices.VCPUS.get(node.instance)
+    family = node.instance[:1]
+    name, code = cluster_prices.SPOT_QUOTA.get(family, ("the instance family's spot vCPU quota", "?"))
+    need = f"{nodes} x {node.instance} = {nodes * vcpus:,} vCPUs" if vcpus else f"{nodes} x {node.instance}"
+    return (
+        f"#   spot quota: {need} of EC2's '{name}' ({code}), separate from the on-demand quota and often 0 "
+        f"on a new account (aws service-quotas get-service-quota --service-code ec2 --quota-code {code})"
+    )
+
+
+def trial_exposure_hours(experiment) -> float | None:
+    """A trial's hours of work (``estimate``), or None when the file states no rate and length."""
+    length = experiment.trial_length()
+    if not length or not experiment.estimate.steps_per_s:
+        return None
+    return length[1] / experiment.estimate.steps_per_s / 3600
+
+
+def failure_budget(experiment) -> tuple[int, int]:
+    """``(Tune's max_failures, reclaim allowance)`` for the sweep: the file's
+    ``failure.max_failures`` and, for spot trials, extra restarts ``r`` that a trial's reclaims
+    exceed in under 0.1% of trials (``cluster_prices.reclaim_allowance`` at
+    ``PREEMPTIONS_PER_NODE_HOUR`` over the trial's hours, 24 h when the file states none). Tune
+    counts a reclaim as a failure like a code error: the allowance keeps the file's budget for
+    code errors. -1 (no limit) stays -1."""
+    base = experiment.failure.max_failures
+    if base < 0 or not experiment.resources.spot:
+        return base, 0
+    hours = trial_exposure_hours(experiment) or 24.0
+    extra = cluster_prices.reclaim_allowance(cluster_prices.PREEMPTIONS_PER_NODE_HOUR * hours)
+    return base + extra, extra
+
+
+def failure_budget_line(experiment) -> str:
+    """The share of spot trials whose reclaims alone would exhaust ``failure.max_failures``, and
+    the budget spot runs get instead (``failure_budget``)."""
+    base = experiment.failure.max_failures
+    hours = trial_exposure_hours(experiment)
+    if hours is None:
+        return "#   failure budget: unknown (the trial's hours are not stated)"
+    rate, k = cluster_prices.PREEMPTIONS_PER_NODE_HOUR, cluster_prices.RECLAIM_DISPERSION
+    mean = rate * hours
+    if base < 0:
+        return "#   failure budget: failure.max_failures -1 (no limit): reclaims cannot end a trial"
+    exhausted = cluster_prices.reclaim_tail(mean, base)
+    independent = cluster_prices.reclaim_tail(mean, base, math.inf)
+    extra = cluster_prices.reclaim_allowance(mean)
+    return (
+        f"#   failure budget: a {_hours(hours)} trial on spot sees {mean:,.2f} reclaims on average; "
+        f"{_share(exhausted)} of trials would exhaust failure.max_failures {base} by reclaims alone "
+        f"(correlated reclaims, negative binomial k={k:g}; {_share(independent)} if independent); spot runs "
+        f"get {base} + {extra} restarts (reclaims exceed {extra} in under 0.1% of trials), and the "
+        "summary tells a reclaim from a code error"
+    )
 
 
 def rate_text(estimate) -> str:
@@ -330,14 +439,25 @@ def _hours(hours: float) -> str:
     return f"{hours:,.1f} h" if hours < 48 else f"{hours / 24:,.1f} days"
 
 
+def _share(value: float) -> str:
+    """A probability as a percentage to two significant digits (``5.4%``, ``0.0021%``)."""
+    return f"{value * 100:.2g}%"
+
+
 def _amount(value: float) -> str:
     """A figure to two significant digits below 10, else to the unit (``0.18``, ``1,764``)."""
     return f"{value:,.2g}" if value < 10 else f"{value:,.0f}"
 
 
-def plan_text(experiment, cluster: str | Path) -> str:
-    """The ``--dry-run --cluster`` lines for one experiment."""
+def plan_text(experiment, cluster: str | Path, figures: dict | None = None, live: bool = False) -> str:
+    """The ``--dry-run --cluster`` lines for one experiment; ``figures`` (a dict) receives
+    ``wall_hours``, the wall time at the cap, when it is known. ``live``: spot prices from EC2's
+    spot price history when credentials are at hand (``live_spot_shares``; the command line's
+    dry run), else the dated table's."""
     head, nodes, cap = load(cluster)
+    nodes, spot_source = (
+        live_spot_shares(cluster, nodes) if live else (nodes, f"the dated table ({cluster_prices.SPOT_PRICES_AS_OF})")
+    )
     resources = experiment.resources
     total = resources.total()
     trials = search_space.grid_size(experiment.search) * experiment.num_samples
@@ -392,6 +512,8 @@ def plan_text(experiment, cluster: str | Path) -> str:
         trial_hours = steps / estimate.steps_per_s / 3600
         waves = math.ceil(trials / at_once)
         wall = waves * trial_hours
+        if figures is not None:
+            figures["wall_hours"] = wall
         line = (
             f"#   {trials} trials x {_hours(trial_hours)} = {trials * trial_hours:,.1f} trial-hours, "
             f"{trials * trial_hours * total['GPU']:,.1f} GPU-hours; wall time at the cap "
@@ -408,7 +530,7 @@ def plan_text(experiment, cluster: str | Path) -> str:
             cost = markets[resources.spot][2]
             line += f"; about ${_amount(cost.dollars)} ({rate_text(estimate)})"
         lines.append(line)
-        lines += market_lines(experiment, markets, resources.spot, cluster)
+        lines += market_lines(experiment, markets, resources.spot, cluster, spot_source)
     else:
         lines.append(
             "#   trial-hours, GPU-hours, wall time, dollars: unknown (the file states no "
@@ -422,6 +544,27 @@ def plan_text(experiment, cluster: str | Path) -> str:
             f"{_amount(estimate.checkpoint_bytes / 1e9)} GB = {_amount(stored / 1e9)} GB "
             f"(S3 standard, us-west-2: about ${_amount(stored / 1e9 * 0.023)} per month)"
         )
+        lines.append(checkpoint_round_line(experiment, node, per_node))
     else:
         lines.append("#   checkpoints in storage: unknown (the file states no estimate.checkpoint_bytes)")
     return "\n".join(lines)
+
+
+def checkpoint_round_line(experiment, node: NodeType, per_node: int) -> str:
+    """One checkpoint round on a node: its trials' checkpoints written to the local disk (the
+    instance's NVMe where the node type mounts it, else the root EBS volume at gp3's baseline)
+    and uploaded, and that time's share of the trial between two checkpoints."""
+    disk = "nvme" if node.nvme else "gp3"
+    write, upload = cluster_prices.checkpoint_round_seconds(per_node, experiment.estimate.checkpoint_bytes, disk)
+    where = "its local NVMe" if node.nvme else "the root EBS volume (gp3 baseline)"
+    line = (
+        f"#   checkpoint round: {per_node} x {_amount(experiment.estimate.checkpoint_bytes / 1e9)} GB per {node.name} "
+        f"written to {where} in about {write:,.0f} s ({cluster_prices.DISK_WRITE_MB_S[disk]:,.0f} MB/s"
+        f"{', assumed' if node.nvme else ''}) and uploaded in about {upload:,.0f} s "
+        f"({cluster_prices.S3_UPLOAD_MB_S:,.0f} MB/s per node, assumed)"
+    )
+    interval = checkpoint_interval(experiment)
+    if interval and experiment.estimate.steps_per_s:
+        hours = interval[0] / experiment.estimate.steps_per_s / 3600
+        line += f", every {_hours(hours)} of a trial: {(write + upload) / 3600 / hours:.1%} of its time"
+    return line

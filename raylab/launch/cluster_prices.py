@@ -21,12 +21,94 @@ PRICE_PER_HOUR = {
     "p4d.24xlarge": 32.7726,
 }
 
+VCPUS = {
+    "m5.2xlarge": 8,
+    "m5.4xlarge": 16,
+    "g5.xlarge": 4,
+    "g5.2xlarge": 8,
+    "g5.4xlarge": 16,
+    "g5.12xlarge": 48,
+    "p4d.24xlarge": 96,
+}
+"""vCPUs per instance type: what EC2's vCPU quotas count."""
+
+SPOT_QUOTA = {
+    "g": ("All G and VT Spot Instance Requests", "L-3819A6DF"),
+    "p": ("All P4, P3 and P2 Spot Instance Requests", "L-7212CCBC"),
+}
+"""EC2's spot vCPU quota of an instance family (Service Quotas name and code). It is separate
+from the on-demand quota ("Running On-Demand G and VT instances", L-DB2E81BA) and is 0 on
+many new accounts: spot trials then wait forever for nodes EC2 refuses to launch."""
+
+SPOT_PRICES_AS_OF = "2026-11, us-west-2"
+SPOT_SHARE_BY_TYPE = {"g5.xlarge": 0.50, "g5.4xlarge": 0.34}
+"""A spot node's price as a share of its on-demand price, per instance type, Linux, us-west-2,
+as EC2's spot price history gave it in November 2026 (``aws ec2 describe-spot-price-history
+--instance-types g5.xlarge g5.4xlarge --product-descriptions Linux/UNIX``): g5.xlarge 48-51%
+across the zones, g5.4xlarge about 34%. Larger types of a family are often relatively cheaper
+on spot, so one share for all types misprices them. Spot prices move with demand; the dry run
+reads the current ones from the same API when AWS credentials are present
+(``spot_shares_from_history``)."""
+
 SPOT_SHARE = 0.4
-"""Assumed: a spot node costs 40% of its on-demand price. Spot prices move with demand, by
-region and zone; AWS advertises up to 90% off and the issue cites 70-90% savings, GPU types in
-busy regions save less. Not read from AWS here (no network): ``aws ec2
-describe-spot-price-history --instance-types g5.xlarge --product-descriptions Linux/UNIX``
-prints the current ones."""
+"""Assumed for an instance type the table above does not list: 40% of on-demand."""
+
+
+def spot_share(instance: str, live: dict[str, float] | None = None) -> tuple[float, str]:
+    """The spot share of ``instance``'s on-demand price and where it comes from: the price
+    history just read (``live``), the dated table, or the assumed ``SPOT_SHARE``."""
+    if live and instance in live:
+        return live[instance], "spot price history, now"
+    if instance in SPOT_SHARE_BY_TYPE:
+        return SPOT_SHARE_BY_TYPE[instance], f"spot price history, {SPOT_PRICES_AS_OF}"
+    return SPOT_SHARE, "assumed"
+
+
+def spot_shares_from_history(
+    instance_types: list[str], region: str, zones: list[str] | None = None, client=None
+) -> dict[str, float]:
+    """Each instance type's spot share now: per zone the newest Linux spot price in EC2's spot
+    price history, the median over the zones (``zones``, or every zone listed), divided by the
+    on-demand price (``PRICE_PER_HOUR``). ``client``: a boto3 EC2 client (made for ``region``
+    when None). Types without an on-demand price or a spot price are left out."""
+    import datetime
+    import statistics
+
+    if client is None:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(connect_timeout=3, read_timeout=5, retries={"max_attempts": 1})
+        client = boto3.client("ec2", region_name=region, config=config)
+    since = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(days=1)
+    history = client.describe_spot_price_history(
+        InstanceTypes=list(instance_types), ProductDescriptions=["Linux/UNIX"], StartTime=since
+    )["SpotPriceHistory"]
+    newest: dict[tuple[str, str], tuple] = {}
+    for entry in history:
+        key = (entry["InstanceType"], entry["AvailabilityZone"])
+        if zones and entry["AvailabilityZone"] not in zones:
+            continue
+        if key not in newest or entry["Timestamp"] > newest[key][0]:
+            newest[key] = (entry["Timestamp"], float(entry["SpotPrice"]))
+    shares = {}
+    for instance in instance_types:
+        prices = [price for (kind, _), (_, price) in newest.items() if kind == instance]
+        if prices and PRICE_PER_HOUR.get(instance):
+            shares[instance] = statistics.median(prices) / PRICE_PER_HOUR[instance]
+    return shares
+
+
+def credentials_present(environ: dict | None = None) -> bool:
+    """Whether AWS credentials are at hand without asking the instance metadata service: keys,
+    a profile, a web-identity token (IRSA) or a container credentials endpoint (Pod Identity)."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    keys = ("AWS_ACCESS_KEY_ID", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+    files = [environ.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.expanduser("~/.aws/credentials")]
+    return any(environ.get(k) for k in keys) or any(os.path.isfile(f) for f in files)
+
 
 PREEMPTIONS_PER_NODE_HOUR = 0.05
 """Assumed: one spot reclaim per 20 node-hours. AWS publishes interruption frequency only as
@@ -34,15 +116,83 @@ monthly buckets per instance type (its Spot Instance Advisor: <5% to >20% of ins
 not per hour, and GPU types are often in the upper ones; this is a pessimistic round figure, not
 a measurement."""
 
+RECLAIM_DISPERSION = 2.0
+"""Assumed: reclaims are correlated. EC2 reclaims spot capacity when a zone's pool runs short,
+taking back several nodes of the pool at once, so the reclaims one trial sees are not a
+Poisson count but an overdispersed one: a negative binomial with this shape ``k`` (variance
+``μ + μ²/k``; ``k → ∞`` is independent reclaims). Not measured: a stated assumption."""
+
+CAPACITY_WAIT_MINUTES = 20.0
+"""Assumed: after a reclaim the replacement node waits this long for capacity (the pool was
+short; the autoscaler retries), on top of a node's start-up. Not measured."""
+
+
+def reclaim_tail(mean: float, more_than: int, dispersion: float = RECLAIM_DISPERSION) -> float:
+    """``P(N > m)`` for the reclaims ``N`` one trial sees, with ``E[N] = mean``: a negative
+    binomial of shape ``k`` (``dispersion``; ``math.inf``: Poisson)::
+
+        P(N = n) = C(n + k - 1, n) p^k (1 - p)^n,  p = k / (k + μ)
+        Poisson:  P(N = n) = e^-μ μ^n / n!
+
+    ``more_than`` < 0 (no limit) gives 0."""
+    import math
+
+    if more_than < 0 or mean <= 0:
+        return 0.0
+    total = 0.0
+    if math.isinf(dispersion):
+        term = math.exp(-mean)
+        for n in range(more_than + 1):
+            total += term
+            term *= mean / (n + 1)
+        return max(0.0, 1.0 - total)
+    k = dispersion
+    p = k / (k + mean)
+    term = p**k  # n = 0
+    for n in range(more_than + 1):
+        total += term
+        term *= (n + k) / (n + 1) * (1 - p)
+    return max(0.0, 1.0 - total)
+
+
+def reclaim_allowance(mean: float, share: float = 1e-3, dispersion: float = RECLAIM_DISPERSION) -> int:
+    """The fewest extra restarts ``r`` with ``P(N > r) < share``: a failure budget that a
+    trial's reclaims exhaust in fewer than ``share`` of trials."""
+    r = 0
+    while reclaim_tail(mean, r, dispersion) >= share:
+        r += 1
+    return r
+
+
+DISK_WRITE_MB_S = {"nvme": 1000.0, "gp3": 125.0}
+"""MB/s a node writes a checkpoint at before uploading it: gp3's baseline throughput (an EBS
+volume as created without a throughput setting, AWS's figure) and, assumed, a g5's local NVMe
+instance store (not measured here; its published IOPS put it well above)."""
+
+S3_UPLOAD_MB_S = 300.0
+"""Assumed: MB/s one node uploads a checkpoint to S3 at (a g5.xlarge's baseline network is
+2.5 Gbit/s, about 310 MB/s). Not measured."""
+
+
+def checkpoint_round_seconds(trials_per_node: int, checkpoint_bytes: float, disk: str) -> tuple[float, float]:
+    """``(write, upload)`` seconds of one checkpoint round on a node: every trial on it writes
+    its checkpoint to the local disk, then it goes to S3 (Ray Train persists it inside the
+    trial's ``report``, so the trial waits)::
+
+        write = n B / w_disk,   upload = n B / w_S3"""
+    total_mb = trials_per_node * checkpoint_bytes / 1e6
+    return total_mb / DISK_WRITE_MB_S[disk], total_mb / S3_UPLOAD_MB_S
+
+
 NODE_START_MINUTES = 10.0
 """Assumed: minutes from a node's launch to its first trial, billed (EC2 boot, the image pull
 and the lock's install: torch's CUDA build is about 3 GB; less with raylab's own image). The
 loopback ``ray up`` tests run setup on this machine, not on AWS: not measured there."""
 
 
-def spot_price(on_demand: float | None) -> float | None:
-    """A spot node's assumed price per hour: ``p_spot = SPOT_SHARE * p_on_demand``."""
-    return None if on_demand is None else SPOT_SHARE * on_demand
+def spot_price(on_demand: float | None, share: float = SPOT_SHARE) -> float | None:
+    """A spot node's price per hour: ``p_spot = share * p_on_demand`` (``spot_share``)."""
+    return None if on_demand is None else share * on_demand
 
 
 def rerun_factor(rate: float, checkpoint_hours: float, start_hours: float) -> float | None:
@@ -50,7 +200,8 @@ def rerun_factor(rate: float, checkpoint_hours: float, start_hours: float) -> fl
 
     Each preemption (``rate`` per node-hour) costs the trials on that node the work since their
     last checkpoint, on average half the interval ``Δ`` between checkpoints, plus a new node's
-    start-up ``S``; that time is itself exposed to preemption, so over ``W`` hours of work::
+    start-up ``S`` (with ``CAPACITY_WAIT_MINUTES`` in it: the caller's ``start_hours``); that
+    time is itself exposed to preemption, so over ``W`` hours of work::
 
         W' = W / (1 - λ (Δ/2 + S))
 

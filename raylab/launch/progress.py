@@ -12,6 +12,7 @@ from typing import Any
 
 from raylab import search_space
 from raylab.experiment import Experiment
+from raylab.launch.cluster_plan import failure_budget
 from raylab.run_folder import ERROR_FILE, RunFolder, name_of
 
 COLLAPSE_ABOVE = 50
@@ -178,7 +179,7 @@ def callback(
             self._trial_line(f"{trial.trial_id} finished")
 
         def on_trial_recover(self, iteration, trials, trial, **info):
-            limit = experiment.failure.max_failures
+            limit = failure_budget(experiment)[0]
             self._print(
                 _error_line(trial, run_path) + f"; restarting ({trial.num_failures} of "
                 f"{limit if limit >= 0 else 'unlimited'})"

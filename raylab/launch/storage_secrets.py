@@ -85,3 +85,46 @@ def worker_hook(values: dict[str, str]):
         use_credentials_file(values)
 
     return raylab_storage_credentials
+
+
+EXPIRY_ENV = ("AWS_CREDENTIAL_EXPIRATION", "AWS_SESSION_EXPIRATION")
+"""Where the tools that hand out temporary keys (``aws configure export-credentials --format
+env``, aws-vault, SSO helpers) say when they expire, as an ISO 8601 time."""
+
+
+def token_lifetime_warning(environ: dict, hours: float | None, what: str, now=None) -> str:
+    """A warning when ``environ`` holds a session token (temporary keys) that expires before
+    ``hours`` from now (``what`` names that duration), or whose expiry is not stated: the keys
+    are copied to the nodes once and never refreshed, so every checkpoint after they expire
+    fails. "" without a session token, or when it outlives ``hours``. Roles (an instance
+    profile, IRSA, Pod Identity) refresh themselves and need none of this."""
+    import datetime
+
+    if not (environ.get("AWS_SESSION_TOKEN") or environ.get("AWS_SECURITY_TOKEN")):
+        return ""
+    roles = "give the nodes a role instead (instance profile, IRSA or Pod Identity), which refreshes itself"
+    stated = next((environ[k] for k in EXPIRY_ENV if environ.get(k)), "")
+    try:
+        expiry = datetime.datetime.fromisoformat(stated.replace("Z", "+00:00"))
+        if expiry.tzinfo is None:
+            expiry = expiry.replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return (
+            "warning: AWS_SESSION_TOKEN holds temporary keys of unstated lifetime; they are copied to the "
+            f"nodes once and never refreshed, so checkpoints fail once they expire; {roles}"
+        )
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    left = (expiry - now).total_seconds() / 3600
+    if hours is None or left >= hours:
+        return ""
+    return (
+        f"warning: the session token (AWS_SESSION_TOKEN) expires in {_duration(left)}, before {what} of "
+        f"{_duration(hours)}; checkpoints after that fail (the keys are copied to the nodes once, never "
+        f"refreshed); {roles}"
+    )
+
+
+def _duration(hours: float) -> str:
+    if hours <= 0:
+        return "0 min (it has expired)"
+    return f"{hours * 60:,.0f} min" if hours < 1 else f"{hours:,.1f} h"

@@ -48,8 +48,41 @@ def rows(
         for name in reported or ():
             if name != metric:
                 row[f"{name} (last)"] = _last(history, name, metrics)
-        out.append({**row, "path": _dirname(result.path)})
+        out.append({**row, "failed by": error_kind(result.error), "path": _dirname(result.path)})
+    if not any(row["failed by"] for row in out):  # the column only when a trial failed
+        for row in out:
+            del row["failed by"]
     return sorted(out, key=lambda row: row["trial"])
+
+
+RECLAIM = "reclaim"
+CODE = "code error"
+
+
+def error_kind(error: BaseException | None) -> str | None:
+    """Why a trial failed: ``RECLAIM`` when its node went away under it (a spot reclaim or
+    another node loss: Ray's ``NodeDiedError``, or a ``RayActorError`` that Ray marks
+    ``preempted`` or whose message says its node died), ``CODE`` for anything else (an exception
+    of the trial's own code, Ray's ``RayTaskError``); None without an error. Tune counts both
+    against ``failure.max_failures``; the summary tells them apart."""
+    if error is None:
+        return None
+    from ray.exceptions import NodeDiedError, RayActorError
+
+    seen, todo = set(), [error]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, NodeDiedError):
+            return RECLAIM
+        if isinstance(err, RayActorError):
+            text = str(err).lower()
+            if err.preempted or ("node" in text and any(w in text for w in ("died", "dead", "terminated", "preempt"))):
+                return RECLAIM
+        todo += [getattr(err, "cause", None), err.__cause__, err.__context__]
+    return CODE
 
 
 def _flat(values: dict[str, Any]) -> dict[str, Any]:

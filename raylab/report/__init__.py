@@ -35,6 +35,7 @@ from typing import Any
 
 from raylab import provenance, workloads
 from raylab.errors import UserError, exit_on_user_error, filesystem_refusal
+from raylab.files import refuse_credentials
 from raylab.report.aggregate import conditions, resolve_metric, table_blocks
 from raylab.report.data import TUNE_COUNTERS, Run, find_run, format_value, load_run
 from raylab.report.evidence import claims_text, evaluate_claims
@@ -96,6 +97,8 @@ def parser() -> argparse.ArgumentParser:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    refuse_credentials(args.storage)
+    refuse_credentials(args.run, "RUN")
     run_path = find_run(args.run, args.storage, train_runs=args.train_runs)
     if args.claims:
         print(claims_report(run_path, args.format), end="")

@@ -17,7 +17,7 @@ import torch
 from raylab import session
 from raylab.checkpoint import GlobalRNG, LoopState, load_at, saved_only
 from raylab.config import from_dict
-from raylab.errors import UserError
+from raylab.errors import ThisMachine, UserError
 from raylab.files import user_location, user_path
 from raylab.run_folder import RunFolder
 from trainers.boltz_distill.batches import GraphBank
@@ -73,7 +73,7 @@ def preflight(cfg: Config) -> None:
     need = rows * dims * 4 * 2  # float32 targets, plus room for the batches built from them
     available = _available_memory()
     if available and need > 0.8 * available:
-        raise UserError(
+        raise ThisMachine(
             f"config.corpus: the teacher targets need about {need / 2**30:.1f} GiB in "
             f"memory, this machine has {available / 2**30:.1f} GiB available; lower "
             f"config.max_molecules"

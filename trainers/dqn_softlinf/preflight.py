@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from raylab.errors import UserError
+from raylab.errors import ThisMachine
 from raylab.workloads import require
 from trainers.dqn_softlinf.envs import check_game
 from trainers.dqn_softlinf.replay import bytes_per_transition
@@ -87,7 +87,7 @@ def preflight(cfg, available: int | None = None) -> None:
     budget = MEMORY_FRACTION * available
     if total > budget:
         fits = max(0, int((budget - (total - cfg.buffer_size * per)) // per))
-        raise UserError(
+        raise ThisMachine(
             f"config.buffer_size: {cfg.buffer_size:,} transitions need {total / 1e9:.2f} GB "
             f"({per:,} bytes per transition) but this machine has {available / 1e9:.2f} GB "
             f"available ({MEMORY_FRACTION:.0%} usable: {budget / 1e9:.2f} GB); "

@@ -57,6 +57,10 @@ def test_a_failing_trial_is_one_line_with_its_exception_and_error_txt_and_restar
         path = re.search(r"error\.txt: (\S+?error\.txt)", line).group(1)
         assert f"injected failure on attempt {attempt}" in Path(path).read_text()
     assert failed[0].endswith("; restarting (1 of 1)") and "restarting" not in failed[1]
+    # the end-of-sweep table says why the trial failed: its own code, not a lost node
+    header = next(line for line in done.stdout.splitlines() if line.startswith("trial "))
+    assert "failed by" in header
+    assert re.search(r"ERROR .* code error", done.stdout), done.stdout[-2000:]
     # The run records where it came from, and summary.csv every reported metric's last value.
     saved = yaml_io.load(run / "experiment.yaml")["provenance"]
     assert len(saved["git"]["commit"]) == 40 and isinstance(saved["git"]["dirty"], bool)

@@ -35,9 +35,12 @@ FIELDS = {  # the table's column -> the piece of the dry run's text it shows
 }
 
 
+HEADER = "| experiment | nodes at the cap"
+
+
 def readme_rows() -> dict[str, dict[str, str]]:
     text = (REPO / "docs" / "cluster.md").read_text()
-    table = text[text.index("| experiment | nodes at the cap") :]
+    table = text[text.index(HEADER) :]
     lines = table.splitlines()
     lines = lines[: next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))]
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]

@@ -1,6 +1,6 @@
 """cluster/Dockerfile's steps, read from the file, to run outside Docker (no daemon here).
 
-``steps(path)`` parses the instructions this Dockerfile uses (FROM, ARG, WORKDIR, COPY, RUN;
+``steps(path)`` parses the instructions this Dockerfile uses (FROM, ARG, ENV, WORKDIR, COPY, RUN;
 line continuations, comments) into a list of ``(instruction, argument)``; ``run_steps`` plays
 them in a folder standing in for the image's file system: COPY copies from the build context
 (the tracked files, less the Dockerfile's .dockerignore), RUN runs in bash from the working
@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-SUPPORTED = {"FROM", "ARG", "WORKDIR", "COPY", "RUN"}
+SUPPORTED = {"FROM", "ARG", "ENV", "WORKDIR", "COPY", "RUN"}
 
 
 def steps(path: Path) -> list[tuple[str, str]]:
@@ -88,6 +88,8 @@ def run_steps(
         if word == "ARG":
             name, _, default = arg.partition("=")
             values[name] = args.get(name, default)
+        elif word == "ENV":  # KEY=VALUE pairs, for the RUN lines after it
+            values.update(pair.partition("=")[::2] for pair in arg.split())
         elif word == "WORKDIR":
             workdir = root / arg.lstrip("/")
             workdir.mkdir(parents=True, exist_ok=True)

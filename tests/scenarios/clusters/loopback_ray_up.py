@@ -73,9 +73,10 @@ STAND_INS = (
         " its CUDA wheels (3 GB) cannot install here, the CPU lock (the same pins, the test environment's) can",
     ),
     (
-        "assert torch.cuda.is_available(),",
-        "assert torch.cuda.is_available() or 'loopback: no CUDA device here, nvidia-smi is a stand-in',",
-        "torch sees no CUDA device on this machine; the nvidia-smi half of the GPU check runs as written",
+        "python -m raylab.launch.node_gpu",
+        "python -c 'import raylab.launch.node_gpu' && echo 'loopback: no CUDA device here, nvidia-smi is a stand-in'",
+        "torch sees no CUDA device on this machine and the stand-in nvidia-smi has no driver version; the"
+        " nvidia-smi half of the GPU check runs as written, the node check's module is imported",
     ),
 )
 # The stand-in nvidia-smi on the PATH of nodes of GPU types (their resources declare GPUs, which
