@@ -68,7 +68,7 @@ NODE_EXTRAS := dqn_softlinf backdoor fair_adv boltz_distill seagram aws
 LOCK_VENV := .venv-lock
 TORCH_CPU_INDEX ?= --extra-index-url https://download.pytorch.org/whl/cpu
 LOCK_ARGS = pyproject.toml $(NODE_EXTRAS:%=--extra %) --python-version 3.11 \
-	--python-platform x86_64-manylinux_2_28 --no-config --index-url https://pypi.org/simple \
+	--python-platform x86_64-manylinux_2_28 --no-config \
 	--custom-compile-command "make lock"
 lock:
 	test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install --quiet uv==0.13.9; }
