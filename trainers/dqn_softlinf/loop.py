@@ -107,6 +107,7 @@ class Run:
     act_gen: torch.Generator | None = None  # replay on the device: epsilon-greedy's draws
     capture: bool = False  # cuda_graph, resolved for this device and replay
     graph: GraphedStep | None = None  # the update as a CUDA graph, made by train_loop
+    epsilon_dev: torch.Tensor | None = None  # acting on the device: epsilon as a device scalar
 
 
 def train_loop(config: dict) -> None:
@@ -524,17 +525,30 @@ def epsilon_greedy_on_device(
     """``epsilon_greedy`` with the observations read from the replay on the device and the
     draws made there (``run.act_gen``): one read of the device, the actions."""
     n, device, gen = run.cfg.num_envs, run.device, run.act_gen
+    if epsilon >= 1.0:  # every env explores (and the held-out game too): no forward pass
+        torch.rand(n, generator=gen, device=device)  # the same draws as act_on_device makes
+        return torch.randint(0, run.envs.num_actions, (n,), generator=gen, device=device).cpu().numpy(), None
+    if run.epsilon_dev is None:
+        run.epsilon_dev = torch.zeros((), dtype=torch.float32, device=device)
+    run.epsilon_dev.fill_(epsilon)  # a kernel argument: nothing copied, nothing read
+    chosen = act_on_device(run, run.epsilon_dev, None if extra is None else to_obs(run, extra)).cpu().numpy()
+    return chosen[:n], (chosen[n:] if extra is not None else None)  # the read: the actions
+
+
+def act_on_device(run: Run, epsilon: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+    """The actions of the envs' newest observations in the device ring, epsilon-greedy at the
+    device scalar ``epsilon`` (float32) with ``run.act_gen``'s draws, then the greedy actions of
+    the observations ``extra`` from the same forward pass: ``(num_envs + len(extra),)`` on the
+    device. Nothing here reads the device or depends on its values (a CUDA graph could hold it)."""
+    n, device, gen = run.cfg.num_envs, run.device, run.act_gen
     explore = torch.rand(n, generator=gen, device=device) < epsilon
     actions = torch.randint(0, run.envs.num_actions, (n,), generator=gen, device=device)
-    if epsilon >= 1.0:  # every env explores (and the held-out game too)
-        return actions.cpu().numpy(), None
     x = run.replay.newest_obs().reshape(n, *run.envs.obs_shape)
     if extra is not None:
-        x = torch.cat([x, to_obs(run, extra)])
+        x = torch.cat([x, extra])
     with autocast(run):
         best = run.q_fwd(x).argmax(1)
-    chosen = torch.cat([torch.where(explore, actions, best[:n]), best[n:]]).cpu().numpy()  # the read
-    return chosen[:n], (chosen[n:] if extra is not None else None)
+    return torch.cat([torch.where(explore, actions, best[:n]), best[n:]])
 
 
 def choose_actions(run: Run, epsilon: float):
