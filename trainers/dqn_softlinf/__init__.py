@@ -15,6 +15,7 @@ COMMON_METRICS = (
     "env/steps",
     "perf/env_steps_per_s",
     "perf/probe_s",
+    "perf/cuda_graph",
 )
 """What the raylab loop reports on every environment."""
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import collections
 import copy
 import math
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -261,13 +262,22 @@ def replay_on_device(cfg: Config, device: torch.device) -> bool:
 
 def use_graph(cfg: Config, device: torch.device, on_device: bool) -> bool:
     """``cuda_graph``, with auto resolved: on a CUDA device with the replay there. Asked for on
-    another device: one warning line, and the update runs eagerly."""
+    another device: one warning line, and the update runs eagerly; on a simulated GPU machine
+    (``RAYLAB_SIMULATED_GPUS=1``, the device rehearsal) the capture is simulated
+    (cuda_graph.py)."""
     if cfg.cuda_graph == AUTO:
         return device.type == "cuda" and on_device
+    if cfg.cuda_graph and device.type != "cuda" and simulated_gpus():
+        return True
     if cfg.cuda_graph and device.type != "cuda":
         warn(f"cuda_graph: true on a {device.type} device: there is nothing to capture; the update runs eagerly")
         return False
     return cfg.cuda_graph
+
+
+def simulated_gpus() -> bool:
+    """A simulated GPU machine (raylab.session: its GPUs are labels, the trials train on the CPU)."""
+    return os.environ.get("RAYLAB_SIMULATED_GPUS") == "1"
 
 
 def stream_seed(seed: int, stream: int) -> int:
@@ -577,8 +587,16 @@ def targets(cfg: Config, net_next: torch.Tensor, target_next: torch.Tensor, b: d
 
 def update_graph(run: Run) -> GraphedStep:
     """The update (``sample_batch`` and ``learn``) as a CUDA graph, captured at its 4th call
-    after 3 eager ones, drawing its batches with ``run.sample_gen``."""
-    return GraphedStep(lambda: learn(run, sample_batch(run)), (run.sample_gen,), name="DQN update")
+    after 3 eager ones, drawing its batches with ``run.sample_gen``; captured again after the
+    optimizer's ``load_state_dict`` or a change of learning rate or batch size (``reset``)."""
+    return GraphedStep(
+        lambda: learn(run, sample_batch(run)),
+        (run.sample_gen,),
+        name="DQN update",
+        optimizers=(run.optimizer,),
+        signature=lambda: (tuple(g["lr"] for g in run.optimizer.param_groups), run.cfg.batch_size),
+        simulated=run.device.type != "cuda",
+    )
 
 
 def update(run: Run, s: dict) -> None:
@@ -714,6 +732,8 @@ def report_metrics(run: Run, s: dict, last: bool) -> dict:
             q_on_all_states(run, run.q_fwd), *run.exact_model[:2], cfg.gamma, run.exact_model[2], run.q_star
         )
     metrics["perf/probe_s"] = time.perf_counter() - probe_clock
+    # 1 when the update replays a captured graph (simulated where there is no CUDA)
+    metrics["perf/cuda_graph"] = float(run.graph is not None and run.graph.replaying)
     if s["inner_exact"]:
         metrics["inner/regression_linf_exact"] = float(np.mean([e for e, _ in s["inner_exact"]]))
         metrics["inner/progress_ratio_exact"] = float(np.mean([r for _, r in s["inner_exact"]]))

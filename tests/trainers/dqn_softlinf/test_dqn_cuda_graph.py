@@ -94,3 +94,125 @@ def test_warm_up_capture_replay_and_the_fallback(fail, monkeypatch, capsys):
     else:
         assert not graphed.eager and err == ""
         assert fake.log[9:] == ["replay", "step"] * 3
+
+
+def test_a_load_state_dict_or_an_lr_change_drops_the_graph_and_captures_again(monkeypatch):
+    """The optimizer's state tensors are replaced by ``load_state_dict``, and a learning rate is
+    baked into a recorded kernel: either resets the graph, whose next calls warm up (3) and
+    capture again; the calls between replay nothing stale."""
+    fake = FakeCuda()
+    fake.install(monkeypatch)
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.SGD([w], lr=0.1)
+
+    def step():
+        fake.log.append("recorded" if fake.capturing else "step")
+
+    graphed = cuda_graph.GraphedStep(
+        step, name="DQN update", optimizers=(opt,), signature=lambda: tuple(g["lr"] for g in opt.param_groups)
+    )
+    for _ in range(5):
+        graphed()
+    assert graphed.replaying and graphed.captures == 1
+    opt.load_state_dict(opt.state_dict())  # as a restore does
+    assert not graphed.replaying and graphed.calls == 0
+    fake.log.clear()
+    for _ in range(5):
+        graphed()
+    assert fake.log == ["side", "step"] * 3 + ["capture", "recorded", "replay", "step"] * 1 + ["replay", "step"]
+    assert graphed.captures == 2 and graphed.replaying
+    opt.param_groups[0]["lr"] = 0.05  # a schedule's change: the next call warms up again
+    fake.log.clear()
+    graphed()
+    assert fake.log == ["side", "step"] and graphed.captures == 2 and not graphed.replaying
+
+
+def test_a_failed_capture_is_an_error_under_the_strict_switch(monkeypatch):
+    fake = FakeCuda(fail=True)
+    fake.install(monkeypatch)
+    monkeypatch.setenv(cuda_graph.STRICT_ENV, "1")
+    graphed = cuda_graph.GraphedStep(lambda: None, name="DQN update")
+    for _ in range(3):
+        graphed()
+    with pytest.raises(cuda_graph.CaptureFailed, match="RAYLAB_CUDA_GRAPH_STRICT=1 forbids running it eagerly"):
+        graphed()
+
+
+@pytest.mark.parametrize("plant", ["", "item", "fault"])
+def test_the_simulated_capture_refuses_what_a_graph_cannot_hold(plant, monkeypatch, capsys):
+    """Without CUDA (the device rehearsal) the capture call runs the step under a mode that
+    raises on a device read; the planted fault fails every capture. Positive controls: a
+    planted ``.item()`` and the fault, each warned about, then an error under the strict switch."""
+    if plant == "fault":
+        monkeypatch.setenv(cuda_graph.FAULT_ENV, "1")
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.Adam([w], lr=0.1, fused=True)
+    calls = []
+
+    def step():
+        loss = (w * 2).square().sum()
+        if plant == "item":
+            loss.item()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        calls.append(1)
+
+    graphed = cuda_graph.GraphedStep(step, name="DQN update", optimizers=(opt,), simulated=True)
+    for _ in range(6):
+        graphed()
+    err = capsys.readouterr().err
+    if not plant:
+        assert graphed.replaying and len(calls) == 6 and err == ""
+        return
+    assert not graphed.replaying and graphed.eager and "CUDA graph capture of the DQN update failed" in err
+    assert ("_local_scalar_dense" in err) if plant == "item" else ("planted" in err)
+    monkeypatch.setenv(cuda_graph.STRICT_ENV, "1")
+    graphed.reset()
+    with pytest.raises(cuda_graph.CaptureFailed):
+        for _ in range(4):
+            graphed()
+
+
+def small_pong(**extra) -> dict:
+    return {
+        "game": "Pong",
+        "total_steps": 96,
+        "learning_starts": 32,
+        "buffer_size": 1000,
+        "num_envs": 4,
+        "batch_size": 8,
+        "report_every": 48,
+        "eval_episodes": 1,
+        "eval_max_steps": 1,
+        "eval_every": 10**6,
+        "heldout_size": 0,
+        "shared_states": 0,
+        "probe_size": 16,
+        "max_episode_frames": 400,
+        "env_threads": 1,
+        "replay_on_device": True,
+        "cuda_graph": True,
+        **extra,
+    }
+
+
+def test_the_loop_reports_whether_its_update_replays_a_graph(monkeypatch, one_thread):
+    """On a simulated GPU machine the Pong loop's update is captured (simulated) and replayed:
+    ``perf/cuda_graph`` 1 at each report after the capture; with a planted capture failure it is
+    0, and under the strict switch the trial fails instead."""
+    from raylab import session
+    from trainers.dqn_softlinf import loop
+
+    monkeypatch.setenv("RAYLAB_SIMULATED_GPUS", "1")
+    history = session.start(backend="local").history
+    loop.train_loop(small_pong())
+    assert [r["perf/cuda_graph"] for r in history] == [1.0, 1.0], history
+    monkeypatch.setenv(cuda_graph.FAULT_ENV, "1")
+    history = session.start(backend="local").history
+    loop.train_loop(small_pong())
+    assert [r["perf/cuda_graph"] for r in history] == [0.0, 0.0]
+    monkeypatch.setenv(cuda_graph.STRICT_ENV, "1")
+    session.start(backend="local")
+    with pytest.raises(cuda_graph.CaptureFailed, match="planted"):
+        loop.train_loop(small_pong())
