@@ -42,7 +42,8 @@ Steps (``STEPS``):
   the same time on one GPU UUID, both finishing (where the probe saw no process listed there,
   the overlap of the two trials' own clocks stands in, and the note says so);
 - ``amp_trial``: dqn_softlinf with ``amp_bf16=true`` and backdoor with ``amp_bf16=true
-  channels_last=true`` on the GPU: finite losses;
+  channels_last=true`` on the GPU: finite losses, and each trial's training forward ran in
+  bfloat16 (``perf/autocast_bf16``, the autocast dtype in the note);
 - ``resume_gpu``: a fair_adv GPU sweep, then a dqn_softlinf_small one with its update a CUDA
   graph (a capturable fused Adam and the batches' generator restored from the checkpoint),
   each interrupted with SIGINT and continued with the printed ``--resume`` command, against an
@@ -729,10 +730,20 @@ class Check:
             if name == "dqn_softlinf":
                 self.graph_replayed(f"amp_{name}")
             util = self.utilisation(f"amp_{name}", f"amp {name}")
+            dtype = self.autocast_dtype(f"amp_{name}")
             notes.append(
-                f"{name} {len(self.finite_losses(f'amp_{name}'))} finite losses" + (f" ({util})" if util else "")
+                f"{name} {len(self.finite_losses(f'amp_{name}'))} finite losses, autocast {dtype}"
+                + (f" ({util})" if util else "")
             )
         return "bf16: " + ", ".join(notes)
+
+    def autocast_dtype(self, run_name: str) -> str:
+        """``bfloat16`` when every trial's last row says its training forward ran in it
+        (``perf/autocast_bf16``); anything else fails the step."""
+        flags = [rows[-1].get("perf/autocast_bf16") for rows in self.rows(run_name) if rows]
+        if not flags or any(flag != 1 for flag in flags):
+            raise StepFailed(f"{run_name}: the training forward did not run in bfloat16 (perf/autocast_bf16 {flags})")
+        return "bfloat16"
 
     def resume_gpu(self, step: Step, log: Path, limit: float) -> str:
         """Interrupted and resumed vs uninterrupted (started beside it), deterministic kernels:

@@ -109,6 +109,7 @@ class Run:
     capture: bool = False  # cuda_graph, resolved for this device and replay
     graph: GraphedStep | None = None  # the update as a CUDA graph, made by train_loop
     epsilon_dev: torch.Tensor | None = None  # acting on the device: epsilon as a device scalar
+    compute_dtype: torch.dtype | None = None  # the update's forward output dtype (bf16 under autocast)
 
 
 def train_loop(config: dict) -> None:
@@ -617,7 +618,9 @@ def learn(run: Run, b: dict) -> None:
         net_next = run.q_fwd(b["next_obs"]).float() if cfg.double_dqn else None
     y = targets(cfg, net_next, target_next, b)
     with autocast(run):
-        q_sa = run.q_fwd(b["obs"]).float().gather(1, b["action"][:, None]).squeeze(1)
+        q_all = run.q_fwd(b["obs"])
+        q_sa = q_all.float().gather(1, b["action"][:, None]).squeeze(1)
+    run.compute_dtype = q_all.dtype  # metadata (set at the eager calls and the capture): no read
     td = q_sa - y
     loss = batch_loss(cfg, td)
     if cfg.loss == "soft_linf":  # how many samples carry the update: 1 / sum p_i^2
@@ -734,6 +737,8 @@ def report_metrics(run: Run, s: dict, last: bool) -> dict:
     metrics["perf/probe_s"] = time.perf_counter() - probe_clock
     # 1 when the update replays a captured graph (simulated where there is no CUDA)
     metrics["perf/cuda_graph"] = float(run.graph is not None and run.graph.replaying)
+    if run.compute_dtype is not None:  # 1 when the update's forward ran in bfloat16 (amp_bf16)
+        metrics["perf/autocast_bf16"] = float(run.compute_dtype == torch.bfloat16)
     if s["inner_exact"]:
         metrics["inner/regression_linf_exact"] = float(np.mean([e for e, _ in s["inner_exact"]]))
         metrics["inner/progress_ratio_exact"] = float(np.mean([r for _, r in s["inner_exact"]]))

@@ -200,18 +200,21 @@ def small_pong(**extra) -> dict:
 def test_the_loop_reports_whether_its_update_replays_a_graph(monkeypatch, one_thread):
     """On a simulated GPU machine the Pong loop's update is captured (simulated) and replayed:
     ``perf/cuda_graph`` 1 at each report after the capture; with a planted capture failure it is
-    0, and under the strict switch the trial fails instead."""
+    0, and under the strict switch the trial fails instead. ``perf/autocast_bf16`` says whether
+    the update's forward ran in bfloat16 (amp_bf16 on, then off)."""
     from raylab import session
     from trainers.dqn_softlinf import loop
 
     monkeypatch.setenv("RAYLAB_SIMULATED_GPUS", "1")
     history = session.start(backend="local").history
-    loop.train_loop(small_pong())
+    loop.train_loop(small_pong(amp_bf16=True))
     assert [r["perf/cuda_graph"] for r in history] == [1.0, 1.0], history
+    assert [r["perf/autocast_bf16"] for r in history] == [1.0, 1.0]  # the update's forward ran in bf16
     monkeypatch.setenv(cuda_graph.FAULT_ENV, "1")
     history = session.start(backend="local").history
     loop.train_loop(small_pong())
     assert [r["perf/cuda_graph"] for r in history] == [0.0, 0.0]
+    assert [r["perf/autocast_bf16"] for r in history] == [0.0, 0.0]
     monkeypatch.setenv(cuda_graph.STRICT_ENV, "1")
     session.start(backend="local")
     with pytest.raises(cuda_graph.CaptureFailed, match="planted"):
