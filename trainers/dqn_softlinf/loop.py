@@ -173,8 +173,8 @@ def train_loop(config: dict) -> None:
         ended = terminated | truncated
         lost = life_lost(run.lives, next_lives) & ~ended & ~run.final_prev
         done = td_done(cfg, terminated, lost)
-        replay.set_step(actions, np.clip(reward, -1, 1) if cfg.reward_clip else reward, done)
-        replay.add_observation(envs.newest_frame(next_obs), first=run.final_prev, final=ended)
+        reward_stored = np.clip(reward, -1, 1) if cfg.reward_clip else reward
+        replay.add_step(actions, reward_stored, done, envs.newest_frame(next_obs), run.final_prev, ended)
         run.ep_return += np.where(run.final_prev, 0.0, reward)
         for i in np.flatnonzero(ended):
             run.episodes.append(float(run.ep_return[i]))

@@ -309,3 +309,34 @@ def test_acting_with_epsilon_as_a_device_scalar_picks_what_the_float_epsilon_pic
         assert np.array_equal(got[0], want[0]), epsilon
         assert (got[1] is None) == (want[1] is None) and (got[1] is None or np.array_equal(got[1], want[1]))
     assert new.epsilon_dev.dtype == torch.float32 and new.epsilon_dev.dim() == 0
+
+
+@pytest.mark.parametrize("frame_dtype", [np.uint8, np.float32])
+def test_one_packed_copy_per_vector_step_writes_the_rows_six_copies_wrote(frame_dtype):
+    """``add_step`` (the step's action, reward and done, the next row's frame and flags packed
+    into one buffer, sent in one copy, alternating two staging buffers) leaves every array of
+    the ring bit-equal to ``set_step`` + ``add_observation``, past a wrap of the ring."""
+    n, shape, gen = 3, (6, 5) if frame_dtype == np.uint8 else (4,), np.random.default_rng(0)
+    one, six = (DeviceFrameReplay(3 * 8, n, shape, frame_dtype, 4) for _ in range(2))
+    host = FrameReplay(3 * 8, n, shape, frame_dtype, 4)
+
+    def frame():
+        return (gen.integers(0, 255, (n, *shape)) if frame_dtype == np.uint8 else gen.normal(size=(n, *shape))).astype(
+            frame_dtype
+        )
+
+    start = frame()
+    for r in (one, six, host):
+        r.add_observation(start, np.ones(n, bool), np.zeros(n, bool))
+    for _ in range(21):
+        step = (gen.integers(0, 6, n), gen.normal(size=n), gen.random(n) < 0.2)
+        obs = (frame(), gen.random(n) < 0.2, gen.random(n) < 0.2)
+        one.add_step(*step, *obs)
+        six.set_step(*step)
+        six.add_observation(*obs)
+        host.add_step(*step, *obs)
+    for name in ("frame", "action", "reward", "done", "first", "final"):
+        assert torch.equal(getattr(one, name), getattr(six, name)), name
+        assert np.array_equal(getattr(one, name).numpy(), getattr(host, name)), name
+    assert one.count == six.count == 22 and np.array_equal(one.final_host, six.final_host)
+    assert int(one.count_dev) == 22 and one._slot == 1  # the two buffers taken in turn
