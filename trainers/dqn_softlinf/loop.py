@@ -35,12 +35,15 @@ the batch is drawn and gathered there, and the whole update (draw, gather, forwa
 optimizer step) can be captured as one CUDA graph (``cuda_graph``, cuda_graph.py). Acting then
 reads each env's observation from the ring and draws epsilon-greedy on the device: one read of
 the device per vector step, the actions the emulators need, with the held-out game's greedy
-action in the same forward pass and the same read.
+action in the same forward pass and the same read. The held-out game's emulator step (and its
+state saved before it) runs in a thread of its own beside the update (``HELDOUT_THREAD``), and
+a vector step's rows reach the device replay in one copy (``DeviceFrameReplay.add_step``).
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import copy
 import math
 import os
@@ -72,6 +75,9 @@ from trainers.dqn_softlinf.stats import TIME_AVERAGED, time_average, time_averag
 # seed streams (env_seed): every (trial seed, stream, index) gets its own block of env seeds
 TRAIN_STREAM, RESUME_STREAM, EVAL_STREAM, HELDOUT_STREAM, PROBE_STREAM = range(5)
 SAMPLE_STREAM, ACT_STREAM = 5, 6  # the device-side draws: replay batches, epsilon-greedy
+HELDOUT_THREAD = True
+"""Step the held-out game's emulator in a thread of its own, beside the update (its action is
+chosen in the training thread, from the acting forward pass: the same transitions either way)."""
 
 
 @dataclass
@@ -110,6 +116,7 @@ class Run:
     graph: GraphedStep | None = None  # the update as a CUDA graph, made by train_loop
     epsilon_dev: torch.Tensor | None = None  # acting on the device: epsilon as a device scalar
     compute_dtype: torch.dtype | None = None  # the update's forward output dtype (bf16 under autocast)
+    heldout_thread: concurrent.futures.ThreadPoolExecutor | None = None  # the held-out game's steps
 
 
 def train_loop(config: dict) -> None:
@@ -154,8 +161,9 @@ def train_loop(config: dict) -> None:
         if envs.fire_action is not None:
             actions = np.where(run.fire_next, envs.fire_action, actions)
         envs.send(actions)
+        held = None
         if run.heldout is not None:  # one step of the held-out game while the emulators run
-            run.heldout.step(heldout_greedy, epsilon)
+            held = heldout_step(run, run.heldout.choose(heldout_greedy, epsilon))
         if not cfg.overlap_env or cfg.suite != "atari":
             step_result = envs.recv()
         # one update per train_every agent steps; on Atari they run while the emulators step
@@ -181,6 +189,8 @@ def train_loop(config: dict) -> None:
         run.ep_return[ended] = 0.0
         run.fire_next = lost
         run.final_prev, run.lives, run.obs = ended, next_lives, next_obs
+        if held is not None:
+            held.result()  # the held-out game's step, done beside the update (raises its error)
         s["env_steps"] += n
 
         if s["env_steps"] >= s["next_sync"] and s["env_steps"] >= s["updates_from"]:
@@ -210,8 +220,22 @@ def train_loop(config: dict) -> None:
             clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
     envs.close()
+    if run.heldout_thread is not None:
+        run.heldout_thread.shutdown()
     if run.eval_envs is not None:
         run.eval_envs.close()
+
+
+def heldout_step(run: Run, action: int):
+    """The held-out game's emulator step with ``action`` (``HeldoutProbe.advance``), in a
+    thread of its own where ``HELDOUT_THREAD`` (the training thread goes on to the update);
+    a future whose ``result()`` the loop waits for before the game is read again."""
+    if not HELDOUT_THREAD:
+        run.heldout.advance(action)
+        return None
+    if run.heldout_thread is None:
+        run.heldout_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="heldout")
+    return run.heldout_thread.submit(run.heldout.advance, action)
 
 
 # -------------------------------------------------------------------- the pieces of one trial

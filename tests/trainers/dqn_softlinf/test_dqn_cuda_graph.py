@@ -219,3 +219,24 @@ def test_the_loop_reports_whether_its_update_replays_a_graph(monkeypatch, one_th
     session.start(backend="local")
     with pytest.raises(cuda_graph.CaptureFailed, match="planted"):
         loop.train_loop(small_pong())
+
+
+def test_the_held_out_game_stepped_in_its_own_thread_records_the_same_transitions(monkeypatch, one_thread):
+    """The held-out game's emulator steps beside the update (its action chosen in the training
+    thread): every held-out figure and the training loss equal the inline loop's, bit for bit
+    (the replay on the device: one packed copy per vector step)."""
+    from raylab import session
+    from trainers.dqn_softlinf import loop
+
+    config = small_pong(heldout_size=64, expected_states=4, expected_samples=2, cuda_graph=False)
+    rows = {}
+    for threaded in (True, False):
+        monkeypatch.setattr(loop, "HELDOUT_THREAD", threaded)
+        history = session.start(backend="local").history
+        loop.train_loop(config)
+        rows[threaded] = history
+    keys = [k for k in rows[False][-1] if "heldout" in k or "expected" in k]
+    assert "bellman/residual_linf_heldout" in keys and len(rows[True]) == len(rows[False]) == 2
+    for a, b in zip(rows[True], rows[False]):
+        assert {k: a[k] for k in keys} == {k: b[k] for k in keys}
+        assert a["train/loss"] == b["train/loss"]
