@@ -228,7 +228,10 @@ def test_the_held_out_game_stepped_in_its_own_thread_records_the_same_transition
     from raylab import session
     from trainers.dqn_softlinf import loop
 
-    config = small_pong(heldout_size=64, expected_states=4, expected_samples=2, cuda_graph=False)
+    config = small_pong(
+        total_steps=64, learning_starts=16, report_every=32, heldout_size=64, expected_states=4, expected_samples=2
+    )
+    config["cuda_graph"] = False
     rows = {}
     for threaded in (True, False):
         monkeypatch.setattr(loop, "HELDOUT_THREAD", threaded)
