@@ -133,10 +133,14 @@ class GraphedStep:
         if self.simulated:
             try:
                 self._plant()
+            except RuntimeError as error:
+                self._failed(error, ran=False)
+                return
+            try:
                 with NoHostRead():
                     self.step()  # this call's step, checked as a capture would check it
             except Exception as error:  # noqa: BLE001 - any failure means: run eagerly
-                self._failed(error, ran=True)
+                self._failed(error, ran=True)  # stopped part-way: not run again (a rehearsal only)
                 return
             self.graph = "simulated"
             return
