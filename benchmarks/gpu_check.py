@@ -55,8 +55,9 @@ Steps (``STEPS``):
   ``workers=2`` with ``gpus_per_worker=0.5``;
 - ``fig_*``: benchmarks/dqn_throughput.py (env steps/s after warm-up, float32 and bf16),
   image_throughput.py (images/s in float32, bf16, channels_last and both) and
-  adv_throughput.py on this GPU, each side by side in one process (their lines go to the
-  figures).
+  adv_throughput.py (clean, PGD-10 AT, TRADES and tri-regime steps at fp32/NCHW and at
+  fair_adv's CUDA defaults, bf16 autocast with channels_last, with seconds per CIFAR-10 epoch)
+  on this GPU, each side by side in one process (their lines go to the figures).
 
 ``--calibrate``: every step with generous limits (``CALIBRATE_FACTOR`` x its limit, at least
 ``CALIBRATE_MIN_S``) within ``CALIBRATE_BUDGET_S`` in all, each step's wall time printed, and
