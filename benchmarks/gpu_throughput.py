@@ -346,6 +346,13 @@ def count_update_ops(args, device, name: str, updates: int = 4) -> dict:
             loop.update(run, s)
         if device.type == "cuda":
             torch.cuda.synchronize()
+        timed = 4 * updates  # host plus device per update, synchronized at both ends only
+        start = time.perf_counter()
+        for _ in range(timed):
+            loop.update(run, s)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        ms_per_update = 1000 * (time.perf_counter() - start) / timed
         copies, reads = [0], [0]
         to_device = loop.to_device
 
@@ -391,6 +398,7 @@ def count_update_ops(args, device, name: str, updates: int = 4) -> dict:
         "reads_per_update": reads[0] / updates,
         "syncs_per_update": None if syncs is None else syncs / updates,
         "graph_launches_per_update": graphs / updates,
+        "ms_per_update": ms_per_update,
         "counted": (
             "CUDA runtime calls (kernel and graph launches, async copies and memsets)"
             if device.type == "cuda"
@@ -886,10 +894,12 @@ def section_table(section: str, results: dict, args) -> str:
                     ("reads_per_update", "reads", ".1f"),
                     ("syncs_per_update", "syncs", ".1f"),
                     ("graph_launches_per_update", "graphs", ".1f"),
+                    ("ms_per_update", "ms/update", ".3f"),
                 ],
             )
             + f"\n  (launches: {rows[0].get('counted', '-')}; reads: .item()/.cpu()/bool() of a tensor "
-            "by the DQN code; syncs: CUDA stream/device/event synchronizations and blocking copies)\n"
+            "by the DQN code; syncs: CUDA stream/device/event synchronizations and blocking copies; "
+            "ms/update: wall time of back-to-back updates, host plus device, batch as sized)\n"
         )
     if section == "pack":
         return (

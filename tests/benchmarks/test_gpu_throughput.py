@@ -44,6 +44,7 @@ def test_smoke_runs_every_section_and_writes_its_tables(tmp_path):
     assert [ops[n]["h2d_copies_per_update"] for n in ("today", "window", "device")] == [5, 2, 0]
     assert [ops[n]["reads_per_update"] for n in ("today", "window", "device")] == [1, 0, 0]  # today: soft-linf's beta
     assert all(ops[n]["launches_per_update"] > 50 for n in ("today", "window", "device"))
+    assert all(ops[n]["ms_per_update"] > 0 for n in ("today", "window", "device"))
 
     assert [r["processes"] for r in data["pack"]] == [1, 2]  # the device run: 1, 2 and 4
     assert all(r["images_per_s"] > 0 and len(r["per_process"]) == r["processes"] for r in data["pack"])
