@@ -17,8 +17,11 @@ Steps (``STEPS``):
 - ``probe`` (benchmarks/gpu_probe.py, about 10 s): MemTotal and what Ray detects (CPUs,
   GPUs, memory, object store), ``/dev/shm``, the GPU's name and memory, whether a live CUDA
   process (the probe's own) appears in ``nvidia-smi --query-compute-apps``, bf16 support, and
-  the installed versions of the machine's packages the kit relies on. A step that needs one
-  of these facts (``needs``) is skipped with the reason when it is false;
+  the installed versions of the machine's packages the kit relies on. Ray not starting fails
+  this step. A step that needs one of these facts (``needs``) is skipped with the reason when
+  it is false, and on a GPU (not ``--rehearse``) that skip is a failure, as is a step skipped
+  for modules it lacks, unless the step is ``optional`` (boltz_distill without RDKit): a
+  check cannot pass with its steps not run;
 - ``imports``: the kit's resolution check. Every module each step imports (``step_imports``:
   the workload folder's imports, found by reading its files, less what its smoke run does
   not use) is imported with this Python; a missing one fails this step, naming the step and
@@ -29,25 +32,32 @@ Steps (``STEPS``):
   ``raylab.session.report`` only from a process that initialised CUDA) above
   ``PEAK_FLOOR_MIB``, so a trial that trained on the CPU fails. seagram reads its smoke split
   from the kit (``.kit/seagram-cache``: no RDKit needed); boltz_distill needs RDKit, which the
-  kit leaves out, and is skipped without it. The GPU's utilisation, sampled with
+  kit leaves out, and is skipped without it. dqn_softlinf's rows must say that its update
+  replayed a CUDA graph (``perf/cuda_graph`` 1; ``--rehearse``: the simulated capture, which
+  refuses a device read), and every trial runs with ``RAYLAB_CUDA_GRAPH_STRICT=1``, so a
+  failed capture fails the trial instead of running eagerly. The GPU's utilisation, sampled with
   ``nvidia-smi --query-gpu=utilization.gpu`` every ``SAMPLE_S``, is averaged over each
   trial's own time window (a figure row per trial);
 - ``two_trials_one_gpu``: two 0.5-GPU trials sampled by ``nvidia-smi --query-compute-apps`` at
   the same time on one GPU UUID, both finishing (where the probe saw no process listed there,
   the overlap of the two trials' own clocks stands in, and the note says so);
 - ``amp_trial``: dqn_softlinf with ``amp_bf16=true`` and backdoor with ``amp_bf16=true
-  channels_last=true`` on the GPU: finite losses;
-- ``resume_gpu``: a fair_adv GPU sweep interrupted with SIGINT and continued with the printed
-  ``--resume`` command, against an uninterrupted run started beside it; both under
-  deterministic algorithms (``RAYLAB_DETERMINISTIC=1``: ``raylab.accel.deterministic``, with
+  channels_last=true`` on the GPU: finite losses, and each trial's training forward ran in
+  bfloat16 (``perf/autocast_bf16``, the autocast dtype in the note);
+- ``resume_gpu``: a fair_adv GPU sweep, then a dqn_softlinf_small one with its update a CUDA
+  graph (a capturable fused Adam and the batches' generator restored from the checkpoint),
+  each interrupted with SIGINT and continued with the printed ``--resume`` command, against an
+  uninterrupted run started beside it; both under deterministic algorithms
+  (``RAYLAB_DETERMINISTIC=1``: ``raylab.accel.deterministic``, with
   ``CUBLAS_WORKSPACE_CONFIG``), so their final metrics must agree bit for bit;
 - ``nccl_world1``: an all-reduce in a one-rank NCCL group; ``ddp_gloo_1gpu``: a two-rank gloo
   DDP step on CUDA tensors of one GPU; ``refuse_half_gpu_workers``: the CLI exits 2 for
   ``workers=2`` with ``gpus_per_worker=0.5``;
 - ``fig_*``: benchmarks/dqn_throughput.py (env steps/s after warm-up, float32 and bf16),
   image_throughput.py (images/s in float32, bf16, channels_last and both) and
-  adv_throughput.py on this GPU, each side by side in one process (their lines go to the
-  figures).
+  adv_throughput.py (clean, PGD-10 AT, TRADES and tri-regime steps at fp32/NCHW and at
+  fair_adv's CUDA defaults, bf16 autocast with channels_last, with seconds per CIFAR-10 epoch)
+  on this GPU, each side by side in one process (their lines go to the figures).
 
 ``--calibrate``: every step with generous limits (``CALIBRATE_FACTOR`` x its limit, at least
 ``CALIBRATE_MIN_S``) within ``CALIBRATE_BUDGET_S`` in all, each step's wall time printed, and
@@ -136,8 +146,8 @@ STEPS: tuple[Step, ...] = (
         needs=("ray",),
         twin="the two trials' own clocks overlap (no nvidia-smi)",
     ),
-    Step("amp_trial", 60, "amp_trial", needs=("ray", "bf16"), twin="finite losses, bf16 autocast on the CPU"),
-    Step("resume_gpu", 60, "resume_gpu", needs=("ray",), twin="the same comparison, on the CPU"),
+    Step("amp_trial", 50, "amp_trial", needs=("ray", "bf16"), twin="finite losses, bf16 autocast on the CPU"),
+    Step("resume_gpu", 80, "resume_gpu", needs=("ray",), twin="the same comparison, on the CPU"),
     Step("nccl_world1", 15, "script", ("NCCL_WORLD1",), twin="the same script with gloo on the CPU"),
     Step("ddp_gloo_1gpu", 20, "script", ("DDP_GLOO_1GPU",), twin="the same script on CPU tensors"),
     Step("refuse_half_gpu_workers", 15, "refuse_half_gpu_workers", twin="the same refusal, Ray told of one GPU"),
@@ -177,7 +187,7 @@ STEPS: tuple[Step, ...] = (
     ),
     Step(
         "fig_resnet18",
-        30,
+        20,
         "figure",
         figure=Figure(
             ("benchmarks/image_throughput.py", "--steps", "60", "--variants", "all"),
@@ -226,6 +236,14 @@ SINGLE_TRIAL = {
     "boltz_distill": ("config.teachers=[conformer]",),
 }
 """Overrides that pin each smoke sweep to one trial (pinning the fields its search sweeps)."""
+DQN_GRAPH = ("config.replay_on_device=true", "config.cuda_graph=true")
+RESUME_PAIRS = (
+    ("fair_adv", ("config.method=tri_regime",), "fair_adv"),
+    ("dqn_softlinf_small", ("config.loss=soft_linf", *DQN_GRAPH), "dqn"),
+)
+"""``resume_gpu``'s pairs: (experiment, overrides, run name prefix)."""
+"""dqn_softlinf's GPU defaults, named: the replay on the device and the update a CUDA graph (on a
+simulated GPU machine, ``--rehearse``, the capture is simulated: trainers/dqn_softlinf/cuda_graph.py)."""
 SMOKE_WITHOUT = {
     "seagram": {"rdkit": "its smoke split is read from the kit (.kit/seagram-cache)"},
     "dqn_softlinf": {"ray.rllib": "backend: rllib only (the smoke trial runs raylab's loop)"},
@@ -402,7 +420,8 @@ class Check:
         self.missing: dict[str, dict[str, str]] = {}
         self.sampler: GpuSampler | None = None
         self.util: list[dict] = []
-        self.env = {"RAYLAB_SIMULATED_GPUS": "1", "RAY_OVERRIDE_RESOURCES": json.dumps({"GPU": 1})} if rehearse else {}
+        simulated = {"RAYLAB_SIMULATED_GPUS": "1", "RAY_OVERRIDE_RESOURCES": json.dumps({"GPU": 1})}
+        self.env = {**(simulated if rehearse else {}), "RAYLAB_CUDA_GRAPH_STRICT": "1"}  # a failed capture fails
 
     # --- helpers -------------------------------------------------------------------------
     def tune_argv(self, name: str, *overrides: str, run_name: str) -> list[str]:
@@ -470,6 +489,13 @@ class Check:
             raise StepFailed(f"peak GPU memory {min(peaks):.2f} MiB <= {PEAK_FLOOR_MIB} MiB: trained on the CPU?")
         return max(peaks)
 
+    def graph_replayed(self, run_name: str) -> None:
+        """Every trial of ``run_name`` says in its last row that its update replayed a CUDA
+        graph (``perf/cuda_graph``; simulated in ``--rehearse``)."""
+        flags = [rows[-1].get("perf/cuda_graph") for rows in self.rows(run_name) if rows]
+        if not flags or any(flag != 1 for flag in flags):
+            raise StepFailed(f"{run_name}: the update did not replay a CUDA graph (perf/cuda_graph {flags})")
+
     def finite_losses(self, run_name: str) -> list[float]:
         losses = [
             v
@@ -521,6 +547,8 @@ class Check:
         self.facts = json.loads(found[-1].removeprefix("PROBE "))
         (self.logs / "probe.json").write_text(json.dumps(self.facts, indent=1) + "\n")
         f = self.facts
+        if not f.get("ray"):  # every trial step needs it: the check must not pass without them
+            raise StepFailed(f"Ray did not start: {f.get('ray_error')}")
         ray_res = f.get("ray_resources", {})
         parts = [
             f"MemTotal {f['mem_total_gib']} GiB",
@@ -609,11 +637,15 @@ class Check:
                 overrides.append(f"config.cache_dir={cache.resolve()}")
             elif not importable(self.py, "rdkit", self.env):
                 raise Skip(f"no cached smoke split in {cache} (benchmarks/device_kit.sh writes it) and no RDKit")
+        if workload == "dqn_softlinf":
+            overrides += DQN_GRAPH
         run_name = f"cuda_{workload}"
         done = self.tune(workload, log, limit, *overrides, run_name=run_name)
         if done.returncode != 0:
             raise self.exit_failed("", done, run_name)
         peak = self.peak(run_name)
+        if workload == "dqn_softlinf":
+            self.graph_replayed(run_name)
         util = self.utilisation(run_name, workload)
         if self.rehearse:
             losses = self.finite_losses(run_name)
@@ -682,7 +714,7 @@ class Check:
     def amp_trial(self, step: Step, log: Path, limit: float) -> str:
         start, notes = time.monotonic(), []
         for name, overrides in (
-            ("dqn_softlinf", ["config.amp_bf16=true", *SINGLE_TRIAL["dqn_softlinf"]]),
+            ("dqn_softlinf", ["config.amp_bf16=true", *SINGLE_TRIAL["dqn_softlinf"], *DQN_GRAPH]),
             ("backdoor", ["config.amp_bf16=true", "config.channels_last=true"]),
         ):
             done = self.tune(
@@ -696,25 +728,46 @@ class Check:
             if done.returncode != 0:
                 raise self.exit_failed(f"{name}: ", done, f"amp_{name}")
             self.peak(f"amp_{name}")
+            if name == "dqn_softlinf":
+                self.graph_replayed(f"amp_{name}")
             util = self.utilisation(f"amp_{name}", f"amp {name}")
+            dtype = self.autocast_dtype(f"amp_{name}")
             notes.append(
-                f"{name} {len(self.finite_losses(f'amp_{name}'))} finite losses" + (f" ({util})" if util else "")
+                f"{name} {len(self.finite_losses(f'amp_{name}'))} finite losses, autocast {dtype}"
+                + (f" ({util})" if util else "")
             )
         return "bf16: " + ", ".join(notes)
 
+    def autocast_dtype(self, run_name: str) -> str:
+        """``bfloat16`` when every trial's last row says its training forward ran in it
+        (``perf/autocast_bf16``); anything else fails the step."""
+        flags = [rows[-1].get("perf/autocast_bf16") for rows in self.rows(run_name) if rows]
+        if not flags or any(flag != 1 for flag in flags):
+            raise StepFailed(f"{run_name}: the training forward did not run in bfloat16 (perf/autocast_bf16 {flags})")
+        return "bfloat16"
+
     def resume_gpu(self, step: Step, log: Path, limit: float) -> str:
-        """Interrupted and resumed vs uninterrupted (started beside it), deterministic kernels."""
-        overrides = [
-            "resources.gpus_per_worker=1",
-            "stop.training_iteration=3",
-            "checkpoint.every=1",
-            "config.method=tri_regime",
-        ]
+        """Interrupted and resumed vs uninterrupted (started beside it), deterministic kernels:
+        fair_adv, then dqn_softlinf_small with its update a CUDA graph."""
+        start, notes = time.monotonic(), []
+        for i, (name, overrides, run_name) in enumerate(RESUME_PAIRS):
+            share = (limit - (time.monotonic() - start)) / (len(RESUME_PAIRS) - i)
+            part = log if i == 0 else log.with_suffix(f".{run_name}.log")
+            try:
+                notes.append(f"{name}: {self.resume_pair(name, overrides, run_name, part, share)}")
+            except StepFailed as err:
+                raise StepFailed(f"{name}: {err}") from None
+        return "; ".join(notes)
+
+    def resume_pair(self, name: str, extra: tuple[str, ...], run_name: str, log: Path, limit: float) -> str:
+        """One workload's pair (``resume_gpu``): final metrics of ``<run_name>_resume`` and
+        ``<run_name>_whole`` bit-identical."""
+        overrides = ["resources.gpus_per_worker=1", "stop.training_iteration=3", "checkpoint.every=1", *extra]
         env = {**os.environ, **self.env, "RAYLAB_DETERMINISTIC": "1", "CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
         start = time.monotonic()
         whole_log = open(log.with_suffix(".whole.log"), "w")
         whole = subprocess.Popen(
-            self.tune_argv("fair_adv", *overrides, run_name="whole"),
+            self.tune_argv(name, *overrides, run_name=f"{run_name}_whole"),
             cwd=ROOT,
             env=env,
             stdout=whole_log,
@@ -725,7 +778,7 @@ class Check:
             err_log = log.with_suffix(".interrupted.log")
             with open(err_log, "w") as err:
                 proc = subprocess.Popen(
-                    self.tune_argv("fair_adv", *overrides, run_name="resume"),
+                    self.tune_argv(name, *overrides, run_name=f"{run_name}_resume"),
                     cwd=ROOT,
                     stdout=subprocess.DEVNULL,
                     stderr=err,
@@ -733,7 +786,7 @@ class Check:
                     env=env,
                     start_new_session=True,
                 )
-                while not any(rows for rows in self.rows("resume")):
+                while not any(rows for rows in self.rows(f"{run_name}_resume")):
                     if proc.poll() is not None or time.monotonic() - start > limit / 2:
                         kill_group(proc)
                         raise StepFailed(f"no report before the interrupt (exit {proc.returncode})")
@@ -751,18 +804,18 @@ class Check:
             command = shlex.split(lines[hint[0] + 1].strip())
             resumed = run([self.py, *command[1:]], log, limit - (time.monotonic() - start), env=env)
             if resumed.returncode != 0:
-                raise self.exit_failed("resume: ", resumed, "resume")
+                raise self.exit_failed("resume: ", resumed, f"{run_name}_resume")
             try:
                 whole.wait(timeout=max(limit - (time.monotonic() - start), 1))
             except subprocess.TimeoutExpired:
                 raise StepFailed("the uninterrupted run did not finish in time") from None
             if whole.returncode != 0:
-                raise self.exit_failed("uninterrupted: ", whole, "whole")
+                raise self.exit_failed("uninterrupted: ", whole, f"{run_name}_whole")
         finally:
             if whole.poll() is None:
                 kill_group(whole)
             whole_log.close()
-        a, b = final_metrics(self.rows("resume")), final_metrics(self.rows("whole"))
+        a, b = final_metrics(self.rows(f"{run_name}_resume")), final_metrics(self.rows(f"{run_name}_whole"))
         if not a or a != b:
             differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
             warned = sorted(
@@ -778,6 +831,9 @@ class Check:
                 + ", ".join(f"{k.split(':')[-1]} {a.get(k)} vs {b.get(k)}" for k in differ[:3])
                 + (f"; ops without a deterministic kernel: {warned[:3]}" if warned else "")
             )
+        if name.startswith("dqn_softlinf"):
+            for part in (f"{run_name}_resume", f"{run_name}_whole"):
+                self.graph_replayed(part)
         return f"{len(a)} final metrics bit-identical (deterministic algorithms)"
 
     def script(self, step: Step, log: Path, limit: float, code_name: str) -> str:
@@ -1068,7 +1124,16 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 outcome = Outcome(step.name, True, 0, check.run_step(step, log, limit), limit, twin)
             except Skip as why_not:
-                outcome = Outcome(step.name, None, 0, str(why_not), limit, twin)
+                # on a GPU a step not run is a failure, unless it may lack what it needs
+                hard = not args.rehearse and not step.optional
+                outcome = Outcome(
+                    step.name,
+                    False if hard else None,
+                    0,
+                    str(why_not) + ("; not optional" if hard else ""),
+                    limit,
+                    twin,
+                )
             except (StepFailed, subprocess.SubprocessError, OSError) as err:
                 outcome = Outcome(
                     step.name, False, 0, f"{err}; log {step.name}.log in logs.tar.gz", limit, twin, log_tail(log)

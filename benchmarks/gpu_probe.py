@@ -101,6 +101,8 @@ def ray_detects() -> dict:
     try:
         import ray
 
+        if os.environ.get("GPU_CHECK_FAULT") == "ray_start":  # the check's tests plant a start failure
+            raise RuntimeError("a Ray start failure planted by GPU_CHECK_FAULT=ray_start")
         ray.init(address="local", include_dashboard=False, logging_level=40, log_to_driver=False)
         facts["ray_resources"] = {
             k: (round(v / GIB, 1) if k in ("memory", "object_store_memory") else v)

@@ -19,6 +19,11 @@ Checks (``raylab.testing.checks``), plain functions that raise ``AssertionError`
     ``assert_finite_metrics(row, names)``; ``workload_api_violations(paths)``: the imports of
     a workload package outside ``raylab.workloads.WORKLOAD_API``.
 
+Host syncs (``raylab.testing.host_sync``, imported on its own: it imports torch)
+    ``trace_step(build, step)``: a training step run on fake tensors under a dispatch mode
+    that flags each device read, data-dependent shape and host-made tensor, with the line
+    that made it (``HostSyncs.syncs()``).
+
 A lab's test file, with its workloads in the ``raylab.workloads`` entry-point group and its
 YAMLs in ``raylab.experiments``::
 

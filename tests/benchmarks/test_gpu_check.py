@@ -145,7 +145,7 @@ def fake_steps(monkeypatch):
             S("probe", 5, "fake_probe"),
             S("passes", 5, "passes"),
             S("fails", 5, "fails"),
-            S("skips", 5, "skips"),
+            S("skips", 5, "skips", optional="may lack rdkit"),
             S("hangs", 2, "hangs"),
             S("needs_ray", 5, "passes", needs=("ray",)),
         ),
@@ -179,7 +179,7 @@ def test_the_runner_prints_one_line_per_step_a_failures_log_tail_and_the_figures
     start = time.monotonic()
     failed = check.main(["--out", str(out)])
     lines = capsys.readouterr().out.strip().splitlines()
-    assert failed == 2 and time.monotonic() - start < 30
+    assert failed == 3 and time.monotonic() - start < 30
     steps = [line for line in lines if line.split()[0] in ("ok", "FAIL", "skip")]
     assert [" ".join(line.split()[:2]) for line in steps] == [
         "ok probe",
@@ -187,19 +187,20 @@ def test_the_runner_prints_one_line_per_step_a_failures_log_tail_and_the_figures
         "FAIL fails",
         "skip skips",
         "FAIL hangs",
-        "skip needs_ray",
+        "FAIL needs_ray",
     ], lines
     assert "timed out after 2 s" in steps[4]
-    assert "the probe found no ray (RuntimeError: no raylet)" in steps[5]
+    # on a GPU a step not run fails the check unless it is optional (skips); --rehearse: skipped
+    assert "the probe found no ray (RuntimeError: no raylet); not optional" in steps[5]
     # the failed step's log tail follows its line: its last 15 lines
     fail_at = lines.index(steps[2])
     assert lines[fail_at + 1 : fail_at + 16] == [f"      | line {i}" for i in range(25, 40)]
     assert lines[-3:-1] == ["figures (same GPU, same run):", "  figure: 1 images/s"]
-    assert lines[-1].startswith("failed steps: 2;")
+    assert lines[-1].startswith("failed steps: 3;")
     # what a device call brings back: three files, the table, every step's log in the tarball
     assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["gpu_check.json", "logs.tar.gz", "summary.txt"]
     table = json.loads((out / "gpu_check.json").read_text())
-    assert table["failed"] == 2 and [s["name"] for s in table["steps"]][:2] == ["probe", "passes"]
+    assert table["failed"] == 3 and [s["name"] for s in table["steps"]][:2] == ["probe", "passes"]
     assert table["steps"][2]["tail"][-1] == "line 39"
     with tarfile.open(out / "logs.tar.gz") as tar:
         names = tar.getnames()
@@ -382,3 +383,47 @@ def test_the_ddp_gloo_step_averages_gradients_across_two_ranks_on_cpu(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "gradients averaged across ranks" in done.stdout
+
+
+def test_rehearse_skips_what_a_gpu_run_fails(tmp_path, fake_steps, capsys):
+    """--rehearse (no CUDA) leaves a step whose need is unmet skipped; the same step fails on a GPU."""
+    failed = fake_steps.main(["--out", str(tmp_path), "--rehearse", "--only", "probe", "needs_ray"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["ok"], ["FAIL"], ["skip"])]
+    assert failed == 0 and lines[-1].startswith("skip  needs_ray"), lines
+
+
+def only_steps(check, monkeypatch, *names):
+    monkeypatch.setattr(check, "STEPS", tuple(s for s in check.STEPS if s.name in names))
+
+
+def test_a_planted_ray_start_failure_fails_the_check(tmp_path, monkeypatch, capsys):
+    """The real probe with Ray made to fail at its start (GPU_CHECK_FAULT=ray_start): the probe
+    FAILs naming it and the check exits non-zero (it used to mark the probe ok, skip every Ray
+    step and exit 0)."""
+    check = load_check()
+    only_steps(check, monkeypatch, "probe")
+    monkeypatch.setenv("GPU_CHECK_FAULT", "ray_start")
+    monkeypatch.setenv("KIT", str(tmp_path / "no-kit"))
+    failed = check.main(["--out", str(tmp_path / "out"), "--rehearse"])
+    text = capsys.readouterr().out
+    assert failed == 1, text
+    assert "FAIL  probe" in text and "Ray did not start: RuntimeError: a Ray start failure planted" in text, text
+
+
+@pytest.mark.long  # two smoke trials through Ray Tune: a minute or two on two busy cores
+@pytest.mark.parametrize("plant", [False, True])
+def test_a_planted_capture_failure_fails_the_dqn_step(plant, tmp_path, monkeypatch, capsys):
+    """The DQN trial step of the rehearsal (simulated capture, strict switch on): it passes
+    with ``perf/cuda_graph`` 1, and fails when every capture is made to fail
+    (RAYLAB_CUDA_GRAPH_FAULT=1), which without the switch would have trained eagerly."""
+    check = load_check()
+    only_steps(check, monkeypatch, "probe", "cuda_trial_dqn_softlinf")
+    if plant:
+        monkeypatch.setenv("RAYLAB_CUDA_GRAPH_FAULT", "1")
+    monkeypatch.setenv("KIT", str(tmp_path / "no-kit"))
+    failed = check.main(["--out", str(tmp_path / "out"), "--rehearse"])
+    text = capsys.readouterr().out
+    if plant:
+        assert failed == 1 and "FAIL  cuda_trial_dqn_softlinf" in text, text
+    else:
+        assert failed == 0 and "ok    cuda_trial_dqn_softlinf" in text, text

@@ -32,7 +32,10 @@ def test_smoke_runs_every_section_and_writes_its_tables(tmp_path):
     assert data["smoke"] and data["device"] == "cpu"
 
     dqn = {r["variant"]: r for r in data["dqn"]}
-    assert list(dqn) == ["today", "window", "device", "device+graph"]
+    assert list(dqn) == ["today", "window", "device", "device+graph", "window NCHW"]
+    assert dqn["window NCHW"]["channels_last"] is False and dqn["window"]["channels_last"] is True
+    assert all(dqn[n]["host_ms_per_vector_step"] > 0 and dqn[n]["ale_threads"] >= 1 for n in ("today", "window"))
+    assert data["finished"] == ["dqn", "ops", "pack", "image"] and "compile" not in data  # --compile: last
     for name in ("today", "window", "device"):
         assert dqn[name]["steps_per_s"] > 0 and dqn[name]["updates"] == (128 - 32) // 4, dqn[name]
     assert "not measurable on CPU" in dqn["device+graph"]["note"]
@@ -41,11 +44,12 @@ def test_smoke_runs_every_section_and_writes_its_tables(tmp_path):
     assert [ops[n]["h2d_copies_per_update"] for n in ("today", "window", "device")] == [5, 2, 0]
     assert [ops[n]["reads_per_update"] for n in ("today", "window", "device")] == [1, 0, 0]  # today: soft-linf's beta
     assert all(ops[n]["launches_per_update"] > 50 for n in ("today", "window", "device"))
+    assert all(ops[n]["ms_per_update"] > 0 for n in ("today", "window", "device"))
 
     assert [r["processes"] for r in data["pack"]] == [1, 2]  # the device run: 1, 2 and 4
     assert all(r["images_per_s"] > 0 and len(r["per_process"]) == r["processes"] for r in data["pack"])
     image = {(r["variant"], r["step"]): r for r in data["image"]}
-    assert len(image) == 6 and all(r["images_per_s"] > 0 for r in image.values())
+    assert len(image) == 4 and all(r["images_per_s"] > 0 for r in image.values())
 
     targets = {t["target"]: t["status"] for t in data["targets"]}
     assert targets.pop("cpu_no_regression") in ("met", "not met")
@@ -60,4 +64,34 @@ def test_an_unknown_section_is_one_line_and_exit_2(capsys):
     spec.loader.exec_module(module)
     assert module.main(["--sections", "dqn,gpus", "--out", "unused"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["gpu_throughput: unknown section(s) gpus; valid: dqn, ops, pack, image"]
+    assert err == ["gpu_throughput: unknown section(s) gpus; valid: dqn, ops, pack, image, compile"]
+
+
+def test_a_run_killed_after_its_first_section_leaves_that_sections_json(tmp_path):
+    """Each section is printed and written as it ends: killed once the first table is printed,
+    the JSON holds that section (and says so), nothing of the next."""
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--smoke", "--sections", "ops,image", "--out", str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("DQN update, per update"):  # the first section's table
+                break
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert seen and seen[-1].startswith("DQN update"), seen[-5:]
+    data = json.loads((tmp_path / "out" / "gpu_throughput.json").read_text())
+    assert data["finished"] == ["ops"] and "image" not in data, data.keys()
+    assert {r["variant"] for r in data["ops"]} >= {"today", "window", "device"}

@@ -27,6 +27,7 @@ METRICS = (
     "train/acc",
     "train/lr",
     "perf/images_per_s",
+    "perf/autocast_bf16",
     "eval/clean_acc",
     "eval/asr",
     "eval/ra",

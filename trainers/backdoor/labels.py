@@ -35,6 +35,7 @@ LABELS = {
     "train/acc": "Training accuracy",
     "train/lr": "Learning rate",
     "perf/images_per_s": "Images per second",
+    "perf/autocast_bf16": "Training forward ran in bfloat16 (1) or float32 (0)",
     "eval/clean_acc": "Clean accuracy",
     "eval/asr": "Attack success rate",
     "eval/clean_acc_floor": "Clean-accuracy floor for ASR",

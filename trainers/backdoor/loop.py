@@ -401,6 +401,9 @@ class Trial:
     """The poisoned-training steps' forward (``torch.compile`` where ``compile`` asks)."""
     layout: torch.memory_format
     spec: attack.TriggerSpec
+    compute_dtype: torch.dtype = torch.float32
+    """The training forward's output dtype at the last step (bfloat16 under autocast): what
+    ``perf/autocast_bf16`` reports, so a check sees that bf16 ran, not only finite losses."""
 
     @property
     def batches_per_epoch(self) -> int:
@@ -547,6 +550,7 @@ def poisoned_training(t: Trial, st: BackdoorState) -> None:
             "train/acc": st.totals["correct"] / seen,
             "train/lr": st.optimizer.param_groups[0]["lr"],
             "perf/images_per_s": st.totals["seen"] * t.world / max(st.totals["time"], 1e-9),
+            "perf/autocast_bf16": float(t.compute_dtype == torch.bfloat16),
         }
         st.totals = no_totals()
         if st.epoch % cfg.eval_every == 0 or st.epoch == cfg.epochs:
@@ -568,6 +572,7 @@ def train_step(t: Trial, st: BackdoorState, order: torch.Tensor, running: dict[s
     with torch.autocast(t.device.type, dtype=torch.bfloat16, enabled=enabled(cfg.amp_bf16, t.device)):
         logits = t.train_forward(x.contiguous(memory_format=t.layout))
         loss = F.cross_entropy(logits, y)
+    t.compute_dtype = logits.dtype  # metadata: nothing read from the device
     st.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     st.optimizer.step()

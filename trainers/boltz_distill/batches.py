@@ -78,7 +78,9 @@ class GraphBank:
             "edge_counts": torch.from_numpy(self.edge_counts),
             **({"y": _compact(torch.cat([g.y for g in graphs]))} if has_y else {}),
         }
-        self.tensors = {k: to_device(v, self.device) for k, v in host.items()}
+        # copied once, not pinned: pinning the whole bank would lock its size in host memory
+        # (GBs per trial on a full corpus) for one copy that gains nothing from it
+        self.tensors = {k: v.to(self.device) for k, v in host.items()}
 
     def __len__(self) -> int:
         return len(self.node_counts)

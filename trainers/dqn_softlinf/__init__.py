@@ -15,6 +15,7 @@ COMMON_METRICS = (
     "env/steps",
     "perf/env_steps_per_s",
     "perf/probe_s",
+    "perf/cuda_graph",
 )
 """What the raylab loop reports on every environment."""
 
@@ -69,7 +70,7 @@ METRICS = (
     + EXACT_METRICS
     + TIME_AVERAGED_METRICS
     + FRAME_MARK_METRICS
-    + ("env/frames", "train/soft_linf_ess", "bellman/td_error_max_batch")
+    + ("env/frames", "train/soft_linf_ess", "bellman/td_error_max_batch", "perf/autocast_bf16")
 )
 """What this workload declares (loop.py documents each; soft_linf_ess with loss soft_linf
 only; which runs report which is figures.py's ``ONLY``); the rllib backend reports a subset and

@@ -24,6 +24,12 @@ waits for the device:
 ``FrameReplay`` does, for the probes, whose draws are the same whichever replay a trial uses.
 ``newest_obs()`` is the observation each env is in now, rebuilt from the ring (what acting
 needs, with nothing copied from the host).
+
+``add_step`` (the loop's per-vector-step write: the step's action, reward and done, then the
+next row's frame and flags) packs all six arrays into one byte buffer and sends it in one
+copy: on CUDA from one of two pinned staging buffers, used in turn (the host fills one while
+the copy from the other may still run; before refilling a buffer it waits on the event of the
+copy that last read it, two vector steps ago), and the rows are unpacked on the device.
 """
 
 from __future__ import annotations
@@ -70,6 +76,12 @@ class DeviceFrameReplay:
         self.first = torch.zeros(shape, dtype=torch.bool, **on)
         self.final = torch.zeros(shape, dtype=torch.bool, **on)
         self.final_host = np.zeros(shape, dtype=bool)  # for can_sample and the probes' draws
+        self.frame_np_dtype = np.dtype(frame_dtype)
+        self._stage: torch.Tensor | None = None  # add_step's buffers, made at its first call
+        self._stage_host: list[np.ndarray] = []
+        self._stage_pinned: list[torch.Tensor] = []
+        self._events: list = [None, None]
+        self._slot = 0
         self.count = 0
         self.count_dev = torch.zeros((), dtype=torch.long, **on)
         self.env_ids = torch.arange(num_envs, **on)
@@ -108,6 +120,54 @@ class DeviceFrameReplay:
         self._put(self.action[row], np.asarray(action, np.int32))
         self._put(self.reward[row], np.asarray(reward, np.float32))
         self._put(self.done[row], np.asarray(done, bool))
+
+    def add_step(self, action, reward, done, frame: np.ndarray, first: np.ndarray, final: np.ndarray) -> None:
+        """``set_step(action, reward, done)`` then ``add_observation(frame, first, final)``,
+        the same rows, in one host-to-device copy (module docstring)."""
+        n, prev, row = self.num_envs, (self.count - 1) % self.rows, self.count % self.rows
+        frame = np.ascontiguousarray(frame, dtype=self.frame_np_dtype)
+        if self._stage is None:
+            self._make_stage(frame.nbytes)
+        slot = self._slot
+        self._slot ^= 1
+        if self._events[slot] is not None:
+            self._events[slot].synchronize()  # the copy that last read this buffer (two steps ago)
+        host = self._stage_host[slot]
+        # layout, 4-byte arrays first (aligned): action int32 | reward float32 | frame | done | first | final
+        host[: 4 * n].view(np.int32)[:] = action
+        host[4 * n : 8 * n].view(np.float32)[:] = reward
+        f_end = 8 * n + frame.nbytes
+        host[8 * n : f_end] = frame.reshape(-1).view(np.uint8)
+        host[f_end : f_end + n] = np.asarray(done, bool)
+        host[f_end + n : f_end + 2 * n] = np.asarray(first, bool)
+        host[f_end + 2 * n : f_end + 3 * n] = np.asarray(final, bool)
+        dev = self._stage
+        if self.device.type == "cuda":
+            dev.copy_(self._stage_pinned[slot], non_blocking=True)  # the one copy
+            self._events[slot] = torch.cuda.Event()
+            self._events[slot].record()
+        else:
+            dev.copy_(torch.from_numpy(host))
+        self.action[prev] = dev[: 4 * n].view(torch.int32)
+        self.reward[prev] = dev[4 * n : 8 * n].view(torch.float32)
+        self.done[prev] = dev[f_end : f_end + n].bool()
+        self.frame[row] = dev[8 * n : f_end].view(self.frame.dtype).view(n, *self.frame_shape)
+        self.first[row] = dev[f_end + n : f_end + 2 * n].bool()
+        self.final[row] = dev[f_end + 2 * n : f_end + 3 * n].bool()
+        self.done[row] = False
+        self.final_host[row] = final
+        self.count += 1
+        self.count_dev += 1
+
+    def _make_stage(self, frame_bytes: int) -> None:
+        """The byte buffers of ``add_step``: two host ones (pinned on CUDA) and one on the device."""
+        size = 11 * self.num_envs + frame_bytes
+        if self.device.type == "cuda":
+            self._stage_pinned = [torch.empty(size, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+            self._stage_host = [t.numpy() for t in self._stage_pinned]
+        else:
+            self._stage_host = [np.empty(size, np.uint8) for _ in range(2)]
+        self._stage = torch.empty(size, dtype=torch.uint8, device=self.device)
 
     def cut(self) -> None:
         if self.count:

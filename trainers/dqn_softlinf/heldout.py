@@ -104,13 +104,22 @@ class HeldoutProbe:
 
     def step(self, greedy, epsilon: float) -> None:
         """One behaviour-policy step; ``greedy(stacks) -> actions`` is the current network's."""
+        self.advance(self.choose(greedy, epsilon))
+
+    def choose(self, greedy, epsilon: float) -> int:
+        """The behaviour policy's action at the current observation (the network, if it is
+        needed, runs here: in the caller's thread)."""
         env = self.env
         if self.fire_next and env.fire_action is not None:
-            action = env.fire_action
-        elif self.rng.random() < epsilon:
-            action = int(self.rng.integers(env.num_actions))
-        else:
-            action = int(greedy(self.obs[None])[0])
+            return env.fire_action
+        if self.rng.random() < epsilon:
+            return int(self.rng.integers(env.num_actions))
+        return int(greedy(self.obs[None])[0])
+
+    def advance(self, action: int) -> None:
+        """Save the emulator's state, step it with ``action`` and record the transition: no
+        tensor, no network (the loop runs it in a thread of its own, beside the update)."""
+        env = self.env
         self.snaps[(self.replay.count - 1) % self.replay.rows] = env.clone()
         obs, reward, terminated, truncated, lives = env.step(action)
         ended = terminated or truncated

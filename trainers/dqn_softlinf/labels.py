@@ -18,6 +18,8 @@ _BASE = {
     "train/soft_linf_ess": "Soft-linf effective sample size",
     "perf/env_steps_per_s": "Agent steps per second",
     "perf/probe_s": "Seconds spent measuring",
+    "perf/cuda_graph": "Update replayed as a CUDA graph (1) or eager (0)",
+    "perf/autocast_bf16": "Update's forward ran in bfloat16 (1) or float32 (0)",
     "bellman/residual_linf_insample": "Sup-norm Bellman residual (in-sample, one sample)",
     "bellman/residual_p99_insample": "99th-percentile Bellman residual (in-sample)",
     "bellman/residual_l2_insample": "L2 Bellman residual (in-sample)",

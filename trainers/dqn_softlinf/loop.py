@@ -35,14 +35,18 @@ the batch is drawn and gathered there, and the whole update (draw, gather, forwa
 optimizer step) can be captured as one CUDA graph (``cuda_graph``, cuda_graph.py). Acting then
 reads each env's observation from the ring and draws epsilon-greedy on the device: one read of
 the device per vector step, the actions the emulators need, with the held-out game's greedy
-action in the same forward pass and the same read.
+action in the same forward pass and the same read. The held-out game's emulator step (and its
+state saved before it) runs in a thread of its own beside the update (``HELDOUT_THREAD``), and
+a vector step's rows reach the device replay in one copy (``DeviceFrameReplay.add_step``).
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import copy
 import math
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -71,6 +75,9 @@ from trainers.dqn_softlinf.stats import TIME_AVERAGED, time_average, time_averag
 # seed streams (env_seed): every (trial seed, stream, index) gets its own block of env seeds
 TRAIN_STREAM, RESUME_STREAM, EVAL_STREAM, HELDOUT_STREAM, PROBE_STREAM = range(5)
 SAMPLE_STREAM, ACT_STREAM = 5, 6  # the device-side draws: replay batches, epsilon-greedy
+HELDOUT_THREAD = True
+"""Step the held-out game's emulator in a thread of its own, beside the update (its action is
+chosen in the training thread, from the acting forward pass: the same transitions either way)."""
 
 
 @dataclass
@@ -107,6 +114,9 @@ class Run:
     act_gen: torch.Generator | None = None  # replay on the device: epsilon-greedy's draws
     capture: bool = False  # cuda_graph, resolved for this device and replay
     graph: GraphedStep | None = None  # the update as a CUDA graph, made by train_loop
+    epsilon_dev: torch.Tensor | None = None  # acting on the device: epsilon as a device scalar
+    compute_dtype: torch.dtype | None = None  # the update's forward output dtype (bf16 under autocast)
+    heldout_thread: concurrent.futures.ThreadPoolExecutor | None = None  # the held-out game's steps
 
 
 def train_loop(config: dict) -> None:
@@ -151,8 +161,9 @@ def train_loop(config: dict) -> None:
         if envs.fire_action is not None:
             actions = np.where(run.fire_next, envs.fire_action, actions)
         envs.send(actions)
+        held = None
         if run.heldout is not None:  # one step of the held-out game while the emulators run
-            run.heldout.step(heldout_greedy, epsilon)
+            held = heldout_step(run, run.heldout.choose(heldout_greedy, epsilon))
         if not cfg.overlap_env or cfg.suite != "atari":
             step_result = envs.recv()
         # one update per train_every agent steps; on Atari they run while the emulators step
@@ -170,14 +181,16 @@ def train_loop(config: dict) -> None:
         ended = terminated | truncated
         lost = life_lost(run.lives, next_lives) & ~ended & ~run.final_prev
         done = td_done(cfg, terminated, lost)
-        replay.set_step(actions, np.clip(reward, -1, 1) if cfg.reward_clip else reward, done)
-        replay.add_observation(envs.newest_frame(next_obs), first=run.final_prev, final=ended)
+        reward_stored = np.clip(reward, -1, 1) if cfg.reward_clip else reward
+        replay.add_step(actions, reward_stored, done, envs.newest_frame(next_obs), run.final_prev, ended)
         run.ep_return += np.where(run.final_prev, 0.0, reward)
         for i in np.flatnonzero(ended):
             run.episodes.append(float(run.ep_return[i]))
         run.ep_return[ended] = 0.0
         run.fire_next = lost
         run.final_prev, run.lives, run.obs = ended, next_lives, next_obs
+        if held is not None:
+            held.result()  # the held-out game's step, done beside the update (raises its error)
         s["env_steps"] += n
 
         if s["env_steps"] >= s["next_sync"] and s["env_steps"] >= s["updates_from"]:
@@ -207,8 +220,22 @@ def train_loop(config: dict) -> None:
             clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
     envs.close()
+    if run.heldout_thread is not None:
+        run.heldout_thread.shutdown()
     if run.eval_envs is not None:
         run.eval_envs.close()
+
+
+def heldout_step(run: Run, action: int):
+    """The held-out game's emulator step with ``action`` (``HeldoutProbe.advance``), in a
+    thread of its own where ``HELDOUT_THREAD`` (the training thread goes on to the update);
+    a future whose ``result()`` the loop waits for before the game is read again."""
+    if not HELDOUT_THREAD:
+        run.heldout.advance(action)
+        return None
+    if run.heldout_thread is None:
+        run.heldout_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="heldout")
+    return run.heldout_thread.submit(run.heldout.advance, action)
 
 
 # -------------------------------------------------------------------- the pieces of one trial
@@ -260,13 +287,22 @@ def replay_on_device(cfg: Config, device: torch.device) -> bool:
 
 def use_graph(cfg: Config, device: torch.device, on_device: bool) -> bool:
     """``cuda_graph``, with auto resolved: on a CUDA device with the replay there. Asked for on
-    another device: one warning line, and the update runs eagerly."""
+    another device: one warning line, and the update runs eagerly; on a simulated GPU machine
+    (``RAYLAB_SIMULATED_GPUS=1``, the device rehearsal) the capture is simulated
+    (cuda_graph.py)."""
     if cfg.cuda_graph == AUTO:
         return device.type == "cuda" and on_device
+    if cfg.cuda_graph and device.type != "cuda" and simulated_gpus():
+        return True
     if cfg.cuda_graph and device.type != "cuda":
         warn(f"cuda_graph: true on a {device.type} device: there is nothing to capture; the update runs eagerly")
         return False
     return cfg.cuda_graph
+
+
+def simulated_gpus() -> bool:
+    """A simulated GPU machine (raylab.session: its GPUs are labels, the trials train on the CPU)."""
+    return os.environ.get("RAYLAB_SIMULATED_GPUS") == "1"
 
 
 def stream_seed(seed: int, stream: int) -> int:
@@ -524,17 +560,30 @@ def epsilon_greedy_on_device(
     """``epsilon_greedy`` with the observations read from the replay on the device and the
     draws made there (``run.act_gen``): one read of the device, the actions."""
     n, device, gen = run.cfg.num_envs, run.device, run.act_gen
+    if epsilon >= 1.0:  # every env explores (and the held-out game too): no forward pass
+        torch.rand(n, generator=gen, device=device)  # the same draws as act_on_device makes
+        return torch.randint(0, run.envs.num_actions, (n,), generator=gen, device=device).cpu().numpy(), None
+    if run.epsilon_dev is None:
+        run.epsilon_dev = torch.zeros((), dtype=torch.float32, device=device)
+    run.epsilon_dev.fill_(epsilon)  # a kernel argument: nothing copied, nothing read
+    chosen = act_on_device(run, run.epsilon_dev, None if extra is None else to_obs(run, extra)).cpu().numpy()
+    return chosen[:n], (chosen[n:] if extra is not None else None)  # the read: the actions
+
+
+def act_on_device(run: Run, epsilon: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+    """The actions of the envs' newest observations in the device ring, epsilon-greedy at the
+    device scalar ``epsilon`` (float32) with ``run.act_gen``'s draws, then the greedy actions of
+    the observations ``extra`` from the same forward pass: ``(num_envs + len(extra),)`` on the
+    device. Nothing here reads the device or depends on its values (a CUDA graph could hold it)."""
+    n, device, gen = run.cfg.num_envs, run.device, run.act_gen
     explore = torch.rand(n, generator=gen, device=device) < epsilon
     actions = torch.randint(0, run.envs.num_actions, (n,), generator=gen, device=device)
-    if epsilon >= 1.0:  # every env explores (and the held-out game too)
-        return actions.cpu().numpy(), None
     x = run.replay.newest_obs().reshape(n, *run.envs.obs_shape)
     if extra is not None:
-        x = torch.cat([x, to_obs(run, extra)])
+        x = torch.cat([x, extra])
     with autocast(run):
         best = run.q_fwd(x).argmax(1)
-    chosen = torch.cat([torch.where(explore, actions, best[:n]), best[n:]]).cpu().numpy()  # the read
-    return chosen[:n], (chosen[n:] if extra is not None else None)
+    return torch.cat([torch.where(explore, actions, best[:n]), best[n:]])
 
 
 def choose_actions(run: Run, epsilon: float):
@@ -563,8 +612,16 @@ def targets(cfg: Config, net_next: torch.Tensor, target_next: torch.Tensor, b: d
 
 def update_graph(run: Run) -> GraphedStep:
     """The update (``sample_batch`` and ``learn``) as a CUDA graph, captured at its 4th call
-    after 3 eager ones, drawing its batches with ``run.sample_gen``."""
-    return GraphedStep(lambda: learn(run, sample_batch(run)), (run.sample_gen,), name="DQN update")
+    after 3 eager ones, drawing its batches with ``run.sample_gen``; captured again after the
+    optimizer's ``load_state_dict`` or a change of learning rate or batch size (``reset``)."""
+    return GraphedStep(
+        lambda: learn(run, sample_batch(run)),
+        (run.sample_gen,),
+        name="DQN update",
+        optimizers=(run.optimizer,),
+        signature=lambda: (tuple(g["lr"] for g in run.optimizer.param_groups), run.cfg.batch_size),
+        simulated=run.device.type != "cuda",
+    )
 
 
 def update(run: Run, s: dict) -> None:
@@ -585,7 +642,9 @@ def learn(run: Run, b: dict) -> None:
         net_next = run.q_fwd(b["next_obs"]).float() if cfg.double_dqn else None
     y = targets(cfg, net_next, target_next, b)
     with autocast(run):
-        q_sa = run.q_fwd(b["obs"]).float().gather(1, b["action"][:, None]).squeeze(1)
+        q_all = run.q_fwd(b["obs"])
+        q_sa = q_all.float().gather(1, b["action"][:, None]).squeeze(1)
+    run.compute_dtype = q_all.dtype  # metadata (set at the eager calls and the capture): no read
     td = q_sa - y
     loss = batch_loss(cfg, td)
     if cfg.loss == "soft_linf":  # how many samples carry the update: 1 / sum p_i^2
@@ -700,6 +759,10 @@ def report_metrics(run: Run, s: dict, last: bool) -> dict:
             q_on_all_states(run, run.q_fwd), *run.exact_model[:2], cfg.gamma, run.exact_model[2], run.q_star
         )
     metrics["perf/probe_s"] = time.perf_counter() - probe_clock
+    # 1 when the update replays a captured graph (simulated where there is no CUDA)
+    metrics["perf/cuda_graph"] = float(run.graph is not None and run.graph.replaying)
+    if run.compute_dtype is not None:  # 1 when the update's forward ran in bfloat16 (amp_bf16)
+        metrics["perf/autocast_bf16"] = float(run.compute_dtype == torch.bfloat16)
     if s["inner_exact"]:
         metrics["inner/regression_linf_exact"] = float(np.mean([e for e, _ in s["inner_exact"]]))
         metrics["inner/progress_ratio_exact"] = float(np.mean([r for _, r in s["inner_exact"]]))

@@ -85,6 +85,12 @@ class FrameReplay:
         self.reward[row] = reward
         self.done[row] = done
 
+    def add_step(self, action, reward, done, frame: np.ndarray, first: np.ndarray, final: np.ndarray) -> None:
+        """``set_step(action, reward, done)`` then ``add_observation(frame, first, final)``: one
+        vector step's rows (the device replay sends them in one copy)."""
+        self.set_step(action, reward, done)
+        self.add_observation(frame, first, final)
+
     def cut(self) -> None:
         """Mark the newest row as the end of its episode (the envs restart after a resume)."""
         if self.count:

@@ -95,10 +95,10 @@ def assign_regimes(
         & ~clean_correct.bool()
     )
     safe = ~outlier & (margin >= safe_margin)
-    regimes = torch.full_like(margin, BOUNDARY, dtype=torch.long)
-    regimes[outlier] = OUTLIER
-    regimes[safe] = SAFE
-    return regimes
+    # torch.where, not boolean indexing: a masked write reads the mask's count back to the host
+    boundary = torch.full_like(margin, BOUNDARY, dtype=torch.long)
+    regimes = torch.where(safe, torch.full_like(boundary, SAFE), boundary)
+    return torch.where(outlier, torch.full_like(boundary, OUTLIER), regimes)
 
 
 def tri_regime_weights(
@@ -153,17 +153,29 @@ def update_history(
     visits[index] += 1
 
 
+def fixed_counts(keys: torch.Tensor, size: int) -> torch.Tensor:
+    """``counts[k] = #{i : keys_i = k}`` for ``k < size``, as a fixed-size ``index_add_``.
+
+    ``torch.bincount`` gives the same counts but reads the keys' minimum and maximum back to
+    the host and sizes its output by them: a sync per call on a GPU, and a shape no CUDA graph
+    or ``torch.compile`` can hold. Every key must lie in ``[0, size)``.
+    """
+    counts = torch.zeros(size, dtype=torch.long, device=keys.device)
+    return counts.index_add_(0, keys.reshape(-1), torch.ones_like(keys.reshape(-1), dtype=torch.long))
+
+
 def regime_counts(regimes: torch.Tensor) -> torch.Tensor:
     """How many samples fell in each regime: ``[outlier, boundary, safe]``."""
-    return torch.bincount(regimes, minlength=3)[:3]
+    return fixed_counts(regimes, 3)
 
 
 def regime_counts_per_class(regimes: torch.Tensor, y: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """``[num_classes, 3]``: row ``c`` counts the visits of class-``c`` samples per regime.
+    """``[num_classes, 3]``: row ``c`` counts the visits of class-``c`` samples per regime,
+    ``n_{c,r} = #{i : y_i = c, regime_i = r}`` (``fixed_counts`` of ``3 y_i + regime_i``).
 
     Read only for logging (which classes the outlier gate removes); never for the weights.
     """
-    return torch.bincount(y * 3 + regimes, minlength=3 * num_classes).view(num_classes, 3)
+    return fixed_counts(y * 3 + regimes, 3 * num_classes).view(num_classes, 3)
 
 
 def project_multipliers(lam: torch.Tensor, cap: float) -> torch.Tensor:

@@ -42,7 +42,8 @@ class TrainPairs:
         ca, cm = dense_batch(data.corpus, n_corpus)
         labels = torch.from_numpy(data.labels.astype(np.int64))
         self.query_adj, self.query_mask, self.corpus_adj, self.corpus_mask, self.labels = (
-            to_device(t, self.device) for t in (qa, qm, ca, cm, labels)
+            t.to(self.device)
+            for t in (qa, qm, ca, cm, labels)  # copied once: not pinned (locked memory)
         )
 
     @classmethod

@@ -12,15 +12,13 @@ def ranking_hinge_loss(scores: torch.Tensor, labels: torch.Tensor, margin: float
 
     where ``P`` is the set of all (q, c+, c-) triples. ``scores`` and ``labels`` are
     ``[Q, C]``: each query's scores for C corpus graphs and their 0/1 relevance. Queries without
-    a positive or without a negative contribute no triple. Returns a scalar (0 when no triple).
+    a positive or without a negative contribute no triple. Returns a scalar (0 when no triple:
+    the masked sum is 0, divided by ``max(|P|, 1)`` without reading ``|P|`` on the host).
     """
     pos = labels.bool()
     pair_mask = pos[:, :, None] & ~pos[:, None, :]  # [Q, C+, C-]
     hinge = torch.relu(margin + scores[:, None, :] - scores[:, :, None])
-    count = pair_mask.sum()
-    if count == 0:
-        return scores.sum() * 0.0
-    return (hinge * pair_mask).sum() / count
+    return (hinge * pair_mask).sum() / pair_mask.sum().clamp(min=1)
 
 
 def average_precision(scores: torch.Tensor, labels: torch.Tensor) -> float:

@@ -268,3 +268,75 @@ def test_the_switches_resolve_per_device_and_refuse_a_graph_without_the_replay(c
     assert capsys.readouterr().err.count("\n") == 1
     with pytest.raises(UserError, match=r"exp.yaml: config.cuda_graph: true needs the replay on the device"):
         from_dict(Config, {"cuda_graph": True, "replay_on_device": False}, "exp.yaml", "config")
+
+
+def test_acting_with_epsilon_as_a_device_scalar_picks_what_the_float_epsilon_picked(one_thread):
+    """``act_on_device`` (epsilon a float32 device scalar, no branch on it) against the earlier
+    code (epsilon a Python float, compared in the same kernel): the same actions, bit for bit,
+    over the schedule's range, with the held-out game's greedy action; at epsilon 1 the same
+    draws are made without a forward pass."""
+    from types import SimpleNamespace
+
+    from trainers.dqn_softlinf import loop
+    from trainers.dqn_softlinf.model import q_network
+
+    n, gen = 3, np.random.default_rng(0)
+    replay = DeviceFrameReplay(3 * 40, n, (84, 84), np.uint8, 4)
+    for _ in range(12):
+        replay.add_observation(gen.integers(0, 255, (n, 84, 84), np.uint8), gen.random(n) < 0.1, np.zeros(n, bool))
+    torch.manual_seed(0)
+    q = q_network("atari", (4, 84, 84), 6)
+    with torch.no_grad():
+        q.head[-1].weight.mul_(50)
+    cfg = Config(game="Pong", num_envs=n)
+    envs = SimpleNamespace(obs_shape=(4, 84, 84), num_actions=6)
+    args = (cfg, torch.device("cpu"), envs, q, q, q, q, None, replay, None, None, None, None)
+    new, old = loop.Run(*args, act_gen=torch.Generator().manual_seed(5)), torch.Generator().manual_seed(5)
+
+    def earlier(epsilon, extra):  # the code before: epsilon a Python float
+        explore = torch.rand(n, generator=old) < epsilon
+        actions = torch.randint(0, 6, (n,), generator=old)
+        if epsilon >= 1.0:
+            return actions.numpy(), None
+        x = torch.cat([replay.newest_obs().reshape(n, 4, 84, 84), torch.from_numpy(extra)])
+        best = q(x).argmax(1)
+        chosen = torch.cat([torch.where(explore, actions, best[:n]), best[n:]]).numpy()
+        return chosen[:n], chosen[n:]
+
+    for epsilon in (1.0, 0.9999, 0.5, 0.1, 0.01, 0.001, 0.0, 1.0, 0.3):
+        extra = gen.integers(0, 255, (1, 4, 84, 84), np.uint8)
+        got, want = loop.epsilon_greedy_on_device(new, epsilon, extra), earlier(epsilon, extra)
+        assert np.array_equal(got[0], want[0]), epsilon
+        assert (got[1] is None) == (want[1] is None) and (got[1] is None or np.array_equal(got[1], want[1]))
+    assert new.epsilon_dev.dtype == torch.float32 and new.epsilon_dev.dim() == 0
+
+
+@pytest.mark.parametrize("frame_dtype", [np.uint8, np.float32])
+def test_one_packed_copy_per_vector_step_writes_the_rows_six_copies_wrote(frame_dtype):
+    """``add_step`` (the step's action, reward and done, the next row's frame and flags packed
+    into one buffer, sent in one copy, alternating two staging buffers) leaves every array of
+    the ring bit-equal to ``set_step`` + ``add_observation``, past a wrap of the ring."""
+    n, shape, gen = 3, (6, 5) if frame_dtype == np.uint8 else (4,), np.random.default_rng(0)
+    one, six = (DeviceFrameReplay(3 * 8, n, shape, frame_dtype, 4) for _ in range(2))
+    host = FrameReplay(3 * 8, n, shape, frame_dtype, 4)
+
+    def frame():
+        return (gen.integers(0, 255, (n, *shape)) if frame_dtype == np.uint8 else gen.normal(size=(n, *shape))).astype(
+            frame_dtype
+        )
+
+    start = frame()
+    for r in (one, six, host):
+        r.add_observation(start, np.ones(n, bool), np.zeros(n, bool))
+    for _ in range(21):
+        step = (gen.integers(0, 6, n), gen.normal(size=n), gen.random(n) < 0.2)
+        obs = (frame(), gen.random(n) < 0.2, gen.random(n) < 0.2)
+        one.add_step(*step, *obs)
+        six.set_step(*step)
+        six.add_observation(*obs)
+        host.add_step(*step, *obs)
+    for name in ("frame", "action", "reward", "done", "first", "final"):
+        assert torch.equal(getattr(one, name), getattr(six, name)), name
+        assert np.array_equal(getattr(one, name).numpy(), getattr(host, name)), name
+    assert one.count == six.count == 22 and np.array_equal(one.final_host, six.final_host)
+    assert int(one.count_dev) == 22 and one._slot == 1  # the two buffers taken in turn

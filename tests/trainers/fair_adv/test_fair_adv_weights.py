@@ -366,3 +366,16 @@ def test_frl_with_uniform_weights_is_its_base_loss_and_normalizes_each_term():
         frl_finetune_epochs=1,
     )
     assert math.isfinite(remargin[2]["loss"].item())
+
+
+def test_regime_counts_are_bincounts_bit_for_bit_without_reading_the_keys_back():
+    """The fixed-size index_add_ counts equal torch.bincount's on random batches (every class
+    and regime, empty classes included), as long tensors."""
+    gen = torch.Generator().manual_seed(0)
+    for size, classes in ((1, 10), (7, 3), (128, 10), (1000, 100)):
+        regimes = torch.randint(0, 3, (size,), generator=gen)
+        y = torch.randint(0, classes, (size,), generator=gen)
+        want = torch.bincount(y * 3 + regimes, minlength=3 * classes).view(classes, 3)
+        got = reweight.regime_counts_per_class(regimes, y, classes)
+        assert got.dtype == want.dtype == torch.long and torch.equal(got, want)
+        assert torch.equal(reweight.regime_counts(regimes), torch.bincount(regimes, minlength=3))
