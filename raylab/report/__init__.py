@@ -433,13 +433,11 @@ def trial_table(run: Run, metric: str | None) -> tuple[list[str], list[list[Any]
 
 
 def swept_value(params: dict[str, Any], key: str, defaults: dict[str, Any]) -> str:
-    """A trial's value of a swept key as a cell. A key its ``variant`` group does not set
-    (``beta`` of an mse trial) shows the config's default it ran with, ``10 (default)``, or
-    ``-`` when the workload's Config is not known here; never ``None``."""
+    """A trial's value of a swept key as a cell; ``-`` for a key its ``variant`` group does not
+    set (``beta`` of an MSE trial: its loss does not use it, whatever the Config's default);
+    never ``None``. ``defaults`` is kept for callers; a swept key never reads at its default."""
     if key in params and params[key] is not None:
         return format_value(params[key])
-    if key in defaults and defaults[key] is not None:
-        return f"{format_value(defaults[key])} (default)"
     return "-"
 
 

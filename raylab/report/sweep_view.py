@@ -18,6 +18,7 @@ give a sweep, from the run folder alone.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,13 @@ def choose_step(run: Run, spec: Report, metric: str) -> str:
 
 
 def _groups(run: Run, seeds, defaults: dict[str, Any], metric: str):
-    """The condition keys, the trials with a number for ``metric``, and their configs (a key a
-    trial's variant does not set reads at its Config default)."""
+    """The condition keys, the trials with a number for ``metric``, and their configs. A swept
+    key a trial's variant does not set (``beta`` of an MSE trial) stays unset (shown ``-``): the
+    trial does not use it, whatever its Config default is."""
     keys = conditions(run, seeds)
     trials = [t for t in run.trials if t.rows and is_number(value_at(t, metric))]
-    return keys, trials, {t.name: {**defaults, **t.params} for t in trials}
+    unswept = {k: v for k, v in defaults.items() if k not in keys}
+    return keys, trials, {t.name: {**unswept, **t.params} for t in trials}
 
 
 def _mode_sign(mode: str) -> float:
@@ -250,18 +253,21 @@ def importance(keys: list[str], seed_keys: list[str], trials, configs, metric: s
         )
         return out
     y = np.array([value_at(t, metric) for t in trials], dtype=float)
+    if float(y.std()) == 0:
+        out["note"] = (
+            f"importance not defined: {metric} is {format_value(float(y[0]))} in all {len(trials)} trials, "
+            "so no key explains any of its variance"
+        )
+        out["constant"] = True
+        return out
     values = {k: [configs[t.name].get(k) for t in trials] for k in columns}
     X = np.column_stack([_encode(values[k]) for k in columns])
-    permutation = {k: (math.nan, math.nan) for k in columns}
-    if float(y.std()) > 0:
-        from sklearn.ensemble import RandomForestRegressor
-        from sklearn.inspection import permutation_importance
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.inspection import permutation_importance
 
-        forest = RandomForestRegressor(n_estimators=50, random_state=0).fit(X, y)
-        result = permutation_importance(forest, X, y, n_repeats=10, random_state=0)
-        permutation = {
-            k: (float(m), float(s)) for k, m, s in zip(columns, result.importances_mean, result.importances_std)
-        }
+    forest = RandomForestRegressor(n_estimators=50, random_state=0).fit(X, y)
+    result = permutation_importance(forest, X, y, n_repeats=10, random_state=0)
+    permutation = {k: (float(m), float(s)) for k, m, s in zip(columns, result.importances_mean, result.importances_std)}
     for key in columns:
         out["rows"].append(
             {
@@ -289,43 +295,50 @@ def learning_curves(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from raylab.report.plots import save_figure
+    from raylab.report.plots import _cut_below, _log_floor, save_figure
+    from raylab.report.style import LEGEND, legend_columns, series_colors, spans_decades
 
+    name_of = style.label if style else str
     groups = list(group(run, trials, keys).items())
     groups.sort(key=lambda kv: _mode_sign(mode) * -np.mean([value_at(t, metric) for t in kv[1]]))
     shown = groups[:CURVES_SHOWN]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     drawn = 0
-    for values, members in shown:
-        steps, seconds, mean, std = step_means(members, step, metric)
-        if steps.size == 0:
-            continue
-        label = f"{label_of(keys, values) if keys else 'all trials'} (n={len(members)})"
-        color = None
+    curves = [(values, members, step_means(members, step, metric)) for values, members in shown]
+    curves = [c for c in curves if c[2][0].size]
+    means = np.concatenate([c[2][2] for c in curves]) if curves else np.empty(0)
+    log = spans_decades(means)
+    floor = _log_floor(means)
+    for (values, members, (steps, seconds, mean, std)), color in zip(curves, series_colors(len(curves))):
+        label = f"{label_of(keys, values, name_of) if keys else 'all trials'} (n={len(members)})"
+        low, high = mean - std, mean + std
+        if log:
+            low, _ = _cut_below(low, floor)
         for ax, xs in zip(axes, (steps, seconds)):
-            (line,) = ax.plot(xs, mean, color=color, label=label, marker="." if xs.size < 4 else None)
-            color = line.get_color()
+            ax.plot(xs, mean, color=color, label=label, marker="." if xs.size < 4 else None)
             band = np.isfinite(std)
             if band.any():
-                ax.fill_between(xs[band], (mean - std)[band], (mean + std)[band], color=color, alpha=0.2, linewidth=0)
+                ax.fill_between(xs[band], low[band], high[band], color=color, alpha=0.2, linewidth=0)
         drawn += 1
     out: dict[str, Any] = {"file": "", "x": [step, "time_total_s"], "configurations": len(groups), "shown": len(shown)}
     if not drawn:
         plt.close(fig)
         out["note"] = f"no trial reported {metric} against {step} or time_total_s"
         return out
-    name_of = style.label if style else str
     for ax, x in zip(axes, (name_of(step), "wall-clock seconds (time_total_s)")):
         ax.set_xlabel(x, fontsize=8)
         ax.set_ylabel(name_of(metric), fontsize=8)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+        if log:
+            ax.set_yscale("log")
+    axes[1].legend(**LEGEND, ncol=legend_columns(drawn))
     more = f"the best {len(shown)} of {len(groups)} configurations; " if len(groups) > len(shown) else ""
-    fig.suptitle(
-        f"{name_of(metric)} against {name_of(step)} and against wall-clock time: {more}mean over seeds at each {step} "
-        "(wall-clock: the seeds' mean time there), band ± one std",
-        fontsize=10,
+    title = (
+        f"{name_of(metric)} against {name_of(step)} and against wall-clock time: {more}mean over seeds at each "
+        f"{name_of(step)} (wall-clock: the seeds' mean time there), band ± one std"
+        + (" (cut at the log axis where it reaches zero)" if log else "")
     )
+    fig.suptitle(textwrap.fill(title, 140), fontsize=10)
     save_figure(fig, path, style=style)
     out["file"] = f"figures/{path.name}"
     return out
