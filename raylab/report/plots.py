@@ -40,6 +40,8 @@ from raylab.report.style import LEGEND, WATERMARK, FigureStyle, legend_columns, 
 from raylab.report.uncertainty import curve_band, error_bars, point_interval
 
 PANEL_W, PANEL_H, MAX_PANELS = 5.0, 3.4, 36
+LEGEND_CHARS = 48
+"""A legend entry wraps onto a new line after this many characters."""
 
 
 def draw(
@@ -73,9 +75,10 @@ def draw(
             title = " | ".join(p for p in (shown, panel) if p)
             ax.set_title(textwrap.fill(title, max(20, chars // len(columns))), fontsize=8)
             ax.grid(alpha=0.3)
-            handles = ax.get_legend_handles_labels()[0]
+            handles, labels = ax.get_legend_handles_labels()
             if handles:
-                ax.legend(**LEGEND, ncol=legend_columns(len(handles)))
+                wrapped = [textwrap.fill(text, LEGEND_CHARS) for text in labels]
+                ax.legend(handles, wrapped, **LEGEND, ncol=legend_columns(len(handles)))
     if not drawn:
         plt.close(fig)
         return False, note or f"no trial reported {', '.join(item.plotted())} as numbers"
@@ -112,7 +115,7 @@ def save_figure(fig, path: Path, dpi: int = 80, style: FigureStyle | None = None
     paper's editor can restyle and search them; they carry no creation date, so the same run
     gives the same bytes."""
     style = style or FigureStyle()
-    fig.tight_layout()
+    fit_canvas(fig)
     if style.smoke:
         width, height = fig.get_figwidth() * 72, fig.get_figheight() * 72  # points
         mark = fig.text(
@@ -140,6 +143,27 @@ def save_figure(fig, path: Path, dpi: int = 80, style: FigureStyle | None = None
             written.append(target)
     plt.close(fig)
     return written
+
+
+def fit_canvas(fig, rounds: int = 4) -> None:
+    """Lay ``fig`` out (``tight_layout``) and grow its canvas until every artist it draws lies
+    inside it: titles, tick labels and legends outside the axes are never cut off at the edge.
+
+    ``Figure.get_tightbbox`` (inches) is the union of what is drawn; where it sticks out of the
+    canvas, the canvas grows by that much and the layout is made again."""
+    import warnings
+
+    for _ in range(rounds):
+        with warnings.catch_warnings():  # a layout that cannot fit yet: the canvas grows below
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout()
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        width, height = fig.get_size_inches()
+        over_w = max(0.0, box.x1 - width) + max(0.0, -box.x0)
+        over_h = max(0.0, box.y1 - height) + max(0.0, -box.y0)
+        if over_w < 0.01 and over_h < 0.01:
+            return
+        fig.set_size_inches(width + over_w + 0.15, height + over_h + 0.15)
 
 
 def _series_label(style: FigureStyle, keys: list[str], values: tuple) -> str:
