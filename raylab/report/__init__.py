@@ -6,6 +6,7 @@
     python -m raylab.report dqn_softlinf --claims                     # the claims table, plain text
     python -m raylab.report dqn_softlinf --claims --format json       # ... as JSON, for a lab's CI
     python -m raylab.report backdoor --figure-formats svg,pdf --uncertainty ci95   # for a paper
+    python -m raylab.report results/toy-20260101-120000 results/toy-20260102-090000   # two runs compared
 
 Reads the run folder (a local path, or a URI that Ray's storage reads through pyarrow), groups
 the trials by their swept hyperparameters other than the seed, and writes PNG figures (SVG and
@@ -19,7 +20,9 @@ stated with its estimate over seeds, a 95% interval, the seeds that agree, its p
 control and a verdict (``raylab.report.claims``, ``raylab.report.evidence``), and the
 rliable-style aggregates of a suite of tasks (``raylab.report.suite``). A run with a search
 space also gets the sweep view: parallel coordinates, hyperparameter importance, learning
-curves against steps and wall-clock time (``raylab.report.sweep_view``).
+curves against steps and wall-clock time (``raylab.report.sweep_view``). Two runs named give
+one comparison instead: their curves overlaid and their claims side by side
+(``raylab.report.compare``).
 """
 
 from __future__ import annotations
@@ -59,8 +62,16 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m raylab.report", description=__doc__.split("\n")[0].replace("``", ""), allow_abbrev=False
     )
-    p.add_argument("run", help="a run folder (path or URI), or an experiment name (its newest run)")
-    p.add_argument("--out", help="report folder (default: RUN/report, or reports/RUN_NAME for a URI)")
+    p.add_argument(
+        "run",
+        nargs="+",
+        metavar="RUN",
+        help="a run folder (path or URI), or an experiment name (its newest run); two of them: compare the two",
+    )
+    p.add_argument(
+        "--out",
+        help="report folder (default: RUN/report, or reports/RUN_NAME for a URI; two runs: reports/compare-A-vs-B)",
+    )
     p.add_argument(
         "--format",
         choices=FORMATS,
@@ -96,7 +107,12 @@ def parser() -> argparse.ArgumentParser:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    run_path = find_run(args.run, args.storage, train_runs=args.train_runs)
+    if len(args.run) > 2:
+        raise UserError(f"name one run for its report or two to compare, not {len(args.run)}: {' '.join(args.run)}")
+    run_paths = [find_run(name, args.storage, train_runs=args.train_runs) for name in args.run]
+    run_path = run_paths[0]
+    if args.claims and len(run_paths) == 2:
+        raise UserError("--claims prints one run's claims; two runs compare without it (their claims side by side)")
     if args.claims:
         print(claims_report(run_path, args.format), end="")
         return 0
@@ -104,6 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         formats = parse_formats(args.figure_formats)
     except ValueError as err:
         raise UserError(str(err)) from None
+    if len(run_paths) == 2:
+        from raylab.report.compare import write_comparison
+
+        written = write_comparison(
+            *run_paths, out=args.out, fmt=args.format, figure_formats=formats, uncertainty=args.uncertainty
+        )
+        print(f"comparison: {written}")
+        return 0
     report = write_report(run_path, out=args.out, fmt=args.format, figure_formats=formats, uncertainty=args.uncertainty)
     print(f"report: {report}")
     return 0
