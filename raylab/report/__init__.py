@@ -121,8 +121,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         raise UserError(str(err)) from None
     if len(run_paths) == 2:
-        from raylab.report.compare import write_comparison
-
         written = write_comparison(
             *run_paths, out=args.out, fmt=args.format, figure_formats=formats, uncertainty=args.uncertainty
         )
@@ -183,6 +181,47 @@ def write_report(
     else:
         target = out_dir / "report.md"
         target.write_text(to_markdown(content))
+    return str(target)
+
+
+def write_comparison(
+    path_a: str,
+    path_b: str,
+    out: str | Path | None = None,
+    fmt: str = "html",
+    figure_formats: tuple[str, ...] = ("png",),
+    uncertainty: str | None = None,
+) -> str:
+    """Write the comparison of the runs at ``path_a`` (A) and ``path_b`` (B): their curves
+    overlaid and their claims side by side (``raylab.report.compare``); return the file
+    written (``comparison.html``, ``.md`` or ``.json``). The figures and claims are those of A's
+    workload; the SMOKE watermark is drawn when either run is a smoke run."""
+    from raylab.report import compare
+
+    runs = {"A": load_run(str(path_a)), "B": load_run(str(path_b))}
+    if runs["A"].path == runs["B"].path:
+        raise UserError(f"both runs are {runs['A'].path}: name two different runs to compare")
+    out_dir = Path(out) if out else Path("reports") / f"compare-{runs['A'].name}-vs-{runs['B'].name}"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out {out_dir}: cannot make the folder: {err.strerror or err}") from None
+    spec, spec_note = declared_report(runs["A"])
+    style = figure_style(runs["A"], spec, figure_formats, uncertainty)
+    style = FigureStyle(
+        formats=style.formats,
+        uncertainty=style.uncertainty,
+        smoke=any(bool(run.experiment.get("smoke")) for run in runs.values()),
+        labels=style.labels,
+    )
+    facts = {side: _facts(run) for side, run in runs.items()}
+    defaults = {side: config_defaults(run) for side, run in runs.items()}
+    content = compare.build_comparison(runs, spec, out_dir, style, facts, defaults, spec_note)
+    (out_dir / "comparison.json").write_text(json.dumps(content, indent=1, default=str))
+    if fmt == "json":
+        return str(out_dir / "comparison.json")
+    target = out_dir / ("comparison.md" if fmt == "md" else "comparison.html")
+    target.write_text(compare.to_markdown(content) if fmt == "md" else compare.to_html(content, out_dir))
     return str(target)
 
 

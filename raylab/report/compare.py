@@ -11,15 +11,13 @@ workload evaluated on both runs, A's estimate and verdict beside B's.
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from raylab.errors import UserError
 from raylab.report.aggregate import conditions, group, label_of, value_at
-from raylab.report.data import Run, is_number, load_run
+from raylab.report.data import Run, is_number
 from raylab.report.render import CSS, VERDICT_CLASS, fmt_number
 from raylab.report.style import FigureStyle
 from raylab.run_folder import RunFolder
@@ -29,49 +27,18 @@ SIDES = ("A", "B")
 DASHES = {"A": "-", "B": "--"}
 
 
-def write_comparison(
-    path_a: str,
-    path_b: str,
-    out: str | Path | None = None,
-    fmt: str = "html",
-    figure_formats: tuple[str, ...] = ("png",),
-    uncertainty: str | None = None,
-) -> str:
-    """Write the comparison of the runs at ``path_a`` and ``path_b``; return the file written."""
-    from raylab import report as reports
-
-    runs = {"A": load_run(str(path_a)), "B": load_run(str(path_b))}
-    if runs["A"].path == runs["B"].path:
-        raise UserError(f"both runs are {runs['A'].path}: name two different runs to compare")
-    out_dir = Path(out) if out else Path("reports") / f"compare-{runs['A'].name}-vs-{runs['B'].name}"
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"--out {out_dir}: cannot make the folder: {err.strerror or err}") from None
-    spec, spec_note = reports.declared_report(runs["A"])
-    style = reports.figure_style(runs["A"], spec, figure_formats, uncertainty)
-    style = FigureStyle(
-        formats=style.formats,
-        uncertainty=style.uncertainty,
-        smoke=any(bool(r.experiment.get("smoke")) for r in runs.values()),
-        labels=style.labels,
-    )
-    content = build_comparison(runs, spec, out_dir, style, spec_note)
-    (out_dir / "comparison.json").write_text(json.dumps(content, indent=1, default=str))
-    if fmt == "json":
-        return str(out_dir / "comparison.json")
-    if fmt == "md":
-        target = out_dir / "comparison.md"
-        target.write_text(to_markdown(content))
-    else:
-        target = out_dir / "comparison.html"
-        target.write_text(to_html(content, out_dir))
-    return str(target)
-
-
-def build_comparison(runs: dict[str, Run], spec, out_dir: Path, style: FigureStyle, spec_note: str = "") -> dict:
-    """The comparison's content (JSON-able): facts, best trials, the overlaid curves, the claims."""
-    from raylab import report as reports
+def build_comparison(
+    runs: dict[str, Run],
+    spec,
+    out_dir: Path,
+    style: FigureStyle,
+    facts: dict[str, list[tuple[str, Any]]],
+    defaults: dict[str, dict[str, Any]],
+    spec_note: str = "",
+) -> dict:
+    """The comparison's content (JSON-able): ``facts`` (each run's facts box), best trials, the
+    overlaid curves, the claims of ``spec`` on each run (a field a trial does not set reads at
+    the run's Config ``defaults``)."""
     from raylab.report.evidence import estimate_words, evaluate_claims, measured_words
 
     metric = runs["A"].experiment.get("metric")
@@ -84,11 +51,11 @@ def build_comparison(runs: dict[str, Run], spec, out_dir: Path, style: FigureSty
         )
     if runs["B"].experiment.get("metric") != metric:
         notes.append(f"B's experiment optimises {runs['B'].experiment.get('metric')}; both are drawn with A's {metric}")
-    facts = {side: dict(reports._facts(run)) for side, run in runs.items()}
+    facts = {side: dict(facts[side]) for side in SIDES}
     keys = list(dict.fromkeys(k for side in SIDES for k in facts[side]))
     best = {side: RunFolder(run.path).best() for side, run in runs.items()}
     curves = overlaid_curves(runs, spec, metric, mode, out_dir / "figures" / "compare_curves.png", style)
-    claims = {side: evaluate_claims(run, spec, reports.config_defaults(run)) for side, run in runs.items()}
+    claims = {side: evaluate_claims(run, spec, defaults[side]) for side, run in runs.items()}
     rows = []
     for claim_a, claim_b in zip(claims["A"], claims["B"]):
         variants = list(dict.fromkeys(r["variant"] for r in (*claim_a["rows"], *claim_b["rows"])))
