@@ -101,6 +101,7 @@ def draw(
                 )
                 if n
             )
+    _room_for_legends(fig, axes)
     fig.suptitle(textwrap.fill(item.heading(style.label), int(chars * 0.85)), fontsize=10)
     save_figure(fig, path, dpi=90, style=style)
     return True, note
@@ -143,6 +144,18 @@ def save_figure(fig, path: Path, dpi: int = 80, style: FigureStyle | None = None
             written.append(target)
     plt.close(fig)
     return written
+
+
+def _room_for_legends(fig, axes) -> None:
+    """Widen the figure by its widest legend per column of panels, so that legends outside the
+    axes take new room rather than the data's."""
+    renderer = fig.canvas.get_renderer()
+    extra = 0.0
+    for column in np.asarray(axes).T:
+        widths = [ax.get_legend().get_window_extent(renderer).width for ax in column if ax.get_legend()]
+        extra += (max(widths) / fig.dpi + 0.15) if widths else 0.0
+    if extra:
+        fig.set_size_inches(fig.get_figwidth() + extra, fig.get_figheight())
 
 
 def fit_canvas(fig, rounds: int = 4) -> None:

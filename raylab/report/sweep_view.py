@@ -92,8 +92,10 @@ def _axis(values: list[Any]) -> tuple[list[float], list[float], list[str], str]:
     """Positions in [0, 1] of one axis's values, its ticks and tick labels, and its scale."""
     numeric = all(is_number(v) for v in values)
     if numeric:
+        from raylab.report.style import log_spaced
+
         array = np.asarray(values, dtype=float)
-        log = bool((array > 0).all() and array.max() / array.min() > 100)
+        log = log_spaced(values)
         scaled = np.log10(array) if log else array
         low, high = float(scaled.min()), float(scaled.max())
         span = (high - low) or 1.0
@@ -148,10 +150,16 @@ def parallel_coordinates(
     if not keys or len(groups) < 2:
         out["note"] = ("nothing swept but the seed" if not keys else "one configuration") + ": no parallel coordinates"
         return out
+    from raylab.report.style import spans_decades
+
     means = np.array([g["mean"] for g in groups])
-    low, high = float(means.min()), float(means.max())
-    lows = [g["interval"][0] if g["interval"] else g["mean"] for g in groups]
-    highs = [g["interval"][1] if g["interval"] else g["mean"] for g in groups]
+    # a metric spanning decades reads on a log axis; an interval reaching zero is cut at its floor
+    log = spans_decades(means)
+    floor = 0.5 * float(means.min()) if log else -np.inf
+    scale = (lambda v: np.log10(np.maximum(v, floor))) if log else (lambda v: np.asarray(v, dtype=float))
+    low, high = float(scale(means.min())), float(scale(means.max()))
+    lows = [float(scale(g["interval"][0] if g["interval"] else g["mean"])) for g in groups]
+    highs = [float(scale(g["interval"][1] if g["interval"] else g["mean"])) for g in groups]
     metric_low, metric_high = min(low, *lows), max(high, *highs)
     span = (metric_high - metric_low) or 1.0
     axes_values = [_axis([g["values"][k] for g in groups]) for k in keys]
@@ -161,29 +169,30 @@ def parallel_coordinates(
     xs = list(range(len(keys) + 1))
     for index in order:
         g = groups[index]
-        ys = [axes_values[j][0][index] for j in range(len(keys))] + [(g["mean"] - metric_low) / span]
-        color = cmap((g["mean"] - low) / ((high - low) or 1.0))
+        ys = [axes_values[j][0][index] for j in range(len(keys))] + [(float(scale(g["mean"])) - metric_low) / span]
+        color = cmap((float(scale(g["mean"])) - low) / ((high - low) or 1.0))
         ax.plot(xs, ys, color=color, alpha=0.85, linewidth=1.6)
         if g["interval"]:
             offset = xs[-1] - 0.02 - 0.05 * (list(order).index(index) / max(1, len(groups) - 1))
             ax.plot(
                 [offset] * 2,
-                [(g["interval"][0] - metric_low) / span, (g["interval"][1] - metric_low) / span],
+                [(float(scale(g["interval"][i])) - metric_low) / span for i in (0, 1)],
                 color=color,
                 linewidth=3,
                 alpha=0.7,
                 solid_capstyle="butt",
             )
-    for j, (positions, ticks, labels, scale) in enumerate(axes_values):
+    for j, (_, ticks, labels, _kind) in enumerate(axes_values):
         ax.axvline(j, color="0.3", linewidth=1)
         for t, lab in zip(ticks, labels):
             ax.text(j + 0.03, t, lab, fontsize=7, va="center")
     ax.axvline(len(keys), color="0.3", linewidth=1)
     for t in np.linspace(0, 1, 5):
-        ax.text(len(keys) + 0.03, t, format_value(float(metric_low + t * span)), fontsize=7, va="center")
+        value = metric_low + t * span
+        ax.text(len(keys) + 0.03, t, format_value(float(10**value if log else value)), fontsize=7, va="center")
     name_of = style.label if style else str
     names = [f"{name_of(k)}{' (log)' if a[3] == 'log' else ''}" for k, a in zip(keys, axes_values)]
-    ax.set_xticks(xs, [*names, f"{name_of(metric)} ({mode})"], fontsize=8)
+    ax.set_xticks(xs, [*names, f"{name_of(metric)} ({mode}{', log' if log else ''})"], fontsize=8)
     ax.set_yticks([])
     ax.set_xlim(-0.1, len(keys) + 0.45)
     ax.set_ylim(-0.05, 1.05)
@@ -195,9 +204,11 @@ def parallel_coordinates(
         f"(n = {', '.join(map(str, seeds))});\nbars left of the metric axis: each one's 95% interval over seeds",
         fontsize=9,
     )
-    fig.colorbar(
-        plt.cm.ScalarMappable(norm=plt.Normalize(low, high), cmap=cmap), ax=ax, pad=0.01, label=name_of(metric)
-    ).ax.tick_params(labelsize=7)
+    norm = matplotlib.colors.LogNorm(10**low, 10**high) if log and high > low else plt.Normalize(low, high)
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.01, label=name_of(metric)).ax.tick_params(
+        labelsize=7
+    )
+    out["log_metric"] = log
     save_figure(fig, path, style=style)
     out["file"] = f"figures/{path.name}"
     return out
