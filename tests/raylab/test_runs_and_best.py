@@ -186,6 +186,8 @@ def test_two_runs_compare_in_one_report(two_runs, tmp_path):
     assert html.count("<img") == 1 and "A solid" not in html  # the figure's words are in the PNG
     assert content["best"]["A"]["value"] == RunFolder(storage / "toy-a").best()["value"]
     assert content["best"]["B"]["config"]["lr"] == 0.01
+    facts = {key: (a, b) for key, a, b in content["facts"]}
+    assert facts["notes"] == ("first try: lr 0.05", "-") and facts["tags"] == ("baseline, lr sweep", "-")
     code, _, err = _main(report.main, [str(storage / "toy-a"), str(storage / "toy-b"), str(storage / "toy-a")])
     assert code == 2 and "not 3" in err
 
