@@ -75,10 +75,7 @@ def draw(
             title = " | ".join(p for p in (shown, panel) if p)
             ax.set_title(textwrap.fill(title, max(20, chars // len(columns))), fontsize=8)
             ax.grid(alpha=0.3)
-            handles, labels = ax.get_legend_handles_labels()
-            if handles:
-                wrapped = [textwrap.fill(text, LEGEND_CHARS) for text in labels]
-                ax.legend(handles, wrapped, **LEGEND, ncol=legend_columns(len(handles)))
+        _row_legend(axes[row])
     if not drawn:
         plt.close(fig)
         return False, note or f"no trial reported {', '.join(item.plotted())} as numbers"
@@ -144,6 +141,18 @@ def save_figure(fig, path: Path, dpi: int = 80, style: FigureStyle | None = None
             written.append(target)
     plt.close(fig)
     return written
+
+
+def _row_legend(row_axes) -> None:
+    """One legend per row of panels, right of its last panel: the series keep their colour (and
+    a metric its dash) in every panel of the figure, so one key serves the row."""
+    entries: dict[str, object] = {}
+    for ax in row_axes:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(text, handle)
+    if entries:
+        wrapped = [textwrap.fill(text, LEGEND_CHARS) for text in entries]
+        row_axes[-1].legend(list(entries.values()), wrapped, **LEGEND, ncol=legend_columns(len(entries)))
 
 
 def _room_for_legends(fig, axes) -> None:
