@@ -32,18 +32,50 @@ def _main(main, argv) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def two_runs(ray_session, tmp_path_factory):
-    """``(storage, {name: stdout})``: toy-a (notes, two tags) and toy-b (another lr)."""
+    """``(storage, {name: stdout})``: toy-a, a real toy smoke sweep (notes, two tags), and
+    toy-b, a finished run of another lr written by hand as a sweep leaves it (started later)."""
+    import datetime
+
     storage = tmp_path_factory.mktemp("runs") / "results"
-    common = ["toy", "--smoke", "search.seed=[0]", "--storage", str(storage), "--quiet"]
-    printed = {}
-    for name, extra in (
-        ("toy-a", ["--notes", "first try: lr 0.05", "--tag", "baseline", "--tag", "lr sweep"]),
-        ("toy-b", ["search.lr=[0.01]"]),
-    ):
-        code, out, err = _main(raylab_tune.main, [*common, "--name", name, *extra])
-        assert code == 0, err
-        printed[name] = out
-    return storage, printed
+    argv = ["toy", "--smoke", "search.seed=[0]", "--storage", str(storage), "--quiet", "--name", "toy-a"]
+    code, out, err = _main(
+        raylab_tune.main, [*argv, "--notes", "first try: lr 0.05", "--tag", "baseline", "--tag", "lr sweep"]
+    )
+    assert code == 0, err
+    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)).isoformat(timespec="seconds")
+    b = RunFolder(storage / "toy-b")
+    experiment = {
+        "name": "toy",
+        "workload": "toy",
+        "metric": "eval/mse",
+        "mode": "min",
+        "search": {"lr": {"grid": [0.01]}, "seed": {"grid": [0]}},
+        "num_samples": 1,
+        "smoke": True,
+        "provenance": {"started": later, "ended": later, "git": {"commit": "0" * 40, "dirty": True}},
+    }
+    b.write_text(EXPERIMENT_FILE, yaml.safe_dump(experiment))
+    trial = b.trial("toy_b_00000")
+    trial.write_params({"lr": 0.01, "seed": 0, "steps": 60})
+    trial.write_rows(
+        [
+            {"train/step": s, "eval/mse": 1.0 / s, "training_iteration": i, "time_total_s": 0.1 * i}
+            for i, s in ((1, 20), (2, 40), (3, 60))
+        ]
+    )
+    b.mark_ended("b_00000")
+    b.mark_finished(1)
+    b.write_best(
+        {
+            "trial": "b_00000",
+            "metric": "eval/mse",
+            "mode": "min",
+            "value": 1 / 60,
+            "config": {"lr": 0.01, "seed": 0},
+            "checkpoint": None,
+        }
+    )
+    return storage, {"toy-a": out}
 
 
 def test_a_finished_sweep_writes_its_best_trial_and_prints_it(two_runs):
@@ -76,7 +108,6 @@ def test_notes_and_tags_are_saved_in_the_run_and_sent_to_mlflow(two_runs, monkey
     storage, _ = two_runs
     saved = yaml.safe_load((storage / "toy-a" / EXPERIMENT_FILE).read_text())["provenance"]
     assert saved["notes"] == "first try: lr 0.05" and saved["tags"] == ["baseline", "lr sweep"]
-    assert "notes" not in yaml.safe_load((storage / "toy-b" / EXPERIMENT_FILE).read_text())["provenance"]
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     run = RunFolder(storage / "toy-a")
     toy = experiments.load("toy", ["search.seed=[0]"], smoke=True)
