@@ -105,4 +105,6 @@ def facts(saved: dict[str, Any] | None) -> list[tuple[str, Any]]:
         ("host", saved.get("host", "?")),
         ("started", saved.get("started", "?")),
         ("ended", saved.get("ended") or "not ended (interrupted or running)"),
+        *((("notes", saved["notes"]),) if saved.get("notes") else ()),
+        *((("tags", ", ".join(saved["tags"])),) if saved.get("tags") else ()),
     ]

@@ -6,6 +6,7 @@ A run folder is what ``python -m raylab.tune`` (one folder per Tune trial) or
 
     experiment.yaml          the experiment as it ran, with its provenance
     summary.csv              the end-of-sweep table
+    best.yaml                the best trial: its config, metric value and checkpoint
     _raylab/finished.yaml    every trial reached its end: ``--resume`` has nothing to do
     _raylab/ended/TRIAL_ID   one empty file per trial whose loop returned
     TRIAL/                   one ``TrialFolder`` per trial:
@@ -39,6 +40,10 @@ if TYPE_CHECKING:
 
 EXPERIMENT_FILE = "experiment.yaml"
 SUMMARY_FILE = "summary.csv"
+BEST_FILE = "best.yaml"
+"""The sweep's best trial as a script reads it (as Tune's ``ResultGrid.get_best_result`` or
+Optuna's ``best_params`` give it): ``trial``, ``metric``, ``mode``, ``value``, ``config``,
+``checkpoint`` (a path or URI, or null), ``iteration``; written when a sweep ends."""
 RUN_INTERNAL = "_raylab"
 FINISHED_FILE = f"{RUN_INTERNAL}/finished.yaml"
 """Written when every trial of a sweep has terminated: ``--resume`` then has nothing to do."""
@@ -274,14 +279,21 @@ class RunFolder:
                 path.rmdir() if path.is_dir() else path.unlink()
         self._claimed = []
 
-    def begin(self, experiment: Experiment, command: str = TUNE_RUN) -> None:
+    def begin(
+        self, experiment: Experiment, command: str = TUNE_RUN, notes: str = "", tags: tuple[str, ...] = ()
+    ) -> None:
         """Write ``experiment.yaml``: the experiment as it runs now, with its provenance (the
-        code's commit, package versions, host, start time) and the ``command`` that ran it."""
+        code's commit, package versions, host, start time), the ``command`` that ran it, and the
+        user's ``notes`` and ``tags`` (``--notes``, ``--tag``) when given."""
         from raylab import workloads
 
         record = {**provenance.of_workload(workloads.get(experiment.workload)), "command": command}
         if digest := file_digest(experiment.source):
             record[SOURCE_DIGEST] = digest
+        if notes:
+            record["notes"] = notes
+        if tags:
+            record["tags"] = list(dict.fromkeys(tags))
         self.write_text(EXPERIMENT_FILE, yaml_io.dumps({**experiment.to_yaml_dict(), "provenance": record}))
 
     def record(self, *, ended: str | None = None, resumed: str | None = None) -> None:
@@ -304,6 +316,19 @@ class RunFolder:
         record = saved.get("provenance") if isinstance(saved.get("provenance"), dict) else {}
         started = record.get(SOURCE_DIGEST)
         return bool(started) and file_digest(current_file) != started
+
+    def write_best(self, best: dict[str, Any]) -> str:
+        """Write ``best.yaml`` (``BEST_FILE``); return its path or URI."""
+        return self.write_text(BEST_FILE, yaml_io.dumps(best))
+
+    def best(self) -> dict[str, Any] | None:
+        """The saved best trial (``best.yaml``), or None when the run has none (yet)."""
+        text = self.read_text(BEST_FILE)
+        try:
+            saved = yaml_io.loads(text, self.join(BEST_FILE)) if text is not None else None
+        except UserError:
+            return None
+        return saved if isinstance(saved, dict) else None
 
     def saved_experiment(self, what: str = "--resume") -> Experiment:
         """The experiment the run was started with (its ``experiment.yaml``), validated again;
@@ -367,6 +392,32 @@ def new_run_name(experiment: Experiment, command: str = TUNE_RUN) -> str:
     return f"{experiment.name}{train}{'-smoke' if experiment.smoke else ''}-{stamp}"
 
 
+def runs_under(storage_root: str) -> list[tuple[RunFolder, dict, int]]:
+    """Every run folder directly under ``storage_root`` (a path or a URI): ``(run, its saved
+    experiment.yaml, when that file last changed in ns)``, by name; folders without a readable
+    ``experiment.yaml`` are not runs; ``[]`` when ``storage_root`` is not a folder."""
+    import pyarrow.fs
+
+    root = RunFolder(storage_root)
+    if root.kind() != "dir":
+        return []
+    fs, base = root._fs()
+    found = []
+    for name, kind in root.listdir():
+        if kind != "dir":
+            continue
+        run = RunFolder(root.join(name))
+        saved = run.experiment()
+        if saved is None:
+            continue
+        try:
+            info = fs.get_file_info(f"{base}/{name}/{EXPERIMENT_FILE}")
+        except OSError:
+            continue
+        found.append((run, saved, info.mtime_ns if info.type == pyarrow.fs.FileType.File and info.mtime_ns else 0))
+    return found
+
+
 def newest_run(
     storage_root: str, experiment: str, *, smoke: bool | None = None, train: bool | None = False, keep=None
 ) -> RunFolder | None:
@@ -378,29 +429,17 @@ def newest_run(
     (unfinished, restorable). Newest is the run whose ``experiment.yaml`` changed last: a
     sweep rewrites it as it starts, resumes and ends.
     """
-    import pyarrow.fs
-
-    root = RunFolder(storage_root)
-    if root.kind() != "dir":
-        return None
-    fs, base = root._fs()
     candidates = []
-    for name, kind in root.listdir():
-        if kind != "dir":
-            continue
-        run = RunFolder(root.join(name))
-        saved = run.experiment()
-        if saved is None or saved.get("name") != experiment:
+    for run, saved, changed in runs_under(storage_root):
+        if saved.get("name") != experiment:
             continue
         if smoke is not None and bool(saved.get("smoke")) != smoke:
             continue
-        if train is not None and is_train_run(saved, name) != train:
+        if train is not None and is_train_run(saved, run.name) != train:
             continue
         if keep is not None and not keep(run):
             continue
-        info = fs.get_file_info(f"{base}/{name}/{EXPERIMENT_FILE}")
-        changed = info.mtime_ns if info.type == pyarrow.fs.FileType.File else 0
-        candidates.append((changed or 0, name, run))
+        candidates.append((changed, run.name, run))
     return max(candidates, key=lambda c: c[:2])[2] if candidates else None
 
 

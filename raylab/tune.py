@@ -26,7 +26,7 @@ from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
 from raylab.launch import checks, cli, disk_full, loggers, storage_secrets, summary, sweep
 from raylab.launch import progress as progress_text
-from raylab.run_folder import ERROR_FILE, SUMMARY_FILE, RunFolder, is_uri, new_run_name
+from raylab.run_folder import BEST_FILE, ERROR_FILE, SUMMARY_FILE, RunFolder, is_uri, new_run_name
 
 
 def parser() -> cli.ArgumentParser:
@@ -62,6 +62,14 @@ def parser() -> cli.ArgumentParser:
         action="store_true",
         help="Ray Tune's own progress tables and logs, tracebacks and the trials' own output too",
     )
+    p.add_argument("--notes", default="", metavar="TEXT", help="a note saved with the run and sent to the trackers")
+    p.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a tag saved with the run and sent to the trackers (repeatable); python -m raylab.runs --tag filters by it",
+    )
     return p
 
 
@@ -86,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     if secrets and (warning := storage_secrets.token_lifetime_warning(secrets, None, "the sweep")):
         cli.stderr(warning)  # a token of unstated lifetime; the dry run with --cluster compares it with the plan
     storage_secrets.use_credentials_file(secrets)
+    tags = check_tags(args.tag)
+    if args.resume and (args.notes or tags):
+        raise UserError("--notes and --tag are saved when a run starts; --resume continues it as it was started")
     if args.keep and not args.dashboard:
         raise UserError("--keep keeps the dashboard up after the sweep; it needs --dashboard")
     if args.listen and args.address:
@@ -162,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.quiet,
             loggers=log_to,
             joined_cluster=bool(args.address),
+            notes=args.notes,
+            tags=tags,
         )
     except KeyboardInterrupt:  # a second Ctrl-C stops Tune at once: the resume command still counts
         cli.stderr(f"sweep interrupted; continue it with:\n  {resume_command(experiment.name, run.name, args)}")
@@ -174,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(summary.format_table(done.rows, experiment.metric))
     print(f"\nresults: {run.location}\nsummary: {csv_path}")
+    print(summary.best_text(done.best, list(experiment.search), run.join(BEST_FILE) if done.best else ""))
     if args.report:
         from raylab import report
 
@@ -198,6 +212,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     return 0
+
+
+def check_tags(tags: list[str]) -> tuple[str, ...]:
+    """``--tag`` values: each one printable, without a comma (one tag per flag); once each."""
+    for tag in tags:
+        if not tag.strip() or not tag.isprintable() or "," in tag:
+            raise UserError(f"--tag {tag!r}: a tag is one printable word or phrase without a comma (repeat --tag)")
+    return tuple(dict.fromkeys(tag.strip() for tag in tags))
 
 
 def overrides_of(args) -> list[str]:

@@ -155,3 +155,56 @@ def _cell(value: Any) -> str:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def best_trial(result_grid, table: list[dict[str, Any]], metric: str, mode: str, run) -> dict[str, Any] | None:
+    """The sweep's best trial (``best.yaml``, ``raylab.run_folder.BEST_FILE``): the trial whose
+    best reported ``metric`` is best by ``mode`` (the table's ``metric (mode)`` column, finite
+    values only), with its config and its checkpoint: the kept checkpoint whose metrics are best
+    by ``metric``, else its latest. ``run`` is the ``RunFolder``; None when no trial reported a
+    finite ``metric``."""
+    column = f"{metric} ({mode})"
+    reported = [row for row in table if _finite(row.get(column))]
+    if not reported:
+        return None
+    row = (max if mode == "max" else min)(reported, key=lambda r: r[column])
+    result = next((r for r in result_grid if _dirname(r.path) == row["path"]), None)
+    checkpoint = _best_checkpoint(result, metric, mode) if result is not None else None
+    trial = run.trial(row["path"])
+    return {
+        "trial": row["trial"],
+        "metric": metric,
+        "mode": mode,
+        "value": row[column],
+        "last": row.get(f"{metric} (last)"),
+        "status": row["status"],
+        "iterations": row.get("iterations"),
+        "config": dict(result.config or {}) if result is not None else {},
+        "checkpoint": trial.join(_dirname(checkpoint.path)) if checkpoint is not None else None,
+        "folder": trial.location,
+    }
+
+
+def _best_checkpoint(result, metric: str, mode: str):
+    """The kept checkpoint whose reported ``metric`` is best (``Result.best_checkpoints`` pairs
+    each with its metrics), else the trial's latest (``Result.checkpoint``), else None."""
+    scored = [(c, m.get(metric)) for c, m in (result.best_checkpoints or []) if _finite((m or {}).get(metric))]
+    if scored:
+        return (max if mode == "max" else min)(scored, key=lambda pair: pair[1])[0]
+    return result.checkpoint
+
+
+def best_text(best: dict[str, Any] | None, swept: list[str], where: str = "") -> str:
+    """The best trial in three lines (the end of a sweep's output), or why there is none."""
+    if best is None:
+        return "best trial: none (no trial reported a finite value of the metric)"
+    config = best.get("config") or {}
+    shown = " ".join(f"{key}={_cell(config.get(key))}" for key in swept) or "(nothing swept)"
+    lines = [
+        f"best trial: {best['trial']}  {best['metric']} ({best['mode']}) = {_cell(best['value'])}",
+        f"  config: {shown}",
+        f"  checkpoint: {best.get('checkpoint') or '(none kept)'}",
+    ]
+    if where:
+        lines.append(f"  saved in: {where}")
+    return "\n".join(lines)

@@ -37,6 +37,8 @@ class SweepResult:
     rows: list[dict[str, Any]]
     """The end-of-sweep table (``raylab.launch.summary.rows``): one row per trial with its
     status, swept values, the metric's last and best value and every reported metric's last."""
+    best: dict[str, Any] | None = None
+    """The best trial (``raylab.launch.summary.best_trial``), as ``best.yaml`` holds it."""
 
     @property
     def unfinished(self) -> int:
@@ -57,6 +59,8 @@ def run(
     loggers: list[str] = (),
     joined_cluster: bool = False,
     progress: bool = False,
+    notes: str = "",
+    tags: tuple[str, ...] = (),
 ) -> SweepResult:
     """Run the sweep of ``experiment`` in the run folder ``run``, or with ``resume`` continue the
     sweep there (``experiment`` is then the one the run saved: ``RunFolder.saved_experiment``).
@@ -67,7 +71,8 @@ def run(
     at once (``max_concurrent_trials``). ``verbose`` is Ray Tune's own output; ``progress``
     prints raylab's one line per trial update; ``loggers`` adds Tune's logger callbacks (names
     checked by ``raylab.launch.loggers.check``). A resumed run keeps the console settings it
-    was started with (Ray restores its RunConfig).
+    was started with (Ray restores its RunConfig). ``notes`` and ``tags`` go into a new run's
+    provenance (and from there to the trackers). The best trial is written to ``best.yaml``.
     """
     import ray
     from ray import tune
@@ -112,7 +117,7 @@ def run(
                 verbose=verbose,
             ),
         )
-        run.begin(experiment, TUNE_RUN)
+        run.begin(experiment, TUNE_RUN, notes=notes, tags=tags)
     try:
         results = tuner.fit()
     except disk_full.DiskFull:
@@ -130,10 +135,13 @@ def run(
         ended=ended,
         reported=workloads.get(experiment.workload).metrics,
     )
+    best = summary.best_trial(results, rows, experiment.metric, experiment.mode, run)
+    if best is not None:
+        run.write_best(best)
     if rows and all(row["status"] == "TERMINATED" for row in rows):
         run.mark_finished(len(rows))
     run.record(ended=provenance.now())
-    return SweepResult(results=results, ended=ended, rows=rows)
+    return SweepResult(results=results, ended=ended, rows=rows, best=best)
 
 
 def ended_trials(run: RunFolder, results) -> frozenset[str]:

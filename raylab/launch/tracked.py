@@ -74,11 +74,19 @@ def metrics(result: Mapping[str, Any]) -> dict[str, float]:
 def provenance_fields(saved: Mapping[str, Any] | None) -> dict[str, Any]:
     """A run's saved provenance as flat ``raylab.*`` keys with scalar values: ``raylab.git.commit``,
     ``raylab.git.dirty``, ``raylab.command_line``, ``raylab.versions.<package>``, ``raylab.host``,
-    ``raylab.python``, ``raylab.started``. Empty values are left out."""
+    ``raylab.python``, ``raylab.started``, and the user's ``raylab.notes`` and ``raylab.tags``
+    (``--notes``, ``--tag``: the tags comma-separated). Empty values are left out."""
     if not saved:
         return {}
-    keep = {key: saved.get(key) for key in ("git", "command_line", "versions", "host", "python", "started")}
+    keep = {key: saved.get(key) for key in ("git", "command_line", "versions", "host", "python", "started", "notes")}
+    keep["tags"] = ", ".join(saved.get("tags") or [])
     return {key: value for key, value in flatten(keep, prefix="raylab").items() if value not in (None, "", {})}
+
+
+def notes_and_tags(saved: Mapping[str, Any] | None) -> tuple[str, list[str]]:
+    """The user's ``--notes`` and ``--tag`` values of a run's saved provenance."""
+    saved = saved or {}
+    return str(saved.get("notes") or ""), [str(tag) for tag in saved.get("tags") or []]
 
 
 def scalar(value: Any) -> bool | int | float | str:

@@ -34,8 +34,15 @@ class _Trials:
     def provenance(self) -> dict[str, Any]:
         """The run's provenance as flat ``raylab.*`` fields (read from ``experiment.yaml``, which
         the sweep writes before Tune calls ``setup``)."""
+        return tracked.provenance_fields(self.saved_provenance())
+
+    def saved_provenance(self) -> dict[str, Any] | None:
         saved = self.run.experiment() or {}
-        return tracked.provenance_fields(saved.get("provenance") if isinstance(saved, dict) else None)
+        return saved.get("provenance") if isinstance(saved.get("provenance"), dict) else None
+
+    def notes_and_tags(self) -> tuple[str, list[str]]:
+        """The run's ``--notes`` and ``--tag`` values (MLflow's note, W&B's notes and tags)."""
+        return tracked.notes_and_tags(self.saved_provenance())
 
     def params(self, trial) -> dict[str, Any]:
         return tracked.params(config_writer.resolve(self.experiment, trial.config))
@@ -45,6 +52,7 @@ class _Trials:
 MLFLOW_GIT_COMMIT = "mlflow.source.git.commit"
 MLFLOW_SOURCE_NAME = "mlflow.source.name"
 MLFLOW_SOURCE_TYPE = "mlflow.source.type"
+MLFLOW_NOTE = "mlflow.note.content"
 MLFLOW_RUN_NAME = "mlflow.runName"
 
 
@@ -85,6 +93,9 @@ class MLflowTracker(LoggerCallback):
             self._run_tags[MLFLOW_GIT_COMMIT] = provenance["raylab.git.commit"]
         if "raylab.command_line" in provenance:
             self._run_tags[MLFLOW_SOURCE_NAME] = provenance["raylab.command_line"]
+        notes, _ = self._trials.notes_and_tags()
+        if notes:  # the run's description in MLflow's UI
+            self._run_tags[MLFLOW_NOTE] = notes
         self._runs, self._steps = {}, {}
 
     def _run_id(self, trial) -> str:
@@ -159,6 +170,7 @@ class WandbTracker(LoggerCallback):
 
     def setup(self, *args, **kwargs):
         self._provenance = self._trials.provenance()
+        self._notes, self._tags = self._trials.notes_and_tags()
         self._runs = {}
 
     def _run(self, trial):
@@ -178,6 +190,8 @@ class WandbTracker(LoggerCallback):
             id=trial.trial_id,
             name=str(trial),
             config={**self._trials.params(trial), **self._provenance},
+            **({"notes": self._notes} if self._notes else {}),
+            **({"tags": self._tags} if self._tags else {}),
             reinit="create_new",
             **({} if offline else {"resume": "allow"}),
             settings=wandb.Settings(**settings),

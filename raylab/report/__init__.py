@@ -6,6 +6,7 @@
     python -m raylab.report dqn_softlinf --claims                     # the claims table, plain text
     python -m raylab.report dqn_softlinf --claims --format json       # ... as JSON, for a lab's CI
     python -m raylab.report backdoor --figure-formats svg,pdf --uncertainty ci95   # for a paper
+    python -m raylab.report results/toy-20260101-120000 results/toy-20260102-090000   # two runs compared
 
 Reads the run folder (a local path, or a URI that Ray's storage reads through pyarrow), groups
 the trials by their swept hyperparameters other than the seed, and writes PNG figures (SVG and
@@ -19,7 +20,9 @@ stated with its estimate over seeds, a 95% interval, the seeds that agree, its p
 control and a verdict (``raylab.report.claims``, ``raylab.report.evidence``), and the
 rliable-style aggregates of a suite of tasks (``raylab.report.suite``). A run with a search
 space also gets the sweep view: parallel coordinates, hyperparameter importance, learning
-curves against steps and wall-clock time (``raylab.report.sweep_view``).
+curves against steps and wall-clock time (``raylab.report.sweep_view``). Two runs named give
+one comparison instead: their curves overlaid and their claims side by side
+(``raylab.report.compare``).
 """
 
 from __future__ import annotations
@@ -60,8 +63,16 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="python -m raylab.report", description=__doc__.split("\n")[0].replace("``", ""), allow_abbrev=False
     )
-    p.add_argument("run", help="a run folder (path or URI), or an experiment name (its newest run)")
-    p.add_argument("--out", help="report folder (default: RUN/report, or reports/RUN_NAME for a URI)")
+    p.add_argument(
+        "run",
+        nargs="+",
+        metavar="RUN",
+        help="a run folder (path or URI), or an experiment name (its newest run); two of them: compare the two",
+    )
+    p.add_argument(
+        "--out",
+        help="report folder (default: RUN/report, or reports/RUN_NAME for a URI; two runs: reports/compare-A-vs-B)",
+    )
     p.add_argument(
         "--format",
         choices=FORMATS,
@@ -98,8 +109,14 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     refuse_credentials(args.storage)
-    refuse_credentials(args.run, "RUN")
-    run_path = find_run(args.run, args.storage, train_runs=args.train_runs)
+    for name in args.run:
+        refuse_credentials(name, "RUN")
+    if len(args.run) > 2:
+        raise UserError(f"name one run for its report or two to compare, not {len(args.run)}: {' '.join(args.run)}")
+    run_paths = [find_run(name, args.storage, train_runs=args.train_runs) for name in args.run]
+    run_path = run_paths[0]
+    if args.claims and len(run_paths) == 2:
+        raise UserError("--claims prints one run's claims; two runs compare without it (their claims side by side)")
     if args.claims:
         print(claims_report(run_path, args.format), end="")
         return 0
@@ -107,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         formats = parse_formats(args.figure_formats)
     except ValueError as err:
         raise UserError(str(err)) from None
+    if len(run_paths) == 2:
+        written = write_comparison(
+            *run_paths, out=args.out, fmt=args.format, figure_formats=formats, uncertainty=args.uncertainty
+        )
+        print(f"comparison: {written}")
+        return 0
     report = write_report(run_path, out=args.out, fmt=args.format, figure_formats=formats, uncertainty=args.uncertainty)
     print(f"report: {report}")
     return 0
@@ -175,6 +198,47 @@ def _write(run: Run, out_dir: Path, fmt: str, figure_formats: tuple[str, ...], u
     else:
         target = out_dir / "report.md"
         target.write_text(to_markdown(content))
+    return str(target)
+
+
+def write_comparison(
+    path_a: str,
+    path_b: str,
+    out: str | Path | None = None,
+    fmt: str = "html",
+    figure_formats: tuple[str, ...] = ("png",),
+    uncertainty: str | None = None,
+) -> str:
+    """Write the comparison of the runs at ``path_a`` (A) and ``path_b`` (B): their curves
+    overlaid and their claims side by side (``raylab.report.compare``); return the file
+    written (``comparison.html``, ``.md`` or ``.json``). The figures and claims are those of A's
+    workload; the SMOKE watermark is drawn when either run is a smoke run."""
+    from raylab.report import compare
+
+    runs = {"A": load_run(str(path_a)), "B": load_run(str(path_b))}
+    if runs["A"].path == runs["B"].path:
+        raise UserError(f"both runs are {runs['A'].path}: name two different runs to compare")
+    out_dir = Path(out) if out else Path("reports") / f"compare-{runs['A'].name}-vs-{runs['B'].name}"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out {out_dir}: cannot make the folder: {err.strerror or err}") from None
+    spec, spec_note = declared_report(runs["A"])
+    style = figure_style(runs["A"], spec, figure_formats, uncertainty)
+    style = FigureStyle(
+        formats=style.formats,
+        uncertainty=style.uncertainty,
+        smoke=any(bool(run.experiment.get("smoke")) for run in runs.values()),
+        labels=style.labels,
+    )
+    facts = {side: _facts(run) for side, run in runs.items()}
+    defaults = {side: config_defaults(run) for side, run in runs.items()}
+    content = compare.build_comparison(runs, spec, out_dir, style, facts, defaults, spec_note)
+    (out_dir / "comparison.json").write_text(json.dumps(content, indent=1, default=str))
+    if fmt == "json":
+        return str(out_dir / "comparison.json")
+    target = out_dir / ("comparison.md" if fmt == "md" else "comparison.html")
+    target.write_text(compare.to_markdown(content) if fmt == "md" else compare.to_html(content, out_dir))
     return str(target)
 
 
@@ -449,13 +513,11 @@ def trial_table(run: Run, metric: str | None) -> tuple[list[str], list[list[Any]
 
 
 def swept_value(params: dict[str, Any], key: str, defaults: dict[str, Any]) -> str:
-    """A trial's value of a swept key as a cell. A key its ``variant`` group does not set
-    (``beta`` of an mse trial) shows the config's default it ran with, ``10 (default)``, or
-    ``-`` when the workload's Config is not known here; never ``None``."""
+    """A trial's value of a swept key as a cell; ``-`` for a key its ``variant`` group does not
+    set (``beta`` of an MSE trial: its loss does not use it, whatever the Config's default);
+    never ``None``. ``defaults`` is kept for callers; a swept key never reads at its default."""
     if key in params and params[key] is not None:
         return format_value(params[key])
-    if key in defaults and defaults[key] is not None:
-        return f"{format_value(defaults[key])} (default)"
     return "-"
 
 

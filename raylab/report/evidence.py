@@ -26,7 +26,7 @@ import numpy as np
 
 from raylab.report import estimators
 from raylab.report.aggregate import _hashable, conditions, label_of, resolve_metric, value_at
-from raylab.report.claims import Claim, Contrast, Control, Derived, Improvement, Value, _tuple
+from raylab.report.claims import Claim, Contrast, Control, Derived, Improvement, Value, _tuple, metric_words
 from raylab.report.data import Run, Trial, format_value, is_number
 from raylab.report.spec import Report, is_seed_key
 
@@ -336,7 +336,14 @@ def control_state(ctx: RunTrials, control: Control) -> dict[str, Any]:
         for s, units in row.strata.items()
         for seed, v in units
     ]
-    base = {"statement": control.statement, "words": control.words()}
+    base = {
+        "statement": control.statement,
+        "words": control.words(),
+        "metric": metric_words(control.statistic.metric),
+        "expect": control.expect,
+        "threshold": control.threshold,
+        "threshold_words": f"{control.expect} {format_value(control.threshold)} on every seed",
+    }
     if not values:
         return {**base, "state": "not measured", "detail": why or "no values in this run"}
     failing = [(s, seed, v) for s, seed, v in values if not _side(v, control.expect, control.threshold)]
@@ -382,9 +389,12 @@ def verdict(row: dict[str, Any], claim: Claim, controls: list[dict[str, Any]], w
 def evaluate_claims(run: Run, spec: Report, defaults: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every declared claim of ``spec`` on ``run``: JSON-able, in declaration order."""
     ctx = RunTrials(run, spec.seeds, defaults or {})
+    smoke = bool(run.experiment.get("smoke"))
     out = []
     for index, claim in enumerate(spec.claims, start=1):
         controls = [control_state(ctx, c) for c in claim.controls]
+        for control in controls:  # a smoke run trains too little for a control to be expected to pass
+            control["smoke_note"] = SMOKE_NOTE if smoke and control["state"] != "passed" else ""
         rows, why = rows_of(ctx, claim.statistic)
         estimated = [estimate_row(r, claim.statistic, claim.expect, claim.threshold) for r in rows] or [
             estimate_row(Row(), claim.statistic, claim.expect, claim.threshold)
@@ -396,6 +406,8 @@ def evaluate_claims(run: Run, spec: Report, defaults: dict[str, Any] | None = No
                 "name": claim.name or f"claim{index}",
                 "statement": claim.statement,
                 "test": claim.test_words(),
+                "metric": metric_words(claim.statistic.metric),
+                "smoke": smoke,
                 "expect": claim.expect,
                 "threshold": claim.threshold,
                 "controls": controls,
@@ -418,10 +430,25 @@ def estimate_words(row: dict[str, Any]) -> str:
     return text + (f" ({row['interval_note']})" if row["interval_note"] else "")
 
 
+SMOKE_NOTE = "expected at smoke size: a smoke run trains too little for its controls"
+
+
+def control_words(control: dict[str, Any]) -> str:
+    """``failed: the agent learns (> 0.5 on every seed; failed on 2 of 3 ...) [expected at smoke size ...]``."""
+    threshold = control.get("threshold_words")
+    text = f"{control['state']}: {control['statement']} ({threshold + '; ' if threshold else ''}{control['detail']})"
+    return text + (f" [{control['smoke_note']}]" if control.get("smoke_note") else "")
+
+
+def measured_words(claim: dict[str, Any], row: dict[str, Any]) -> str:
+    """The metric(s) a row's values came from, else the claim's metric as declared."""
+    return ", ".join(row.get("measured_on") or []) or claim.get("metric", "")
+
+
 def controls_words(claim: dict[str, Any]) -> str:
     if not claim["controls"]:
         return "none declared"
-    return "; ".join(f"{c['state']}: {c['statement']} ({c['detail']})" for c in claim["controls"])
+    return "; ".join(control_words(c) for c in claim["controls"])
 
 
 def claims_text(claims: list[dict[str, Any]], title: str = "") -> str:
@@ -432,11 +459,19 @@ def claims_text(claims: list[dict[str, Any]], title: str = "") -> str:
     if not claims:
         return "\n".join([*lines, "this workload declares no claims"]) + "\n"
     width = 96
-    table = [("#", "claim", "verdict", "estimate [95% interval]", "n", "variant")]
+    table = [("#", "claim", "metric", "verdict", "estimate [95% interval]", "n", "variant")]
     for i, claim in enumerate(claims, start=1):
         for row in claim["rows"]:
             table.append(
-                (str(i), claim["name"], row["verdict"], estimate_words(row), str(row["n_seeds"]), row["variant"] or "-")
+                (
+                    str(i),
+                    claim["name"],
+                    measured_words(claim, row),
+                    row["verdict"],
+                    estimate_words(row),
+                    str(row["n_seeds"]),
+                    row["variant"] or "-",
+                )
             )
     widths = [max(len(r[j]) for r in table) for j in range(len(table[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]

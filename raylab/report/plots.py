@@ -7,6 +7,12 @@ or error bar where there are two or more trials: one sample standard deviation, 
 error or a 95% interval (``FigureStyle.uncertainty``, ``raylab.report.uncertainty``). Axes,
 legends and titles show the workload's labels (``Report.labels``) instead of metric names;
 every figure of a smoke run is watermarked SMOKE.
+
+Paper rules (``raylab.report.style``): legends sit right of their axes, outside the data; each
+series has its own colour however many there are; a log-spaced grid (``1e-4, 3e-4, 1e-3``)
+gets a log x axis and a metric whose values span more than two decades a log y axis; on a log
+axis a band or error bar that reaches zero or below is cut at the axis and its cut end marked
+``v`` (the figure's note says so), never drawn to a made-up small value without a mark.
 """
 
 from __future__ import annotations
@@ -30,10 +36,12 @@ from raylab.report.aggregate import (
 )
 from raylab.report.data import Run, Trial, format_value, is_number
 from raylab.report.spec import Bars, Curve, Scatter, Versus
-from raylab.report.style import WATERMARK, FigureStyle
+from raylab.report.style import LEGEND, WATERMARK, FigureStyle, legend_columns, log_spaced, series_colors, spans_decades
 from raylab.report.uncertainty import curve_band, error_bars, point_interval
 
 PANEL_W, PANEL_H, MAX_PANELS = 5.0, 3.4, 36
+LEGEND_CHARS = 48
+"""A legend entry wraps onto a new line after this many characters."""
 
 
 def draw(
@@ -57,20 +65,21 @@ def draw(
     fig, axes = plt.subplots(len(panels), len(columns), figsize=(width, PANEL_H * len(panels)), squeeze=False)
     chars = int(width * 13)  # characters of a 9-point title across the figure
     drawn = 0
+    notes: list[str] = []
     for row, (panel_values, members) in enumerate(panels):
         panel = _series_label(style, panel_keys, panel_values) if panel_keys else ""
         for col, metrics in enumerate(columns):
             ax = axes[row][col]
-            drawn += _DRAW[type(item)](ax, item, run, members, metrics, series_keys, colors, style)
+            drawn += _DRAW[type(item)](ax, item, run, members, metrics, series_keys, colors, style, notes)
             shown = "" if isinstance(item, Bars) else ", ".join(map(style.label, metrics))  # bars: on the ticks
             title = " | ".join(p for p in (shown, panel) if p)
             ax.set_title(textwrap.fill(title, max(20, chars // len(columns))), fontsize=8)
             ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
+        _row_legend(axes[row])
     if not drawn:
         plt.close(fig)
         return False, note or f"no trial reported {', '.join(item.plotted())} as numbers"
+    note = "; ".join(n for n in (note, *dict.fromkeys(notes)) if n)
     if isinstance(item, Versus) and item.baseline:
         borrowing = [
             _series_label(style, series_keys, values)
@@ -89,6 +98,7 @@ def draw(
                 )
                 if n
             )
+    _room_for_legends(fig, axes)
     fig.suptitle(textwrap.fill(item.heading(style.label), int(chars * 0.85)), fontsize=10)
     save_figure(fig, path, dpi=90, style=style)
     return True, note
@@ -103,7 +113,7 @@ def save_figure(fig, path: Path, dpi: int = 80, style: FigureStyle | None = None
     paper's editor can restyle and search them; they carry no creation date, so the same run
     gives the same bytes."""
     style = style or FigureStyle()
-    fig.tight_layout()
+    fit_canvas(fig)
     if style.smoke:
         width, height = fig.get_figwidth() * 72, fig.get_figheight() * 72  # points
         mark = fig.text(
@@ -133,6 +143,51 @@ def save_figure(fig, path: Path, dpi: int = 80, style: FigureStyle | None = None
     return written
 
 
+def _row_legend(row_axes) -> None:
+    """One legend per row of panels, right of its last panel: the series keep their colour (and
+    a metric its dash) in every panel of the figure, so one key serves the row."""
+    entries: dict[str, object] = {}
+    for ax in row_axes:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(text, handle)
+    if entries:
+        wrapped = [textwrap.fill(text, LEGEND_CHARS) for text in entries]
+        row_axes[-1].legend(list(entries.values()), wrapped, **LEGEND, ncol=legend_columns(len(entries)))
+
+
+def _room_for_legends(fig, axes) -> None:
+    """Widen the figure by its widest legend per column of panels, so that legends outside the
+    axes take new room rather than the data's."""
+    renderer = fig.canvas.get_renderer()
+    extra = 0.0
+    for column in np.asarray(axes).T:
+        widths = [ax.get_legend().get_window_extent(renderer).width for ax in column if ax.get_legend()]
+        extra += (max(widths) / fig.dpi + 0.15) if widths else 0.0
+    if extra:
+        fig.set_size_inches(fig.get_figwidth() + extra, fig.get_figheight())
+
+
+def fit_canvas(fig, rounds: int = 4) -> None:
+    """Lay ``fig`` out (``tight_layout``) and grow its canvas until every artist it draws lies
+    inside it: titles, tick labels and legends outside the axes are never cut off at the edge.
+
+    ``Figure.get_tightbbox`` (inches) is the union of what is drawn; where it sticks out of the
+    canvas, the canvas grows by that much and the layout is made again."""
+    import warnings
+
+    for _ in range(rounds):
+        with warnings.catch_warnings():  # a layout that cannot fit yet: the canvas grows below
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout()
+        box = fig.get_tightbbox(fig.canvas.get_renderer())
+        width, height = fig.get_size_inches()
+        over_w = max(0.0, box.x1 - width) + max(0.0, -box.x0)
+        over_h = max(0.0, box.y1 - height) + max(0.0, -box.y0)
+        if over_w < 0.01 and over_h < 0.01:
+            return
+        fig.set_size_inches(width + over_w + 0.15, height + over_h + 0.15)
+
+
 def _series_label(style: FigureStyle, keys: list[str], values: tuple) -> str:
     """``label_of`` with each config key's declared label (``Learning rate=0.1``)."""
     return label_of(keys, values, style.label)
@@ -156,36 +211,63 @@ def _columns(item) -> list[tuple[str, ...]]:
     return [tuple(item.y)] if item.together else [(m,) for m in item.y]
 
 
-def _colors(run: Run, trials: list[Trial], keys: list[str]) -> dict[tuple, str]:
-    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    return {k: cycle[i % len(cycle)] for i, k in enumerate(group(run, trials, keys))}
+def _colors(run: Run, trials: list[Trial], keys: list[str]) -> dict[tuple, tuple]:
+    """One distinct colour per series (``style.series_colors``), the same in every panel."""
+    series = list(group(run, trials, keys))
+    return dict(zip(series, series_colors(len(series))))
 
 
-def _curve(ax, item: Curve, run, members, metrics, series_keys, colors, style: FigureStyle) -> int:
-    lines = 0
+CUT = "on the log axis, bands and error bars reaching zero or below are cut at the axis (cut ends marked v)"
+
+
+def _log_floor(values) -> float:
+    """Where a log axis's cut bands and error bars end: half the smallest positive value drawn."""
+    positive = [v for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v) and v > 0]
+    return 0.5 * min(positive) if positive else 1e-12
+
+
+def _cut_below(low: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
+    """``low`` with every end at or below zero raised to ``floor``, and which ends were cut."""
+    low = np.asarray(low, dtype=float)
+    cut = np.isfinite(low) & (low <= 0)
+    return np.where(cut, floor, low), cut
+
+
+def _curve(ax, item: Curve, run, members, metrics, series_keys, colors, style: FigureStyle, notes=None) -> int:
+    curves = []
     for values, trials in group(run, members, series_keys).items():
         for m_index, metric in enumerate(metrics):
             xs, mean, low, high = _mean_curve(
                 [series_xy(t, item.x, metric, item.skip_repeats) for t in trials], style.uncertainty
             )
-            if xs.size == 0:
-                continue
-            label = _series_label(style, series_keys, values) if series_keys else ""
-            if len(metrics) > 1:
-                label = f"{style.label(metric)} {label}".strip()
-            dash = ("-", "--", ":", "-.")[m_index % 4]
-            color = colors[values] if series_keys or len(metrics) == 1 else None
-            (line,) = ax.plot(xs, mean, dash, color=color, label=label or None, marker="." if xs.size < 4 else None)
-            band = np.isfinite(low) & np.isfinite(high)
-            if band.any():
-                ax.fill_between(xs[band], low[band], high[band], color=line.get_color(), alpha=0.2, linewidth=0)
-            lines += 1
+            if xs.size:
+                curves.append((values, m_index, metric, xs, mean, low, high))
+    means = np.concatenate([c[4] for c in curves]) if curves else np.empty(0)
+    nonpositive = bool((means[np.isfinite(means)] <= 0).any())
+    scale = ("symlog" if nonpositive else "log") if item.logy else "log" if spans_decades(means) else "linear"
+    floor = _log_floor(means)
+    for values, m_index, metric, xs, mean, low, high in curves:
+        label = _series_label(style, series_keys, values) if series_keys else ""
+        if len(metrics) > 1:
+            label = f"{style.label(metric)} {label}".strip()
+        dash = ("-", "--", ":", "-.")[m_index % 4]
+        color = colors[values] if series_keys or len(metrics) == 1 else None
+        (line,) = ax.plot(xs, mean, dash, color=color, label=label or None, marker="." if xs.size < 4 else None)
+        band = np.isfinite(low) & np.isfinite(high)
+        if scale == "log":
+            low, cut = _cut_below(low, floor)
+            if (cut & band).any():
+                ax.plot(xs[cut & band], low[cut & band], "v", color=line.get_color(), markersize=4, linestyle="none")
+                if notes is not None:
+                    notes.append(CUT)
+        if band.any():
+            ax.fill_between(xs[band], low[band], high[band], color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xlabel(style.label(item.x), fontsize=8)
     if len(metrics) == 1:
         ax.set_ylabel(style.label(metrics[0]), fontsize=8)
-    if item.logy:
-        ax.set_yscale("symlog" if _has_nonpositive(ax) else "log")
-    return lines
+    if scale != "linear":
+        ax.set_yscale(scale)
+    return len(curves)
 
 
 def _mean_curve(pairs: list[tuple[np.ndarray, np.ndarray]], uncertainty: str = "std"):
@@ -219,12 +301,12 @@ def _baseline_borrowers(item: Versus, run, members, series_keys) -> dict[tuple, 
     }
 
 
-def _versus(ax, item: Versus, run, members, metrics, series_keys, colors, style: FigureStyle) -> int:
+def _versus(ax, item: Versus, run, members, metrics, series_keys, colors, style: FigureStyle, notes=None) -> int:
     xs_all = [t.params.get(item.x) for t in members]
     numeric = all(is_number(x) for x in xs_all)
     categories = [] if numeric else list(dict.fromkeys(format_value(x) for x in xs_all))
-    lines = 0
     borrowed = _baseline_borrowers(item, run, members, series_keys)
+    series = []
     for values, trials in group(run, members, series_keys).items():
         trials = [*trials, *borrowed.get(values, [])]
         for m_index, metric in enumerate(metrics):
@@ -238,37 +320,46 @@ def _versus(ax, item: Versus, run, members, metrics, series_keys, colors, style:
             if not points:
                 continue
             points.sort(key=lambda p: p[0])
-            x, y = (np.asarray(v, dtype=float) for v in zip(*((p[0], p[1]) for p in points)))
-            label = _series_label(style, series_keys, values) if series_keys else ""
-            if len(metrics) > 1:
-                label = f"{style.label(metric)} {label}".strip()
-            ax.errorbar(
-                x,
-                y,
-                yerr=error_bars(y, [p[2] for p in points]),
-                marker="osD^v"[m_index % 5],
-                capsize=3,
-                linestyle=("-", "--", ":", "-.")[m_index % 4],
-                color=colors[values] if series_keys or len(metrics) == 1 else None,
-                label=label or None,
-            )
-            lines += 1
+            series.append((values, m_index, metric, points))
+    means = [p[1] for *_, points in series for p in points]
+    logy = item.logy or spans_decades(means)
+    floor = _log_floor(means)
+    for values, m_index, metric, points in series:
+        x, y = (np.asarray(v, dtype=float) for v in zip(*((p[0], p[1]) for p in points)))
+        label = _series_label(style, series_keys, values) if series_keys else ""
+        if len(metrics) > 1:
+            label = f"{style.label(metric)} {label}".strip()
+        yerr = error_bars(y, [p[2] for p in points])
+        cut = np.zeros(len(y), dtype=bool)
+        if logy:  # what reaches zero or below is cut at the axis; its cut end is marked below
+            low, cut = _cut_below(y - yerr[0], floor)
+            yerr[0] = y - low
+        container = ax.errorbar(
+            x,
+            y,
+            yerr=yerr,
+            marker="osD^x"[m_index % 5],
+            capsize=3,
+            linestyle=("-", "--", ":", "-.")[m_index % 4],
+            color=colors[values] if series_keys or len(metrics) == 1 else None,
+            label=label or None,
+        )
+        if cut.any():
+            color = container.lines[0].get_color()
+            ax.plot(x[cut], (y - yerr[0])[cut], "v", color=color, markersize=5, linestyle="none")
+            if notes is not None:
+                notes.append(CUT)
     ax.set_xlabel(style.label(item.x), fontsize=8)
     if len(metrics) == 1:
         ax.set_ylabel(style.label(metrics[0]), fontsize=8)
     if categories:
         ax.set_xticks(range(len(categories)), categories, fontsize=7)
-    positive = [x for x in xs_all if is_number(x) and x > 0]
-    logx = (
-        item.logx
-        if item.logx is not None
-        else (numeric and len(positive) == len(xs_all) and len(positive) > 1 and max(positive) / min(positive) > 100)
-    )
+    logx = item.logx if item.logx is not None else numeric and log_spaced(xs_all)
     if logx:
         ax.set_xscale("log")
-    if item.logy:
+    if logy:
         ax.set_yscale("log")
-    return lines
+    return len(series)
 
 
 def _labels_from(item: Bars, members) -> tuple[str, ...]:
@@ -282,7 +373,7 @@ def _labels_from(item: Bars, members) -> tuple[str, ...]:
         return ()
 
 
-def _bars(ax, item: Bars, run, members, metrics, series_keys, colors, style: FigureStyle) -> int:
+def _bars(ax, item: Bars, run, members, metrics, series_keys, colors, style: FigureStyle, notes=None) -> int:
     series = list(group(run, members, series_keys).items())
     clusters: list[str] = []
     nan = (float("nan"), float("nan"))
@@ -333,7 +424,7 @@ def _bars(ax, item: Bars, run, members, metrics, series_keys, colors, style: Fig
     return 1
 
 
-def _scatter(ax, item: Scatter, run, members, metrics, series_keys, colors, style: FigureStyle) -> int:
+def _scatter(ax, item: Scatter, run, members, metrics, series_keys, colors, style: FigureStyle, notes=None) -> int:
     points = 0
     everything = []
     for values, trials in group(run, members, series_keys).items():
@@ -353,10 +444,6 @@ def _scatter(ax, item: Scatter, run, members, metrics, series_keys, colors, styl
     ax.set_xlabel(style.label(item.x), fontsize=8)
     ax.set_ylabel(style.label(item.y), fontsize=8)
     return points
-
-
-def _has_nonpositive(ax) -> bool:
-    return any(np.nanmin(line.get_ydata()) <= 0 for line in ax.get_lines() if len(line.get_ydata()))
 
 
 _DRAW = {Curve: _curve, Versus: _versus, Bars: _bars, Scatter: _scatter}

@@ -150,7 +150,7 @@ def _img(out_dir: Path, file: str, alt: str, caption: str = "") -> str:
 
 
 def _html_claims(claims: list[dict[str, Any]]) -> list[str]:
-    from raylab.report.evidence import estimate_words
+    from raylab.report.evidence import estimate_words, measured_words
 
     e = html.escape
     parts = ['<h2 id="claims">Claims</h2>']
@@ -168,6 +168,7 @@ def _html_claims(claims: list[dict[str, Any]]) -> list[str]:
             "#",
             "claim",
             "statistic; claimed side",
+            "metric",
             "variant",
             "estimate [95% interval]",
             "n",
@@ -181,7 +182,10 @@ def _html_claims(claims: list[dict[str, Any]]) -> list[str]:
         rows = claim["rows"]
         control = (
             "<br>".join(
-                f'<b>{e(c["state"])}</b>: {e(c["statement"])} <span class="small">({e(c["detail"])})</span>'
+                f"<b>{e(c['state'])}</b>: {e(c['statement'])} "
+                f'<span class="small">({e(c.get("threshold_words", ""))}{"; " if c.get("threshold_words") else ""}'
+                f"{e(c['detail'])})</span>"
+                + (f' <span class="wide">{e(c["smoke_note"])}</span>' if c.get("smoke_note") else "")
                 for c in claim["controls"]
             )
             or "none declared"
@@ -205,7 +209,8 @@ def _html_claims(claims: list[dict[str, Any]]) -> list[str]:
             last = f"<td{span}>{control}</td>" if j == 0 else ""
             verdict = VERDICT_CLASS.get(row["verdict"], "")
             body.append(
-                f'<tr>{first}<td>{e(row["variant"]) or "-"}</td><td class="num">{estimate}</td>'
+                f'<tr>{first}<td class="small">{e(measured_words(claim, row))}</td>'
+                f'<td>{e(row["variant"]) or "-"}</td><td class="num">{estimate}</td>'
                 f'<td class="num">{row["n_seeds"]}</td><td>{agree}</td>{last}'
                 f'<td class="{verdict}">{e(row["verdict_words"])}</td></tr>'
             )
@@ -359,7 +364,7 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 def _md_claims(claims: list[dict[str, Any]]) -> list[str]:
-    from raylab.report.evidence import controls_words, estimate_words
+    from raylab.report.evidence import controls_words, estimate_words, measured_words
 
     lines = ["", "## Claims", ""]
     if not claims:
@@ -371,6 +376,7 @@ def _md_claims(claims: list[dict[str, Any]]) -> list[str]:
                 [
                     str(i),
                     claim["statement"],
+                    measured_words(claim, row),
                     row["variant"] or "-",
                     estimate_words(row),
                     str(row["n_seeds"]),
@@ -378,7 +384,9 @@ def _md_claims(claims: list[dict[str, Any]]) -> list[str]:
                     row["verdict_words"],
                 ]
             )
-    lines += _md_table(["#", "claim", "variant", "estimate [95% interval]", "n", "seeds agree", "verdict"], rows)
+    lines += _md_table(
+        ["#", "claim", "metric", "variant", "estimate [95% interval]", "n", "seeds agree", "verdict"], rows
+    )
     lines.append("")
     for i, claim in enumerate(claims, start=1):
         lines.append(f"{i}. statistic: {claim['test']}. Positive control: {controls_words(claim)}")

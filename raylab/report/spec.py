@@ -92,13 +92,19 @@ class _Item:
 
     def heading(self, label: Callable[[str], str] = str) -> str:
         """The title shown above the figure or table; names shown through ``label`` (the
-        workload's ``Report.labels``)."""
-        if self.title:
-            return self.title
+        workload's ``Report.labels``). A declared title says ``{x}`` (and ``{y}``) where it
+        names the axes' quantities, so title and axis read the same words from one place."""
         described = {f.name: getattr(self, f.name) for f in fields(self)}
         y = ", ".join(map(label, _as_tuple(described.get("y") or described.get("metrics"))))
         x = described.get("x")
+        if self.title:
+            return self.title.replace("{x}", _in_sentence(label(x)) if x else "").replace("{y}", _in_sentence(y))
         return f"{y} vs {label(x)}" if x and self.kind in ("Curve", "Versus", "Scatter") else y
+
+
+def _in_sentence(words: str) -> str:
+    """A label as it reads inside a title: ``Agent steps`` -> ``agent steps`` (``AUC`` stays)."""
+    return words[:1].lower() + words[1:] if words[1:2].islower() else words
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ give a sweep, from the run folder alone.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,13 @@ def choose_step(run: Run, spec: Report, metric: str) -> str:
 
 
 def _groups(run: Run, seeds, defaults: dict[str, Any], metric: str):
-    """The condition keys, the trials with a number for ``metric``, and their configs (a key a
-    trial's variant does not set reads at its Config default)."""
+    """The condition keys, the trials with a number for ``metric``, and their configs. A swept
+    key a trial's variant does not set (``beta`` of an MSE trial) stays unset (shown ``-``): the
+    trial does not use it, whatever its Config default is."""
     keys = conditions(run, seeds)
     trials = [t for t in run.trials if t.rows and is_number(value_at(t, metric))]
-    return keys, trials, {t.name: {**defaults, **t.params} for t in trials}
+    unswept = {k: v for k, v in defaults.items() if k not in keys}
+    return keys, trials, {t.name: {**unswept, **t.params} for t in trials}
 
 
 def _mode_sign(mode: str) -> float:
@@ -89,8 +92,10 @@ def _axis(values: list[Any]) -> tuple[list[float], list[float], list[str], str]:
     """Positions in [0, 1] of one axis's values, its ticks and tick labels, and its scale."""
     numeric = all(is_number(v) for v in values)
     if numeric:
+        from raylab.report.style import log_spaced
+
         array = np.asarray(values, dtype=float)
-        log = bool((array > 0).all() and array.max() / array.min() > 100)
+        log = log_spaced(values)
         scaled = np.log10(array) if log else array
         low, high = float(scaled.min()), float(scaled.max())
         span = (high - low) or 1.0
@@ -145,10 +150,16 @@ def parallel_coordinates(
     if not keys or len(groups) < 2:
         out["note"] = ("nothing swept but the seed" if not keys else "one configuration") + ": no parallel coordinates"
         return out
+    from raylab.report.style import spans_decades
+
     means = np.array([g["mean"] for g in groups])
-    low, high = float(means.min()), float(means.max())
-    lows = [g["interval"][0] if g["interval"] else g["mean"] for g in groups]
-    highs = [g["interval"][1] if g["interval"] else g["mean"] for g in groups]
+    # a metric spanning decades reads on a log axis; an interval reaching zero is cut at its floor
+    log = spans_decades(means)
+    floor = 0.5 * float(means.min()) if log else -np.inf
+    scale = (lambda v: np.log10(np.maximum(v, floor))) if log else (lambda v: np.asarray(v, dtype=float))
+    low, high = float(scale(means.min())), float(scale(means.max()))
+    lows = [float(scale(g["interval"][0] if g["interval"] else g["mean"])) for g in groups]
+    highs = [float(scale(g["interval"][1] if g["interval"] else g["mean"])) for g in groups]
     metric_low, metric_high = min(low, *lows), max(high, *highs)
     span = (metric_high - metric_low) or 1.0
     axes_values = [_axis([g["values"][k] for g in groups]) for k in keys]
@@ -158,29 +169,30 @@ def parallel_coordinates(
     xs = list(range(len(keys) + 1))
     for index in order:
         g = groups[index]
-        ys = [axes_values[j][0][index] for j in range(len(keys))] + [(g["mean"] - metric_low) / span]
-        color = cmap((g["mean"] - low) / ((high - low) or 1.0))
+        ys = [axes_values[j][0][index] for j in range(len(keys))] + [(float(scale(g["mean"])) - metric_low) / span]
+        color = cmap((float(scale(g["mean"])) - low) / ((high - low) or 1.0))
         ax.plot(xs, ys, color=color, alpha=0.85, linewidth=1.6)
         if g["interval"]:
             offset = xs[-1] - 0.02 - 0.05 * (list(order).index(index) / max(1, len(groups) - 1))
             ax.plot(
                 [offset] * 2,
-                [(g["interval"][0] - metric_low) / span, (g["interval"][1] - metric_low) / span],
+                [(float(scale(g["interval"][i])) - metric_low) / span for i in (0, 1)],
                 color=color,
                 linewidth=3,
                 alpha=0.7,
                 solid_capstyle="butt",
             )
-    for j, (positions, ticks, labels, scale) in enumerate(axes_values):
+    for j, (_, ticks, labels, _kind) in enumerate(axes_values):
         ax.axvline(j, color="0.3", linewidth=1)
         for t, lab in zip(ticks, labels):
             ax.text(j + 0.03, t, lab, fontsize=7, va="center")
     ax.axvline(len(keys), color="0.3", linewidth=1)
     for t in np.linspace(0, 1, 5):
-        ax.text(len(keys) + 0.03, t, format_value(float(metric_low + t * span)), fontsize=7, va="center")
+        value = metric_low + t * span
+        ax.text(len(keys) + 0.03, t, format_value(float(10**value if log else value)), fontsize=7, va="center")
     name_of = style.label if style else str
     names = [f"{name_of(k)}{' (log)' if a[3] == 'log' else ''}" for k, a in zip(keys, axes_values)]
-    ax.set_xticks(xs, [*names, f"{name_of(metric)} ({mode})"], fontsize=8)
+    ax.set_xticks(xs, [*names, f"{name_of(metric)} ({mode}{', log' if log else ''})"], fontsize=8)
     ax.set_yticks([])
     ax.set_xlim(-0.1, len(keys) + 0.45)
     ax.set_ylim(-0.05, 1.05)
@@ -192,9 +204,11 @@ def parallel_coordinates(
         f"(n = {', '.join(map(str, seeds))});\nbars left of the metric axis: each one's 95% interval over seeds",
         fontsize=9,
     )
-    fig.colorbar(
-        plt.cm.ScalarMappable(norm=plt.Normalize(low, high), cmap=cmap), ax=ax, pad=0.01, label=name_of(metric)
-    ).ax.tick_params(labelsize=7)
+    norm = matplotlib.colors.LogNorm(10**low, 10**high) if log and high > low else plt.Normalize(low, high)
+    fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.01, label=name_of(metric)).ax.tick_params(
+        labelsize=7
+    )
+    out["log_metric"] = log
     save_figure(fig, path, style=style)
     out["file"] = f"figures/{path.name}"
     return out
@@ -250,18 +264,21 @@ def importance(keys: list[str], seed_keys: list[str], trials, configs, metric: s
         )
         return out
     y = np.array([value_at(t, metric) for t in trials], dtype=float)
+    if float(y.std()) == 0:
+        out["note"] = (
+            f"importance not defined: {metric} is {format_value(float(y[0]))} in all {len(trials)} trials, "
+            "so no key explains any of its variance"
+        )
+        out["constant"] = True
+        return out
     values = {k: [configs[t.name].get(k) for t in trials] for k in columns}
     X = np.column_stack([_encode(values[k]) for k in columns])
-    permutation = {k: (math.nan, math.nan) for k in columns}
-    if float(y.std()) > 0:
-        from sklearn.ensemble import RandomForestRegressor
-        from sklearn.inspection import permutation_importance
+    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.inspection import permutation_importance
 
-        forest = RandomForestRegressor(n_estimators=50, random_state=0).fit(X, y)
-        result = permutation_importance(forest, X, y, n_repeats=10, random_state=0)
-        permutation = {
-            k: (float(m), float(s)) for k, m, s in zip(columns, result.importances_mean, result.importances_std)
-        }
+    forest = RandomForestRegressor(n_estimators=50, random_state=0).fit(X, y)
+    result = permutation_importance(forest, X, y, n_repeats=10, random_state=0)
+    permutation = {k: (float(m), float(s)) for k, m, s in zip(columns, result.importances_mean, result.importances_std)}
     for key in columns:
         out["rows"].append(
             {
@@ -289,43 +306,50 @@ def learning_curves(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from raylab.report.plots import save_figure
+    from raylab.report.plots import _cut_below, _log_floor, save_figure
+    from raylab.report.style import LEGEND, legend_columns, series_colors, spans_decades
 
+    name_of = style.label if style else str
     groups = list(group(run, trials, keys).items())
     groups.sort(key=lambda kv: _mode_sign(mode) * -np.mean([value_at(t, metric) for t in kv[1]]))
     shown = groups[:CURVES_SHOWN]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
     drawn = 0
-    for values, members in shown:
-        steps, seconds, mean, std = step_means(members, step, metric)
-        if steps.size == 0:
-            continue
-        label = f"{label_of(keys, values) if keys else 'all trials'} (n={len(members)})"
-        color = None
+    curves = [(values, members, step_means(members, step, metric)) for values, members in shown]
+    curves = [c for c in curves if c[2][0].size]
+    means = np.concatenate([c[2][2] for c in curves]) if curves else np.empty(0)
+    log = spans_decades(means)
+    floor = _log_floor(means)
+    for (values, members, (steps, seconds, mean, std)), color in zip(curves, series_colors(len(curves))):
+        label = f"{label_of(keys, values, name_of) if keys else 'all trials'} (n={len(members)})"
+        low, high = mean - std, mean + std
+        if log:
+            low, _ = _cut_below(low, floor)
         for ax, xs in zip(axes, (steps, seconds)):
-            (line,) = ax.plot(xs, mean, color=color, label=label, marker="." if xs.size < 4 else None)
-            color = line.get_color()
+            ax.plot(xs, mean, color=color, label=label, marker="." if xs.size < 4 else None)
             band = np.isfinite(std)
             if band.any():
-                ax.fill_between(xs[band], (mean - std)[band], (mean + std)[band], color=color, alpha=0.2, linewidth=0)
+                ax.fill_between(xs[band], low[band], high[band], color=color, alpha=0.2, linewidth=0)
         drawn += 1
     out: dict[str, Any] = {"file": "", "x": [step, "time_total_s"], "configurations": len(groups), "shown": len(shown)}
     if not drawn:
         plt.close(fig)
         out["note"] = f"no trial reported {metric} against {step} or time_total_s"
         return out
-    name_of = style.label if style else str
     for ax, x in zip(axes, (name_of(step), "wall-clock seconds (time_total_s)")):
         ax.set_xlabel(x, fontsize=8)
         ax.set_ylabel(name_of(metric), fontsize=8)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+        if log:
+            ax.set_yscale("log")
+    axes[1].legend(**LEGEND, ncol=legend_columns(drawn))
     more = f"the best {len(shown)} of {len(groups)} configurations; " if len(groups) > len(shown) else ""
-    fig.suptitle(
-        f"{name_of(metric)} against {name_of(step)} and against wall-clock time: {more}mean over seeds at each {step} "
-        "(wall-clock: the seeds' mean time there), band ± one std",
-        fontsize=10,
+    title = (
+        f"{name_of(metric)} against {name_of(step)} and against wall-clock time: {more}mean over seeds at each "
+        f"{name_of(step)} (wall-clock: the seeds' mean time there), band ± one std"
+        + (" (cut at the log axis where it reaches zero)" if log else "")
     )
+    fig.suptitle(textwrap.fill(title, 140), fontsize=10)
     save_figure(fig, path, style=style)
     out["file"] = f"figures/{path.name}"
     return out

@@ -121,7 +121,7 @@ REPORT = Report(
             ("eval/return_mean", "bellman/residual_linf_heldout", "bellman/residual_linf_expected"),
             x="env/steps",
             by=("loss", "beta"),
-            title="evaluation return and held-out sup-norm Bellman residual (one-sample, K-sample) against env steps",
+            title="evaluation return and held-out sup-norm Bellman residual (one-sample, K-sample) against {x}",
         ),
         Curve(
             (

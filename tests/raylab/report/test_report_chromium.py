@@ -87,7 +87,8 @@ def test_html_report_opens_in_headless_chromium_and_shows_claims_aggregates_and_
     assert len(claims) == len(content["claims"]) == 2
     for row, claim in zip(claims, content["claims"]):
         assert row[1]["text"] == claim["statement"]
-        assert "wide: 3 seeds < 5" in row[4]["text"]
+        assert row[3]["text"] == ", ".join(claim["rows"][0]["measured_on"])  # the metric the values came from
+        assert "wide: 3 seeds < 5" in row[5]["text"]
         assert row[-1]["text"] == claim["rows"][0]["verdict_words"] and row[-1]["cls"].startswith("v-")
     assert order[:4] == ["Status", "Claims", "Aggregate performance: evaluation return over games", "Figures"]
     assert "Sweep" in order and order[-1] == "Trials"
