@@ -65,6 +65,17 @@ def read_driver() -> str | None:
     return line if parse_version(line) and re.fullmatch(r"[\d.]+", line.strip()) else None
 
 
+def parser():
+    """The command's parser: no options (``--help`` prints what it checks)."""
+    import argparse
+
+    return argparse.ArgumentParser(
+        prog="python -m raylab.launch.node_gpu",
+        description="Exit 0 when this node's NVIDIA driver is new enough for torch's CUDA and torch sees a device; "
+        "otherwise exit 1 with one line naming the host and what is wrong.",
+    )
+
+
 def main() -> int:
     import torch
 
@@ -81,4 +92,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    parser().parse_args()
     sys.exit(main())
