@@ -1,0 +1,109 @@
+"""``search_alg:``: Optuna's TPE from the experiment YAML (validated with the rest of the
+spec), the dry run naming it, and a resumed Optuna sweep that does not repeat a config."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from raylab import experiment as experiments
+from raylab import tune as raylab_tune
+from raylab.errors import UserError
+from raylab.launch import searcher
+from raylab.run_folder import RunFolder
+
+ROOT = Path(__file__).resolve().parents[3]
+TPE_TOY = [
+    "search.lr={loguniform: [0.001, 0.2]}",
+    "search.seed={choice: [0, 1, 2]}",
+    "search_alg.type=optuna",
+]
+
+
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["search_alg.type=optuna"], "search.seed: a grid cannot be searched by search_alg.type optuna"),
+        (["search_alg.max_concurrent=2"], "search_alg.max_concurrent: needs type: optuna"),
+        ([*TPE_TOY, "search_alg.sampler=cmaes"], "search_alg.sampler: 'cmaes' is not one of 'tpe', 'random'"),
+        ([*TPE_TOY, "search_alg.objectives={eval/mse: min}"], "already the experiment's metric"),
+        ([*TPE_TOY, "search_alg.objectives={eval/acc: max}"], "search_alg.objectives.eval/acc: not reported"),
+        (
+            [*TPE_TOY, "search_alg.objectives={train/loss: up}"],
+            "search_alg.objectives.train/loss: 'up' is not one of 'min', 'max'",
+        ),
+        ([*TPE_TOY, "time_budget_s=-1"], "time_budget_s: must be >= 0"),
+    ],
+)
+def test_a_search_alg_that_cannot_search_is_one_line(overrides, fragment):
+    with pytest.raises(UserError, match=None) as err:
+        experiments.load("toy", overrides)
+    assert fragment in str(err.value), str(err.value)
+
+
+def test_the_shipped_tpe_experiment_names_its_searcher_in_the_dry_run(capsys):
+    experiment = experiments.load("fair_adv_digits_tpe")
+    assert experiment.search_alg.type == "optuna" and experiment.search_alg.objectives == {"val/clean_acc": "max"}
+    assert raylab_tune.main(["fair_adv_digits_tpe", "--smoke", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("# searcher:")]
+    assert "Optuna TPE (seed 0): 2 random trial(s), then each next config from a model" in line
+    assert "4 trial(s) in all; at most 1 at once (ConcurrencyLimiter)" in line
+    assert "max val/robust_acc_worst_class and max val/clean_acc (a Pareto front" in line
+    out_random = raylab_tune.main(["toy", "--dry-run"]) == 0 and capsys.readouterr().out
+    assert "# searcher: Tune's variant generator: 2 grid point(s) x num_samples 2, sampling lr at random" in out_random
+
+
+def test_the_searcher_is_seeded_and_limited():
+    experiment = experiments.load("toy", [*TPE_TOY, "search_alg.max_concurrent=2", "search_alg.seed=7"])
+    limiter = searcher.make_searcher(experiment)
+    assert type(limiter).__name__ == "ConcurrencyLimiter" and limiter.max_concurrent == 2
+    assert limiter.searcher._sampler._rng.rng.random() == pytest.approx(
+        __import__("numpy").random.RandomState(7).random_sample()
+    )
+    assert searcher.param_space(experiment) == experiment.config  # the searcher holds the space
+
+
+def trial_configs(run: Path) -> dict[str, tuple]:
+    """Each trial folder's searched values (lr, seed), by trial id."""
+    out = {}
+    for trial in RunFolder(str(run)).trials():
+        params = trial.params()
+        if params:
+            out[trial.name.split("_")[1]] = (params["lr"], params["seed"])
+    return out
+
+
+@pytest.mark.slow
+def test_a_resumed_optuna_sweep_does_not_repeat_a_config(tmp_path):
+    """A TPE sweep of toy stopped by Ctrl-C after two trials and resumed with ``--resume``:
+    the searcher's state comes back with it (``Tuner.restore``), so the six trials hold six
+    different configs (a fresh sampler with the same seed would suggest the first ones again)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--storage", str(tmp_path), "--name", "tpe"]
+    argv += [*TPE_TOY, "num_samples=6", "search_alg.n_startup_trials=2", "search_alg.max_concurrent=1", "--quiet"]
+    first = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = tmp_path / "tpe"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and first.poll() is None:
+        done = [t for t in RunFolder(str(run)).trials() if len(t.rows()) >= 3] if run.is_dir() else []
+        if len(done) >= 2:
+            break
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    output = first.communicate(timeout=120)[0]
+    assert first.returncode == 130, output[-3000:]
+    before = trial_configs(run)
+    assert 2 <= len(before) < 6, before
+    resume = [sys.executable, "-m", "raylab.tune", "toy", "--resume", "--storage", str(tmp_path), "--name", "tpe"]
+    done = subprocess.run(resume + ["--quiet"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    after = trial_configs(run)
+    assert len(after) == 6 and {k: after[k] for k in before} == before
+    assert len(set(after.values())) == 6, after
