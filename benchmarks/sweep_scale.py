@@ -2,8 +2,8 @@
 on the same trivial trials, at 100 and 1,000 trials (and 5,000 with ``--full``), loggers off
 and on, in one local Ray.
 
-Each trial imports torch and reports three results (plain Tune: a bare function trainable;
-raylab: the ``toy`` workload cut to three SGD steps through ``raylab.launch.sweep.run`` with the
+Each trial imports torch and reports three results, the last with a small checkpoint (plain
+Tune: a bare function trainable saving a state dict; raylab: the ``toy`` workload cut to three SGD steps through ``raylab.launch.sweep.run`` with the
 console progress line on, as the CLI runs it, and every raylab callback: config writer, disk-full
 watch, gauges, summary). Both reuse actors between trials and run one trial per CPU. Loggers off:
 Tune without its JSON/CSV/TensorBoard logger callbacks (``TUNE_DISABLE_AUTO_CALLBACK_LOGGERS``)
@@ -36,11 +36,21 @@ REPORTS = 3
 
 
 def plain_trial(config):
+    """Three reports, the last with a checkpoint of a small state dict, as the toy trial does."""
+    import tempfile
+
     import torch  # the same import a raylab trial pays
     from ray import tune
 
-    for step in range(REPORTS):
-        tune.report({"loss": float(torch.tensor(1.0 / (step + 1 + config["x"])))})
+    model = torch.nn.Linear(8, 1, bias=False)
+    for step in range(1, REPORTS + 1):
+        metrics = {"loss": float(torch.tensor(1.0 / (step + config["x"])))}
+        if step < REPORTS:
+            tune.report(metrics)
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            torch.save({"model": model.state_dict(), "step": step}, f"{folder}/state.pt")
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
 
 
 class RssSampler:
@@ -84,7 +94,9 @@ def run_plain(trials: int, storage: str, loggers: bool) -> tuple[float, RssSampl
                 plain_trial,
                 param_space={"x": tune.randint(0, 1000)},
                 tune_config=tune.TuneConfig(num_samples=trials, reuse_actors=True),
-                run_config=tune.RunConfig(storage_path=storage, verbose=0),
+                run_config=tune.RunConfig(
+                    storage_path=storage, verbose=0, checkpoint_config=tune.CheckpointConfig(num_to_keep=2)
+                ),
             ).fit()
             wall = time.perf_counter() - start
     finally:
