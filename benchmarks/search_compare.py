@@ -117,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                 start, trials = found[arm][-1]
                 best = max((t[1] for t in trials), default=float("nan"))
                 print(
-                    f"  seed {seed} {arm:9s}: {len(trials)} trials, best {METRIC} {best:.3f}, {trials[-1][2] - start:.0f} s"
+                    f"  seed {seed} {arm:9s}: {len(trials)} trials, best {METRIC} {best:.3f}, "
+                    f"{trials[-1][2] - start:.0f} s; each trial (best, s from start): "
+                    + " ".join(f"({t[1]:.3f}, {t[2] - start:.0f})" for t in trials)
                 )
                 sys.stdout.flush()
     ray.shutdown()
