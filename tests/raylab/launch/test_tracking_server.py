@@ -140,3 +140,44 @@ def test_a_sweep_tracked_to_a_real_mlflow_server_is_read_back_whole(ray_session,
         history = client.get_metric_history(tracked.info.run_id, "eval/mse")
         assert [m.step for m in history] == [int(s) for s in rows["train/step"]]
         assert [m.value for m in history] == pytest.approx(list(rows["eval/mse"]))
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_ctrl_c_stops_a_sweep_tracked_to_a_server_and_wandb_within_a_minute(mlflow_server, tmp_path):
+    """Trackers on (a real MLflow server over HTTP, W&B offline, TensorBoard): Ctrl-C while a
+    trial is held mid-run ends the sweep, with its resume line, within 60 s."""
+    import signal
+
+    from raylab.run_folder import RunFolder
+
+    release = tmp_path / "release"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "MLFLOW_TRACKING_URI": mlflow_server,
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path / "wandb"),
+    }
+    (tmp_path / "wandb").mkdir()
+    argv = [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--storage", str(tmp_path), "--name", "held"]
+    argv += ["search.seed=[0]", "config.hold_at_step=20", f"config.release_file={release}", "--quiet"]
+    argv += ["--logger", "mlflow", "--logger", "wandb", "--logger", "tensorboard"]
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = tmp_path / "held"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        trials = RunFolder(str(run)).trials() if run.is_dir() else []
+        if trials and trials[0].rows():
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    else:
+        pytest.fail("the trial never reported")
+    stopped = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    took = time.monotonic() - stopped
+    assert proc.returncode == 130, err[-3000:]
+    assert "--resume --name held" in err
+    assert took < 60, f"{took:.0f} s from Ctrl-C to exit"
