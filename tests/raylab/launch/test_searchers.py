@@ -107,3 +107,19 @@ def test_a_resumed_optuna_sweep_does_not_repeat_a_config(tmp_path):
     after = trial_configs(run)
     assert len(after) == 6 and {k: after[k] for k in before} == before
     assert len(set(after.values())) == 6, after
+
+
+@pytest.mark.slow
+def test_time_budget_ends_a_tpe_sweep_before_its_trial_budget(ray_session, tmp_path):
+    """``time_budget_s``: a 40-trial TPE sweep of trials that take a second or more each, given
+    a budget of 6 s, stops starting trials then and returns with fewer than 40."""
+    from raylab.launch import sweep
+
+    experiment = experiments.load(
+        "toy", [*TPE_TOY, "config.steps=20", "config.step_time_s=0.05", "num_samples=40", "time_budget_s=6"]
+    )
+    run = RunFolder.under(str(tmp_path), "budget")
+    started = time.monotonic()
+    done = sweep.run(experiment, run, verbose=0)
+    assert 1 <= len(done.rows) < 40, len(done.rows)
+    assert time.monotonic() - started < 120
