@@ -70,43 +70,60 @@ def test_the_searcher_is_seeded_and_limited():
     assert searcher.param_space(experiment) == experiment.config  # the searcher holds the space
 
 
-def trial_configs(run: Path) -> dict[str, tuple]:
-    """Each trial folder's searched values (lr, seed), by trial id."""
+def trial_configs(run: Path, keys: tuple[str, ...]) -> dict[str, tuple]:
+    """Each trial folder's searched values, by folder."""
     out = {}
     for trial in RunFolder(str(run)).trials():
         params = trial.params()
         if params:
-            out[trial.name.split("_")[1]] = (params["lr"], params["seed"])
+            out[trial.name] = tuple(params[key] for key in keys)
     return out
 
 
-@pytest.mark.slow
-def test_a_resumed_optuna_sweep_does_not_repeat_a_config(tmp_path):
-    """A TPE sweep of toy stopped by Ctrl-C after two trials and resumed with ``--resume``:
-    the searcher's state comes back with it (``Tuner.restore``), so the six trials hold six
-    different configs (a fresh sampler with the same seed would suggest the first ones again)."""
+RESUMED = [
+    pytest.param(
+        "toy",
+        [*TPE_TOY, "num_samples=6", "search_alg.n_startup_trials=2", "search_alg.max_concurrent=1"],
+        ("lr", "seed"),
+        6,
+        marks=[pytest.mark.slow, pytest.mark.long],
+        id="toy",
+    ),
+    # the shipped experiment's own smoke sweep: 4 trials of TPE under ASHA, one at a time
+    pytest.param(
+        "fair_adv_digits_tpe", [], ("lr", "weight_decay", "trades_beta"), 4, marks=pytest.mark.slow, id="shipped"
+    ),
+]
+
+
+@pytest.mark.parametrize("name, overrides, keys, trials", RESUMED)
+def test_a_resumed_optuna_sweep_does_not_repeat_a_config(tmp_path, name, overrides, keys, trials):
+    """A TPE smoke sweep stopped by Ctrl-C once its third trial started (one trial runs at a
+    time) and resumed with ``--resume``: the searcher's state comes back with it
+    (``Tuner.restore``), so every trial holds a different config (a fresh sampler with the same
+    seed would suggest the first ones again)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--storage", str(tmp_path), "--name", "tpe"]
-    argv += [*TPE_TOY, "num_samples=6", "search_alg.n_startup_trials=2", "search_alg.max_concurrent=1", "--quiet"]
-    first = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    argv = [sys.executable, "-m", "raylab.tune", name, "--smoke", "--storage", str(tmp_path), "--name", "tpe"]
+    first = subprocess.Popen(
+        [*argv, *overrides, "--quiet"], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     run = tmp_path / "tpe"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline and first.poll() is None:
-        done = [t for t in RunFolder(str(run)).trials() if len(t.rows()) >= 3] if run.is_dir() else []
-        if len(done) >= 2:
+        if run.is_dir() and len(trial_configs(run, keys)) >= 3:
             break
         time.sleep(0.2)
     first.send_signal(signal.SIGINT)
-    output = first.communicate(timeout=120)[0]
+    output = first.communicate(timeout=180)[0]
     assert first.returncode == 130, output[-3000:]
-    before = trial_configs(run)
-    assert 2 <= len(before) < 6, before
-    resume = [sys.executable, "-m", "raylab.tune", "toy", "--resume", "--storage", str(tmp_path), "--name", "tpe"]
-    done = subprocess.run(resume + ["--quiet"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    before = trial_configs(run, keys)
+    assert 2 <= len(before) < trials, before
+    resume = [sys.executable, "-m", "raylab.tune", name, "--resume", "--storage", str(tmp_path), "--name", "tpe"]
+    done = subprocess.run([*resume, "--quiet"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    after = trial_configs(run)
-    assert len(after) == 6 and {k: after[k] for k in before} == before
-    assert len(set(after.values())) == 6, after
+    after = trial_configs(run, keys)
+    assert len(after) == trials and {k: after[k] for k in before} == before
+    assert len(set(after.values())) == trials, after
 
 
 @pytest.mark.slow
