@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-long demo docs screenshots bench clean boltz-env chromium sshd device-rehearsal lock
+.PHONY: test test-long demo docs screenshots bench clean boltz-env mlflow-server-env chromium sshd device-rehearsal lock
 
 # torchattacks (the fair_adv tests' independent PGD) goes in with --no-deps: its metadata asks
 # for torchvision (a second torch build) and requests~=2.25, and its code imports neither.
@@ -38,6 +38,21 @@ $(BOLTZ_STAMP): Makefile
 	touch $(BOLTZ_STAMP)
 
 boltz-env: $(BOLTZ_STAMP)
+
+# A real MLflow tracking server for the tracker tests (tests/raylab/launch/test_tracking_server.py):
+# the full mlflow package serves; the main .venv has only the client (mlflow-skinny), and the
+# full package's pins (pyarrow<26 in 3.17) clash with the cluster lock, so it gets its own
+# environment. About a minute.
+MLFLOW_VENV := .venv-mlflow
+MLFLOW_STAMP := $(MLFLOW_VENV)/.installed
+
+$(MLFLOW_STAMP): Makefile
+	test -x $(MLFLOW_VENV)/bin/python || $(PYTHON) -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/python -m pip install --quiet mlflow==3.17.2
+	$(MLFLOW_VENV)/bin/mlflow --version
+	touch $(MLFLOW_STAMP)
+
+mlflow-server-env: $(MLFLOW_STAMP)
 
 # Debian's Chromium for the report's browser test: installed when missing and this user may
 # (root, as in CI); otherwise that one test is skipped and says why.
@@ -78,14 +93,14 @@ lock:
 	  --no-annotate -c $(LOCK_VENV)/gpu-pins.txt -o cluster/lock/cpu-py311.txt
 
 # Every run records its test durations: the 30 slowest in the log, all of them in the junit file.
-test: $(STAMP) $(BOLTZ_STAMP) chromium sshd
+test: $(STAMP) $(BOLTZ_STAMP) $(MLFLOW_STAMP) chromium sshd
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 	$(PY) -m pytest -q --durations=30 --junitxml=test-output/junit.xml
 
 # The tests marked `long` (multi-seed science, repeated fault scenarios), which `make test` skips.
-test-long: $(STAMP) $(BOLTZ_STAMP) chromium sshd
+test-long: $(STAMP) $(BOLTZ_STAMP) $(MLFLOW_STAMP) chromium sshd
 	RAYLAB_LONG_TESTS=1 $(PY) -m pytest -q -m long --durations=30 --junitxml=test-output/junit-long.xml
 
 demo: $(STAMP)
@@ -127,4 +142,4 @@ device-rehearsal: $(DEVICE_DEPS)
 	$(PY) benchmarks/device_rehearsal.py --out $(REHEARSAL_OUT)
 
 clean:
-	rm -rf $(VENV) $(BOLTZ_VENV) results
+	rm -rf $(VENV) $(BOLTZ_VENV) $(MLFLOW_VENV) results

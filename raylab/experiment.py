@@ -191,6 +191,48 @@ class Scheduler:
 
 
 @dataclass(frozen=True)
+class SearchAlg:
+    """How each trial's config is chosen: Ray Tune's own variant generator (every grid point,
+    ranges and choices sampled at random) or Optuna's model-based search (Tune's ``OptunaSearch``).
+
+    With ``type: optuna`` every ``search`` entry is a range or a ``choice`` (Optuna samples each
+    trial; a grid is refused) and ``num_samples`` is the trial budget (``time_budget_s`` a second
+    one). ``--resume`` restores the searcher with the sweep: a resumed search does not repeat
+    the configs it already suggested.
+    """
+
+    type: Literal["random", "optuna"] = "random"
+    """random: Tune's default (grids expanded, the rest sampled at random); optuna: Optuna."""
+    sampler: Literal["tpe", "random"] = "tpe"
+    """optuna: the sampler, TPE (a Tree-structured Parzen Estimator) or Optuna's random one."""
+    seed: int | None = 0
+    """optuna: the sampler's seed (null: a fresh one each sweep)."""
+    n_startup_trials: int = 10
+    """optuna, tpe: trials sampled at random before TPE models the results."""
+    multivariate: bool = False
+    """optuna, tpe: model the parameters jointly rather than each alone."""
+    constant_liar: bool = False
+    """optuna, tpe: treat running trials as bad results, so concurrent suggestions spread out."""
+    max_concurrent: int = 0
+    """optuna: trials the searcher keeps running at once (Tune's ``ConcurrencyLimiter``); 0: as
+    many as the cluster holds. A sequential searcher learns more from fewer trials at a time."""
+    objectives: dict[str, Literal["min", "max"]] = field(default_factory=dict)
+    """optuna: further objectives beside the experiment's ``metric``, each with its mode: a
+    multi-objective search of their Pareto front (the report lists the front)."""
+
+    def __post_init__(self):
+        require(self.n_startup_trials >= 0, "n_startup_trials", f"must be >= 0, got {self.n_startup_trials}")
+        require(self.max_concurrent >= 0, "max_concurrent", f"must be >= 0, got {self.max_concurrent}")
+        for key in ("max_concurrent", "objectives"):
+            require(
+                self.type == "optuna" or not getattr(self, key),
+                key,
+                "needs type: optuna (the random generator has no searcher state to limit or steer)"
+                + ("; use max_concurrent_trials" if key == "max_concurrent" else ""),
+            )
+
+
+@dataclass(frozen=True)
 class Checkpointing:
     """How often trials save their state and how many states are kept."""
 
@@ -269,6 +311,11 @@ class Experiment:
     max_concurrent_trials: int = 0
     """Trials run at once; 0 lets raylab fit as many as the cluster holds."""
     scheduler: Scheduler = field(default_factory=Scheduler)
+    search_alg: SearchAlg = field(default_factory=SearchAlg)
+    """How each trial's config is chosen: Tune's variant generator (random) or Optuna."""
+    time_budget_s: float = 0.0
+    """Start no new trial after this many seconds of the sweep, and stop the running ones
+    (Tune's ``time_budget_s``); 0: no time budget, ``num_samples`` alone bounds the sweep."""
     resources: Resources = field(default_factory=Resources)
     stop: dict[str, float] = field(default_factory=dict)
     """Stop a trial when a reported metric reaches this value (e.g. ``env/steps``)."""
@@ -281,6 +328,7 @@ class Experiment:
     def __post_init__(self):
         require(self.num_samples >= 1, "num_samples", f"must be >= 1, got {self.num_samples}")
         require(self.max_concurrent_trials >= 0, "max_concurrent_trials", "must be >= 0")
+        require(self.time_budget_s >= 0, "time_budget_s", f"must be >= 0, got {self.time_budget_s}")
 
     def trial_length(self) -> tuple[str, float] | None:
         """``(unit, amount)`` one trial runs: its ``stop`` criterion, else the estimate's
@@ -463,6 +511,7 @@ def validate(raw: dict[str, Any], name: str, source: str, smoke: bool = False) -
             f"training, but workload '{experiment.workload}' is not data-parallel (each worker "
             "would train the same model on the same data); use resources.workers: 1"
         )
+    check_search_alg(experiment, workload.metrics)
     for key, spec in experiment.scheduler.hyperparam_mutations.items():
         search_space.validate(
             config_cls,
@@ -483,6 +532,55 @@ def is_counter(key: str) -> bool:
     a ``stop`` value at or below 0 on it ends each trial at its first report."""
     last = key.rsplit("/", 1)[-1]
     return key in TUNE_COUNTERS or last in ("steps", "step", "epoch", "epochs", "iteration", "iterations")
+
+
+def check_search_alg(experiment: Experiment, metrics: tuple[str, ...]) -> None:
+    """Refuse a ``search_alg`` that cannot search this experiment's space.
+
+    Optuna samples every trial: a grid (a list, or ``variant`` groups) has no Optuna
+    distribution, so it is refused with the ``choice`` that samples the same values; PBT
+    replaces configs itself and takes no searcher; an objective must be reported and differ
+    from ``metric``.
+    """
+    alg, source = experiment.search_alg, experiment.source
+    if alg.type != "optuna":
+        return
+    for key, spec in experiment.search.items():
+        if "grid" in spec:
+            hint = (
+                "list the groups' fields as separate choices"
+                if key == search_space.VARIANT
+                else f"sample the same values with search.{key}: {{choice: {spec['grid']!r}}}"
+            )
+            raise UserError(
+                f"{source}: search.{key}: a grid cannot be searched by search_alg.type optuna "
+                f"(Optuna samples each of num_samples trials); {hint}"
+            )
+    if not experiment.search:
+        raise UserError(f"{source}: search_alg.type optuna: the search section is empty, nothing to search")
+    import importlib.util
+
+    if importlib.util.find_spec("optuna") is None:
+        raise UserError(
+            f"{source}: search_alg.type optuna: the 'optuna' package is not installed "
+            "(pip install optuna; the fair_adv and dev extras bring it)"
+        )
+    if experiment.scheduler.type == "pbt":
+        raise UserError(
+            f"{source}: search_alg.type optuna with scheduler.type pbt: PBT mutates configs itself "
+            "and takes no searcher; use asha or fifo"
+        )
+    for metric in alg.objectives:
+        if metric == experiment.metric:
+            raise UserError(
+                f"{source}: search_alg.objectives.{metric}: already the experiment's metric; "
+                "list only the further objectives"
+            )
+        if metrics and metric not in metrics:
+            raise UserError(
+                f"{source}: search_alg.objectives.{metric}: not reported by workload "
+                f"'{experiment.workload}'; it reports: {', '.join(metrics)}"
+            )
 
 
 def check_stop_values(experiment: Experiment) -> None:

@@ -24,7 +24,7 @@ if __name__ == "__main__":  # before Ray is imported (below): where a local Ray 
 from raylab import experiment as experiments
 from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
-from raylab.launch import checks, cli, disk_full, loggers, storage_secrets, summary, sweep
+from raylab.launch import checks, cli, disk_full, loggers, searcher, storage_secrets, summary, sweep
 from raylab.launch import progress as progress_text
 from raylab.run_folder import BEST_FILE, ERROR_FILE, SUMMARY_FILE, RunFolder, is_uri, new_run_name
 
@@ -317,7 +317,8 @@ def dry_run_text(experiment: experiments.Experiment) -> str:
     return (
         f"# {experiment.source}{' (smoke)' if experiment.smoke else ''}\n"
         + yaml_io.dumps(resolved)
-        + f"# trials: {trials}; per trial: {total['CPU']:g} CPU, {total['GPU']:g} GPU ({path})"
+        + f"# trials: {trials}; per trial: {total['CPU']:g} CPU, {total['GPU']:g} GPU ({path})\n"
+        + searcher.describe(experiment)
         + auto_switches_text(resolved["config"], total["GPU"] > 0)
     )
 

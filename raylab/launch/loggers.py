@@ -103,11 +103,13 @@ def _file_store_path(uri: str):
 
 
 def _ask_mlflow_server(uri: str, where: str, timeout_s: float) -> None:
-    """One experiments search against the tracking server, without MLflow's minutes of retries."""
+    """One experiments search against the tracking server, without MLflow's minutes of retries.
+
+    The clock starts after MLflow's client is imported: a cold ``import mlflow`` takes many
+    seconds on a busy machine, and is no sign of the server's health."""
+    from mlflow.tracking import MlflowClient
 
     def ask() -> None:
-        from mlflow.tracking import MlflowClient
-
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
 
     saved = {key: os.environ.get(key) for key in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}

@@ -12,10 +12,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from raylab import provenance, search_space, workloads
+from raylab import provenance, workloads
 from raylab.errors import UserError
 from raylab.experiment import Experiment
-from raylab.launch import config_writer, disk_full, summary
+from raylab.launch import config_writer, disk_full, searcher, summary
 from raylab.launch import loggers as logger_callbacks
 from raylab.launch import progress as progress_lines
 from raylab.launch.checks import fitting_trials
@@ -92,12 +92,15 @@ def run(
     else:
         tuner = tune.Tuner(
             make_trainable(experiment, run),
-            param_space={**experiment.config, **search_space.to_tune(experiment.search)},
+            param_space=searcher.param_space(experiment),
             tune_config=tune.TuneConfig(
                 metric=experiment.metric,
                 mode=experiment.mode,
+                search_alg=searcher.make_searcher(experiment),
                 scheduler=make_scheduler(experiment),
                 num_samples=experiment.num_samples,
+                time_budget_s=experiment.time_budget_s or None,
+                trial_dirname_creator=searcher.dirname_creator(experiment),
                 max_concurrent_trials=max_concurrent_trials(experiment, ray.cluster_resources(), joined_cluster),
                 reuse_actors=not experiment.resources.uses_ray_train,
             ),

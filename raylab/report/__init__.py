@@ -383,6 +383,10 @@ def build(
     notes = status_notes(run, spec, figures)
     if spec_note:
         notes.insert(0, spec_note)
+    from raylab.report.pareto import front_note
+
+    if front := front_note(run, out_dir):
+        notes.append(front)
     from raylab.report.suite import build_aggregates
     from raylab.report.sweep_view import build_sweep_view
 

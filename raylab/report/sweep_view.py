@@ -31,6 +31,9 @@ from raylab.report.spec import Curve, Report, is_seed_key
 
 MIN_TRIALS_IMPORTANCE = 6
 CURVES_SHOWN = 8
+PARALLEL_TOP = 40
+"""Configurations the parallel coordinates draw in colour (the best); a larger sweep's others are
+one faint grey layer beneath them, so the view stays readable at thousands of trials."""
 
 
 def choose_step(run: Run, spec: Report, metric: str) -> str:
@@ -167,6 +170,15 @@ def parallel_coordinates(
     cmap = plt.get_cmap("viridis" if mode != "min" else "viridis_r")
     order = np.argsort(_mode_sign(mode) * means)  # the best drawn last, on top
     xs = list(range(len(keys) + 1))
+    rest, order = order[:-PARALLEL_TOP], order[-PARALLEL_TOP:]
+    if len(rest):  # a large sweep: the others as one faint grey layer under the best, in colour
+        from matplotlib.collections import LineCollection
+
+        lines = [
+            list(zip(xs, [axes_values[j][0][i] for j in range(len(keys))] + [(means[i] - metric_low) / span]))
+            for i in rest
+        ]
+        ax.add_collection(LineCollection(lines, colors="0.55", alpha=min(0.5, 20 / len(rest)), linewidths=0.6))
     for index in order:
         g = groups[index]
         ys = [axes_values[j][0][index] for j in range(len(keys))] + [(float(scale(g["mean"])) - metric_low) / span]
@@ -199,9 +211,10 @@ def parallel_coordinates(
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     seeds = sorted({g["n"] for g in groups})
+    top = f"the best {len(order)} in colour, the other {len(rest)} in grey; " if len(rest) else ""
     ax.set_title(
-        f"parallel coordinates: {len(groups)} configurations, each the mean over its seeds "
-        f"(n = {', '.join(map(str, seeds))});\nbars left of the metric axis: each one's 95% interval over seeds",
+        f"parallel coordinates: {len(groups)} configurations ({top}each the mean over its seeds "
+        f"(n = {', '.join(map(str, seeds))}));\nbars left of the metric axis: each coloured one's 95% interval over seeds",
         fontsize=9,
     )
     norm = matplotlib.colors.LogNorm(10**low, 10**high) if log and high > low else plt.Normalize(low, high)

@@ -63,6 +63,7 @@ def test_experiment_sections_have_docstrings():
         experiments.Checkpointing,
         experiments.Failure,
         experiments.Estimate,
+        experiments.SearchAlg,
     ):
         docs = field_docs(cls)
         undocumented = [
