@@ -282,6 +282,14 @@ def checkpoint_interval(experiment) -> tuple[float, str] | None:
     return interval, basis
 
 
+def concurrency_cap(experiment) -> int:
+    """The most trials the sweep itself lets run at once, 0 for no limit: the experiment's
+    ``max_concurrent_trials`` or its searcher's ``max_concurrent`` (Tune's ConcurrencyLimiter),
+    whichever is smaller."""
+    caps = [cap for cap in (experiment.max_concurrent_trials, experiment.search_alg.max_concurrent) if cap]
+    return min(caps) if caps else 0
+
+
 def market_cost(experiment, chosen, cpus, gpus, spot, trials, running, trial_hours, head_price, cluster):
     """``(chosen, nodes at the cap, cluster_prices.SweepCost)`` of the sweep on node type ``chosen``
     (spot or on-demand): the waves at the cap, each node's start-up and idle tail, and on spot
@@ -480,6 +488,8 @@ def plan_text(experiment, cluster: str | Path, figures: dict | None = None, live
         raise UserError(refusal)
     drivers = int(head.trial_drivers) if head and resources.uses_ray_train else 0
     running = min(trials, drivers) if drivers else trials  # trials whose workers ask for nodes
+    if cap := concurrency_cap(experiment):  # the sweep's own limit: max_concurrent_trials, the searcher's
+        running = min(running, cap)
     nodes_at_cap = min(node.max_workers, math.ceil(running / per_node))
     at_once = min(running, nodes_at_cap * per_node)
     head_price = head.price if head and head.price is not None else 0.0
