@@ -204,6 +204,8 @@ REVIEWED = {
     "trainers/seagram/attack.py::train_classifier": (2, "once per round; an epoch's order"),
     "trainers/seagram/loop.py::train_loop": (2, "the models, once"),
     "raylab/session.py::prepare_model": (1, "the model, once"),
+    "trainers/boltz_distill/batches.py::__init__": (1, "the graph bank, once, without pinning"),
+    "trainers/seagram/batches.py::__init__": (1, "the training pairs' bank, once, without pinning"),
 }
 DEVICE_NAMES = {"device", "dev", "device()"}
 
