@@ -1,0 +1,31 @@
+"""The final evaluation's restarts: the worst case over restarts and its noise, by hand."""
+
+import pytest
+import torch
+
+from trainers.fair_adv import metrics
+
+
+def test_worst_over_restarts_counts_an_image_robust_only_under_every_restart():
+    y = torch.tensor([0, 1, 1, 2])
+    r1 = torch.tensor([0, 1, 0, 2])  # image 2 falls
+    r2 = torch.tensor([2, 1, 1, 2])  # image 0 falls
+    worst = metrics.worst_over_restarts([r1, r2], y)
+    assert worst.tolist() == [2, 1, 0, 2]
+
+
+def test_restart_noise_by_hand():
+    # classes 0 and 1, two images each; four restarts
+    y = torch.tensor([0, 0, 1, 1])
+    restarts = [
+        torch.tensor([0, 0, 1, 0]),  # worst class 0.5 (class 1)
+        torch.tensor([0, 0, 1, 1]),  # worst class 1.0
+        torch.tensor([1, 0, 1, 1]),  # worst class 0.5 (class 0)
+        torch.tensor([1, 1, 1, 1]),  # worst class 0.0 (class 0)
+    ]
+    noise = metrics.restart_noise(restarts, y, 2)
+    assert noise["robust_acc_worst_class_restart_range"] == 1.0
+    # first half's worst case: [0, 0, 1, 0] -> worst class 0.5; second half's: [1, 1, 1, 1] -> 0.0
+    assert noise["robust_acc_worst_class_half_gap"] == 0.5
+    with pytest.raises(ValueError):
+        metrics.restart_noise(restarts[:1], y, 2)
