@@ -237,7 +237,7 @@ def control_failures(found: dict) -> list[str]:
                     f"seed {seed}, {arm}: worst {row[STATISTIC]:.3f}, robust {row['final_last/robust_acc']:.3f}"
                 )
     frl, control = ([weight_movement(r) for r in found[a]] for a in ("frl", "control"))
-    if not (statistics.mean(frl) >= 0.05 and max(control) == 0.0):
+    if not (statistics.mean(frl) >= 0.05 and max(control) < 1e-6):  # the control: 1/10 up to float32
         failures.append(f"FRL's class weights: distance from uniform {frl}, control {control}")
     return failures
 
