@@ -559,8 +559,8 @@ def _facts(run: Run) -> list[tuple[str, Any]]:
         (
             "aggregate",
             "tables: mean ± sample std (n = trials) over seeds and repeats; claims and "
-            "aggregates: estimate over seeds with a 95% percentile bootstrap interval, "
-            "stratified by task, labelled wide below 5 seeds",
+            "aggregates: estimate over seeds with a 95% interval (claims: t interval, "
+            "stratified; aggregates: percentile bootstrap stratified by task), labelled wide below 5 seeds",
         )
     )
     return facts + provenance.facts(exp.get("provenance"))

@@ -211,3 +211,41 @@ def difference_interval(
         raise ValueError("an interval needs two or more values on each side")
     low, high = _bootstrap([a, b], lambda x, y, axis=-1: x.mean(axis=-1) - y.mean(axis=-1), resamples, seed)
     return float(low), float(high)
+
+
+def t_interval(values: Sequence[float], *, level: float = LEVEL) -> Interval:
+    """Student-t interval of the mean of ``n`` values (seeds): with mean ``m`` and sample
+    standard deviation ``s`` (ddof=1), ``m ± t_{(1+level)/2, n-1} s / sqrt(n)``.
+
+    Exact for normal values at any ``n``, so it covers at ``n = 5`` where the percentile bootstrap
+    of the mean (``strata_interval``) is too narrow: the bootstrap's spread is ``s sqrt((n-1)/n) /
+    sqrt(n)`` with normal quantiles, against ``t_{0.975,4} = 2.78`` here (on normal samples of
+    5 with a known mean: t 0.955, percentile bootstrap 0.815 coverage over 400 samples,
+    ``tests/raylab/report/test_interval_coverage.py``)."""
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1 or x.size < 2:
+        raise ValueError(f"a t interval needs two or more values, got {x.size}")
+    mean, sem = float(x.mean()), float(x.std(ddof=1)) / np.sqrt(x.size)
+    half = float(stats.t.ppf((1 + level) / 2, x.size - 1)) * sem
+    return mean - half, mean + half
+
+
+def strata_t_interval(strata: Sequence[np.ndarray], *, level: float = LEVEL) -> Interval:
+    """95% t interval of ``mean_over_strata``, the small-sample interval a claim reports.
+
+    With ``S`` strata, stratum ``k`` having ``n_k`` seeds of mean ``m_k`` and sample variance
+    ``s_k^2``: the estimate ``m = (1/S) sum_k m_k`` has variance ``V = (1/S^2) sum_k v_k``,
+    ``v_k = s_k^2 / n_k``, and the interval is ``m ± t_{(1+level)/2, d} sqrt(V)`` with the
+    Welch-Satterthwaite degrees of freedom ``d = (sum_k v_k)^2 / sum_k (v_k^2 / (n_k - 1))``.
+    One stratum: ``t_interval``, ``d = n - 1``. Every stratum constant: the point ``(m, m)``."""
+    strata = [np.asarray(v, dtype=float) for v in strata]
+    if min(len(v) for v in strata) < 2:
+        raise ValueError("an interval needs two or more seeds per stratum")
+    mean = float(np.mean([v.mean() for v in strata]))
+    parts = np.array([v.var(ddof=1) / len(v) for v in strata])
+    total = float(parts.sum())
+    if total == 0.0:
+        return mean, mean
+    dof = total**2 / float(sum(p**2 / (len(v) - 1) for p, v in zip(parts, strata)))
+    half = float(stats.t.ppf((1 + level) / 2, dof)) * np.sqrt(total) / len(strata)
+    return mean - half, mean + half

@@ -1,8 +1,10 @@
 """From a run's trials to the evidence for each declared claim: per-seed values, the estimate over
 seeds with a 95% interval, how many seeds agree, the positive controls' state, a verdict.
 
-The estimate is the mean over strata of each stratum's mean over seeds; the interval a
-percentile bootstrap that resamples seeds within each stratum (``raylab.report.estimators``).
+The estimate is the mean over strata of each stratum's mean over seeds; the interval a t
+interval with Welch-Satterthwaite degrees of freedom (``estimators.strata_t_interval``: it covers
+at five seeds, where a percentile bootstrap does not), and for a probability of improvement the
+stratified percentile bootstrap (``raylab.report.estimators``).
 The verdict, in words:
 
 - ``not measured``: the run has no trials of an arm the statistic needs (says which);
@@ -308,7 +310,7 @@ def estimate_row(row: Row, stat, expect: str, threshold) -> dict[str, Any]:
         agree = sum(_side(v, expect, threshold) for v in values)
         unit = "seeds" if len(strata) == 1 else "(stratum, seed) pairs"
         out["agree_words"] = f"{agree} of {len(values)} {unit} on the claimed side"
-        interval_fn = lambda: estimators.strata_interval(strata)  # noqa: E731
+        interval_fn = lambda: estimators.strata_t_interval(strata)  # noqa: E731
     interval, note = None, ""
     if n_seeds >= 2:
         interval = list(interval_fn())

@@ -158,7 +158,8 @@ def _html_claims(claims: list[dict[str, Any]]) -> list[str]:
         return parts + ['<div class="note">this workload declares no claims</div>']
     parts.append(
         '<p class="small">Each claim of the paper, the statistic that tests it (per seed), its estimate over '
-        "seeds with a 95% percentile bootstrap interval (seeds resampled within each stratum), the seeds "
+        "seeds with a 95% t interval (a stratified one across strata; a probability of improvement: the "
+        "percentile bootstrap, seeds resampled within each stratum), the seeds "
         "that agree, the positive control it rests on, and a verdict. A claim whose control did not pass "
         "gets no verdict; intervals from fewer than 5 seeds are labelled wide.</p>"
     )

@@ -17,7 +17,8 @@ Checks (``raylab.testing.checks``), plain functions that raise ``AssertionError`
     ``validate_workload(name)``: its Config is frozen, documented and valid at its defaults;
     ``check_smoke_result(results, experiment)``: every trial ended and reported the metric;
     ``assert_finite_metrics(row, names)``; ``workload_api_violations(paths)``: the imports of
-    a workload package outside ``raylab.workloads.WORKLOAD_API``.
+    a workload package outside ``raylab.workloads.WORKLOAD_API``; ``science_seeds(default)``:
+    the seeds of a science test, ``RAYLAB_SCIENCE_SEEDS`` (comma-separated) where it is set.
 
 Host syncs (``raylab.testing.host_sync``, imported on its own: it imports torch)
     ``trace_step(build, step)``: a training step run on fake tensors under a dispatch mode
@@ -40,6 +41,7 @@ Importing this package is cheap: raylab and Ray are imported by the fixtures tha
 from raylab.testing.checks import (
     assert_finite_metrics,
     check_smoke_result,
+    science_seeds,
     torch_on_one_thread,
     validate_experiment,
     validate_workload,
@@ -65,6 +67,7 @@ __all__ = [
     "one_thread_module",
     "pytest_addoption",
     "ray_session",
+    "science_seeds",
     "shared_smoke_sweep",
     "smoke_sweep",
     "torch_on_one_thread",

@@ -7,6 +7,7 @@ import ast
 import contextlib
 import dataclasses
 import math
+import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -91,6 +92,27 @@ def assert_finite_metrics(row: dict, names) -> None:
         values = row[name] if isinstance(row[name], list) else [row[name]]
         for value in values:
             assert isinstance(value, (int, float)) and math.isfinite(value), f"{name} = {row[name]}"
+
+
+SCIENCE_SEEDS_ENV = "RAYLAB_SCIENCE_SEEDS"
+"""Comma-separated seeds a science test runs on instead of its default list."""
+
+
+def science_seeds(default: Iterable[int]) -> list[int]:
+    """The seeds a science test runs on: ``RAYLAB_SCIENCE_SEEDS`` (comma-separated integers,
+    ``"50,51,52"``) where it is set and not empty, else ``default``. A science test asserts its
+    claim over whatever seeds it is given, so the same test can be run on seeds nobody tuned on.
+    A value that is not a list of distinct integers raises ``ValueError`` naming it."""
+    raw = os.environ.get(SCIENCE_SEEDS_ENV, "").strip()
+    if not raw:
+        return list(default)
+    try:
+        seeds = [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"{SCIENCE_SEEDS_ENV}={raw!r}: expected comma-separated integers such as 50,51,52") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"{SCIENCE_SEEDS_ENV}={raw!r}: expected distinct comma-separated integers such as 50,51,52")
+    return seeds
 
 
 @contextlib.contextmanager

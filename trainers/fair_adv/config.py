@@ -118,6 +118,13 @@ class Config:
     """BatchNorm mode while a training attack is generated: eval (running statistics, as in
     TRADES's code) or train (batch statistics, as in Madry's and Rice et al.'s PGD-AT code;
     this also moves the running statistics). Evaluation attacks always use eval mode."""
+    eval_restarts: int = 1
+    """Random restarts of the final PGD evaluation (``final/robust_acc*``, ``final_last/*``): a
+    test image counts as robust only if it is classified correctly under every restart (the
+    worst case over restarts). With two or more, the evaluation noise is reported beside it:
+    ``final/robust_acc_worst_class_restart_range`` (max - min of the single-restart worst-class
+    accuracies) and ``final/robust_acc_worst_class_half_gap`` (first half of the restarts' worst
+    case minus the second half's, each half an evaluation of its own)."""
     cw_steps: int = 30
     """Steps of the final CW-inf attack."""
     cw_kappa: float = 50.0
@@ -242,6 +249,7 @@ class Config:
                 "synthetic_data",
                 "the digits are real and ship in a package; synthetic_data is CIFAR's",
             )
+        require_at_least(self, 1, "eval_restarts")
         require_at_least(
             self,
             0,

@@ -377,8 +377,9 @@ def final_evaluation(
     shard: Shard = Shard(),
     prefix: str = "final",
 ) -> dict:
-    """Clean, PGD-20 (the per-epoch attack), CW-inf and (unless ``autoattack: off``) AutoAttack
-    accuracy of ``model`` on the final test images (all of them by default), per class
+    """Clean, PGD-20 (the per-epoch attack; the worst case over ``eval_restarts`` random starts,
+    with the evaluation noise beside it from two), CW-inf and (unless ``autoattack: off``)
+    AutoAttack accuracy of ``model`` on the final test images (all of them by default), per class
     (``{prefix}/*``; PGD-20 is ``{prefix}/robust_acc``, as ``eval/robust_acc`` on the subset).
 
     With several workers PGD and CW are sharded; every worker runs the same AutoAttack (once
@@ -399,7 +400,13 @@ def final_evaluation(
             share=share,
         )
 
-    robust = metrics.evaluate(model, x_u8, y, num_classes, pgd, cfg.eval_batch_size, augment.to_float, shard)
+    runs = [
+        metrics.evaluate(model, x_u8, y, num_classes, pgd, cfg.eval_batch_size, augment.to_float, shard)
+        for _ in range(cfg.eval_restarts)
+    ]
+    adv_preds = [r["adv_pred"] for r in runs]
+    robust = {"clean_pred": runs[0]["clean_pred"], "adv_pred": metrics.worst_over_restarts(adv_preds, y)}
+    noise = metrics.restart_noise(adv_preds, y, num_classes) if len(runs) > 1 else {}
     gen = torch.Generator(device=x_u8.device).manual_seed(cfg.seed + 30_000)
 
     def cw(m, x, yb, share=None):
@@ -420,6 +427,7 @@ def final_evaluation(
     out = metrics.summarize(robust, y, num_classes, prefix) | metrics.summarize(
         preds, y, num_classes, prefix, adv_name="cw"
     )
+    out |= {f"{prefix}/{k}": v for k, v in noise.items()}
     if cfg.autoattack == "off":
         return out
     adv_pred = autoattack_predictions(model, augment.to_float(x_u8), y, cfg)
@@ -433,7 +441,7 @@ def final_gaps(best: dict, last: dict) -> dict:
     return {
         f"final/{name.split('/', 1)[1]}_gap": best["final/" + name.split("/", 1)[1]] - value
         for name, value in last.items()
-        if not isinstance(value, list)
+        if not isinstance(value, list) and not name.endswith(("_restart_range", "_half_gap"))
     }
 
 

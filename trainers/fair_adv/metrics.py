@@ -117,6 +117,33 @@ def summarize(
     return out
 
 
+def worst_over_restarts(adv_preds: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+    """The adversarial predictions of the worst case over restarts ``r = 1..R``: per image, the
+    first restart's prediction that is wrong (``p_{r,i} != y_i``), else ``y_i``; so image ``i`` is
+    robust iff ``p_{r,i} = y_i`` for every ``r``."""
+    stacked = torch.stack(adv_preds)  # [R, N]
+    first_wrong = (stacked != y).int().argmax(0)  # 0 where no restart is wrong, and then p_0 = y
+    return stacked.gather(0, first_wrong[None]).squeeze(0)
+
+
+def restart_noise(adv_preds: list[torch.Tensor], y: torch.Tensor, num_classes: int) -> dict[str, float]:
+    """The evaluation noise of worst-class robust accuracy over ``R >= 2`` restarts:
+    ``robust_acc_worst_class_restart_range = max_r W(p_r) - min_r W(p_r)`` (one restart's noise)
+    and ``robust_acc_worst_class_half_gap = W(worst(p_1..p_h)) - W(worst(p_{h+1}..p_{2h}))``,
+    ``h = floor(R / 2)`` (two independent h-restart evaluations of the same model), where
+    ``W(p)`` is the worst-class accuracy of predictions ``p``."""
+    if len(adv_preds) < 2:
+        raise ValueError(f"restart noise needs two or more restarts, got {len(adv_preds)}")
+    single = [worst_class(per_class_accuracy(p, y, num_classes)) for p in adv_preds]
+    h = len(adv_preds) // 2
+    halves = [worst_over_restarts(part, y) for part in (adv_preds[:h], adv_preds[h : 2 * h])]
+    first, second = (worst_class(per_class_accuracy(p, y, num_classes)) for p in halves)
+    return {
+        "robust_acc_worst_class_restart_range": max(single) - min(single),
+        "robust_acc_worst_class_half_gap": first - second,
+    }
+
+
 SELECTION_RULES = ("worst_class", "average")
 
 

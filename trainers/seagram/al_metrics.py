@@ -87,13 +87,17 @@ def calls_to_match(budgets, values, target: float) -> float:
     return float("inf")
 
 
-def paired_interval(diffs, reps: int = 10000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean of paired per-seed differences and its 95% percentile-bootstrap interval over seeds."""
+def paired_interval(diffs) -> tuple[float, float, float]:
+    """Mean of paired per-seed differences ``d`` and its 95% t interval over seeds,
+    ``mean ± t_{0.975, n-1} s / sqrt(n)`` (``raylab.report.estimators.t_interval``: it covers at a
+    handful of seeds, where the percentile bootstrap does not); NaN bounds below two finite values."""
+    from raylab.report.estimators import t_interval
+
     d = np.asarray(diffs, dtype=np.float64)
     d = d[np.isfinite(d)]
     if not len(d):
         return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(len(d), size=(reps, len(d)))].mean(1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
+    if len(d) < 2:
+        return float(d.mean()), float("nan"), float("nan")
+    lo, hi = t_interval(d)
     return float(d.mean()), float(lo), float(hi)

@@ -3,7 +3,7 @@
 Reads a finished ``seagram`` run (passive, pure-uncertainty and mixed arms over the label-budget
 axis ``al_budget``) and prints, per arm and budget, the classifier's threshold-free scores on the
 held-out candidate flips (``clf/auroc``, ``clf/precision_at_recall``) and what its attack did
-(labels kept, true-label MAP drop); the paired differences between arms with 95% bootstrap
+(labels kept, true-label MAP drop); the paired differences between arms with 95% t
 intervals over seeds (each seed's difference averaged over the victim x flip-budget cells first);
 and calls-to-match-passive: the label budget an active arm needs for the AUROC passive labelling
 reaches at budget B, as a share of B (below 1: active learning saves solver calls).
@@ -125,7 +125,7 @@ def summary(records: list[dict]) -> str:
             if rs:
                 means = " ".join(f"{_mean([r[s] for r in rs]):11.3f}" for s in SCORES)
                 lines.append(f"{arm:12s} {budget:9d} {means}  {len(rs)}")
-    lines.append("\npaired differences over seeds: mean [95% bootstrap interval], seeds > 0 / seeds")
+    lines.append("\npaired differences over seeds: mean [95% t interval], seeds > 0 / seeds")
     for a, b in PAIRS:
         for budget in budgets:
             for score in SCORES:

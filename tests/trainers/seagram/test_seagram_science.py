@@ -2,7 +2,11 @@
 
 NeuroMatch-named victim (raylab's GIN order embedding) with IsoNet++'s weight decay and early
 stopping, budget 2, 10 test queries x 60 corpus graphs, 299 training labels per SEAGRAM arm,
-at the defaults (threshold 0.8, select safest, al_pool picks, al_random_frac 0.5), six seeds.
+at the defaults (threshold 0.8, select safest, al_pool picks, al_random_frac 0.5). Seeds:
+``RAYLAB_SCIENCE_SEEDS`` (comma-separated), default 0-11: the active-learning findings need 12 or
+more (at 6, one influential seed carried two orderings that 12 fresh seeds did not repeat). The
+12-seed default has not yet been run through this module (the figures below are seeds 0-5 and a
+reviewer's 50-61).
 
 Measured with this fixture on 2026-12-03 (seeds 0-5; clean MAP 0.521 / 0.531 / 0.517 / 0.530 /
 0.531 / 0.539): random flips keep 0.753-0.803; greedy drops MAP 0.402-0.421 at 2107-2691 solver
@@ -39,25 +43,34 @@ and above an untrained classifier of the same initialisation by +0.20 to +0.26 o
 (intervals above 0); the untrained one's AUROC is 0.32 / 0.27 / 0.71 / 0.72 / 0.29 / 0.68 (its
 random weights read the structural features in either direction), so the control is on the mean.
 
-So at this scale "active learning saves solver calls" is not supported: pure uncertainty sampling
-is worse than passive labelling on held-out AUROC (every seed), the mixed default is not
-distinguishable from passive (the earlier 3-seed labels-kept null and its sign flip were this
-noise: 6 seeds put it at +0.035 with an interval across 0), and the one robust ordering is that
-the random half of the mixed arm beats pure uncertainty. The assertions say exactly that.
+(The intervals above are the percentile bootstrap they were first computed with; the test now
+prints 95% t intervals, which cover at small n.) On 12 further seeds (50-61, run by a reviewer
+with this test's functions): mixed - passive AUROC -0.015 [-0.050, +0.022] (no effect, as on
+0-5); pure uncertainty - passive -0.023 [-0.070, +0.010], 5/12 seeds above 0 (the 0-5 "worse
+than passive" came from one influential seed and does not replicate); mixed - pure uncertainty
+was likewise carried by one seed at 6.
+
+So at this scale "active learning saves solver calls" is not supported, and that is the one claim
+asserted, as a bound over seeds: neither active arm's held-out AUROC is above passive labelling's
+at equal labels (each 95% t interval's upper end below +0.05). The orderings among the arms are
+printed as findings, not asserted. Controls asserted: the labels-kept instrument separates
+greedy from greedy_free, the AUROC instrument sees training (every arm above an untrained
+classifier of the same initialisation, on the mean), equal solver calls, working attacks.
 """
 
 import numpy as np
 import pytest
 
 from raylab.config import from_dict
+from raylab.testing import science_seeds
 from trainers.seagram.al_metrics import calls_to_match, paired_interval
 from trainers.seagram.config import Config
 from trainers.seagram.data import load_or_generate, spec_from_config
 from trainers.seagram.loop import compare_attacks
 
 # the fixture: 660-870 s per seed at load 16-39 on 2 shared cores (2026-12-03, two seeds at once;
-# 3 seeds of fewer arms took 308-346 s at load ~2): six seeds need more than the default 900 s
-pytestmark = [pytest.mark.long, pytest.mark.timeout(3600)]
+# 3 seeds of fewer arms took 308-346 s at load ~2): twelve seeds need up to about 3 hours here
+pytestmark = [pytest.mark.long, pytest.mark.timeout(4 * 3600)]
 
 SCIENCE = dict(
     source="nci",
@@ -85,7 +98,7 @@ SCIENCE = dict(
     eval_candidates=1000,
     eval_recall=0.5,
 )
-SEEDS = (0, 1, 2, 3, 4, 5)
+SEEDS = tuple(science_seeds(range(12)))
 AL_ARMS = {
     "uncertainty": {"al_random_frac": 0.0},  # pure uncertainty sampling over the picks pool
     "passive": {"al_strategy": "passive"},  # classifier-free: uniform flips of uniform train pairs
@@ -237,40 +250,54 @@ def test_active_learning_arms_at_equal_label_budgets(runs):
     print_statistics(runs, stats)
     table = stats["table"]
     # positive control of the AUROC instrument: it sees training. Every arm's classifier ranks the
-    # held-out flips above chance on every seed (measured 0.644-0.797), and above an untrained one
-    # of the same initialisation on the mean, the interval above 0 (measured +0.20 to +0.26, lower
-    # ends +0.03 to +0.12). Not seed by seed: an untrained classifier's random weights read the
-    # structural features in either direction (measured AUROC 0.27-0.72, mean 0.50).
+    # held-out flips above chance on the mean (measured 0.644-0.797 per seed on seeds 0-5), and
+    # above an untrained one of the same initialisation on the mean, the interval above 0 (measured
+    # +0.20 to +0.26, lower ends +0.03 to +0.12). Not seed by seed: an untrained classifier's random
+    # weights read the structural features in either direction (measured AUROC 0.27-0.72, mean 0.50).
     untrained = np.array([r["heldout"]["untrained"]["clf/auroc"] for r in runs])
     for arm, cols in table.items():
         mean, lo, _ = paired_interval(cols["auroc"] - untrained)
-        assert (cols["auroc"] > 0.5).all() and mean >= 0.15 and lo > 0, (arm, cols["auroc"], untrained)
+        _, chance_lo, _ = paired_interval(cols["auroc"] - 0.5)
+        assert chance_lo > 0 and mean >= 0.15 and lo > 0, (arm, cols["auroc"], untrained)
     for cols in table.values():  # equal label budgets: every arm spends the same solver calls
         assert (cols["calls"] == table["passive"]["calls"]).all() and (cols["calls"] <= SCIENCE["al_budget"]).all()
         assert cols["true_drop"].mean() >= 0.2  # every arm's classifier makes a working attack
-    check_findings(stats)
+    assert not check_findings(stats), check_findings(stats)
 
 
-def check_findings(stats) -> None:
-    """What 6 seeds support (measured figures in the module docstring); the rest is printed as
-    findings, not asserted. The judge is the held-out AUROC (threshold-free); labels kept and
-    true-label drop also move with the threshold."""
-    diffs = stats["diffs"]
+ACTIVE_NOT_ABOVE = 0.05
+"""The claim's bound: an active arm's held-out AUROC minus passive's, 95% t upper end below it."""
 
-    def seeds_above(a, b, metric):
-        return int((diffs[a, b, metric][0] > 0).sum())
 
-    # mixed beats pure uncertainty on held-out AUROC: measured +0.045 [+0.024, +0.068], 6/6 seeds
-    _, mean, lo, _ = diffs["mixed (default)", "uncertainty", "auroc"]
-    assert mean >= 0.02 and lo > 0 and seeds_above("mixed (default)", "uncertainty", "auroc") >= 5, mean
-    # ... and keeps more labels: measured +0.054 [+0.021, +0.095], 5/6 seeds
-    _, mean, lo, _ = diffs["mixed (default)", "uncertainty", "kept"]
-    assert mean >= 0.02 and lo > 0 and seeds_above("mixed (default)", "uncertainty", "kept") >= 4, mean
-    # pure uncertainty ranks held-out flips worse than passive labelling: measured -0.055
-    # [-0.095, -0.017], 0/6 seeds above 0
-    _, mean, _, hi = diffs["uncertainty", "passive", "auroc"]
-    assert hi < 0 and seeds_above("uncertainty", "passive", "auroc") <= 1, mean
-    # mixed against passive: no AUROC difference this instrument can see at 6 seeds (measured
-    # -0.010 [-0.049, +0.023], 3/6); asserted only as "not better by more than 0.05"
-    _, mean, _, _ = diffs["mixed (default)", "passive", "auroc"]
-    assert abs(mean) <= 0.05, mean
+def not_above_failures(diffs: dict[str, np.ndarray]) -> list[str]:
+    """The claim check on per-seed AUROC differences ``{name: arm - passive}``: each 95% t interval
+    over seeds ends below ``ACTIVE_NOT_ABOVE``. Returns what failed."""
+    failures = []
+    for name, d in diffs.items():
+        mean, _, hi = paired_interval(d)
+        if not hi < ACTIVE_NOT_ABOVE:
+            failures.append(f"{name} AUROC {mean:+.3f}, 95% t upper end {hi:+.3f} >= {ACTIVE_NOT_ABOVE}")
+    return failures
+
+
+def check_findings(stats) -> list[str]:
+    """The one claim asserted ("active learning does not beat passive labelling here"): for each
+    active arm, the 95% t interval over seeds of its held-out AUROC minus passive's ends below
+    ``ACTIVE_NOT_ABOVE``. Measured: mixed - passive -0.010 [-0.049, +0.023] (seeds 0-5,
+    bootstrap) and -0.015 [-0.050, +0.022] (50-61); pure uncertainty - passive -0.055 [-0.095,
+    -0.017] (0-5) and -0.023 [-0.070, +0.010] (50-61). The orderings are printed only."""
+    return not_above_failures(
+        {f"{arm} - passive": stats["diffs"][arm, "passive", "auroc"][0] for arm in ("mixed (default)", "uncertainty")}
+    )
+
+
+@pytest.mark.slow
+def test_the_claim_check_fails_where_one_arm_is_known_better(runs):
+    """Control case: the same check, on a difference known to be positive (a trained passive
+    classifier against the untrained one of the same initialisation, measured +0.20 to +0.26 on
+    the mean), must report it."""
+    table = al_table(runs)
+    untrained = np.array([r["heldout"]["untrained"]["clf/auroc"] for r in runs])
+    failures = not_above_failures({"passive - untrained": table["passive"]["auroc"] - untrained})
+    print("failures reported:", failures)
+    assert failures
