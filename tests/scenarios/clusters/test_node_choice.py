@@ -100,6 +100,8 @@ def test_every_shipped_gpu_experiment_goes_to_its_intended_node_type(filled):
         trials = search_space.grid_size(exp.search) * exp.num_samples
         bundle = {"CPU": res.cpus_per_worker, **({"GPU": res.gpus_per_worker} if res.gpus_per_worker else {})}
         demand = min(trials, int(head.trial_drivers)) if res.uses_ray_train else trials
+        if cap := cluster_plan.concurrency_cap(exp):  # a ConcurrencyLimiter: Tune makes no more trials
+            demand = min(demand, cap)
         added = rays_choice(config, bundle, demand)
         planned = cluster_plan.choose(nodes, res.cpus_per_worker, res.gpus_per_worker)
         per_node = cluster_plan.trials_per_node(planned, res.cpus_per_worker, res.gpus_per_worker)
