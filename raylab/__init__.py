@@ -37,6 +37,7 @@ _NAMES = {
     "GlobalRNG": "raylab.checkpoint",
     "saved_only": "raylab.checkpoint",
     "load_at": "raylab.checkpoint",
+    "derive_seed": "raylab.seeds",
     "user_path": "raylab.files",
     "user_location": "raylab.files",
     "with_variant": "raylab.search_space",

@@ -100,6 +100,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
         "GlobalRNG",
         "saved_only",
     ),
+    "raylab.seeds": ("derive_seed",),
     "raylab.files": ("user_path", "user_location", "sha256_file", "write_atomic"),
     "raylab.search_space": ("with_variant",),
     "raylab.run_folder": ("RunFolder", "TrialFolder"),

@@ -19,7 +19,6 @@ Every report carries the latest value of every metric so far, so the last row ha
 from __future__ import annotations
 
 import copy
-import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -35,6 +34,7 @@ from raylab.data.augment import random_crop_flip, to_float
 from raylab.data.cifar import MEAN, STD, ImageData, check_cifar, prepare_cifar
 from raylab.errors import UserError
 from raylab.models import preact_resnet18, resnet18
+from raylab.seeds import derive_seed
 from trainers.backdoor import GROUPS, attack, probe, wanet
 from trainers.backdoor.config import Config
 
@@ -214,7 +214,7 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     if cfg.eval_size:
         test_x, test_y = test_x[: cfg.eval_size], test_y[: cfg.eval_size]
     trig_x, trig_clean_x, trig_y = attack.triggered_test_set(test_x, test_y, trigger, spec, cfg.target_class)
-    bn_gen = torch.Generator().manual_seed(derived_seed(cfg.seed, "probe-bn"))
+    bn_gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "probe-bn"))
     if cfg.attack == "wanet":
         pick = torch.randperm(n, generator=bn_gen)[: cfg.probe_bn_size]
         bn_x, bn_y = wanet.poison_batch(
@@ -260,11 +260,6 @@ def trigger_spec(cfg: Config) -> attack.TriggerSpec:
         wanet_k=cfg.wanet_k,
         wanet_s=cfg.wanet_s,
     )
-
-
-def derived_seed(*parts) -> int:
-    """A 63-bit seed from any parts (the same parts give the same seed on every machine)."""
-    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "little") >> 1
 
 
 # ----------------------------------------------------------------------------- measurements
@@ -354,7 +349,7 @@ def neuron_report(net: torch.nn.Module, data: Data, cfg: Config, top: torch.Tens
     sel = probe.selectivity(feats_trig, feats_clean)
     if top is None:
         top = probe.top_neurons(sel, cfg.ablate_top_k)
-    gen = torch.Generator().manual_seed(derived_seed(cfg.seed, "random-neurons"))
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "random-neurons"))
     rand = torch.randperm(len(sel), generator=gen)[: len(top)].to(sel.device)
     with torch.no_grad():
         head = net.classify
@@ -525,7 +520,7 @@ def poisoned_training(t: Trial, st: BackdoorState) -> None:
     running = {"loss": torch.zeros((), device=t.device), "correct": torch.zeros((), device=t.device)}
     while st.phase == "train" and st.epoch < cfg.epochs:
         order = torch.randperm(
-            len(t.data.train_y), generator=torch.Generator().manual_seed(derived_seed(cfg.seed, "order", st.epoch))
+            len(t.data.train_y), generator=torch.Generator().manual_seed(derive_seed(cfg.seed, "order", st.epoch))
         ).to(t.device)
         started = time.perf_counter()
         while st.batch < t.batches_per_epoch:
@@ -624,7 +619,7 @@ def clean_finetuning(t: Trial, st: BackdoorState) -> None:
         order = subset[
             torch.randperm(
                 len(subset),
-                generator=torch.Generator().manual_seed(derived_seed(cfg.seed, "finetune-order", st.ft_epoch)),
+                generator=torch.Generator().manual_seed(derive_seed(cfg.seed, "finetune-order", st.ft_epoch)),
             ).to(t.device)
         ]
         for b in range(-(-len(order) // cfg.finetune_batch_size)):
@@ -666,7 +661,7 @@ def crop_flip_batch(
     every worker count sees the same augmented global batch."""
     x, y = data.train_x[idx], data.train_y[idx]
     if cfg.augment:
-        gen = torch.Generator(device=x.device).manual_seed(derived_seed(cfg.seed, *seed_parts))
+        gen = torch.Generator(device=x.device).manual_seed(derive_seed(cfg.seed, *seed_parts))
         x = random_crop_flip(x, generator=gen, flip=cfg.dataset == "cifar10")
     return to_float(x[rank::world]), y[rank::world]
 
@@ -676,7 +671,7 @@ def wanet_batch(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """This worker's share of the global batch ``idx`` poisoned and augmented as BackdoorBench's
     WaNet does (``wanet.py``), every random draw made for the global batch."""
-    gen = torch.Generator().manual_seed(derived_seed(cfg.seed, "wanet", *seed_parts))
+    gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "wanet", *seed_parts))
     x, y, _, _ = wanet.poison_batch(
         data.train_x[idx], data.train_y[idx], spec, cfg.poison_ratio, cfg.wanet_cross_ratio, cfg.target_class, gen
     )

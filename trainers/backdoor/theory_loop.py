@@ -38,6 +38,7 @@ import torch
 from raylab import session
 from raylab.checkpoint import LoopState, saved_only
 from raylab.config import from_dict
+from raylab.seeds import derive_seed
 from trainers.backdoor import theory
 from trainers.backdoor.config import TheoryConfig
 from trainers.backdoor.theory import drop_ratio
@@ -71,7 +72,7 @@ def train_loop(config: dict) -> None:
     derivatives = dict(zip(("poison", "clean"), theory.signal_and_curvature(w0, a, x, y, poisoned, ~poisoned)))
     signal = {g: s for g, (s, _) in derivatives.items()}
     curvature = {g: c for g, (_, c) in derivatives.items()}
-    batches = torch.Generator().manual_seed(cfg.seed + 1)
+    batches = torch.Generator().manual_seed(derive_seed(cfg.seed, "batches"))
 
     st = TheoryState(w0.clone(), w0.clone(), batches, config=config)
     saved = session.restore()

@@ -20,6 +20,7 @@ from raylab.config import from_dict
 from raylab.errors import ThisMachine, UserError
 from raylab.files import user_location, user_path
 from raylab.run_folder import RunFolder
+from raylab.seeds import derive_seed
 from trainers.boltz_distill.batches import GraphBank
 from trainers.boltz_distill.config import Config
 from trainers.boltz_distill.corpus import check_test_sets, corpus_exists, corpus_smiles, exclusion_line
@@ -235,7 +236,7 @@ def init_training(cfg: Config, out_dim: int, device):
     torch.manual_seed(cfg.seed)
     model = GINEStudent(cfg.width, cfg.depth, out_dim, cfg.dropout, cfg.head_layers, cfg.global_context).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    return model, optimizer, torch.Generator().manual_seed(cfg.seed + 1)
+    return model, optimizer, torch.Generator().manual_seed(derive_seed(cfg.seed, "batches"))
 
 
 def distill(cfg: Config, device=None) -> dict:

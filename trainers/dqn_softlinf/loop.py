@@ -57,6 +57,7 @@ from raylab import session
 from raylab.accel import AUTO, compiled, enabled, to_device
 from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
+from raylab.seeds import derive_seed
 from trainers.dqn_softlinf.ale_probe import life_lost
 from trainers.dqn_softlinf.config import Config, frame_mark_metric, frames_per_step
 from trainers.dqn_softlinf.cuda_graph import GraphedStep, warn
@@ -258,7 +259,7 @@ def build_run(cfg: Config, device: torch.device) -> Run:
     exact_model = envs.exact_model()
     q_star = optimal_q(*exact_model[:2], cfg.gamma, exact_model[2]) if exact_model else None
     sample_gen, act_gen = (
-        torch.Generator(device).manual_seed(stream_seed(cfg.seed, stream)) for stream in (SAMPLE_STREAM, ACT_STREAM)
+        torch.Generator(device).manual_seed(derive_seed(cfg.seed, stream)) for stream in (SAMPLE_STREAM, ACT_STREAM)
     )
     return Run(
         cfg,
@@ -303,11 +304,6 @@ def use_graph(cfg: Config, device: torch.device, on_device: bool) -> bool:
 def simulated_gpus() -> bool:
     """A simulated GPU machine (raylab.session: its GPUs are labels, the trials train on the CPU)."""
     return os.environ.get("RAYLAB_SIMULATED_GPUS") == "1"
-
-
-def stream_seed(seed: int, stream: int) -> int:
-    """A torch generator's seed for ``(trial seed, stream)``."""
-    return int(np.random.SeedSequence([seed, stream]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def new_counters(cfg: Config) -> dict:

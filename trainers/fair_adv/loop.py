@@ -33,6 +33,7 @@ from raylab.data import augment
 from raylab.data.cifar import ImageData, check_cifar, prepare_cifar
 from raylab.data.digits import find_digits, load_digits
 from raylab.errors import UserError
+from raylab.seeds import derive_seed
 from raylab.workloads import require
 from trainers.fair_adv import attack, metrics, reweight
 from trainers.fair_adv.config import DIGITS, Config
@@ -213,8 +214,8 @@ def train_loop(config: dict) -> None:
         model,
         make_optimizer(model, cfg, cfg.lr),
         order_gen=torch.Generator().manual_seed(cfg.seed),
-        aug_gen=torch.Generator(device=device).manual_seed(cfg.seed + 1),
-        attack_gen=torch.Generator(device=device).manual_seed(cfg.seed + 2),
+        aug_gen=torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "augment")),
+        attack_gen=torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "attack")),
         history=History.empty(n_train, device),
         frl_lambda={k: torch.zeros(num_classes, dtype=torch.float64, device=device) for k in ("nat", "bndy", "margin")},
         config=config,
@@ -244,7 +245,14 @@ def train_loop(config: dict) -> None:
 
     def evaluate_val(m):
         return metrics.evaluate(
-            m, val_x, val_y, num_classes, eval_attack(cfg.seed + 10_000), cfg.eval_batch_size, augment.to_float, shard
+            m,
+            val_x,
+            val_y,
+            num_classes,
+            eval_attack(derive_seed(cfg.seed, "validation-attack")),
+            cfg.eval_batch_size,
+            augment.to_float,
+            shard,
         )
 
     val_preds = None  # the current model's validation predictions (from the last epoch's end)
@@ -294,7 +302,7 @@ def train_loop(config: dict) -> None:
             test_x,
             test_y,
             num_classes,
-            eval_attack(cfg.seed + 20_000),
+            eval_attack(derive_seed(cfg.seed, "test-attack")),
             cfg.eval_batch_size,
             augment.to_float,
             shard,
@@ -385,7 +393,7 @@ def final_evaluation(
     With several workers PGD and CW are sharded; every worker runs the same AutoAttack (once
     per trial).
     """
-    pgd_gen = torch.Generator(device=x_u8.device).manual_seed(cfg.seed + 40_000)
+    pgd_gen = torch.Generator(device=x_u8.device).manual_seed(derive_seed(cfg.seed, "final-pgd"))
 
     def pgd(m, x, yb, share=None):
         return attack.pgd(
@@ -407,7 +415,7 @@ def final_evaluation(
     adv_preds = [r["adv_pred"] for r in runs]
     robust = {"clean_pred": runs[0]["clean_pred"], "adv_pred": metrics.worst_over_restarts(adv_preds, y)}
     noise = metrics.restart_noise(adv_preds, y, num_classes) if len(runs) > 1 else {}
-    gen = torch.Generator(device=x_u8.device).manual_seed(cfg.seed + 30_000)
+    gen = torch.Generator(device=x_u8.device).manual_seed(derive_seed(cfg.seed, "final-cw"))
 
     def cw(m, x, yb, share=None):
         return attack.cw_linf(

@@ -27,6 +27,7 @@ import torch
 from raylab import session
 from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
+from raylab.seeds import derive_seed
 from trainers.seagram import attack as atk
 from trainers.seagram.batches import TrainPairs
 from trainers.seagram.config import Config
@@ -100,12 +101,12 @@ def train_loop(config: dict) -> None:
         victim, _ = make_victim(cfg, data)
     victim = victim.to(device)
     optimizer = torch.optim.Adam(victim.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    torch.manual_seed(cfg.seed + 1)
+    torch.manual_seed(derive_seed(cfg.seed, "classifier-init"))
     clf = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members).to(device)
     clf_optimizer = torch.optim.Adam(clf.parameters(), lr=cfg.clf_lr)
-    victim_rng = np.random.default_rng([cfg.seed, 1])
-    al_rng = np.random.default_rng([cfg.seed, 2])
-    clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
+    victim_rng = np.random.default_rng(derive_seed(cfg.seed, "victim"))
+    al_rng = np.random.default_rng(derive_seed(cfg.seed, "active-learning"))
+    clf_gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "classifier-batches"))
     solver = SubgraphSolver.from_config(cfg)
     stopping = EarlyStopping(cfg.patience, cfg.es_tolerance)
     st = SeagramState(
@@ -475,7 +476,7 @@ def run_attack(cfg: Config, data: RetrievalData, victim, clf, test_queries: np.n
         batch.y = (clean.reshape(-1) >= threshold).to(true_y.dtype)
         extra["attack/pred_label_acc"] = float((batch.y == true_y).float().mean())
     if attack == "random":
-        outcome = atk.random_attack(batch, cfg.budget, np.random.default_rng([cfg.seed, 4]))
+        outcome = atk.random_attack(batch, cfg.budget, np.random.default_rng(derive_seed(cfg.seed, "random-attack")))
     elif attack in ("greedy", "greedy_free"):
         outcome = atk.greedy_attack(
             victim,
@@ -510,7 +511,7 @@ def heldout_set(cfg: Config, data: RetrievalData, victim) -> tuple:
     pool = atk.FlipPool(
         [data.queries[i] for i in queries], data.corpus, data.labels[queries], cfg.al_pos_frac, cfg.induced
     )
-    rng = np.random.default_rng([cfg.seed, 5])
+    rng = np.random.default_rng(derive_seed(cfg.seed, "flip-pool"))
     per_pair = min(cfg.top_k, 8) if cfg.top_k else 8
     rows = pool.sample_attack(
         rng, cfg.eval_candidates, victim, max(1, -(-cfg.eval_candidates // per_pair)), cfg.top_k,
@@ -679,12 +680,12 @@ def sample_pool(
 def train_seagram(cfg: Config, data: RetrievalData, victim) -> tuple:
     """Active learning of the criticality classifier for ``victim`` (phase 2 of ``train_loop``,
     no session); returns the classifier and its cost (solver calls and seconds, labels)."""
-    torch.manual_seed(cfg.seed + 1)
+    torch.manual_seed(derive_seed(cfg.seed, "classifier-init"))
     clf = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members)
     clf_optimizer = torch.optim.Adam(clf.parameters(), lr=cfg.clf_lr)
     solver = SubgraphSolver.from_config(cfg)
-    al_rng = np.random.default_rng([cfg.seed, 2])
-    clf_gen = torch.Generator().manual_seed(cfg.seed + 3)
+    al_rng = np.random.default_rng(derive_seed(cfg.seed, "active-learning"))
+    clf_gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "classifier-batches"))
     pool = flip_pool(data, cfg)
     rows, targets = np.zeros((0, 4), np.int64), np.zeros(0, np.int64)
     started = time.perf_counter()
@@ -703,7 +704,7 @@ def trained_victim(cfg: Config, data: RetrievalData) -> tuple:
     ``{"map": clean test MAP, ...training statistics}``."""
     torch.manual_seed(cfg.seed)
     victim, optimizer = make_victim(cfg, data)
-    trained = train_victim(victim, optimizer, data, cfg, np.random.default_rng([cfg.seed, 1]))
+    trained = train_victim(victim, optimizer, data, cfg, np.random.default_rng(derive_seed(cfg.seed, "victim")))
     for p in victim.parameters():
         p.requires_grad_(False)
     return victim, {
@@ -757,7 +758,7 @@ def compare_attacks(
     if clf is not None and heldout is not None:
         out["seagram"].update(heldout_metrics(cfg, clf, *heldout))
         # the instrument's control: an untrained classifier (the same initialisation) on the same flips
-        torch.manual_seed(cfg.seed + 1)
+        torch.manual_seed(derive_seed(cfg.seed, "classifier-init"))
         untrained = atk.CriticalityClassifier(cfg.clf_hidden, cfg.clf_layers, cfg.clf_members).eval()
         out["heldout"] = {
             "calls": heldout[3],

@@ -7,12 +7,12 @@ import os
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from raylab import session
 from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
+from raylab.seeds import derive_seed
 from trainers.toy.config import Config
 
 
@@ -29,12 +29,6 @@ class ToyState(LoopState):
     resumed_from_step: int = saved_only(0)
     """The step this run started from: 0 on a fresh start (a reader sees where each run began)."""
     config: dict = saved_only()
-
-
-def batch_seed(seed: int, rank: int, step: int) -> int:
-    """The seed of worker ``rank``'s batch at ``step``: each worker its own batches, and a
-    resumed worker draws exactly the batches it would have drawn (nothing to checkpoint)."""
-    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def train_loop(config: dict) -> None:
@@ -76,7 +70,7 @@ def train_loop(config: dict) -> None:
         # report it once, so the trial ends with its metrics rather than its own earlier ones.
         report()
     while st.step < cfg.steps:
-        batch_gen = torch.Generator().manual_seed(batch_seed(cfg.seed, rank, st.step))
+        batch_gen = torch.Generator().manual_seed(derive_seed(cfg.seed, rank, st.step))
         x = torch.randn(cfg.batch_size, cfg.dim, generator=batch_gen)
         y = x @ true_w + cfg.noise * torch.randn(cfg.batch_size, generator=batch_gen)
         batch_loss = torch.nn.functional.mse_loss(model(x).squeeze(-1), y)
