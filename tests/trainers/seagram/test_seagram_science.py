@@ -58,11 +58,14 @@ greedy from greedy_free, the AUROC instrument sees training (every arm above an 
 classifier of the same initialisation, on the mean), equal solver calls, working attacks.
 """
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from raylab.config import from_dict
 from raylab.testing import science_seeds
+from raylab.testing.science_cache import per_seed
 from trainers.seagram.al_metrics import calls_to_match, paired_interval
 from trainers.seagram.config import Config
 from trainers.seagram.data import load_or_generate, spec_from_config
@@ -99,6 +102,9 @@ SCIENCE = dict(
     eval_recall=0.5,
 )
 SEEDS = tuple(science_seeds(range(12)))
+REPO = Path(__file__).resolve().parents[3]
+SOURCES = [REPO / "trainers" / "seagram", REPO / "raylab"]
+"""What computes a seed's result: a cached seed is recomputed when any of it changes."""
 AL_ARMS = {
     "uncertainty": {"al_random_frac": 0.0},  # pure uncertainty sampling over the picks pool
     "passive": {"al_strategy": "passive"},  # classifier-free: uniform flips of uniform train pairs
@@ -114,14 +120,16 @@ by uncertainty, over the flips the current classifier's attack would take), at e
 def runs(tmp_path_factory):
     cache = tmp_path_factory.mktemp("science-data")
     out = []
-    for seed in SEEDS:
+    attacks = ("random", "greedy", "greedy_free", "seagram")
+
+    def one_seed(seed):
         cfg = from_dict(Config, {**SCIENCE, "seed": seed}, "science test")
         data = load_or_generate(spec_from_config(cfg), cache, cache)
-        out.append(
-            compare_attacks(
-                cfg, data, attacks=("random", "greedy", "greedy_free", "seagram"), al_arms=AL_ARMS, judge=True
-            )
-        )
+        return compare_attacks(cfg, data, attacks=attacks, al_arms=AL_ARMS, judge=True)
+
+    # with RAYLAB_SCIENCE_CACHE set, each seed's result is kept as it finishes (a cut-short run resumes)
+    for seed in SEEDS:
+        out.append(per_seed("seagram", seed, (SCIENCE, AL_ARMS, attacks), SOURCES, lambda: one_seed(seed)))
     return out
 
 
