@@ -105,7 +105,8 @@ def _md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser (the CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(
         prog="python -m raylab.data.stage",
         description="Download a CIFAR archive once into a folder or URI that every trial reads.",
@@ -114,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dest", help="a folder (shared or on each node) or a URI (s3://..., file://...)")
     parser.add_argument("--url", help="download from this URL instead of the dataset's home page")
     parser.add_argument("--md5", help="the archive's MD5 when it is not the published one (a mirror)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         done = stage(args.dataset, args.dest, args.url, args.md5)
     except UserError as err:

@@ -316,7 +316,8 @@ def corpus_exists(corpus: str) -> Path:
 
 
 @exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser (the CLI reference is generated from it)."""
     p = argparse.ArgumentParser(prog="python -m trainers.boltz_distill.corpus", description=__doc__.split("\n")[0])
     p.add_argument("corpus", help="moses, nci, or a SMILES file")
     p.add_argument("--limit", type=int, default=0, help="the first N molecules kept (0: all)")
@@ -333,7 +334,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run although some ADMET test sets are missing (their molecules are not excluded)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     sets: list[str] = []
     keys = corpus_smiles(
         args.corpus,

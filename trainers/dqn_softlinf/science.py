@@ -160,7 +160,8 @@ def draw(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser (the CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=12_000)
     parser.add_argument("--seeds", type=int, default=20)
@@ -170,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         "--schedule", action="append", choices=list(SCHEDULES), help="exploration schedule(s) to run (default: both)"
     )
     parser.add_argument("--out", type=Path, default=Path("science-12k"))
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
     for name in args.schedule or list(SCHEDULES):
