@@ -118,11 +118,11 @@ def main(argv: list[str] | None = None) -> int:
             print(wall_time_text(experiment, args.storage))
         refused = []
         if args.cluster:
-            from raylab.launch import cluster_plan
+            from raylab.cluster import plan
 
             figures = {}
             try:
-                print(cluster_plan.plan_text(experiment, args.cluster, figures, live=True))
+                print(plan.plan_text(experiment, args.cluster, figures, live=True))
             except UserError as err:
                 refused.append(str(err))
             if warning := storage_secrets.token_lifetime_warning(

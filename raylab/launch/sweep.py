@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylab import provenance, workloads
+from raylab.cluster.prices import failure_budget
 from raylab.errors import UserError
 from raylab.experiment import Experiment
 from raylab.launch import config_writer, disk_full, searcher, summary
 from raylab.launch import loggers as logger_callbacks
 from raylab.launch import progress as progress_lines
 from raylab.launch.checks import fitting_trials
-from raylab.launch.cluster_plan import failure_budget
 from raylab.launch.scheduler import make_scheduler
 from raylab.launch.trainable import make_trainable
 from raylab.run_folder import TUNE_RUN, RunFolder, is_uri, newest_run, root
@@ -109,7 +109,7 @@ def run(
                 storage_path=run.storage_root,
                 stop=dict(experiment.stop) or None,
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=experiment.checkpoint.keep),
-                # spot trials: the file's budget plus what their reclaims may use (cluster_plan.failure_budget)
+                # spot trials: the file's budget plus what their reclaims may use (raylab.cluster.prices.failure_budget)
                 failure_config=tune.FailureConfig(max_failures=failure_budget(experiment)[0]),
                 callbacks=[
                     disk_full.callback(run.location),
