@@ -39,6 +39,8 @@ _NAMES = {
     "load_at": "raylab.checkpoint",
     "user_path": "raylab.files",
     "user_location": "raylab.files",
+    "is_uri": "raylab.files",
+    "UserPath": "raylab.config",
     "with_variant": "raylab.search_space",
     "sha256_file": "raylab.files",
     "write_atomic": "raylab.files",

@@ -24,10 +24,11 @@ if __name__ == "__main__":  # before Ray is imported (below): where a local Ray 
 from raylab import experiment as experiments
 from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
+from raylab.files import is_uri
 from raylab.launch import checks, cli, disk_full, searcher, storage_secrets, summary, sweep
 from raylab.launch import progress as progress_text
 from raylab.launch.trackers import logger_option
-from raylab.run_folder import BEST_FILE, ERROR_FILE, SUMMARY_FILE, RunFolder, is_uri, new_run_name
+from raylab.run_folder import BEST_FILE, ERROR_FILE, SUMMARY_FILE, RunFolder, new_run_name
 
 
 def parser() -> cli.ArgumentParser:

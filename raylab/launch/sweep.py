@@ -16,13 +16,14 @@ from raylab import provenance, workloads
 from raylab.cluster.prices import failure_budget
 from raylab.errors import UserError
 from raylab.experiment import Experiment
+from raylab.files import is_uri
 from raylab.launch import config_writer, disk_full, searcher, summary
 from raylab.launch import progress as progress_lines
 from raylab.launch.checks import fitting_trials
 from raylab.launch.scheduler import make_scheduler
 from raylab.launch.trackers import logger_option
 from raylab.launch.trainable import make_trainable
-from raylab.run_folder import TUNE_RUN, RunFolder, is_uri, newest_run, root
+from raylab.run_folder import TUNE_RUN, RunFolder, newest_run, root
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ import os
 
 from raylab.errors import UserError
 from raylab.experiment import Experiment
+from raylab.files import is_uri
 from raylab.launch.checks import probe_local, within
-from raylab.run_folder import RunFolder, is_uri
+from raylab.run_folder import RunFolder
 
 LOGGERS = ("mlflow", "wandb", "tensorboard")
 
