@@ -31,9 +31,8 @@ from pathlib import Path
 
 from raylab.data import cifar
 from raylab.errors import UserError
-from raylab.files import refuse_credentials, user_path, write_atomic
+from raylab.files import is_uri, refuse_credentials, user_path, write_atomic
 from raylab.run_folder import filesystem, join
-from raylab.files import is_uri
 
 
 def stage(name: str, dest: str, url: str | None = None, md5: str | None = None, timeout_s: float = 60) -> str:
