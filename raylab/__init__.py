@@ -40,6 +40,8 @@ _NAMES = {
     "derive_seed": "raylab.seeds",
     "user_path": "raylab.files",
     "user_location": "raylab.files",
+    "is_uri": "raylab.files",
+    "UserPath": "raylab.config",
     "with_variant": "raylab.search_space",
     "sha256_file": "raylab.files",
     "write_atomic": "raylab.files",

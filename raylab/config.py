@@ -3,7 +3,8 @@
 A workload's ``Config`` is a frozen dataclass with a docstring under each field. YAML keys are
 the field names, one to one. ``from_dict`` refuses unknown keys and ill-typed values with a
 message that names the file, the key and the valid keys; range checks live in the dataclass's
-``__post_init__`` through ``require``.
+``__post_init__`` through ``require``. A field declared ``UserPath`` (a path the user gives) is
+resolved here, once: a loop reads it as a ready absolute path, or a storage URI as given.
 """
 
 from __future__ import annotations
@@ -16,11 +17,34 @@ import math
 import textwrap
 import types
 import typing
-from typing import Any, Literal, Mapping, TypeVar, Union
+from typing import Any, Literal, Mapping, NewType, TypeVar, Union
 
 from raylab.errors import UserError
 
 T = TypeVar("T")
+
+UserPath = NewType("UserPath", str)
+"""A config field that holds a path the user gives: ``data_dir: UserPath = "~/data"``.
+
+``from_dict`` resolves it once, as ``raylab.files.user_path`` does: ``~`` expanded, and a
+relative path taken from where the command ran (``RAYLAB_LAUNCH_DIR`` inside a trial, else the
+current folder), as an absolute path string. A storage URI (``s3://...``, ``raylab.files.is_uri``)
+stays as given (one holding credentials is refused), and an empty string stays empty (unset).
+A default is resolved like a given value. The value stays a ``str``: a Config still saves in a
+checkpoint and in YAML as it did."""
+
+
+def resolve_user_path(value: str, source: str, key: str) -> str:
+    """A ``UserPath`` field's value resolved (see ``UserPath``); ``source``/``key`` name it in
+    the refusal of a URI that holds credentials."""
+    from raylab import files
+
+    if not value:
+        return value
+    if files.is_uri(value):
+        files.refuse_credentials(value, f"{source}: {key}")
+        return value
+    return str(files.user_path(value))
 
 
 class ConfigValueError(ValueError):
@@ -73,6 +97,9 @@ def from_dict(cls: type[T], data: Mapping[str, Any] | None, source: str, prefix:
         if key not in fields:
             raise UserError(f"{source}: unknown key '{where}{key}'; valid keys: {', '.join(sorted(fields))}")
         kwargs[key] = coerce(value, hints[key], source, f"{where}{key}")
+    for key, field in fields.items():  # a UserPath default is resolved like a given value
+        if key not in kwargs and field.default is not dataclasses.MISSING and _holds_user_path(hints[key]):
+            kwargs[key] = coerce(field.default, hints[key], source, f"{where}{key}")
     try:
         return cls(**kwargs)
     except ConfigValueError as err:
@@ -96,12 +123,18 @@ def coerce(value: Any, annotation: Any, source: str, key: str) -> Any:
 
     if annotation is Any:
         return value
+    if annotation is UserPath:
+        if not isinstance(value, str):
+            fail()
+        return resolve_user_path(value, source, key)
     if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         for arg in args:
             if arg is type(None):
                 continue
+            if arg is UserPath and isinstance(value, str):  # a path: its own refusal, not "expected"
+                return resolve_user_path(value, source, key)
             try:
                 return coerce(value, arg, source, key)
             except UserError:
@@ -162,7 +195,14 @@ def type_name(annotation: Any) -> str:
         return f"list of {type_name(args[0])}" if args else "list"
     if origin is dict:
         return "mapping"
+    if annotation is UserPath:
+        return "path"
     return getattr(annotation, "__name__", str(annotation))
+
+
+def _holds_user_path(annotation: Any) -> bool:
+    """Whether a field's annotation is ``UserPath`` or holds it (``UserPath | None``, a tuple)."""
+    return annotation is UserPath or any(_holds_user_path(arg) for arg in typing.get_args(annotation))
 
 
 @functools.cache

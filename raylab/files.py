@@ -1,6 +1,6 @@
 """The small file helpers that checkpoints, datasets and caches share: a file written atomically
 (``write_atomic``), a file's SHA-256 (``sha256_file``), how a path a user gives is resolved
-(``user_path``), and the refusal of a storage URI that carries credentials
+(``user_path``), whether a location is a URI (``is_uri``), and the refusal of a storage URI that carries credentials
 (``refuse_credentials``)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def refuse_credentials(location: str, what: str = "--storage") -> None:
     pyarrow honours each of them, and the URI is printed, saved in the run's provenance and in
     Ray Tune's state. The refusal names the URI's scheme and the keys' places, never their
     values. Raises ``raylab.errors.UserError``."""
-    if "://" not in location:
+    if not is_uri(location):
         return
     from raylab.errors import UserError
 
@@ -46,13 +46,19 @@ def refuse_credentials(location: str, what: str = "--storage") -> None:
         )
 
 
+def is_uri(location: str | os.PathLike) -> bool:
+    """Whether ``location`` names a filesystem by scheme (``s3://``, ``gs://``, ``file://``):
+    raylab's one test of a URI against a local path."""
+    return "://" in str(location)
+
+
 LAUNCH_DIR_ENV = "RAYLAB_LAUNCH_DIR"
 """The folder the sweep was started from, set in each trial's process by raylab."""
 
 
 def user_location(location: str) -> str:
     """A storage URI (``s3://...``) as given, or a local path resolved as ``user_path`` does."""
-    if "://" in location:  # a URI (``run_folder.is_uri``; this module imports nothing of raylab)
+    if is_uri(location):
         refuse_credentials(location, "storage")
         return location
     return str(user_path(location))

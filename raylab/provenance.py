@@ -2,7 +2,7 @@
 start and end.
 
 Saved under ``provenance:`` in the run folder's ``experiment.yaml``, shown in the report's
-facts box and sent to the trackers (``raylab.launch.tracked``).
+facts box and sent to the trackers (``raylab.launch.trackers.payload``).
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from raylab import provenance, yaml_io
 from raylab.errors import UserError
+from raylab.files import is_uri
 
 if TYPE_CHECKING:
     from raylab.experiment import Experiment
@@ -623,11 +624,6 @@ def checkpoint_order(name: str) -> list:
 #
 # ``join`` keeps that query string at the end when a run name or a file name is appended, so
 # every path raylab and Ray derive from ``--storage`` reaches the same store.
-
-
-def is_uri(location: str) -> bool:
-    """Whether ``location`` names a filesystem by scheme (``s3://``, ``gs://``, ``file://``)."""
-    return "://" in location
 
 
 def root(location: str) -> str:

@@ -24,9 +24,11 @@ if __name__ == "__main__":  # before Ray is imported (below): where a local Ray 
 from raylab import experiment as experiments
 from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
-from raylab.launch import checks, cli, disk_full, loggers, searcher, storage_secrets, summary, sweep
+from raylab.files import is_uri
+from raylab.launch import checks, cli, disk_full, searcher, storage_secrets, summary, sweep
 from raylab.launch import progress as progress_text
-from raylab.run_folder import BEST_FILE, ERROR_FILE, SUMMARY_FILE, RunFolder, is_uri, new_run_name
+from raylab.launch.trackers import logger_option
+from raylab.run_folder import BEST_FILE, ERROR_FILE, SUMMARY_FILE, RunFolder, new_run_name
 
 
 def parser() -> cli.ArgumentParser:
@@ -55,7 +57,7 @@ def parser() -> cli.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME",
-        help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/launch/loggers.py",
+        help="also log to mlflow, wandb or tensorboard (repeatable); see raylab/launch/trackers/logger_option.py",
     )
     p.add_argument(
         "--verbose",
@@ -77,7 +79,7 @@ def parser() -> cli.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_intermixed_args(argv)
     cli.use_config_dirs(args.configs)
-    log_to = loggers.check(args.logger)  # before Ray starts: a bad name is one line
+    log_to = logger_option.check(args.logger)  # before Ray starts: a bad name is one line
     cli.quiet_third_party_warnings(verbose=args.verbose)
     if args.list:
         print(cli.list_experiments())
@@ -118,11 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             print(wall_time_text(experiment, args.storage))
         refused = []
         if args.cluster:
-            from raylab.launch import cluster_plan
+            from raylab.cluster import plan
 
             figures = {}
             try:
-                print(cluster_plan.plan_text(experiment, args.cluster, figures, live=True))
+                print(plan.plan_text(experiment, args.cluster, figures, live=True))
             except UserError as err:
                 refused.append(str(err))
             if warning := storage_secrets.token_lifetime_warning(
@@ -289,7 +291,11 @@ def run_checks(args, experiment, run: RunFolder, stop_at_first: bool = False):
     need = None if args.cluster else checks.storage_need(experiment, args.resume)
     steps = [
         ("storage", lambda: checks.check_storage(run, need=need)),
-        *([("loggers", lambda: loggers.check_targets(loggers.check(args.logger), run))] if args.logger else []),
+        *(
+            [("loggers", lambda: logger_option.check_targets(logger_option.check(args.logger), run))]
+            if args.logger
+            else []
+        ),
         ("run name", name_is_free),
         ("resources on the cluster (checked once joined)" if args.address else "resources on this machine", resources),
         ("workload preflight", workload_preflight),

@@ -52,7 +52,9 @@ def _type_name(hint: Any) -> str:
     """A type annotation as a reader writes it: ``int``, ``float | None``, ``Literal['a', 'b']``."""
     if isinstance(hint, type) and not typing.get_args(hint):
         return hint.__name__
-    return str(hint).replace("typing.", "").replace("NoneType", "None")
+    if typing.get_origin(hint) is typing.Union:  # ``UserPath | None`` (a NewType's union)
+        return " | ".join("None" if arg is type(None) else _type_name(arg) for arg in typing.get_args(hint))
+    return str(hint).replace("typing.", "").replace("raylab.config.", "").replace("NoneType", "None")
 
 
 def _default(field: dataclasses.Field, required: tuple[str, ...] | None) -> str:

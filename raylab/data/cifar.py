@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from raylab.errors import UserError
-from raylab.files import user_path, write_atomic
+from raylab.files import is_uri, user_path, write_atomic
 
 Name = Literal["cifar10", "cifar100"]
 
@@ -208,7 +208,7 @@ def check_cifar(name: Name, data_dir: str | os.PathLike, download: bool = False)
 def _root(data_dir: str | os.PathLike, name: str) -> Path:
     """The local folder to read: ``data_dir`` itself, or for a URI (the run's storage, where
     ``python -m raylab.data.stage`` put the archive) this node's copy of it."""
-    if "://" in str(data_dir):
+    if is_uri(data_dir):
         from raylab.data.node_copy import node_copy
 
         spec = _spec(name)

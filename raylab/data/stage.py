@@ -31,8 +31,8 @@ from pathlib import Path
 
 from raylab.data import cifar
 from raylab.errors import UserError
-from raylab.files import refuse_credentials, user_path, write_atomic
-from raylab.run_folder import filesystem, is_uri, join
+from raylab.files import is_uri, refuse_credentials, user_path, write_atomic
+from raylab.run_folder import filesystem, join
 
 
 def stage(name: str, dest: str, url: str | None = None, md5: str | None = None, timeout_s: float = 60) -> str:

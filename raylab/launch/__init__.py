@@ -9,13 +9,12 @@ starts in the trials. Nothing here is part of the workload API; a workload never
 - ``trainable``: the Tune trainable, which chooses the path of a trial: the loop itself (the
   Tune path) or a driver of a Ray Train run (``train_path``, with ``mailbox`` and ``ranks``);
   ``trial``: what runs in the trial's process on either path.
-- Callbacks on the driver: ``progress`` (console lines), ``loggers`` (``--logger``: each
-  tracker's store checked, and its callback from ``tracker_callbacks``: MLflow, W&B,
-  TensorBoard, fed by ``tracked``), ``config_writer`` (each trial's resolved ``config.yaml``),
+- Callbacks on the driver: ``progress`` (console lines), ``trackers`` (``--logger``: MLflow,
+  W&B, TensorBoard), ``config_writer`` (each trial's resolved ``config.yaml``),
   ``disk_full`` (a trial that finds the disk full ends the sweep, without a restart);
   ``gauges``: the trials' time series in the Ray dashboard.
-- ``summary``: the end-of-sweep table; ``cluster_plan``: what a cluster file would launch, and
-  ``cluster_prices``: what it costs, on demand and on spot.
+- ``summary``: the end-of-sweep table. What a cluster file would launch and what it costs is
+  ``raylab.cluster``'s (the sweep takes its spot failure budget from ``raylab.cluster.prices``).
 
 Only here are Ray Tune's ``Tuner`` and schedulers and Ray Train's ``TorchTrainer`` imported
 (``tests/raylab/test_layering.py``). Importing this package imports nothing.

@@ -23,8 +23,8 @@ from raylab import search_space, workloads
 from raylab.config import from_dict
 from raylab.errors import ThisMachine, UserError
 from raylab.experiment import SPOT_RESOURCE, Experiment
-from raylab.files import LAUNCH_DIR_ENV, refuse_credentials
-from raylab.run_folder import RunFolder, filesystem, is_uri, join
+from raylab.files import LAUNCH_DIR_ENV, is_uri, refuse_credentials
+from raylab.run_folder import RunFolder, filesystem, join
 
 
 def check_resources(experiment: Experiment, available: dict[str, float], local: bool) -> None:
@@ -421,7 +421,7 @@ def _check_endpoint(storage: str, timeout_s: float) -> None:
     endpoint = parse_qs(storage.partition("?")[2]).get("endpoint_override", [""])[0]
     if not endpoint:
         return
-    parts = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    parts = urlsplit(endpoint if is_uri(endpoint) else f"http://{endpoint}")
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         with socket.create_connection((parts.hostname, port), timeout=timeout_s):

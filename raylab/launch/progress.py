@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from raylab import search_space
+from raylab.cluster.prices import failure_budget
 from raylab.experiment import Experiment
-from raylab.launch.cluster_plan import failure_budget
 from raylab.run_folder import ERROR_FILE, RunFolder, name_of
 
 COLLAPSE_ABOVE = 50

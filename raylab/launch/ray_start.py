@@ -11,8 +11,8 @@ import threading
 from typing import Any
 
 from raylab.errors import UserError
+from raylab.files import is_uri
 from raylab.launch import storage_secrets
-from raylab.run_folder import is_uri
 
 # Ray's documented switch between a single-machine Ray (the default on macOS and Windows) and one
 # other machines may join; read once, when Ray is first imported.

@@ -13,16 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from raylab import provenance, workloads
+from raylab.cluster.prices import failure_budget
 from raylab.errors import UserError
 from raylab.experiment import Experiment
+from raylab.files import is_uri
 from raylab.launch import config_writer, disk_full, searcher, summary
-from raylab.launch import loggers as logger_callbacks
 from raylab.launch import progress as progress_lines
 from raylab.launch.checks import fitting_trials
-from raylab.launch.cluster_plan import failure_budget
 from raylab.launch.scheduler import make_scheduler
+from raylab.launch.trackers import logger_option
 from raylab.launch.trainable import make_trainable
-from raylab.run_folder import TUNE_RUN, RunFolder, is_uri, newest_run, root
+from raylab.run_folder import TUNE_RUN, RunFolder, newest_run, root
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def run(
     errored ones continue from their checkpoints. On a ``joined_cluster`` every trial is queued
     at once (``max_concurrent_trials``). ``verbose`` is Ray Tune's own output; ``progress``
     prints raylab's one line per trial update; ``loggers`` adds Tune's logger callbacks (names
-    checked by ``raylab.launch.loggers.check``). A resumed run keeps the console settings it
+    checked by ``raylab.launch.trackers.logger_option.check``). A resumed run keeps the console settings it
     was started with (Ray restores its RunConfig). ``notes`` and ``tags`` go into a new run's
     provenance (and from there to the trackers). The best trial is written to ``best.yaml``.
     """
@@ -109,12 +110,12 @@ def run(
                 storage_path=run.storage_root,
                 stop=dict(experiment.stop) or None,
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=experiment.checkpoint.keep),
-                # spot trials: the file's budget plus what their reclaims may use (cluster_plan.failure_budget)
+                # spot trials: the file's budget plus what their reclaims may use (raylab.cluster.prices.failure_budget)
                 failure_config=tune.FailureConfig(max_failures=failure_budget(experiment)[0]),
                 callbacks=[
                     disk_full.callback(run.location),
                     config_writer.callback(experiment, run),
-                    *logger_callbacks.callbacks(list(loggers), experiment, run),
+                    *logger_option.callbacks(list(loggers), experiment, run),
                 ]
                 + ([progress_lines.callback(experiment, run.location)] if progress else []),
                 verbose=verbose,

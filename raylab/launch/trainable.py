@@ -14,14 +14,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from raylab.cluster import DRIVER_RESOURCE
 from raylab.experiment import Experiment
 from raylab.launch.trial import TrialSettings, run_trial
 from raylab.run_folder import RunFolder
-
-DRIVER_RESOURCE = "trial_driver"
-"""A custom resource a cluster's head may declare (``cluster/gpu.yaml``): a Ray Train trial's
-driver, and the Train controller it starts on its node, then run on the head, which the
-autoscaler never removes, instead of on a worker node that may be lost or scaled down."""
 
 
 def driver_request() -> dict[str, float]:

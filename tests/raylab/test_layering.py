@@ -3,6 +3,10 @@
 - The workload API, the experiment spec and ``run_folder`` (everything outside ``launch/`` but
   the commands) reach nothing in ``raylab.launch``, directly or through another module.
 - ``raylab.launch`` reaches no command (``raylab.tune``, ``raylab.train``, ``raylab.report``).
+- ``raylab.cluster`` (the cluster tooling: the ``--dry-run --cluster`` plan and its prices, the
+  head's setup guard, the nodes' GPU check) reaches nothing in ``raylab.launch`` and no command;
+  only the commands and ``raylab.launch`` (the sweep takes its spot failure budget from
+  ``raylab.cluster.prices``) reach into it.
 - No import cycle anywhere in raylab/, counting imports inside functions.
 - Ray Tune's ``Tuner`` and schedulers and Ray Train's ``TorchTrainer`` are imported only under
   ``launch/``.
@@ -26,6 +30,8 @@ COMMANDS = ("raylab.tune", "raylab.train", "raylab.report", "raylab.report.__mai
 """The three commands, and the test plugin, which drives sweeps as the commands do: they may use
 ``raylab.launch``."""
 LAUNCH = "raylab.launch"
+CLUSTER = "raylab.cluster"
+"""The cluster tooling: the commands and the driver may use it; it uses neither."""
 DRIVER_ONLY = ("ray.tune.Tuner", "ray.tune.schedulers", "ray.train.torch.TorchTrainer")
 """What only ``raylab.launch`` may import (a name, or everything under it)."""
 
@@ -160,8 +166,15 @@ def layering_violations(root: Path, package: str = PACKAGE) -> list[str]:
         if any(under(name, c) for c in COMMANDS):
             continue
         for target, chain in sorted(reachable(graph, name).items()):
-            if under(name, LAUNCH) and any(under(target, c) for c in COMMANDS):
+            if (under(name, LAUNCH) or under(name, CLUSTER)) and any(under(target, c) for c in COMMANDS):
                 problems.append(f"{name} reaches the command {target}: {' -> '.join(chain)}")
+            elif (
+                not under(name, LAUNCH)
+                and not under(name, CLUSTER)
+                and under(target, CLUSTER)
+                and not any(under(step, LAUNCH) or under(step, CLUSTER) for step in chain[1:-1])
+            ):  # first step into cluster/ from outside both rooms only
+                problems.append(f"{name} reaches {target} in cluster/: {' -> '.join(chain)}")
             elif (
                 not under(name, LAUNCH) and under(target, LAUNCH) and (len(chain) == 2 or not under(chain[-2], LAUNCH))
             ):  # first step into launch only
@@ -192,6 +205,8 @@ def test_the_graph_sees_function_level_imports_and_the_layers_are_there():
     assert "raylab.session" in reachable(graph, "raylab.launch.sweep")
     assert "raylab.launch.sweep" in reachable(graph, "raylab.tune")
     assert not any(under(t, LAUNCH) for t in reachable(graph, "raylab.session"))
+    assert "raylab.cluster.plan" in graph["raylab.tune"]  # inside main, for --dry-run --cluster
+    assert "raylab.cluster.prices" in reachable(graph, "raylab.launch.sweep")
 
 
 # ------------------------------------------------------------------------ planted violations
@@ -246,3 +261,22 @@ def test_a_command_imported_by_launch_is_named(copy_of_raylab):
     plant(copy_of_raylab, "raylab.launch.summary", "def _report(path):\n    from raylab import report\n")
     problems = layering_violations(copy_of_raylab)
     assert any(p.startswith("raylab.launch.summary reaches the command raylab.report") for p in problems), problems
+
+
+def test_a_planted_import_of_the_driver_by_cluster_tooling_is_named(copy_of_raylab):
+    plant(copy_of_raylab, "raylab.cluster.setup_guard", "def _sweep():\n    from raylab.launch import summary\n")
+    problems = layering_violations(copy_of_raylab)
+    assert any(p.startswith("raylab.cluster.setup_guard reaches raylab.launch.summary in launch/") for p in problems), (
+        problems
+    )
+
+
+def test_a_planted_import_of_cluster_tooling_by_the_experiment_spec_is_named(copy_of_raylab):
+    plant(copy_of_raylab, "raylab.experiment", "def _cost(e):\n    from raylab.cluster import plan\n")
+    problems = layering_violations(copy_of_raylab)
+    assert (
+        "raylab.experiment reaches raylab.cluster.plan in cluster/: raylab.experiment -> raylab.cluster.plan"
+        in problems
+    ), problems
+    # and what imports the spec (the run folder, through it the workload API) is named too
+    assert any(p.startswith("raylab.run_folder reaches raylab.cluster.plan") for p in problems), problems

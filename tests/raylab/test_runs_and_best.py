@@ -103,7 +103,7 @@ def test_notes_and_tags_are_saved_in_the_run_and_sent_to_mlflow(two_runs, monkey
 
     mlflow = pytest.importorskip("mlflow")
     from raylab import experiment as experiments
-    from raylab.launch import loggers
+    from raylab.launch.trackers import logger_option
 
     storage, _ = two_runs
     saved = yaml.safe_load((storage / "toy-a" / EXPERIMENT_FILE).read_text())["provenance"]
@@ -111,7 +111,7 @@ def test_notes_and_tags_are_saved_in_the_run_and_sent_to_mlflow(two_runs, monkey
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     run = RunFolder(storage / "toy-a")
     toy = experiments.load("toy", ["search.seed=[0]"], smoke=True)
-    (callback,) = loggers.callbacks(["mlflow"], toy, run)
+    (callback,) = logger_option.callbacks(["mlflow"], toy, run)
     trial = SimpleNamespace(trial_id="abc_00000", config={**toy.config, "lr": 0.05, "seed": 0})
     callback.setup()
     callback.log_trial_start(trial)

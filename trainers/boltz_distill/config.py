@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import require
+from raylab.config import UserPath, require
 
 TEACHER_NAMES = ("boltz2", "conformer", "descriptors")
 BOLTZ2_LAYERS = ("trunk_s", "atom_attention", "s_inputs", "atom_input")
@@ -27,7 +27,7 @@ class Config:
     exclude_test_scaffolds: bool = False
     """The scaffold-disjoint arm: also leave out every corpus molecule whose ring scaffold is a
     test molecule's (``corpus.test_scaffold``), so no test scaffold is seen in distillation."""
-    tdc_data_dir: str = "~/.cache/raylab/tdc"
+    tdc_data_dir: UserPath = "~/.cache/raylab/tdc"
     """Where the TDC ADMET group lives, for the test-set exclusion. A missing test set refuses
     the run unless ``allow_missing_tests``."""
     allow_missing_tests: bool = False
@@ -42,7 +42,7 @@ class Config:
     """Which Boltz-2 layer's store to distil: the trunk's single representation, the atom
     attention encoder's per-atom output, the input embedding, or the linear input control
     (``teacher/boltz2.py``). Only meaningful with the boltz2 teacher."""
-    store_root: str = "~/.cache/raylab/boltz_distill/stores"
+    store_root: UserPath = "~/.cache/raylab/boltz_distill/stores"
     """Folder of the embedding stores, one per teacher: ``boltz2_<layer>``, ``conformer``,
     ``descriptors``. The boltz2 store is made beforehand by the teacher command; the RDKit
     teachers' stores are built here on first use (resumable, shared by trials under a lock)."""
@@ -137,12 +137,12 @@ class ProbeConfig:
     """Linear (ridge / logistic), a one-hidden-layer MLP, or histogram gradient boosting
     (scikit-learn, tuned on validation: ``probe.gbm_probe``) on the frozen pooled features;
     ``end_to_end`` for the supervised models (and only for them)."""
-    student_checkpoint: str = ""
+    student_checkpoint: UserPath = ""
     """features=student: a boltz_distill checkpoint folder (with state.pt) or its trial folder
     (its student with the lowest reported ``distill/val_loss``). Empty: the student is distilled here (once per run,
     in the run's storage; outside a run under ``student_root``) from ``student_teachers``. features=random_student: if given,
     copies its architecture."""
-    students_from: str = ""
+    students_from: UserPath = ""
     """features=student: a ``boltz_distill`` run folder (``results/boltz_distill-...``) or its
     storage URI (``s3://...``, as ``--storage`` names it); the trial probes the student of its
     finished trial ``student_trial`` (the weights with the lowest reported ``distill/val_loss``).
@@ -164,9 +164,9 @@ class ProbeConfig:
     allow_missing_tests: bool = False
     """features=student without a checkpoint: distil although some TDC ADMET test sets are not
     under ``data_dir`` (as boltz_distill's ``allow_missing_tests``)."""
-    store_root: str = "~/.cache/raylab/boltz_distill/stores"
+    store_root: UserPath = "~/.cache/raylab/boltz_distill/stores"
     """Teacher stores (as boltz_distill's ``store_root``)."""
-    student_root: str = "~/.cache/raylab/boltz_distill/students"
+    student_root: UserPath = "~/.cache/raylab/boltz_distill/students"
     """A node-local folder: the lock that makes one node's trials distil a student once, and,
     outside a run (a loop called in-process), the students distilled here, one per setting."""
     random_width: int = 300
@@ -179,10 +179,10 @@ class ProbeConfig:
     teacher: str = ""
     """features=teacher: an RDKit teacher (descriptors, conformer) whose store is built here for
     the task's molecules; or empty with ``teacher_store``."""
-    teacher_store: str = ""
+    teacher_store: UserPath = ""
     """features=teacher: an embedding store folder. Molecules it lacks are handled by the
     documented rule (``probe_loop.teacher_features``) and counted."""
-    data_dir: str = "~/.cache/raylab/tdc"
+    data_dir: UserPath = "~/.cache/raylab/tdc"
     """Where the TDC ADMET group lives (``<data_dir>/admet_group/<task>/``)."""
     download: bool = True
     """Download the ADMET group archive when it is missing (needs internet)."""

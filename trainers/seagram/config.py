@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import require, require_at_least
+from raylab.config import UserPath, require, require_at_least
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,11 @@ class Config:
     """Graph source: ``nci`` (the 5,000 NCI molecules RDKit ships, offline) or a TU dataset
     name read through torch-geometric's TUDataset (AIDS, MUTAG, PTC_FM, PTC_FR, PTC_MM,
     PTC_MR)."""
-    data_dir: str = "~/.cache/raylab/seagram"
+    data_dir: UserPath = "~/.cache/raylab/seagram"
     """Where TU datasets (``<data_dir>/<NAME>/raw/<NAME>_A.txt`` ...) or the released IsoNet
     splits (``<data_dir>/large_dataset/splits/``) live. A relative path is taken from the
     directory the run was started in."""
-    cache_dir: str = ""
+    cache_dir: UserPath = ""
     """Where generated retrieval datasets are cached (npz + json); empty: ``<data_dir>/cache``."""
     download: bool = False
     """Download a missing TU dataset (torch-geometric's URL) instead of failing."""
@@ -94,7 +94,7 @@ class Config:
     """The attack this trial runs on the test pairs (``greedy_free``: greedy with no label
     check, the unconstrained reference); ``none``: the victim stage, which trains and
     checkpoints the victim and attacks nothing (``tune_configs/seagram_victims.yaml``)."""
-    victim_from: str = ""
+    victim_from: UserPath = ""
     """A ``seagram_victims`` run (a path or a URI): load the victim of this trial's (dataset,
     victim, hidden, layers, seed) from it instead of training one (``trainers/seagram/victims.py``:
     a swept margin is chosen per dataset and victim on validation MAP). The victim training

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from raylab.errors import UserError
-from raylab.files import sha256_file, user_path
+from raylab.files import sha256_file
 from raylab.workloads import require
 from trainers.seagram.config import Config
 from trainers.seagram.solver import SubgraphSolver, Verdict
@@ -411,9 +411,9 @@ def spec_from_config(cfg: Config) -> DataSpec:
 
 
 def data_dirs(cfg) -> tuple[Path, Path]:
-    """``(data_dir, cache_dir)`` of a config, resolved."""
-    data_dir = user_path(cfg.data_dir)
-    cache_dir = user_path(cfg.cache_dir) if cfg.cache_dir else data_dir / "cache"
+    """``(data_dir, cache_dir)`` of a config (``from_dict`` resolved them: ``UserPath``)."""
+    data_dir = Path(cfg.data_dir)
+    cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else data_dir / "cache"
     return data_dir, cache_dir
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from raylab import tune as raylab_tune
 from raylab.errors import UserError
-from raylab.launch import loggers
+from raylab.launch.trackers import logger_option
 from raylab.run_folder import RunFolder, new_run_name
 
 REPO = Path(__file__).resolve().parents[3]
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_unknown_or_missing_logger_is_a_user_error():
     with pytest.raises(UserError, match="expected one of mlflow, wandb, tensorboard"):
-        loggers.check(["comet"])
+        logger_option.check(["comet"])
     done = subprocess.run(
         [sys.executable, "-m", "raylab.tune", "toy", "--smoke", "--logger", "comet"],
         capture_output=True,
@@ -152,7 +152,7 @@ def test_an_mlflow_sqlite_store_gets_the_sweeps_run(ray_session, tmp_path, monke
     db = tmp_path / "x.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
     run = RunFolder.under(str(tmp_path / "results"), "toy-sqlite")
-    loggers.check_targets(["mlflow"], run)  # what the CLI runs first
+    logger_option.check_targets(["mlflow"], run)  # what the CLI runs first
     experiment = experiments.load("toy", ["search.seed=[0]"], smoke=True)
     results, run_path = sweep.run(experiment, run, verbose=0, loggers=["mlflow"]).results, run.location
     (result,) = results
@@ -205,7 +205,7 @@ def test_a_query_string_uri_names_the_logger_runs_and_the_report_folder_by_the_r
     from raylab import experiment as experiments
 
     toy = experiments.load("toy", smoke=True)
-    mlflow_cb, wandb_cb = loggers.callbacks(["mlflow", "wandb"], toy, RunFolder(run_path))
+    mlflow_cb, wandb_cb = logger_option.callbacks(["mlflow", "wandb"], toy, RunFolder(run_path))
     assert mlflow_cb.tags == {"raylab.run": "toy-smoke-20260101-000000"}
     assert wandb_cb.group == "toy-smoke-20260101-000000"
     run = Run(path=run_path, experiment={}, trials=[], swept=[])
@@ -219,11 +219,11 @@ def test_a_file_store_tracking_uri_works_with_the_opt_in_raylab_sets(tmp_path, m
     uri = f"file://{tmp_path / 'store'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
-    loggers.check_targets(["mlflow"], RunFolder.under(str(tmp_path / "results"), "run-1"))
+    logger_option.check_targets(["mlflow"], RunFolder.under(str(tmp_path / "results"), "run-1"))
     from raylab import experiment as experiments
 
     toy = experiments.load("toy", smoke=True)
-    (callback,) = loggers.callbacks(["mlflow"], toy, RunFolder(tmp_path / "results" / "run-1"))
+    (callback,) = logger_option.callbacks(["mlflow"], toy, RunFolder(tmp_path / "results" / "run-1"))
     callback.setup()  # what Tune calls on the driver before the first trial
     assert "toy" in [e.name for e in MlflowClient(tracking_uri=uri).search_experiments()]
     assert not (tmp_path / "results").exists()
@@ -282,7 +282,7 @@ def test_a_resumed_sweep_continues_each_trials_mlflow_run(tmp_path):
     trial = SimpleNamespace(trial_id="abc_00000", config={**toy.config, "lr": 0.05, "seed": 0})
 
     def session(counter: int):
-        (callback,) = pickle.loads(pickle.dumps(loggers.callbacks(["mlflow"], toy, run)))
+        (callback,) = pickle.loads(pickle.dumps(logger_option.callbacks(["mlflow"], toy, run)))
         callback.setup()
         callback.log_trial_start(trial)
         callback.log_trial_result(1, trial, {"train/step": counter, "eval/mse": 1.0 / counter, "training_iteration": 1})

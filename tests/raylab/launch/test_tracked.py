@@ -1,4 +1,4 @@
-"""What every tracker receives about a trial (``raylab.launch.tracked``): no Ray, no tracker."""
+"""What every tracker receives about a trial (``raylab.launch.trackers.payload``): no Ray, no tracker."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ import pytest
 
 from raylab import experiment as experiments
 from raylab import provenance, workloads
-from raylab.launch import config_writer, tracked
+from raylab.launch import config_writer
+from raylab.launch.trackers import payload
 
 
 def test_nested_config_fields_are_flattened_with_dots_and_results_with_slashes():
-    assert tracked.params({"lr": 0.1, "model": {"width": 64, "act": {"kind": "relu"}}, "empty": {}}) == {
+    assert payload.params({"lr": 0.1, "model": {"width": 64, "act": {"kind": "relu"}}, "empty": {}}) == {
         "lr": 0.1,
         "model.width": 64,
         "model.act.kind": "relu",
         "empty": {},
     }
     result = {"eval": {"mse": 0.5}, "train/step": 20, "done": False, "config": {"lr": 0.1}, "trial_id": "a"}
-    assert tracked.metrics(result) == {"eval/mse": 0.5, "train/step": 20.0}
+    assert payload.metrics(result) == {"eval/mse": 0.5, "train/step": 20.0}
 
 
 def test_a_trials_params_are_every_config_field_with_the_variants_fields_flat():
@@ -31,7 +32,7 @@ def test_a_trials_params_are_every_config_field_with_the_variants_fields_flat():
     for name in ("dqn_softlinf", "dqn_softlinf_nature"):
         experiment = experiments.load(name, smoke=True)
         fields = {f.name for f in dataclasses.fields(workloads.get(experiment.workload).config_class())}
-        params = tracked.params(config_writer.resolve(experiment, {"variant": {"loss": "mse"}, "seed": 3}))
+        params = payload.params(config_writer.resolve(experiment, {"variant": {"loss": "mse"}, "seed": 3}))
         assert set(params) == fields and params["loss"] == "mse" and params["seed"] == 3
         assert "variant" not in params
         names[name] = set(params)
@@ -49,25 +50,25 @@ def test_a_trials_params_are_every_config_field_with_the_variants_fields_flat():
     ],
 )
 def test_the_step_is_the_workloads_own_counter(name, overrides, key):
-    assert tracked.step_key(experiments.load(name, overrides, smoke=True)) == key
+    assert payload.step_key(experiments.load(name, overrides, smoke=True)) == key
 
 
 def test_a_row_without_the_counter_keeps_the_last_step():
-    assert tracked.step_of({"env/steps": 2000.0, "training_iteration": 4}, "env/steps", None) == 2000
-    assert tracked.step_of({"eval/return_mean": 1.0, "training_iteration": 5}, "env/steps", 2000) == 2000
-    assert tracked.step_of({"training_iteration": 1}, "env/steps", None) == 1
-    assert tracked.step_of({"env/steps": float("nan"), "training_iteration": 2}, "env/steps", 7) == 7
+    assert payload.step_of({"env/steps": 2000.0, "training_iteration": 4}, "env/steps", None) == 2000
+    assert payload.step_of({"eval/return_mean": 1.0, "training_iteration": 5}, "env/steps", 2000) == 2000
+    assert payload.step_of({"training_iteration": 1}, "env/steps", None) == 1
+    assert payload.step_of({"env/steps": float("nan"), "training_iteration": 2}, "env/steps", 7) == 7
 
 
 def test_provenance_fields_are_flat_scalars_and_the_command_line_is_recorded(tmp_path):
     saved = provenance.record(tmp_path)  # not a git checkout: no git fields
-    fields = tracked.provenance_fields(saved)
+    fields = payload.provenance_fields(saved)
     assert fields["raylab.command_line"] == provenance.command_line() and "raylab.git.commit" not in fields
     assert fields["raylab.versions.ray"] == provenance.versions()["ray"]
     assert all(isinstance(v, (str, bool, int, float)) for v in fields.values())
-    both = tracked.provenance_fields({"git": {"commit": "abc", "dirty": False}, "command_line": "x"})
+    both = payload.provenance_fields({"git": {"commit": "abc", "dirty": False}, "command_line": "x"})
     assert both == {"raylab.git.commit": "abc", "raylab.git.dirty": False, "raylab.command_line": "x"}
-    assert tracked.provenance_fields(None) == {}
+    assert payload.provenance_fields(None) == {}
 
 
 def test_the_command_line_of_a_module_run_reads_as_python_dash_m(monkeypatch):

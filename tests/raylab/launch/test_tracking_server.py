@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from raylab.launch import loggers
+from raylab.launch.trackers import logger_option
 from raylab.run_folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,8 +35,8 @@ def test_the_mlflow_reachability_clock_starts_after_the_client_is_imported(tmp_p
         "    def search_experiments(self, max_results):\n        return []\n"
     )
     check = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from raylab.launch import loggers; "
-        "loggers._ask_mlflow_server('http://127.0.0.1:5000', '--logger mlflow', timeout_s=1.0)"
+        "import sys; sys.path.insert(0, sys.argv[1]); from raylab.launch.trackers import logger_option; "
+        "logger_option._ask_mlflow_server('http://127.0.0.1:5000', '--logger mlflow', timeout_s=1.0)"
     )
     done = subprocess.run(
         [sys.executable, "-c", check, str(tmp_path)],
@@ -122,7 +122,7 @@ def test_a_sweep_tracked_to_a_real_mlflow_server_is_read_back_whole(ray_session,
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     run = RunFolder.under(str(tmp_path / "results"), "toy-server")
-    loggers.check_targets(["mlflow"], run)  # what the CLI runs first
+    logger_option.check_targets(["mlflow"], run)  # what the CLI runs first
     experiment = experiments.load("toy", [], smoke=True)
     done = sweep.run(experiment, run, verbose=0, loggers=["mlflow"])
     assert [r.error for r in done.results] == [None, None]

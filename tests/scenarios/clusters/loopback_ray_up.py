@@ -73,8 +73,8 @@ STAND_INS = (
         " its CUDA wheels (3 GB) cannot install here, the CPU lock (the same pins, the test environment's) can",
     ),
     (
-        "python -m raylab.launch.node_gpu",
-        "python -c 'import raylab.launch.node_gpu' && echo 'loopback: no CUDA device here, nvidia-smi is a stand-in'",
+        "python -m raylab.cluster.node_gpu",
+        "python -c 'import raylab.cluster.node_gpu' && echo 'loopback: no CUDA device here, nvidia-smi is a stand-in'",
         "torch sees no CUDA device on this machine and the stand-in nvidia-smi has no driver version; the"
         " nvidia-smi half of the GPU check runs as written, the node check's module is imported",
     ),

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from scenarios.clusters.dockerfile_steps import steps
 
-from raylab.launch import node_gpu
+from raylab.cluster import node_gpu
 
 REPO = Path(__file__).resolve().parents[3]
 GPU_YAML = REPO / "cluster" / "gpu.yaml"
@@ -186,4 +186,4 @@ def test_the_node_check_names_an_old_driver(tmp_path, monkeypatch, capsys):
     (bin_ / "nvidia-smi").write_text("#!/bin/sh\necho 580.95.05\n")
     assert node_gpu.main() == 1  # a new enough driver: now torch's missing device is the problem
     assert "torch sees no CUDA device" in capsys.readouterr().err
-    assert sys.modules["raylab.launch.node_gpu"] is node_gpu
+    assert sys.modules["raylab.cluster.node_gpu"] is node_gpu

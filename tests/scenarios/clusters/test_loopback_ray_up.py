@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from raylab.launch.setup_guard import FAILED
+from raylab.cluster.setup_guard import FAILED
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = Path(__file__).with_name("loopback_ray_up.py")

@@ -87,11 +87,11 @@ def test_control_a_multi_gpu_type_takes_single_gpu_trials(filled):
 def test_every_shipped_gpu_experiment_goes_to_its_intended_node_type(filled):
     from raylab import experiment as experiments
     from raylab import search_space
+    from raylab.cluster import plan
     from raylab.errors import UserError
-    from raylab.launch import cluster_plan
 
     config, _ = filled
-    head, nodes, _ = cluster_plan.load(GPU_YAML)
+    head, nodes, _ = plan.load(GPU_YAML)
     assert head.trial_drivers == 24
     rows, checked, kinds = [], 0, set()
     for name, path in sorted(experiments.available().items()):
@@ -100,16 +100,16 @@ def test_every_shipped_gpu_experiment_goes_to_its_intended_node_type(filled):
         trials = search_space.grid_size(exp.search) * exp.num_samples
         bundle = {"CPU": res.cpus_per_worker, **({"GPU": res.gpus_per_worker} if res.gpus_per_worker else {})}
         demand = min(trials, int(head.trial_drivers)) if res.uses_ray_train else trials
-        if cap := cluster_plan.concurrency_cap(exp):  # a ConcurrencyLimiter: Tune makes no more trials
+        if cap := plan.concurrency_cap(exp):  # a ConcurrencyLimiter: Tune makes no more trials
             demand = min(demand, cap)
         added = rays_choice(config, bundle, demand)
-        planned = cluster_plan.choose(nodes, res.cpus_per_worker, res.gpus_per_worker)
-        per_node = cluster_plan.trials_per_node(planned, res.cpus_per_worker, res.gpus_per_worker)
+        planned = plan.choose(nodes, res.cpus_per_worker, res.gpus_per_worker)
+        per_node = plan.trials_per_node(planned, res.cpus_per_worker, res.gpus_per_worker)
         expected = {planned.name: min(planned.max_workers, -(-demand // per_node))}
         rows.append((name, trials, bundle, added, expected))
         assert added == expected, (name, added, expected)  # --dry-run --cluster says what Ray does
         try:
-            text = cluster_plan.plan_text(exp, GPU_YAML)
+            text = plan.plan_text(exp, GPU_YAML)
             assert f"at the cap {expected[planned.name]} x {planned.name} (of" in text, text
         except UserError as err:  # a trial larger than the node's memory: refused, not priced
             assert name == "dqn_softlinf_rllib" and "GB of memory" in str(err), err
@@ -129,21 +129,21 @@ def test_every_shipped_gpu_experiment_goes_to_its_intended_node_type(filled):
 
 @pytest.mark.parametrize("gpus", [0, 0.25, 0.5, 1])
 def test_plan_agrees_with_rays_scorer_beyond_the_shipped_shapes(filled, gpus):
-    """``cluster_plan.choose`` reproduces Ray's scorer, not only on the shipped experiments:
+    """``plan.choose`` reproduces Ray's scorer, not only on the shipped experiments:
     for instance quarter-GPU trials of 2 CPUs go two to a g5.xlarge (half its GPU idle), of 3 or
     4 CPUs four to a g5.4xlarge (the reason the shipped quarter-GPU experiments ask 4)."""
-    from raylab.launch import cluster_plan
+    from raylab.cluster import plan
 
     config, _ = filled
-    _, nodes, _ = cluster_plan.load(GPU_YAML)
+    _, nodes, _ = plan.load(GPU_YAML)
     for cpus in (1, 2, 3, 4, 6, 8):
         bundle = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
-        planned = cluster_plan.choose(nodes, cpus, gpus)
+        planned = plan.choose(nodes, cpus, gpus)
         added = rays_choice(config, bundle, 8)
         assert set(added) == {planned.name}, (bundle, added, planned.name)
     if gpus == 0.25:
-        assert cluster_plan.choose(nodes, 2, gpus).name == "gpu_small"
-        assert cluster_plan.choose(nodes, 4, gpus).name == "gpu_shared"
+        assert plan.choose(nodes, 2, gpus).name == "gpu_small"
+        assert plan.choose(nodes, 4, gpus).name == "gpu_shared"
 
 
 def test_spot_trials_go_to_the_spot_twin_and_others_never_do(filled):
@@ -156,10 +156,10 @@ def test_spot_trials_go_to_the_spot_twin_and_others_never_do(filled):
 
     from raylab import experiment as experiments
     from raylab import search_space
-    from raylab.launch import cluster_plan
+    from raylab.cluster import plan
 
     config, _ = filled
-    head, nodes, _ = cluster_plan.load(GPU_YAML)
+    head, nodes, _ = plan.load(GPU_YAML)
     spot_types = {n.name for n in nodes if n.spot}
     assert spot_types == {"gpu_small_spot", "gpu_shared_spot"}
     checked = 0
@@ -173,7 +173,7 @@ def test_spot_trials_go_to_the_spot_twin_and_others_never_do(filled):
         for spot in (False, True):
             res = dataclasses.replace(exp.resources, spot=spot)
             added = rays_choice(config, res.worker_request(), demand)
-            planned = cluster_plan.choose(nodes, res.cpus_per_worker, res.gpus_per_worker, spot)
+            planned = plan.choose(nodes, res.cpus_per_worker, res.gpus_per_worker, spot)
             assert set(added) == {planned.name}, (name, spot, added, planned.name)
             choices[spot] = added
         (on_demand, count), (spot_type, spot_count) = *choices[False].items(), *choices[True].items()

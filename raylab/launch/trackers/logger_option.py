@@ -1,7 +1,7 @@
 """``--logger mlflow|wandb|tensorboard``: checks of each tracker's destination, and the Tune
-callbacks that log to it (``raylab.launch.tracker_callbacks``). Every tracker receives each
+callbacks that log to it (``raylab.launch.trackers.callbacks``). Every tracker receives each
 trial's resolved Config (every field), the run's provenance and its metrics stepped by the
-workload's counter (``raylab.launch.tracked``).
+workload's counter (``raylab.launch.trackers.payload``).
 
 - ``mlflow``: one MLflow run per trial in the experiment named after the experiment. Tracking
   URI: ``MLFLOW_TRACKING_URI`` when set (a server, ``file:PATH`` with MLflow's file-store
@@ -21,8 +21,9 @@ import os
 
 from raylab.errors import UserError
 from raylab.experiment import Experiment
+from raylab.files import is_uri
 from raylab.launch.checks import probe_local, within
-from raylab.run_folder import RunFolder, is_uri
+from raylab.run_folder import RunFolder
 
 LOGGERS = ("mlflow", "wandb", "tensorboard")
 
@@ -137,8 +138,8 @@ def _wandb_api_key() -> bool:
 
 def callbacks(names: list[str], experiment: Experiment, run: RunFolder) -> list:
     """Tune callbacks for ``names`` (already checked), logging the sweep of ``experiment`` in the
-    run folder ``run`` (``raylab.launch.tracker_callbacks``)."""
-    from raylab.launch import tracker_callbacks
+    run folder ``run`` (``raylab.launch.trackers.callbacks``)."""
+    from raylab.launch.trackers import callbacks as tracker_callbacks
 
     out = []
     run_name = run.name  # a URI's ?query is not part of it

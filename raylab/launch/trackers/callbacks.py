@@ -1,6 +1,6 @@
 """The Tune callbacks of ``--logger mlflow|wandb|tensorboard``: each trial's resolved Config,
 the run's provenance and its results, stepped by the workload's own counter
-(``raylab.launch.tracked``).
+(``raylab.launch.trackers.payload``).
 
 Each is a ``ray.tune.logger.LoggerCallback`` on the driver that talks to its tool through the
 tool's public client: ``mlflow.tracking.MlflowClient``, ``wandb.init(reinit="create_new")``
@@ -18,7 +18,8 @@ from typing import Any
 from ray.tune.logger import LoggerCallback, TBXLoggerCallback
 
 from raylab.experiment import Experiment
-from raylab.launch import config_writer, tracked
+from raylab.launch import config_writer
+from raylab.launch.trackers import payload
 from raylab.run_folder import RunFolder
 
 
@@ -29,12 +30,12 @@ class _Trials:
     def __init__(self, experiment: Experiment, run: RunFolder):
         self.experiment = experiment
         self.run = run
-        self.step_key = tracked.step_key(experiment)
+        self.step_key = payload.step_key(experiment)
 
     def provenance(self) -> dict[str, Any]:
         """The run's provenance as flat ``raylab.*`` fields (read from ``experiment.yaml``, which
         the sweep writes before Tune calls ``setup``)."""
-        return tracked.provenance_fields(self.saved_provenance())
+        return payload.provenance_fields(self.saved_provenance())
 
     def saved_provenance(self) -> dict[str, Any] | None:
         saved = self.run.experiment() or {}
@@ -42,10 +43,10 @@ class _Trials:
 
     def notes_and_tags(self) -> tuple[str, list[str]]:
         """The run's ``--notes`` and ``--tag`` values (MLflow's note, W&B's notes and tags)."""
-        return tracked.notes_and_tags(self.saved_provenance())
+        return payload.notes_and_tags(self.saved_provenance())
 
     def params(self, trial) -> dict[str, Any]:
-        return tracked.params(config_writer.resolve(self.experiment, trial.config))
+        return payload.params(config_writer.resolve(self.experiment, trial.config))
 
 
 # MLflow's system tags (https://mlflow.org/docs/latest/ml/tracking/tracking-api/#system-tags).
@@ -141,10 +142,10 @@ class MLflowTracker(LoggerCallback):
         from mlflow.entities import Metric
 
         run_id = self._run_id(trial)
-        step = tracked.step_of(result, self._trials.step_key, self._steps.get(trial.trial_id))
+        step = payload.step_of(result, self._trials.step_key, self._steps.get(trial.trial_id))
         self._steps[trial.trial_id] = step
         now = int(time.time() * 1000)
-        items = [Metric(key, value, now, step) for key, value in tracked.metrics(result).items()]
+        items = [Metric(key, value, now, step) for key, value in payload.metrics(result).items()]
         for start in range(0, len(items), 1000):
             self._client.log_batch(run_id, metrics=items[start : start + 1000])
 
@@ -207,7 +208,7 @@ class WandbTracker(LoggerCallback):
         self._run(trial)
 
     def log_trial_result(self, iteration: int, trial, result: dict):
-        self._run(trial).log(tracked.metrics(result))
+        self._run(trial).log(payload.metrics(result))
 
     def log_trial_end(self, trial, failed: bool = False):
         run = self._runs.pop(trial.trial_id, None)
@@ -251,9 +252,9 @@ class TensorBoardTracker(TBXLoggerCallback):
 
     def log_trial_result(self, iteration: int, trial, result: dict):
         writer = self._writer(trial)
-        step = tracked.step_of(result, self._trials.step_key, self._steps.get(trial.trial_id))
+        step = payload.step_of(result, self._trials.step_key, self._steps.get(trial.trial_id))
         self._steps[trial.trial_id] = step
-        values = tracked.metrics(result)
+        values = payload.metrics(result)
         for key, value in values.items():
             writer.add_scalar(key, value, global_step=step)
         self._last.setdefault(trial.trial_id, {}).update(values)
@@ -261,7 +262,7 @@ class TensorBoardTracker(TBXLoggerCallback):
 
     def log_trial_end(self, trial, failed: bool = False):
         writer = self._writer(trial)
-        hparams = {key: tracked.scalar(value) for key, value in self._trials.params(trial).items()}
+        hparams = {key: payload.scalar(value) for key, value in self._trials.params(trial).items()}
         last = self._last.pop(trial.trial_id, {})
         metric = self._trials.experiment.metric
         final = {f"hparam/{metric}": last[metric]} if metric in last else {}

@@ -7,7 +7,7 @@ GPU-hours, wall time, dollars and checkpoint footprint. The node type is chosen 
 autoscaler scores node types for a queue of identical trials (``choose``; the test suite runs
 Ray's own scheduler on ``cluster/gpu.yaml`` and checks the two agree for every shipped
 experiment). Ray Train trials (several
-workers) each hold one ``trial_driver`` of the head (``raylab.launch.trainable``): where the
+workers) each hold one ``trial_driver`` of the head (``raylab.cluster.DRIVER_RESOURCE``): where the
 head declares that resource, at most that many run at once, and the autoscaler only sees the
 worker demand of the trials whose driver runs, so it launches nodes for that many.
 """
@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raylab import search_space, workloads
+from raylab.cluster import DRIVER_RESOURCE, prices
+from raylab.cluster.prices import PRICE_PER_HOUR, trial_exposure_hours
 from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.experiment import SPOT_ASK, SPOT_RESOURCE
-from raylab.launch import cluster_prices
-from raylab.launch.cluster_prices import PRICE_PER_HOUR
-from raylab.launch.trainable import DRIVER_RESOURCE
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class NodeType:
     """Its declared ``resources.spot``: a spot node type (only trials asking for spot go there)."""
     live_share: float | None = None
     """A spot type's share of the on-demand price read from EC2's spot price history just now
-    (``live_spot_shares``); None: the dated table's (``cluster_prices.spot_share``)."""
+    (``live_spot_shares``); None: the dated table's (``prices.spot_share``)."""
     nvme: bool = False
     """Its container's temporary folder (checkpoints before upload) is on the instance's local
     NVMe: its ``docker.worker_run_options`` mount ``NVME_HOST`` there."""
@@ -60,14 +59,14 @@ class NodeType:
     def share(self) -> tuple[float, str]:
         """A spot type's share of the on-demand price and its source."""
         live = {self.instance: self.live_share} if self.live_share is not None else None
-        return cluster_prices.spot_share(self.instance, live)
+        return prices.spot_share(self.instance, live)
 
     @property
     def price(self) -> float | None:
         """USD per hour, when the instance type's price is known (a spot type's: its own share
         of the on-demand price, ``share``)."""
         on_demand = PRICE_PER_HOUR.get(self.instance)
-        return cluster_prices.spot_price(on_demand, self.share[0]) if self.spot else on_demand
+        return prices.spot_price(on_demand, self.share[0]) if self.spot else on_demand
 
 
 NVME_HOST = "/opt/dlami/nvme"
@@ -118,7 +117,7 @@ def load(path: str | Path) -> tuple[NodeType | None, list[NodeType], int]:
 
 def live_spot_shares(path: str | Path, nodes: list[NodeType]) -> tuple[list[NodeType], str]:
     """``nodes`` with the spot types' shares read from EC2's spot price history now, when the
-    cluster file is AWS's and AWS credentials are at hand (``cluster_prices.credentials_present``),
+    cluster file is AWS's and AWS credentials are at hand (``prices.credentials_present``),
     and a note saying where the spot prices come from."""
     import dataclasses
 
@@ -127,14 +126,14 @@ def live_spot_shares(path: str | Path, nodes: list[NodeType]) -> tuple[list[Node
     config = yaml.safe_load(Path(path).read_text()) or {}
     provider = config.get("provider") or {}
     spot_types = sorted({n.instance for n in nodes if n.spot})
-    table = f"the dated table ({cluster_prices.SPOT_PRICES_AS_OF})"
+    table = f"the dated table ({prices.SPOT_PRICES_AS_OF})"
     if not spot_types or provider.get("type") != "aws":
         return nodes, table
-    if not cluster_prices.credentials_present():
+    if not prices.credentials_present():
         return nodes, f"{table}; no AWS credentials here to read the current ones"
     zones = [z.strip() for z in str(provider.get("availability_zone", "")).split(",") if z.strip()]
     try:
-        shares = cluster_prices.spot_shares_from_history(spot_types, provider.get("region", "us-west-2"), zones)
+        shares = prices.spot_shares_from_history(spot_types, provider.get("region", "us-west-2"), zones)
     except Exception as err:  # noqa: BLE001 - any failure of the API leaves the table's figures
         return nodes, f"{table}; the spot price history could not be read ({type(err).__name__})"
     updated = [dataclasses.replace(n, live_share=shares.get(n.instance)) if n.spot else n for n in nodes]
@@ -291,9 +290,9 @@ def concurrency_cap(experiment) -> int:
 
 
 def market_cost(experiment, chosen, cpus, gpus, spot, trials, running, trial_hours, head_price, cluster):
-    """``(chosen, nodes at the cap, cluster_prices.SweepCost)`` of the sweep on node type ``chosen``
+    """``(chosen, nodes at the cap, prices.SweepCost)`` of the sweep on node type ``chosen``
     (spot or on-demand): the waves at the cap, each node's start-up and idle tail, and on spot
-    the re-run work of preemptions (``cluster_prices.rerun_factor``)."""
+    the re-run work of preemptions (``prices.rerun_factor``)."""
     per_node = trials_per_node(chosen, cpus, gpus, spot)
     nodes_at_cap = min(chosen.max_workers, math.ceil(running / per_node))
     at_once = min(running, nodes_at_cap * per_node)
@@ -301,19 +300,19 @@ def market_cost(experiment, chosen, cpus, gpus, spot, trials, running, trial_hou
     # Nodes go when idle: the last wave pays only for the nodes it still uses.
     last = trials - (waves - 1) * at_once
     work = ((waves - 1) * nodes_at_cap + math.ceil(last / per_node)) * trial_hours
-    start = cluster_prices.NODE_START_MINUTES / 60
+    start = prices.NODE_START_MINUTES / 60
     idle = idle_minutes(cluster) / 60
     factor, rate, interval_hours = 1.0, 0.0, 0.0
     if spot:
-        rate = cluster_prices.PREEMPTIONS_PER_NODE_HOUR
+        rate = prices.PREEMPTIONS_PER_NODE_HOUR
         interval = checkpoint_interval(experiment)
         interval_hours = interval[0] / experiment.estimate.steps_per_s / 3600 if interval else trial_hours
-        restart = start + cluster_prices.CAPACITY_WAIT_MINUTES / 60  # a reclaimed pool is short
-        factor = cluster_prices.rerun_factor(rate, interval_hours, restart) or math.inf
+        restart = start + prices.CAPACITY_WAIT_MINUTES / 60  # a reclaimed pool is short
+        factor = prices.rerun_factor(rate, interval_hours, restart) or math.inf
     return (
         chosen,
         nodes_at_cap,
-        cluster_prices.sweep_cost(
+        prices.sweep_cost(
             work, waves * trial_hours, nodes_at_cap, chosen.price, head_price, start, idle, factor, rate, interval_hours
         ),
     )
@@ -324,7 +323,7 @@ def market_lines(experiment, markets: dict, spot: bool, cluster, source: str = "
     spot one from its own share, ``source`` saying where the shares come from), the expected
     cost of each with the stated preemption rate, start-up and idle tail, the spot quota the
     spot nodes need, and the failure budget."""
-    start, idle = cluster_prices.NODE_START_MINUTES, idle_minutes(cluster)
+    start, idle = prices.NODE_START_MINUTES, idle_minutes(cluster)
     lines = []
     if True not in markets:
         lines.append("#   spot: no spot node type in the cluster file holds these trials (resources.spot)")
@@ -354,9 +353,9 @@ def market_lines(experiment, markets: dict, spot: bool, cluster, source: str = "
             "#   spot: with this checkpoint interval the work never finishes in expectation; checkpoint more often"
         )
         return lines
-    wait = cluster_prices.CAPACITY_WAIT_MINUTES
+    wait = prices.CAPACITY_WAIT_MINUTES
     lines.append(
-        f"#   spot preemptions: {cluster_prices.PREEMPTIONS_PER_NODE_HOUR:g} per node-hour (assumed), "
+        f"#   spot preemptions: {prices.PREEMPTIONS_PER_NODE_HOUR:g} per node-hour (assumed), "
         f"{sp.preemptions:,.2f} expected, {sp.rerun_hours:,.2f} node-hours re-run (half of a checkpoint interval each: "
         + (f"{interval[0]:,.0f} {unit}, {interval[1]}" if interval else "unknown")
         + f") plus {start:g} min start-up of a new node and {wait:g} min waiting for capacity each (assumed: "
@@ -368,9 +367,9 @@ def market_lines(experiment, markets: dict, spot: bool, cluster, source: str = "
 
 def spot_quota_line(node: NodeType, nodes: int) -> str:
     """The spot vCPU quota the spot nodes at the cap need, by name and code."""
-    vcpus = cluster_prices.VCPUS.get(node.instance)
+    vcpus = prices.VCPUS.get(node.instance)
     family = node.instance[:1]
-    name, code = cluster_prices.SPOT_QUOTA.get(family, ("the instance family's spot vCPU quota", "?"))
+    name, code = prices.SPOT_QUOTA.get(family, ("the instance family's spot vCPU quota", "?"))
     need = f"{nodes} x {node.instance} = {nodes * vcpus:,} vCPUs" if vcpus else f"{nodes} x {node.instance}"
     return (
         f"#   spot quota: {need} of EC2's '{name}' ({code}), separate from the on-demand quota and often 0 "
@@ -378,43 +377,20 @@ def spot_quota_line(node: NodeType, nodes: int) -> str:
     )
 
 
-def trial_exposure_hours(experiment) -> float | None:
-    """A trial's hours of work (``estimate``), or None when the file states no rate and length."""
-    length = experiment.trial_length()
-    if not length or not experiment.estimate.steps_per_s:
-        return None
-    return length[1] / experiment.estimate.steps_per_s / 3600
-
-
-def failure_budget(experiment) -> tuple[int, int]:
-    """``(Tune's max_failures, reclaim allowance)`` for the sweep: the file's
-    ``failure.max_failures`` and, for spot trials, extra restarts ``r`` that a trial's reclaims
-    exceed in under 0.1% of trials (``cluster_prices.reclaim_allowance`` at
-    ``PREEMPTIONS_PER_NODE_HOUR`` over the trial's hours, 24 h when the file states none). Tune
-    counts a reclaim as a failure like a code error: the allowance keeps the file's budget for
-    code errors. -1 (no limit) stays -1."""
-    base = experiment.failure.max_failures
-    if base < 0 or not experiment.resources.spot:
-        return base, 0
-    hours = trial_exposure_hours(experiment) or 24.0
-    extra = cluster_prices.reclaim_allowance(cluster_prices.PREEMPTIONS_PER_NODE_HOUR * hours)
-    return base + extra, extra
-
-
 def failure_budget_line(experiment) -> str:
     """The share of spot trials whose reclaims alone would exhaust ``failure.max_failures``, and
-    the budget spot runs get instead (``failure_budget``)."""
+    the budget spot runs get instead (``prices.failure_budget``)."""
     base = experiment.failure.max_failures
     hours = trial_exposure_hours(experiment)
     if hours is None:
         return "#   failure budget: unknown (the trial's hours are not stated)"
-    rate, k = cluster_prices.PREEMPTIONS_PER_NODE_HOUR, cluster_prices.RECLAIM_DISPERSION
+    rate, k = prices.PREEMPTIONS_PER_NODE_HOUR, prices.RECLAIM_DISPERSION
     mean = rate * hours
     if base < 0:
         return "#   failure budget: failure.max_failures -1 (no limit): reclaims cannot end a trial"
-    exhausted = cluster_prices.reclaim_tail(mean, base)
-    independent = cluster_prices.reclaim_tail(mean, base, math.inf)
-    extra = cluster_prices.reclaim_allowance(mean)
+    exhausted = prices.reclaim_tail(mean, base)
+    independent = prices.reclaim_tail(mean, base, math.inf)
+    extra = prices.reclaim_allowance(mean)
     return (
         f"#   failure budget: a {_hours(hours)} trial on spot sees {mean:,.2f} reclaims on average; "
         f"{_share(exhausted)} of trials would exhaust failure.max_failures {base} by reclaims alone "
@@ -462,20 +438,14 @@ def plan_text(experiment, cluster: str | Path, figures: dict | None = None, live
     ``wall_hours``, the wall time at the cap, when it is known. ``live``: spot prices from EC2's
     spot price history when credentials are at hand (``live_spot_shares``; the command line's
     dry run), else the dated table's."""
-    head, nodes, cap = load(cluster)
+    head, nodes, _ = load(cluster)
     nodes, spot_source = (
-        live_spot_shares(cluster, nodes) if live else (nodes, f"the dated table ({cluster_prices.SPOT_PRICES_AS_OF})")
+        live_spot_shares(cluster, nodes) if live else (nodes, f"the dated table ({prices.SPOT_PRICES_AS_OF})")
     )
     resources = experiment.resources
-    total = resources.total()
     trials = search_space.grid_size(experiment.search) * experiment.num_samples
     name = Path(cluster).name
-    if resources.workers > 1:
-        # A multi-worker trial's placement group spans its workers' bundles: per node, the
-        # whole trial when one node holds it.
-        cpus, gpus = total["CPU"], total["GPU"]
-    else:
-        cpus, gpus = resources.cpus_per_worker, resources.gpus_per_worker
+    cpus, gpus = trial_shape(resources)
     node = choose(nodes, cpus, gpus, resources.spot)
     if node is None:
         return (
@@ -493,8 +463,31 @@ def plan_text(experiment, cluster: str | Path, figures: dict | None = None, live
     nodes_at_cap = min(node.max_workers, math.ceil(running / per_node))
     at_once = min(running, nodes_at_cap * per_node)
     head_price = head.price if head and head.price is not None else 0.0
+    lines = node_lines(name, head, node, per_node, nodes_at_cap, trials, running, at_once, drivers, head_price)
+    if memory and node.memory:
+        lines.append(
+            f"#   memory per node: {per_node} x {_gb(memory)} ({_need_basis(experiment)}) of its {_gb(node.memory)}"
+        )
+    shape = (cpus, gpus, trials, running, at_once, head_price)
+    lines += time_and_cost_lines(experiment, cluster, nodes, node, shape, spot_source, figures)
+    lines += storage_lines(experiment, node, per_node, trials)
+    return "\n".join(lines)
+
+
+def trial_shape(resources) -> tuple[float, float]:
+    """The CPUs and GPUs one trial needs on one node: a multi-worker trial's placement group spans
+    its workers' bundles (per node, the whole trial when one node holds it); else one worker's."""
+    if resources.workers > 1:
+        total = resources.total()
+        return total["CPU"], total["GPU"]
+    return resources.cpus_per_worker, resources.gpus_per_worker
+
+
+def node_lines(name, head, node, per_node, nodes_at_cap, trials, running, at_once, drivers, head_price) -> list[str]:
+    """The plan's first lines: the node type the trials go to, how many run at once at the cap,
+    and the price per hour there."""
     per_hour = nodes_at_cap * node.price + head_price if node.price is not None else None
-    lines = [
+    return [
         f"# cluster {name}: {node.name} ({node.instance}, {node.cpus:g} CPU, {node.gpus:g} GPU): "
         f"{per_node} trial(s) per node; at the cap {nodes_at_cap} x {node.name} "
         f"(of max_workers {node.max_workers}), {at_once} of {trials} trials at once"
@@ -511,53 +504,55 @@ def plan_text(experiment, cluster: str | Path, figures: dict | None = None, live
             else f"unknown (no price for {node.instance})"
         ),
     ]
-    if memory and node.memory:
-        lines.append(
-            f"#   memory per node: {per_node} x {_gb(memory)} ({_need_basis(experiment)}) of its {_gb(node.memory)}"
-        )
-    estimate = experiment.estimate
+
+
+def time_and_cost_lines(experiment, cluster, nodes, node, shape, spot_source, figures) -> list[str]:
+    """The sweep's trial-hours, GPU-hours, wall time and dollars at the cap, on demand and on
+    spot (``market_lines``), when the file states a rate and a trial length; ``shape`` is
+    ``(cpus, gpus, trials, running, at_once, head_price)``."""
+    cpus, gpus, trials, running, at_once, head_price = shape
+    resources, estimate = experiment.resources, experiment.estimate
     length = experiment.trial_length()
-    if length and estimate.steps_per_s:
-        steps = length[1]
-        trial_hours = steps / estimate.steps_per_s / 3600
-        waves = math.ceil(trials / at_once)
-        wall = waves * trial_hours
-        if figures is not None:
-            figures["wall_hours"] = wall
-        line = (
-            f"#   {trials} trials x {_hours(trial_hours)} = {trials * trial_hours:,.1f} trial-hours, "
-            f"{trials * trial_hours * total['GPU']:,.1f} GPU-hours; wall time at the cap "
-            f"{waves} wave(s) x {_hours(trial_hours)} = {_hours(wall)}"
-        )
-        markets = {}
-        for spot in (False, True):
-            chosen = node if spot == resources.spot else choose(nodes, cpus, gpus, spot)
-            if chosen is not None and chosen.price is not None:
-                markets[spot] = market_cost(
-                    experiment, chosen, cpus, gpus, spot, trials, running, trial_hours, head_price, cluster
-                )
-        if resources.spot in markets:
-            cost = markets[resources.spot][2]
-            line += f"; about ${_amount(cost.dollars)} ({rate_text(estimate)})"
-        lines.append(line)
-        lines += market_lines(experiment, markets, resources.spot, cluster, spot_source)
-    else:
-        lines.append(
+    if not (length and estimate.steps_per_s):
+        return [
             "#   trial-hours, GPU-hours, wall time, dollars: unknown (the file states no "
             "estimate.steps_per_s with a stop criterion or estimate.trial_steps)"
-        )
-    if estimate.checkpoint_bytes:
-        keep = experiment.checkpoint.keep or 1
-        stored = trials * keep * estimate.checkpoint_bytes
-        lines.append(
-            f"#   checkpoints in storage: {trials} x {keep} x "
-            f"{_amount(estimate.checkpoint_bytes / 1e9)} GB = {_amount(stored / 1e9)} GB "
-            f"(S3 standard, us-west-2: about ${_amount(stored / 1e9 * 0.023)} per month)"
-        )
-        lines.append(checkpoint_round_line(experiment, node, per_node))
-    else:
-        lines.append("#   checkpoints in storage: unknown (the file states no estimate.checkpoint_bytes)")
-    return "\n".join(lines)
+        ]
+    trial_hours = length[1] / estimate.steps_per_s / 3600
+    waves = math.ceil(trials / at_once)
+    wall = waves * trial_hours
+    if figures is not None:
+        figures["wall_hours"] = wall
+    line = (
+        f"#   {trials} trials x {_hours(trial_hours)} = {trials * trial_hours:,.1f} trial-hours, "
+        f"{trials * trial_hours * resources.total()['GPU']:,.1f} GPU-hours; wall time at the cap "
+        f"{waves} wave(s) x {_hours(trial_hours)} = {_hours(wall)}"
+    )
+    markets = {}
+    for spot in (False, True):
+        chosen = node if spot == resources.spot else choose(nodes, cpus, gpus, spot)
+        if chosen is not None and chosen.price is not None:
+            markets[spot] = market_cost(
+                experiment, chosen, cpus, gpus, spot, trials, running, trial_hours, head_price, cluster
+            )
+    if resources.spot in markets:
+        line += f"; about ${_amount(markets[resources.spot][2].dollars)} ({rate_text(estimate)})"
+    return [line, *market_lines(experiment, markets, resources.spot, cluster, spot_source)]
+
+
+def storage_lines(experiment, node: NodeType, per_node: int, trials: int) -> list[str]:
+    """What the sweep's checkpoints hold in storage, and a checkpoint round's time on a node."""
+    estimate = experiment.estimate
+    if not estimate.checkpoint_bytes:
+        return ["#   checkpoints in storage: unknown (the file states no estimate.checkpoint_bytes)"]
+    keep = experiment.checkpoint.keep or 1
+    stored = trials * keep * estimate.checkpoint_bytes
+    return [
+        f"#   checkpoints in storage: {trials} x {keep} x "
+        f"{_amount(estimate.checkpoint_bytes / 1e9)} GB = {_amount(stored / 1e9)} GB "
+        f"(S3 standard, us-west-2: about ${_amount(stored / 1e9 * 0.023)} per month)",
+        checkpoint_round_line(experiment, node, per_node),
+    ]
 
 
 def checkpoint_round_line(experiment, node: NodeType, per_node: int) -> str:
@@ -565,13 +560,13 @@ def checkpoint_round_line(experiment, node: NodeType, per_node: int) -> str:
     instance's NVMe where the node type mounts it, else the root EBS volume at gp3's baseline)
     and uploaded, and that time's share of the trial between two checkpoints."""
     disk = "nvme" if node.nvme else "gp3"
-    write, upload = cluster_prices.checkpoint_round_seconds(per_node, experiment.estimate.checkpoint_bytes, disk)
+    write, upload = prices.checkpoint_round_seconds(per_node, experiment.estimate.checkpoint_bytes, disk)
     where = "its local NVMe" if node.nvme else "the root EBS volume (gp3 baseline)"
     line = (
         f"#   checkpoint round: {per_node} x {_amount(experiment.estimate.checkpoint_bytes / 1e9)} GB per {node.name} "
-        f"written to {where} in about {write:,.0f} s ({cluster_prices.DISK_WRITE_MB_S[disk]:,.0f} MB/s"
+        f"written to {where} in about {write:,.0f} s ({prices.DISK_WRITE_MB_S[disk]:,.0f} MB/s"
         f"{', assumed' if node.nvme else ''}) and uploaded in about {upload:,.0f} s "
-        f"({cluster_prices.S3_UPLOAD_MB_S:,.0f} MB/s per node, assumed)"
+        f"({prices.S3_UPLOAD_MB_S:,.0f} MB/s per node, assumed)"
     )
     interval = checkpoint_interval(experiment)
     if interval and experiment.estimate.steps_per_s:

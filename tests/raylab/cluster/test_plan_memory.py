@@ -16,8 +16,8 @@ import yaml
 
 from raylab import experiment as experiments
 from raylab import tune as raylab_tune
+from raylab.cluster import plan
 from raylab.errors import UserError
-from raylab.launch import cluster_plan
 from trainers.dqn_softlinf import preflight
 
 REPO = Path(__file__).resolve().parents[3]
@@ -38,7 +38,7 @@ def test_the_rllib_plan_is_refused_naming_the_trials_need_and_the_nodes_size(cap
     exp = experiments.load("dqn_softlinf_rllib")
     cfg = exp.resolved_config()
     need = cfg["buffer_size"] * preflight.rllib_bytes_per_transition((84, 84), cfg["frame_stack"])
-    _, nodes, _ = cluster_plan.load(GPU_YAML)
+    _, nodes, _ = plan.load(GPU_YAML)
     largest = max(nodes, key=lambda n: n.memory)
     assert largest.memory < need  # 1M float32 4-frame stacks do not fit a 64 GiB node's 70%
     code, out, errors = _dry_run(capsys)
@@ -63,7 +63,7 @@ def test_control_a_node_type_with_more_memory_takes_the_full_rllib_trial(tmp_pat
     config["available_node_types"]["gpu_shared"]["resources"]["memory"] = 256 * 10**9
     bigger = tmp_path / "gpu.yaml"
     bigger.write_text(yaml.safe_dump(config))
-    text = cluster_plan.plan_text(experiments.load("dqn_softlinf_rllib"), bigger)
+    text = plan.plan_text(experiments.load("dqn_softlinf_rllib"), bigger)
     assert "2 trial(s) per node" in text and "about $" in text
 
 
@@ -71,19 +71,19 @@ def test_the_rllib_estimate_is_its_own():
     rllib, raylab_backend = experiments.load("dqn_softlinf_rllib"), experiments.load("dqn_softlinf")
     # no replay in RLlib's checkpoints (checkpoint_replay: false): not the raylab backend's 7 GB
     assert rllib.estimate.checkpoint_bytes < raylab_backend.estimate.checkpoint_bytes / 100
-    assert cluster_plan.trial_memory(rllib) > 10 * cluster_plan.trial_memory(raylab_backend)
+    assert plan.trial_memory(rllib) > 10 * plan.trial_memory(raylab_backend)
 
 
 def test_each_dollar_figure_says_whether_its_rate_was_measured():
     exp = experiments.load("dqn_softlinf")
-    text = cluster_plan.plan_text(exp, GPU_YAML)
+    text = plan.plan_text(exp, GPU_YAML)
     assert "; about $" in text and f"(rate not measured: {exp.estimate.rate_basis})" in text
     measured = experiments.load("dqn_softlinf", ["estimate.rate_measured=benchmarks/dqn_throughput.py on an A10G"])
-    assert "(rate measured: benchmarks/dqn_throughput.py on an A10G)" in cluster_plan.plan_text(measured, GPU_YAML)
+    assert "(rate measured: benchmarks/dqn_throughput.py on an A10G)" in plan.plan_text(measured, GPU_YAML)
 
 
 def test_a_stated_memory_need_overrides_the_workloads():
     exp = experiments.load("toy", ["estimate.memory_bytes=60e9"], smoke=True)
-    assert cluster_plan.trial_memory(exp) == 60e9
+    assert plan.trial_memory(exp) == 60e9
     with pytest.raises(UserError, match=r"needs 60.0 GB of memory \(the file's estimate.memory_bytes\)"):
-        cluster_plan.plan_text(exp, GPU_YAML)
+        plan.plan_text(exp, GPU_YAML)

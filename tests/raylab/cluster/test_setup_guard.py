@@ -14,7 +14,7 @@ from ray.autoscaler._private.command_runner import _with_environment_variables, 
 from ray.autoscaler.v2.instance_manager.common import InstanceUtil
 from ray.core.generated.instance_manager_pb2 import Instance, InstanceUpdateEvent
 
-from raylab.launch import setup_guard
+from raylab.cluster import setup_guard
 
 GPU_CHECK = (
     'nvidia-smi -L >/dev/null 2>&1 || { echo "$(hostname): a GPU node type, but nvidia-smi lists no GPU" >&2; '
@@ -122,7 +122,7 @@ def test_check_once_sets_max_workers_zero_and_writes_one_line(tmp_path):
 
 def test_a_bad_limit_is_one_line_and_exit_2():
     run = subprocess.run(
-        [sys.executable, "-m", "raylab.launch.setup_guard", "--max-failures", "0"], capture_output=True, text=True
+        [sys.executable, "-m", "raylab.cluster.setup_guard", "--max-failures", "0"], capture_output=True, text=True
     )
     assert run.returncode == 2
     assert run.stderr.strip() == "error: --max-failures must be at least 1, got 0"

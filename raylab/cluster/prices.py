@@ -1,5 +1,6 @@
 """What a sweep costs on a cluster: on-demand and spot prices, node start-up, the idle tail and
-the work that preemptions make a sweep do again. Pure functions; ``cluster_plan`` prints them.
+the work that preemptions make a sweep do again. Pure functions; ``raylab.cluster.plan`` prints
+them, and the sweep takes its spot trials' failure budget from ``failure_budget``.
 
 The figures below that are not AWS list prices are assumptions, stated as such wherever the
 dry run prints them: nothing here was measured on AWS.
@@ -266,3 +267,26 @@ def sweep_cost(
         rerun_hours=preemptions * checkpoint_hours / 2,
         head_price=head_price,
     )
+
+
+def trial_exposure_hours(experiment) -> float | None:
+    """A trial's hours of work (``estimate``), or None when the file states no rate and length."""
+    length = experiment.trial_length()
+    if not length or not experiment.estimate.steps_per_s:
+        return None
+    return length[1] / experiment.estimate.steps_per_s / 3600
+
+
+def failure_budget(experiment) -> tuple[int, int]:
+    """``(Tune's max_failures, reclaim allowance)`` for the sweep: the file's
+    ``failure.max_failures`` and, for spot trials, extra restarts ``r`` that a trial's reclaims
+    exceed in under 0.1% of trials (``reclaim_allowance`` at
+    ``PREEMPTIONS_PER_NODE_HOUR`` over the trial's hours, 24 h when the file states none). Tune
+    counts a reclaim as a failure like a code error: the allowance keeps the file's budget for
+    code errors. -1 (no limit) stays -1."""
+    base = experiment.failure.max_failures
+    if base < 0 or not experiment.resources.spot:
+        return base, 0
+    hours = trial_exposure_hours(experiment) or 24.0
+    extra = reclaim_allowance(PREEMPTIONS_PER_NODE_HOUR * hours)
+    return base + extra, extra

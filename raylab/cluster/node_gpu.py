@@ -1,4 +1,4 @@
-"""``python -m raylab.launch.node_gpu``: can this node's GPU run the installed torch?
+"""``python -m raylab.cluster.node_gpu``: can this node's GPU run the installed torch?
 
 Run by cluster/gpu.yaml's GPU node types at setup and by the KubeRay GPU pods' startup probe
 (cluster/kuberay/raycluster.yaml). Exit 0 when the NVIDIA driver is new enough for the CUDA
@@ -70,7 +70,7 @@ def parser():
     import argparse
 
     return argparse.ArgumentParser(
-        prog="python -m raylab.launch.node_gpu",
+        prog="python -m raylab.cluster.node_gpu",
         description="Exit 0 when this node's NVIDIA driver is new enough for torch's CUDA and torch sees a device; "
         "otherwise exit 1 with one line naming the host and what is wrong.",
     )

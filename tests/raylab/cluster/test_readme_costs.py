@@ -1,10 +1,10 @@
 """The cost table of docs/cluster.md is what ``--dry-run --cluster cluster/gpu.yaml`` prints.
 
 Each row of the table under "**Costs.**" is compared, field by field, with the lines
-``raylab.launch.cluster_plan.plan_text`` prints for that experiment on ``cluster/gpu.yaml``; and every
+``raylab.cluster.plan.plan_text`` prints for that experiment on ``cluster/gpu.yaml``; and every
 shipped GPU experiment has a row with known hours and dollars (an ``estimate:`` in its file),
 or a row saying why its plan is refused (a trial larger than the node's memory).
-``python tests/raylab/launch/test_readme_costs.py`` prints the table from the code.
+``python tests/raylab/cluster/test_readme_costs.py`` prints the table from the code.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from raylab import experiment as experiments
 from raylab import search_space
+from raylab.cluster import plan
 from raylab.errors import UserError
-from raylab.launch import cluster_plan
 
 REPO = Path(__file__).resolve().parents[3]
 GPU_YAML = REPO / "cluster" / "gpu.yaml"
@@ -56,7 +56,7 @@ REFUSED = re.compile(r"needs ([\d,.]+ GB) of memory .* the largest node type, (\
 
 def printed(name: str) -> dict[str, str]:
     try:
-        text = cluster_plan.plan_text(experiments.load(name, []), GPU_YAML) + "\n"
+        text = plan.plan_text(experiments.load(name, []), GPU_YAML) + "\n"
     except UserError as err:
         match = REFUSED.search(str(err))
         assert match, err
@@ -102,7 +102,7 @@ def test_every_shipped_gpu_experiment_has_a_costed_row():
     for name in gpu_experiments():
         if rows[name]["nodes at the cap"].startswith("refused"):
             continue  # its plan is refused (checked against the code in the test above)
-        assert "unknown" not in cluster_plan.plan_text(experiments.load(name, []), GPU_YAML), name
+        assert "unknown" not in plan.plan_text(experiments.load(name, []), GPU_YAML), name
         assert rows[name]["dollars"].startswith("$"), name
 
 

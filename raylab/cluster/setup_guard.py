@@ -1,4 +1,4 @@
-"""python -m raylab.launch.setup_guard: stop relaunching a node type whose setup keeps failing.
+"""python -m raylab.cluster.setup_guard: stop relaunching a node type whose setup keeps failing.
 
 Runs on a cluster's head, started in the background by ``cluster/gpu.yaml``'s head start
 commands. Ray's autoscaler v2 (``ray up``'s default in Ray 2.60) runs a new worker's setup lines
@@ -161,7 +161,7 @@ def check_once(logs: Path, config_path: Path, max_failures: int, stopped: set[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m raylab.launch.setup_guard", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m raylab.cluster.setup_guard", description=__doc__.split("\n")[0])
     parser.add_argument("--max-failures", type=int, default=2, help="failed nodes of one type before it stops")
     parser.add_argument("--config", type=Path, default=Path("~/ray_bootstrap_config.yaml").expanduser())
     parser.add_argument("--logs", type=Path, default=Path("/tmp/ray/session_latest/logs"))
