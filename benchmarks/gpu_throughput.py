@@ -1,10 +1,10 @@
 """GPU throughput in one script, without Ray: the DQN loop's variants, packed fair_adv trials, image steps.
 
-    python benchmarks/gpu_throughput.py [--out DIR] [--sections dqn,ops,pack,image] [--rounds 2] [--compile]
+    python benchmarks/gpu_throughput.py [--out DIR] [--sections dqn,ops,pack,image,eval] [--rounds 2] [--compile]
     python benchmarks/gpu_throughput.py --smoke      # the same, end to end, at small sizes (CPU: seconds)
 
 Needs torch, numpy, gymnasium, ale-py and this tree on PYTHONPATH (no Ray, no network). On the
-GPU machine it takes about 3 minutes. Four sections (a fifth, ``compile``, only with
+GPU machine it takes about 3 minutes. Five sections (a sixth, ``compile``, only with
 ``--compile``, and always last: a cold ``torch.compile`` takes minutes), each printed as a
 table as soon as it ends and written then to ``DIR/gpu_throughput.json`` (default
 ``gpu_throughput_out/``; ``finished`` lists the sections it holds), so a run cut short by a
@@ -33,7 +33,13 @@ time limit keeps every section that finished:
    Config gives them on this device) on the same device at once; aggregate images/s.
 4. ``image``: ResNet-18 clean and PGD-10 AT steps at fp32 / NCHW / eager and bf16 / NHWC /
    eager (the image code's own knobs: autocast, channels_last), interleaved, median images/s.
-5. ``compile`` (``--compile``): the same at fp32 / NCHW / eager and bf16 / NHWC /
+5. ``eval``: the DQN evaluation games (loop.py's ``evaluate``: ``play_games`` with
+   ``eval_chooser``), Pong, 8 envs for 400 vector steps, acting on the host (``host``: each
+   step's observations sent with ``to_device``, epsilon drawn and compared on the host) and
+   through the device path (``device``, evaluation.py: observations and the host's draws in
+   one staged copy, epsilon a device scalar), interleaved: agent steps/s, copies and reads per
+   vector step, and whether the games' returns equal the host path's.
+6. ``compile`` (``--compile``): the same as ``image`` at fp32 / NCHW / eager and bf16 / NHWC /
    torch.compile (raylab.accel.compiled), its compile time in the note.
 
 The issue's targets are printed as predictions: met, not met, or not measurable on a CPU.
@@ -53,6 +59,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -664,6 +671,102 @@ def section_image(args, device, variants: dict = IMAGE_VARIANTS) -> list[dict]:
     return rows
 
 
+# ---------------------------------------------------------------------- 5. evaluation games
+EVAL_EPSILON = 0.05
+"""The evaluation games' epsilon here (Nature's; the Config's default is 0.01)."""
+EVAL_VARIANTS = {"host": False, "device": True}  # name: replay_on_device (evaluation acts as training does)
+
+
+def eval_games(args, device, name: str) -> dict:
+    """``loop.evaluate``'s games (``loop.play_games`` with ``loop.eval_chooser``) on Pong,
+    ``eval_envs`` envs for ``eval_steps`` vector steps, after a warm-up of 8 steps: agent
+    steps/s, host-to-device copies and device reads per vector step, the games' returns."""
+    import dataclasses
+
+    from trainers.dqn_softlinf import evaluation, loop
+    from trainers.dqn_softlinf.config import Config
+
+    s = args.sizes
+    cfg = Config(
+        game="Pong",
+        num_envs=1,
+        buffer_size=64,
+        seed=0,
+        eval_episodes=s["eval_envs"],
+        eval_max_steps=s["eval_steps"],
+        eval_epsilon=EVAL_EPSILON,
+        replay_on_device=EVAL_VARIANTS[name],
+        cuda_graph=False,
+    )
+    run = loop.build_run(cfg, device)
+    envs = loop.make_envs(cfg, cfg.eval_episodes)
+    loop.play_games(
+        dataclasses.replace(cfg, eval_max_steps=8), envs, loop.eval_chooser(run, np.random.default_rng(1)), 1
+    )
+    choose = loop.eval_chooser(run, np.random.default_rng([0, loop.EVAL_STREAM, 0]))
+    steps, copies, reads = [0], [0], [0]
+    to_device, send = loop.to_device, evaluation.EvalStaging.send
+
+    def counted_choose(obs):
+        steps[0] += 1
+        return choose(obs)
+
+    def counted_to_device(*a, **k):
+        copies[0] += 1
+        return to_device(*a, **k)
+
+    def counted_send(self, *a, **k):
+        copies[0] += 1
+        return send(self, *a, **k)
+
+    loop.to_device, evaluation.EvalStaging.send = counted_to_device, counted_send
+    try:
+        with counting_reads(reads):
+            sync(device)
+            start = time.perf_counter()
+            returns, lengths = loop.play_games(cfg, envs, counted_choose, loop.env_seed(0, loop.EVAL_STREAM, 0))
+            sync(device)
+            elapsed = time.perf_counter() - start
+    finally:
+        loop.to_device, evaluation.EvalStaging.send = to_device, send
+        envs.close()
+        run.envs.close()
+    return {
+        "steps_per_s": int(lengths.sum()) / elapsed,
+        "ms_per_vector_step": 1000 * elapsed / steps[0],
+        "h2d_copies_per_step": copies[0] / steps[0],
+        "reads_per_step": reads[0] / steps[0],
+        "returns": returns.tolist(),
+    }
+
+
+def section_eval(args, device) -> list[dict]:
+    names = list(EVAL_VARIANTS)
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    for round_ in range(args.rounds):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            runs[name].append(eval_games(args, device, name))
+            print(f"  eval {name:7s} {runs[name][-1]['steps_per_s']:9.1f} env steps/s", flush=True)
+    host = statistics.median(r["steps_per_s"] for r in runs["host"])
+    rows = []
+    for name in names:
+        rates = [r["steps_per_s"] for r in runs[name]]
+        rows.append(
+            {
+                "variant": name,
+                "steps_per_s": statistics.median(rates),
+                "runs": rates,
+                "vs_host": statistics.median(rates) / host,
+                "ms_per_vector_step": statistics.median(r["ms_per_vector_step"] for r in runs[name]),
+                "h2d_copies_per_step": runs[name][0]["h2d_copies_per_step"],
+                "reads_per_step": runs[name][0]["reads_per_step"],
+                "same_returns": all(r["returns"] == runs["host"][0]["returns"] for r in runs[name]),
+                "returns": runs[name][0]["returns"],
+            }
+        )
+    return rows
+
+
 # ---------------------------------------------------------------------- targets and output
 def judge(results: dict, device, smoke: bool) -> list[dict]:
     cuda = device.type == "cuda"
@@ -744,6 +847,8 @@ SIZES = {
         "pack_seconds": 6.0,
         "image_rounds": 5,
         "packs": (1, 2, 4),
+        "eval_envs": 8,
+        "eval_steps": 400,
     },
     # --smoke: every path, small, on a CPU in tens of seconds
     True: {
@@ -759,6 +864,8 @@ SIZES = {
         "pack_seconds": 0.5,
         "image_rounds": 2,
         "packs": (1, 2),
+        "eval_envs": 2,
+        "eval_steps": 16,
     },
 }
 
@@ -771,7 +878,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="gpu_throughput_out", help="folder for gpu_throughput.json")
     p.add_argument("--smoke", action="store_true", help="every section at small sizes (a CPU: tens of seconds)")
-    p.add_argument("--sections", default="dqn,ops,pack,image", help="any of dqn,ops,pack,image,compile")
+    p.add_argument("--sections", default="dqn,ops,pack,image,eval", help="any of dqn,ops,pack,image,eval,compile")
     p.add_argument(
         "--compile",
         action="store_true",
@@ -859,78 +966,112 @@ def write_json(out: Path, results: dict) -> None:
     os.replace(tmp, out / "gpu_throughput.json")
 
 
-def section_table(section: str, results: dict, args) -> str:
-    """The printed table of one finished section."""
-    rows = results[section]
-    if section == "dqn":
-        return (
-            table(
-                f"DQN loop, Pong, 8 envs, {rows[0].get('ale_threads', '?')} ALE threads, agent steps/s after the first "
-                f"report (median of {args.rounds} interleaved rounds of {args.sizes['dqn_steps']:,} steps)",
-                rows,
-                [
-                    ("variant", "variant", "s"),
-                    ("steps_per_s", "steps/s", ".1f"),
-                    ("vs_today", "vs today", ".3f"),
-                    ("host_ms_per_vector_step", "ms/vec step", ".2f"),
-                    ("cpu_ms_per_step", "CPU ms/step", ".2f"),
-                    ("cpu_vs_today", "CPU vs today", ".3f"),
-                    ("gpu_util_pct", "GPU util %", ".0f"),
-                    ("updates", "updates", "d"),
-                ],
-            )
-            + "\n  (ms/vec step: wall time per vector step of 8 agent steps; CPU vs today: today's CPU time per"
-            " step over this one's, above 1 is cheaper; NCHW: channels_last off)\n"
-        )
-    if section == "ops":
-        return (
-            table(
-                "DQN update, per update (torch.profiler)",
-                rows,
-                [
-                    ("variant", "variant", "s"),
-                    ("launches_per_update", "launches", ".1f"),
-                    ("h2d_copies_per_update", "H2D copies", ".1f"),
-                    ("reads_per_update", "reads", ".1f"),
-                    ("syncs_per_update", "syncs", ".1f"),
-                    ("graph_launches_per_update", "graphs", ".1f"),
-                    ("ms_per_update", "ms/update", ".3f"),
-                ],
-            )
-            + f"\n  (launches: {rows[0].get('counted', '-')}; reads: .item()/.cpu()/bool() of a tensor "
+class SectionTable(NamedTuple):
+    """How one section's rows are printed: ``title(rows, args, section)``, the ``columns``
+    (key, header, format) and a ``note(rows, args)`` printed under the table in parentheses
+    (none where it gives "")."""
+
+    title: Callable[[list[dict], argparse.Namespace, str], str]
+    columns: list[tuple[str, str, str]]
+    note: Callable[[list[dict], argparse.Namespace], str] = lambda rows, args: ""
+
+
+IMAGE_TABLE = SectionTable(
+    lambda rows, args, section: (
+        f"{args.sizes['model']} batch {args.sizes['batch']} steps ({section}), median of "
+        f"{args.sizes['image_rounds']} interleaved rounds"
+    ),
+    [
+        ("variant", "variant", "s"),
+        ("step", "step", "s"),
+        ("images_per_s", "images/s", ".1f"),
+        ("vs_fp32", "vs fp32", ".2f"),
+        ("epoch_s_cifar10", "epoch s", ".1f"),
+    ],
+)
+TABLES = {
+    "dqn": SectionTable(
+        lambda rows, args, section: (
+            f"DQN loop, Pong, 8 envs, {rows[0].get('ale_threads', '?')} ALE threads, agent "
+            f"steps/s after the first report (median of {args.rounds} interleaved rounds of {args.sizes['dqn_steps']:,} steps)"
+        ),
+        [
+            ("variant", "variant", "s"),
+            ("steps_per_s", "steps/s", ".1f"),
+            ("vs_today", "vs today", ".3f"),
+            ("host_ms_per_vector_step", "ms/vec step", ".2f"),
+            ("cpu_ms_per_step", "CPU ms/step", ".2f"),
+            ("cpu_vs_today", "CPU vs today", ".3f"),
+            ("gpu_util_pct", "GPU util %", ".0f"),
+            ("updates", "updates", "d"),
+        ],
+        lambda rows, args: (
+            "ms/vec step: wall time per vector step of 8 agent steps; CPU vs today: today's CPU time per"
+            " step over this one's, above 1 is cheaper; NCHW: channels_last off"
+        ),
+    ),
+    "ops": SectionTable(
+        lambda rows, args, section: "DQN update, per update (torch.profiler)",
+        [
+            ("variant", "variant", "s"),
+            ("launches_per_update", "launches", ".1f"),
+            ("h2d_copies_per_update", "H2D copies", ".1f"),
+            ("reads_per_update", "reads", ".1f"),
+            ("syncs_per_update", "syncs", ".1f"),
+            ("graph_launches_per_update", "graphs", ".1f"),
+            ("ms_per_update", "ms/update", ".3f"),
+        ],
+        lambda rows, args: (
+            f"launches: {rows[0].get('counted', '-')}; reads: .item()/.cpu()/bool() of a tensor "
             "by the DQN code; syncs: CUDA stream/device/event synchronizations and blocking copies; "
-            "ms/update: wall time of back-to-back updates, host plus device, batch as sized)\n"
-        )
-    if section == "pack":
-        return (
-            table(
-                f"fair_adv PGD-{args.sizes['pgd_steps']} AT train_step, {args.sizes['model']} batch "
-                f"{args.sizes['batch']}, processes at once",
-                rows,
-                [
-                    ("processes", "processes", "d"),
-                    ("images_per_s", "images/s", ".1f"),
-                    ("vs_one", "vs one", ".2f"),
-                    ("gpu_util_pct", "GPU util %", ".0f"),
-                ],
-            )
-            + f"\n  (settings: {rows[0]['settings']})\n"
-        )
-    return (
-        table(
-            f"{args.sizes['model']} batch {args.sizes['batch']} steps ({section}), median of "
-            f"{args.sizes['image_rounds']} interleaved rounds",
-            rows,
-            [
-                ("variant", "variant", "s"),
-                ("step", "step", "s"),
-                ("images_per_s", "images/s", ".1f"),
-                ("vs_fp32", "vs fp32", ".2f"),
-                ("epoch_s_cifar10", "epoch s", ".1f"),
-            ],
-        )
-        + "\n"
-    )
+            "ms/update: wall time of back-to-back updates, host plus device, batch as sized"
+        ),
+    ),
+    "pack": SectionTable(
+        lambda rows, args, section: (
+            f"fair_adv PGD-{args.sizes['pgd_steps']} AT train_step, {args.sizes['model']} "
+            f"batch {args.sizes['batch']}, processes at once"
+        ),
+        [
+            ("processes", "processes", "d"),
+            ("images_per_s", "images/s", ".1f"),
+            ("vs_one", "vs one", ".2f"),
+            ("gpu_util_pct", "GPU util %", ".0f"),
+        ],
+        lambda rows, args: f"settings: {rows[0]['settings']}",
+    ),
+    "image": IMAGE_TABLE,
+    "eval": SectionTable(
+        lambda rows, args, section: (
+            f"DQN evaluation games, Pong, {args.sizes['eval_envs']} envs (a game each), "
+            f"{args.sizes['eval_steps']} vector steps at eval_epsilon {EVAL_EPSILON} (median of {args.rounds} "
+            "interleaved rounds)"
+        ),
+        [
+            ("variant", "variant", "s"),
+            ("steps_per_s", "steps/s", ".1f"),
+            ("vs_host", "vs host", ".3f"),
+            ("ms_per_vector_step", "ms/vec step", ".2f"),
+            ("h2d_copies_per_step", "H2D copies", ".1f"),
+            ("reads_per_step", "reads", ".1f"),
+            ("same_returns", "same returns", ""),
+        ],
+        lambda rows, args: (
+            "steps/s: agent steps, acting and the emulators; per vector step: host-to-device copies "
+            "(host: to_device of the observations; device: one staged copy of observations and draws) and reads "
+            "(the actions); same returns: the games' returns equal to the host path's, bit for bit"
+        ),
+    ),
+    "compile": IMAGE_TABLE,
+}
+"""Each section's printed table (``section_table``)."""
+
+
+def section_table(section: str, results: dict, args) -> str:
+    """The printed table of one finished section (``TABLES``)."""
+    spec, rows = TABLES[section], results[section]
+    note = spec.note(rows, args)
+    return table(spec.title(rows, args, section), rows, spec.columns) + (f"\n  ({note})\n" if note else "\n")
 
 
 SECTIONS = {
@@ -938,6 +1079,7 @@ SECTIONS = {
     "ops": section_ops,
     "pack": section_pack,
     "image": section_image,
+    "eval": section_eval,
     "compile": section_compile,
 }
 """The sections in the order they run; ``compile`` (a cold ``torch.compile``) only when asked."""

@@ -101,7 +101,7 @@ def test_the_kit_carries_every_checked_workloads_extra_but_what_it_leaves_out_an
         "aiohttp-cors",
         "opencensus",
     } <= names
-    assert not names & {"rdkit", "mlxtend", "google-api-core"}
+    assert not names & {"rdkit", "mlxtend", "optuna", "google-api-core"}
     # what Ray's dashboard imports is all there: on the machine (its list) or named for the kit
     optional = next(Path(p) for p in sys.path if (Path(p) / "ray" / "dashboard" / "optional_deps.py").is_file())
     text = (optional / "ray" / "dashboard" / "optional_deps.py").read_text()

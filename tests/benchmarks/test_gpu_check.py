@@ -427,3 +427,36 @@ def test_a_planted_capture_failure_fails_the_dqn_step(plant, tmp_path, monkeypat
         assert failed == 1 and "FAIL  cuda_trial_dqn_softlinf" in text, text
     else:
         assert failed == 0 and "ok    cuda_trial_dqn_softlinf" in text, text
+
+
+def test_every_backdoor_trial_of_the_check_runs_with_the_asr_floor_off(tmp_path, monkeypatch):
+    """backdoor's smoke trains at chance, where its sweep metric (ASR) is NaN below the
+    clean-accuracy floor and ``raylab.tune`` exits 1 for a sweep without a finite metric: each
+    step that runs a backdoor trial passes the floor's override, and the override resolves to 0."""
+    import subprocess
+
+    from raylab import experiment as experiments
+
+    check = load_check()
+    c = check.Check(tmp_path / "out", tmp_path / "work", rehearse=True, kit=tmp_path / "no-kit")
+    calls = []
+
+    def fake_tune(name, log, timeout, *overrides, run_name=None, env=None):
+        calls.append((name, overrides))
+        return subprocess.CompletedProcess([], 0 if name == "dqn_softlinf" else 1)
+
+    monkeypatch.setattr(c, "tune", fake_tune)
+    for helper in ("peak", "graph_replayed", "utilisation", "autocast_dtype", "finite_losses", "trial_errors"):
+        monkeypatch.setattr(c, helper, lambda *a, **k: [])  # the DQN trial of amp_trial "passes"
+    step, log = check.Step("x", 10, "cuda_trial"), tmp_path / "log"
+    for run in (
+        lambda: c.cuda_trial(step, log, 10, "backdoor"),
+        lambda: c.two_trials_one_gpu(step, log, 10),
+        lambda: c.amp_trial(step, log, 10),
+    ):
+        with pytest.raises(check.StepFailed):
+            run()
+    backdoor = [overrides for name, overrides in calls if name == "backdoor"]
+    assert len(backdoor) == 3 and all("config.clean_acc_floor_x_chance=0" in o for o in backdoor), calls
+    exp = experiments.load("backdoor", list(check.BACKDOOR_FLOOR_OFF), smoke=True)
+    assert exp.config["clean_acc_floor_x_chance"] == 0

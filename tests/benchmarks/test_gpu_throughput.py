@@ -35,7 +35,7 @@ def test_smoke_runs_every_section_and_writes_its_tables(tmp_path):
     assert list(dqn) == ["today", "window", "device", "device+graph", "window NCHW"]
     assert dqn["window NCHW"]["channels_last"] is False and dqn["window"]["channels_last"] is True
     assert all(dqn[n]["host_ms_per_vector_step"] > 0 and dqn[n]["ale_threads"] >= 1 for n in ("today", "window"))
-    assert data["finished"] == ["dqn", "ops", "pack", "image"] and "compile" not in data  # --compile: last
+    assert data["finished"] == ["dqn", "ops", "pack", "image", "eval"] and "compile" not in data  # --compile: last
     for name in ("today", "window", "device"):
         assert dqn[name]["steps_per_s"] > 0 and dqn[name]["updates"] == (128 - 32) // 4, dqn[name]
     assert "not measurable on CPU" in dqn["device+graph"]["note"]
@@ -51,20 +51,56 @@ def test_smoke_runs_every_section_and_writes_its_tables(tmp_path):
     image = {(r["variant"], r["step"]): r for r in data["image"]}
     assert len(image) == 4 and all(r["images_per_s"] > 0 for r in image.values())
 
+    evals = {r["variant"]: r for r in data["eval"]}  # the evaluation games, host and device path
+    assert list(evals) == ["host", "device"] and all(r["steps_per_s"] > 0 for r in evals.values())
+    assert all(r["same_returns"] and r["h2d_copies_per_step"] == r["reads_per_step"] == 1 for r in evals.values())
+
     targets = {t["target"]: t["status"] for t in data["targets"]}
     assert targets.pop("cpu_no_regression") in ("met", "not met")
     assert set(targets.values()) == {"not measurable on CPU"} and len(targets) == 3
-    for heading in ("DQN loop, Pong, 8 envs", "DQN update, per update", "processes at once", "targets (predictions):"):
+    for heading in (
+        "DQN loop, Pong, 8 envs",
+        "DQN update, per update",
+        "processes at once",
+        "DQN evaluation games",
+        "targets (predictions):",
+    ):
         assert heading in proc.stdout, heading
 
 
-def test_an_unknown_section_is_one_line_and_exit_2(capsys):
+def load_script():
     spec = importlib.util.spec_from_file_location("gpu_throughput", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_an_unknown_section_is_one_line_and_exit_2(capsys):
+    module = load_script()
     assert module.main(["--sections", "dqn,gpus", "--out", "unused"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["gpu_throughput: unknown section(s) gpus; valid: dqn, ops, pack, image, compile"]
+    assert err == ["gpu_throughput: unknown section(s) gpus; valid: dqn, ops, pack, image, eval, compile"]
+
+
+def test_every_section_is_printed_by_the_one_table_writer():
+    """``section_table`` prints each section from its ``TABLES`` entry: the title, one header
+    with every column, a line per row (a missing value as '-', a row's note after it), the note."""
+    from types import SimpleNamespace
+
+    module = load_script()
+    args = SimpleNamespace(rounds=2, sizes=dict(module.SIZES[False]))
+    assert set(module.TABLES) == set(module.SECTIONS)
+    for section, spec in module.TABLES.items():
+        rows = [{"ale_threads": 8, "counted": "ops", "settings": {}}, {"note": "not measurable"}]
+        for i, (key, _, fmt) in enumerate(spec.columns):
+            rows[0][key] = "x" if fmt == "s" else (i if fmt == "d" else i + 0.5)
+        lines = module.section_table(section, {section: rows}, args).splitlines()
+        assert lines[0] == spec.title(rows, args, section)
+        assert lines[1].split() == " ".join(h for _, h, _ in spec.columns).split()
+        assert len(lines[2].split()) == len(spec.columns) and "-" not in lines[2].split()
+        assert lines[3].split() == ["-"] * len(spec.columns) + ["not", "measurable"]
+        note = spec.note(rows, args)
+        assert lines[4:] == ([f"  ({note})"] if note else []), (section, lines[4:])
 
 
 def test_a_run_killed_after_its_first_section_leaves_that_sections_json(tmp_path):

@@ -226,6 +226,29 @@ def test_dqn_acting_on_the_device_has_no_flagged_op_before_its_one_read():
     assert traced.syncs() == [], traced.flags
 
 
+def test_dqn_evaluation_step_on_the_device_has_no_flagged_op_past_its_one_staged_copy():
+    """Evaluation through the device path (evaluation.py): the observations and the host's
+    epsilon-greedy draws arrive in one copy of the staging buffer, the step's one host tensor;
+    choosing the actions reads nothing (the read of the actions comes after, for the emulators)."""
+    from trainers.dqn_softlinf.evaluation import EvalStaging, eval_actions
+    from trainers.dqn_softlinf.model import q_network
+
+    gen = np.random.default_rng(0)
+    obs, u, r = gen.integers(0, 255, (3, 4, 84, 84), np.uint8), gen.random(3), gen.integers(0, 6, 3)
+
+    def build():
+        staging = EvalStaging(3, (4, 84, 84), np.uint8, torch.device("cpu"))
+        return q_network("atari", (4, 84, 84), 6), staging, torch.zeros((), dtype=torch.float64).fill_(0.05)
+
+    def step(p):
+        q, staging, epsilon = p
+        return eval_actions(q, *staging.send(obs, u, r), epsilon)
+
+    traced = host_flags(build, step)
+    syncs = [(f.kind, f.op, f.where.rsplit("/", 1)[-1].split(":")[0]) for f in traced.syncs()]
+    assert syncs == [("host", "lift_fresh", "evaluation.py")] * 2, traced.flags  # one per step
+
+
 def test_fair_adv_training_step_has_no_flagged_op():
     from trainers.fair_adv import model as models
     from trainers.fair_adv import step as fair_step

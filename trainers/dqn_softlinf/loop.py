@@ -63,6 +63,7 @@ from trainers.dqn_softlinf.config import Config, frame_mark_metric, frames_per_s
 from trainers.dqn_softlinf.cuda_graph import GraphedStep, warn
 from trainers.dqn_softlinf.device_replay import DeviceFrameReplay
 from trainers.dqn_softlinf.envs import env_seed, make_envs
+from trainers.dqn_softlinf.evaluation import DeviceEvalActor
 from trainers.dqn_softlinf.exact import bellman_operator, exact_metrics, optimal_q
 from trainers.dqn_softlinf.heldout import HeldoutProbe
 from trainers.dqn_softlinf.loss import effective_beta, effective_sample_size, soft_linf_weights, surrogate
@@ -720,10 +721,21 @@ def evaluate(run: Run, s: dict) -> float:
     if run.eval_envs is None:
         run.eval_envs = make_envs(cfg, cfg.eval_episodes)
     gen = np.random.default_rng([cfg.seed, EVAL_STREAM, s["evals"]])
-    returns, _ = play_games(
-        cfg, run.eval_envs, lambda o: act(run, o, cfg.eval_epsilon, gen), env_seed(cfg.seed, EVAL_STREAM, s["evals"])
-    )
+    choose = eval_chooser(run, gen)
+    returns, _ = play_games(cfg, run.eval_envs, choose, env_seed(cfg.seed, EVAL_STREAM, s["evals"]))
     return float(returns.mean())
+
+
+def eval_chooser(run: Run, gen: np.random.Generator):
+    """Evaluation's ``choose(obs) -> actions`` at ``eval_epsilon`` with ``gen``'s draws: acting
+    through the device path where training does (the replay on the device; evaluation.py), else
+    on the host (``act``). The same actions either way."""
+    cfg = run.cfg
+    if isinstance(run.replay, DeviceFrameReplay):
+        return DeviceEvalActor(
+            run.q_fwd, run.envs.num_actions, cfg.eval_epsilon, gen, run.device, lambda: autocast(run)
+        )
+    return lambda o: act(run, o, cfg.eval_epsilon, gen)
 
 
 def report_metrics(run: Run, s: dict, last: bool) -> dict:
