@@ -50,9 +50,9 @@ def test_label_flip_needs_a_fixed_poisoned_set():
 def test_digits_experiment_sweeps_the_label_flip_arm_and_probes_until_asr_rises():
     experiment = experiments.load("backdoor_digits")
     arms = experiment.search["variant"]["grid"]
-    assert {"poison_ratio": 0.15, "poison_mode": "label_flip"} in arms and {"poison_ratio": 0.0} in arms
+    assert {"poison_ratio": 0.1, "poison_mode": "label_flip"} in arms and {"poison_ratio": 0.0} in arms
     assert len(experiment.search["seed"]["grid"]) >= 5
-    assert experiment.config["early_epochs"] == experiment.config["epochs"]
+    assert 2 <= experiment.config["early_epochs"] <= experiment.config["epochs"]
 
 
 def test_the_report_contrasts_the_trigger_arm_with_the_label_flip_arm(tmp_path):
