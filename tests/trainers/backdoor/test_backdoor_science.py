@@ -16,7 +16,12 @@ to 0.69 at step 24 before it falls back (0.09 at step 36), so the pre-saturation
 at step 12 on a transient of the prior, not of the trigger. A third epoch gives the backdoor more
 training without moving the probes of the first epoch. The statistic and the assertion are
 unchanged (below). Held-out: seeds 70-74, run once, reported as they came out; seeds 0-4 at this
-setting are the second set.
+setting are the second set (not yet run).
+
+Held-out result (seeds 70-74, 3,278 s with 2 workers on two loaded cores): the test fails on its
+positive control, seed 74's trigger arm ending at ASR 0.883 (the other four 0.998-1.000); the
+pre-registered statistic is +0.507 [+0.220, +0.793], 5/5, the last-probe poison-only term +1.963
+[+0.703, +3.223], 5/5, and the mutation test passes (-4.428 [-5.103, -3.754], 0/5).
 
 Positive control first, per seed: the trigger arm learns the trigger (``eval/asr`` >= 0.9) and
 neither the clean arm nor the label-flip arm does (<= 0.2).
