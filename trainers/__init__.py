@@ -10,6 +10,7 @@ from trainers.backdoor import METRICS as BACKDOOR_METRICS
 from trainers.backdoor import THEORY_METRICS as BACKDOOR_THEORY_METRICS
 from trainers.boltz_distill import DISTILL_METRICS, PROBE_METRICS
 from trainers.dqn_softlinf import METRICS as DQN_SOFTLINF_METRICS
+from trainers.fair_adv import LAST_METRICS as FAIR_ADV_LAST_METRICS
 from trainers.fair_adv import METRICS as FAIR_ADV_METRICS
 from trainers.seagram import METRICS as SEAGRAM_METRICS
 
@@ -66,7 +67,7 @@ WORKLOADS: dict[str, Workload] = {
     "fair_adv": Workload(
         config="trainers.fair_adv.config:Config",
         loop="trainers.fair_adv.loop:train_loop",
-        metrics=FAIR_ADV_METRICS,
+        metrics=FAIR_ADV_METRICS + FAIR_ADV_LAST_METRICS,
         description="fair adversarial training on CIFAR: PGD-AT, TRADES, FRL, tri-regime reweighting",
         preflight="trainers.fair_adv.loop:preflight",
         packages=("pyautoattack",),

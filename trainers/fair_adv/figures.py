@@ -24,9 +24,13 @@ FRL = {"method": "frl", "frl_rate_nat": where("!= 0 (not the uniform-weight cont
 FRL_REWEIGHT = {**FRL, "frl_remargin": False}
 CONTROL = {"method": "frl", "frl_rate_nat": 0.0, "frl_rate_bndy": 0.0}
 """FRL's uniform-weight control: the same fine-tune from the same stage-1 model, weights 1/Y."""
-WORST_ROBUST = ("final/autoattack_acc_worst_class", "final/robust_acc_worst_class")
-"""Worst-class robust accuracy of the best-validation model on the final test images: under
-AutoAttack where the run has it, else under PGD-20."""
+WORST_ROBUST = ("final_last/autoattack_acc_worst_class", "final_last/robust_acc_worst_class")
+"""The pre-registered statistic: worst-class robust accuracy of the last model (the end of every
+arm's same fixed schedule; ``final_eval_last: true``) on the final test images, under AutoAttack
+where the run has it, else under PGD. Selecting a model by a worst class read on a small
+validation split adds selection noise the size of the effect, so the claims read the last model."""
+WORST_ROBUST_BEST_VAL = ("final/autoattack_acc_worst_class", "final/robust_acc_worst_class")
+"""Secondary: the same accuracy of the best-validation model."""
 
 # The positive control: the attack sees what it must, robust accuracy well below clean accuracy
 # on every trial (an attack that does not bite would make every robust-accuracy comparison moot).
@@ -49,7 +53,7 @@ CLAIMS = (
     ),
     Claim(
         "Tri-regime maintains high clean accuracy: at most 0.02 below FRL's on the same base loss.",
-        Contrast("final/clean_acc", arm=TRI, against=FRL, strata=("base_loss",)),
+        Contrast(("final_last/clean_acc", "final/clean_acc"), arm=TRI, against=FRL, strata=("base_loss",)),
         expect=">",
         threshold=-0.02,
         controls=(ATTACK_BITES,),
@@ -90,6 +94,15 @@ CLAIMS = (
         threshold=0.02,
         controls=(ATTACK_BITES,),
         name="no_overfitting",
+    ),
+    Claim(
+        "Secondary, the best-validation model: tri-regime's worst-class robust accuracy exceeds FRL's "
+        "on the same base loss.",
+        Contrast(WORST_ROBUST_BEST_VAL, arm=TRI, against=FRL, strata=("base_loss",)),
+        expect=">",
+        threshold=0.0,
+        controls=(ATTACK_BITES,),
+        name="worst_class_best_val",
     ),
 )
 

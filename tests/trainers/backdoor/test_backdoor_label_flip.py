@@ -52,7 +52,7 @@ def test_digits_experiment_sweeps_the_label_flip_arm_and_probes_until_asr_rises(
     arms = experiment.search["variant"]["grid"]
     assert {"poison_ratio": 0.1, "poison_mode": "label_flip"} in arms and {"poison_ratio": 0.0} in arms
     assert len(experiment.search["seed"]["grid"]) >= 5
-    assert experiment.config["early_epochs"] == experiment.config["epochs"]
+    assert 2 <= experiment.config["early_epochs"] <= experiment.config["epochs"]
 
 
 def test_the_report_contrasts_the_trigger_arm_with_the_label_flip_arm(tmp_path):

