@@ -122,8 +122,9 @@ def raylab_experiment(trials: int):
 
 
 def run_raylab(trials: int, storage: str, loggers: bool):
+    from raylab.experiment import new_run_name
     from raylab.launch import sweep
-    from raylab.run_folder import RunFolder, new_run_name
+    from raylab.run_folder import RunFolder
 
     experiment = raylab_experiment(trials)
     run = RunFolder.under(storage, new_run_name(experiment))
@@ -170,12 +171,13 @@ def finished_run(trials: int, storage: str):
     import random
     import uuid
 
+    from raylab.experiment import new_run_name
     from raylab.launch.config_writer import resolve
-    from raylab.run_folder import RunFolder, new_run_name
+    from raylab.run_folder import RunFolder
 
     experiment = raylab_experiment(trials)
     run = RunFolder.under(storage, new_run_name(experiment))
-    run.begin(experiment)
+    experiment.write_to(run)
     rng = random.Random(0)
     for index in range(trials):
         trial_id = uuid.uuid4().hex[:8]

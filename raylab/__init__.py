@@ -39,7 +39,7 @@ _NAMES = {
     "load_at": "raylab.checkpoint",
     "user_path": "raylab.files",
     "user_location": "raylab.files",
-    "with_variant": "raylab.search_space",
+    "with_variant": "raylab.config",
     "sha256_file": "raylab.files",
     "write_atomic": "raylab.files",
     "RunFolder": "raylab.run_folder",

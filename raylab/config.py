@@ -32,6 +32,19 @@ class ConfigValueError(ValueError):
         self.message = message
 
 
+VARIANT = "variant"
+"""The config key of a search's ``variant`` group: fields set together (``search.variant.grid``)."""
+
+
+def with_variant(config: dict[str, Any]) -> dict[str, Any]:
+    """A trial's config with its ``variant`` group (if any) merged into the fields."""
+    if VARIANT not in config:
+        return config
+    config = dict(config)
+    group = config.pop(VARIANT)
+    return {**config, **group}
+
+
 def require(condition: bool, key: str, message: str) -> None:
     """Raise ``ConfigValueError(key, message)`` unless ``condition`` holds.
 

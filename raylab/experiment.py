@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from raylab import search_space, workloads, yaml_io
+from raylab import provenance, search_space, workloads, yaml_io
 from raylab.config import ConfigValueError, from_dict, require, to_dict
 from raylab.errors import UserError
+from raylab.run_folder import EXPERIMENT_FILE, SOURCE_DIGEST, TRAIN_RUN, TUNE_RUN, RunFolder, file_digest
 
 CONFIGS_ENV = "RAYLAB_CONFIGS"
 """Extra folders of experiment YAMLs (``os.pathsep``-separated), as ``--configs DIR`` adds."""
@@ -364,6 +365,19 @@ class Experiment:
                 fields[key] = None
         return list(fields)
 
+    def write_to(self, run: RunFolder, command: str = TUNE_RUN, notes: str = "", tags: tuple[str, ...] = ()) -> None:
+        """Write the run's ``experiment.yaml``: this experiment as it runs now, with its
+        provenance (the code's commit, package versions, host, start time), the ``command`` that
+        ran it, and the user's ``notes`` and ``tags`` (``--notes``, ``--tag``) when given."""
+        record = {**provenance.of_workload(workloads.get(self.workload)), "command": command}
+        if digest := file_digest(self.source):
+            record[SOURCE_DIGEST] = digest
+        if notes:
+            record["notes"] = notes
+        if tags:
+            record["tags"] = list(dict.fromkeys(tags))
+        run.write_text(EXPERIMENT_FILE, yaml_io.dumps({**self.to_yaml_dict(), "provenance": record}))
+
 
 SECTIONS = {f.name for f in dataclasses.fields(Experiment)} - {"name", "source", "smoke"}
 
@@ -623,6 +637,26 @@ def from_saved(raw: Any, source: str) -> Experiment:
     raw.pop("source", None)
     raw.pop("provenance", None)  # where the run came from (raylab.provenance), not settings
     return validate(raw, name=name, source=source, smoke=smoke)
+
+
+def from_run(run: RunFolder, what: str = "--resume") -> Experiment:
+    """The experiment ``run`` was started with (its ``experiment.yaml``), validated again;
+    a ``UserError`` starting with ``what`` when the folder has none."""
+    source = run.join(EXPERIMENT_FILE)
+    text = run.read_text(EXPERIMENT_FILE)
+    if text is None:
+        raise UserError(f"{what}: {source} is missing; this folder was not started by raylab")
+    return from_saved(yaml_io.loads(text, source), source)
+
+
+def new_run_name(experiment: Experiment, command: str = TUNE_RUN) -> str:
+    """``NAME[-train][-smoke]-YYYYmmdd-HHMMSS``: the folder of a new run, so that new runs never
+    mix with old ones; a ``python -m raylab.train`` run's says ``-train``."""
+    import datetime
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    train = "-train" if command == TRAIN_RUN else ""
+    return f"{experiment.name}{train}{'-smoke' if experiment.smoke else ''}-{stamp}"
 
 
 def merge(base: dict[str, Any], update: dict[str, Any], where: str = "") -> dict[str, Any]:

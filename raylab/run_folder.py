@@ -30,13 +30,10 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from raylab import provenance, yaml_io
+from raylab import yaml_io
 from raylab.errors import UserError
-
-if TYPE_CHECKING:
-    from raylab.experiment import Experiment
 
 EXPERIMENT_FILE = "experiment.yaml"
 SUMMARY_FILE = "summary.csv"
@@ -88,6 +85,13 @@ def trial_status(reported: bool, done: bool, error: bool, ended: bool = False, t
     if tune_status in LIVE_STATUSES:
         return tune_status
     return "STOPPED" if reported else "NO RESULTS"
+
+
+def _now() -> str:
+    """The current time, UTC, ISO 8601 to the second (``raylab.provenance.now``'s format)."""
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 class RunFolder:
@@ -265,7 +269,7 @@ class RunFolder:
         self._claimed = [target, *made]  # what ``release`` removes again
         try:
             with open(target, "x") as f:
-                f.write(f"{provenance.now()} pid {os.getpid()}\n")
+                f.write(f"{_now()} pid {os.getpid()}\n")
         except FileExistsError:
             raise UserError(
                 f"--name {self.name}: another run has just started in {self.location}; choose another name"
@@ -278,23 +282,6 @@ class RunFolder:
             with contextlib.suppress(OSError):
                 path.rmdir() if path.is_dir() else path.unlink()
         self._claimed = []
-
-    def begin(
-        self, experiment: Experiment, command: str = TUNE_RUN, notes: str = "", tags: tuple[str, ...] = ()
-    ) -> None:
-        """Write ``experiment.yaml``: the experiment as it runs now, with its provenance (the
-        code's commit, package versions, host, start time), the ``command`` that ran it, and the
-        user's ``notes`` and ``tags`` (``--notes``, ``--tag``) when given."""
-        from raylab import workloads
-
-        record = {**provenance.of_workload(workloads.get(experiment.workload)), "command": command}
-        if digest := file_digest(experiment.source):
-            record[SOURCE_DIGEST] = digest
-        if notes:
-            record["notes"] = notes
-        if tags:
-            record["tags"] = list(dict.fromkeys(tags))
-        self.write_text(EXPERIMENT_FILE, yaml_io.dumps({**experiment.to_yaml_dict(), "provenance": record}))
 
     def record(self, *, ended: str | None = None, resumed: str | None = None) -> None:
         """Record in ``experiment.yaml``'s provenance when the run ended, or that it resumed."""
@@ -329,17 +316,6 @@ class RunFolder:
         except UserError:
             return None
         return saved if isinstance(saved, dict) else None
-
-    def saved_experiment(self, what: str = "--resume") -> Experiment:
-        """The experiment the run was started with (its ``experiment.yaml``), validated again;
-        a ``UserError`` starting with ``what`` when the folder has none."""
-        from raylab.experiment import from_saved
-
-        source = self.join(EXPERIMENT_FILE)
-        text = self.read_text(EXPERIMENT_FILE)
-        if text is None:
-            raise UserError(f"{what}: {source} is missing; this folder was not started by raylab")
-        return from_saved(yaml_io.loads(text, source), source)
 
     # -------------------------------------------------------------------- its trials
 
@@ -380,16 +356,6 @@ def is_train_run(saved: dict, folder_name: str) -> bool:
     if command:
         return command == TRAIN_RUN
     return folder_name.startswith(f"{saved.get('name')}-train")
-
-
-def new_run_name(experiment: Experiment, command: str = TUNE_RUN) -> str:
-    """``NAME[-train][-smoke]-YYYYmmdd-HHMMSS``: the folder of a new run, so that new runs never
-    mix with old ones; a ``python -m raylab.train`` run's says ``-train``."""
-    import datetime
-
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    train = "-train" if command == TRAIN_RUN else ""
-    return f"{experiment.name}{train}{'-smoke' if experiment.smoke else ''}-{stamp}"
 
 
 def runs_under(storage_root: str) -> list[tuple[RunFolder, dict, int]]:

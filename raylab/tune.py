@@ -26,7 +26,7 @@ from raylab import search_space, yaml_io
 from raylab.errors import UserError, exit_on_user_error
 from raylab.launch import checks, cli, disk_full, loggers, searcher, storage_secrets, summary, sweep
 from raylab.launch import progress as progress_text
-from raylab.run_folder import BEST_FILE, ERROR_FILE, SUMMARY_FILE, RunFolder, is_uri, new_run_name
+from raylab.run_folder import BEST_FILE, ERROR_FILE, SUMMARY_FILE, RunFolder, is_uri
 
 
 def parser() -> cli.ArgumentParser:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         experiment = experiments.load(args.experiment, overrides_of(args), smoke=args.smoke)
         checks.refuse_credential_values(experiment)
-        run = RunFolder.under(args.storage, args.name or new_run_name(experiment))
+        run = RunFolder.under(args.storage, args.name or experiments.new_run_name(experiment))
 
     if args.dry_run:
         print(dry_run_text(experiment))
@@ -235,7 +235,7 @@ def run_to_resume(args) -> tuple[RunFolder, experiments.Experiment]:
         raise UserError("--resume continues a sweep as it was started; drop the overrides")
     name = cli.experiment_name(args.experiment)
     run = sweep.run_to_resume(args.storage, name, True if args.smoke else None, args.name)
-    experiment = run.saved_experiment()
+    experiment = experiments.from_run(run)
     if experiment.name != name:
         raise UserError(f"--resume --name {args.name}: that run is of experiment '{experiment.name}', not '{name}'")
     if not args.name:

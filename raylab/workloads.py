@@ -79,7 +79,7 @@ ALL = "*"
 
 WORKLOAD_API: dict[str, tuple[str, ...]] = {
     "raylab.errors": ("UserError", "ThisMachine", "exit_on_user_error"),
-    "raylab.config": ("from_dict", "require", "require_at_least", "require_positive"),
+    "raylab.config": ("from_dict", "require", "require_at_least", "require_positive", "with_variant"),
     "raylab.session": (
         "report",
         "restore",
@@ -101,7 +101,6 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
         "saved_only",
     ),
     "raylab.files": ("user_path", "user_location", "sha256_file", "write_atomic"),
-    "raylab.search_space": ("with_variant",),
     "raylab.run_folder": ("RunFolder", "TrialFolder"),
     "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only", "Aggregates", "Withheld"),
     "raylab.report.claims": ("Claim", "Contrast", "Control", "Derived", "Improvement", "Value", "where"),

@@ -9,7 +9,7 @@ import pytest
 from ray.tune.search.sample import Categorical, Float, Integer
 
 from raylab import search_space, yaml_io
-from raylab.config import field_docs, from_dict, require, to_dict
+from raylab.config import field_docs, from_dict, require, to_dict, with_variant
 from raylab.errors import UserError
 from raylab.experiment import merge, parse_override
 
@@ -173,8 +173,8 @@ def test_variant_groups_validate_and_merge():
     search = {"variant": spec, "steps": search_space.normalize([1, 2], "s", "search.steps")}
     search_space.validate(Example, {}, search, "s.yaml")
     assert search_space.grid_size(search) == 4
-    assert search_space.with_variant({"steps": 1, "variant": {"lr": 0.1}}) == {"steps": 1, "lr": 0.1}
-    assert search_space.with_variant({"steps": 1}) == {"steps": 1}
+    assert with_variant({"steps": 1, "variant": {"lr": 0.1}}) == {"steps": 1, "lr": 0.1}
+    assert with_variant({"steps": 1}) == {"steps": 1}
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,9 @@ from collections import defaultdict
 
 import numpy as np
 
+from raylab.config import with_variant
 from raylab.errors import UserError, exit_on_user_error
 from raylab.run_folder import RunFolder
-from raylab.search_space import with_variant
 from trainers.seagram.al_metrics import calls_to_match, paired_interval
 
 ARMS = ("passive", "uncertainty", "mixed")

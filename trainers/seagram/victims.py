@@ -27,11 +27,10 @@ import math
 import sys
 
 from raylab import checkpoint as ckpt
-from raylab.config import from_dict
+from raylab.config import from_dict, with_variant
 from raylab.errors import UserError, exit_on_user_error
 from raylab.files import user_location
 from raylab.run_folder import RunFolder, TrialFolder
-from raylab.search_space import with_variant
 from trainers.seagram.config import Config
 
 VICTIM_KEYS = ("victim", "hidden", "layers", "seed")

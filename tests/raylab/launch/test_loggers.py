@@ -12,8 +12,9 @@ import pytest
 
 from raylab import tune as raylab_tune
 from raylab.errors import UserError
+from raylab.experiment import new_run_name
 from raylab.launch import loggers
-from raylab.run_folder import RunFolder, new_run_name
+from raylab.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -278,7 +279,7 @@ def test_a_resumed_sweep_continues_each_trials_mlflow_run(tmp_path):
 
     toy = experiments.load("toy", ["search.seed=[0]"], smoke=True)
     run = RunFolder.under(str(tmp_path / "results"), "toy-resumed")
-    run.begin(toy)
+    toy.write_to(run)
     trial = SimpleNamespace(trial_id="abc_00000", config={**toy.config, "lr": 0.05, "seed": 0})
 
     def session(counter: int):
