@@ -95,10 +95,11 @@ def run_local(
     loop = workloads.get(experiment.workload).train_loop()
     try:
         loop(dict(config))
-    except session.StopTrial as reason:
+    except session.StopTrial as reason:  # a stop criterion reached: the trial's end, as in Tune
         cli.stderr(f"stopped: {reason}")
     finally:
         beside.close()
+    trial.run.mark_ended(trial.name)  # its loop returned: the trial is finished (``Trial.finished``)
     return s.history
 
 
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.variant is not None and not variants:
         raise UserError(f"--variant {args.variant}: {experiment.source} has no search.variant list")
     if args.resume and variants and args.variant is None:  # the variant the trial started with
-        saved = run.trial(TRAIN_TRIAL).params() or {}
+        saved = next((t.config for t in run.read_trials() if t.name == TRAIN_TRIAL), {})
         args.variant = next(
             (k for k, group in enumerate(variants, 1) if all(saved.get(f) == v for f, v in group.items())), None
         )

@@ -40,9 +40,9 @@ from raylab import provenance, workloads
 from raylab.errors import UserError, exit_on_user_error, filesystem_refusal
 from raylab.files import refuse_credentials
 from raylab.report.aggregate import conditions, resolve_metric, table_blocks
-from raylab.report.data import TUNE_COUNTERS, Run, find_run, format_value, load_run
 from raylab.report.evidence import claims_text, evaluate_claims
 from raylab.report.render import to_html, to_markdown
+from raylab.report.run_view import TUNE_COUNTERS, Run, find_run, format_value, load_run
 from raylab.report.spec import Curve, Report, Table
 from raylab.report.style import FigureStyle, parse_formats
 from raylab.report.uncertainty import UNCERTAINTIES, describe
@@ -308,7 +308,7 @@ def build(
         )
     stems: set[str] = set()
     figures, tables = [], []
-    skip = spec.not_applicable([t.params for t in run.trials if t.rows])
+    skip = spec.not_applicable([t.config for t in run.trials if t.rows])
     for stem, item in items:
         stem = _unique(stem, stems)
         shown = item.plotted() if not isinstance(item, Table) else list(item.metrics)
@@ -438,7 +438,7 @@ def unreported_metrics(run: Run, spec: Report) -> list[str]:
     reported = set().union(*(t.reported() for t in run.trials)) if run.trials else set()
     with_rows = [t for t in run.trials if t.rows]
     missing = []
-    skip = spec.not_applicable([t.params for t in with_rows])
+    skip = spec.not_applicable([t.config for t in with_rows])
     for name in dict.fromkeys((*workloads_metrics(run), *spec.metric_names())):
         if name in TUNE_COUNTERS or name in skip:
             continue
@@ -506,7 +506,7 @@ def trial_table(run: Run, metric: str | None) -> tuple[list[str], list[list[Any]
             [
                 t.name,
                 t.status,
-                *(swept_value(t.params, k, defaults) for k in run.swept),
+                *(swept_value(t.config, k, defaults) for k in run.swept),
                 len(t.rows),
                 t.rows[-1].get("training_iteration") if t.rows else None,
                 *([last] if metric else []),

@@ -17,8 +17,8 @@ import numpy as np
 
 from raylab.report import estimators
 from raylab.report.aggregate import label_of
-from raylab.report.data import Run, format_value
 from raylab.report.evidence import RunTrials, metric_value, selects
+from raylab.report.run_view import Run, format_value
 from raylab.report.spec import Aggregates
 
 MIN_TASKS, MIN_SEEDS = 2, 3

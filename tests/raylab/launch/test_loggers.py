@@ -198,7 +198,7 @@ def test_a_query_string_uri_names_the_logger_runs_and_the_report_folder_by_the_r
     """``--storage s3://b/runs?endpoint_override=http://host:9000&scheme=http``: the MLflow tag,
     the W&B group and the default report folder are the run name, not the query's tail."""
     from raylab import report
-    from raylab.report.data import Run
+    from raylab.report.run_view import Run
 
     run_path = "s3://bucket/runs/toy-smoke-20260101-000000?endpoint_override=http://127.0.0.1:9000&scheme=http"
     assert run_path.rsplit("/", 1)[-1] == "127.0.0.1:9000&scheme=http"  # the trap: a "/" in the query

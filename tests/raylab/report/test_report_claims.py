@@ -14,8 +14,8 @@ import pytest
 from raylab import report, workloads
 from raylab.report import estimators
 from raylab.report.claims import Claim, Contrast, Control, Improvement, Value, readme_lines, where
-from raylab.report.data import load_run
 from raylab.report.evidence import evaluate_claims
+from raylab.report.run_view import load_run
 from raylab.report.spec import Aggregates, Report, Table
 from raylab.run_folder import RunFolder
 from tests.raylab.report.test_report_units import write_run

@@ -12,8 +12,8 @@ import torch
 
 from raylab.config import with_variant
 from raylab.report import status_notes
-from raylab.report.data import load_run
 from raylab.report.evidence import evaluate_claims
+from raylab.report.run_view import load_run
 from raylab.run_folder import TrialFolder
 from tests.raylab.report.test_report_units import write_run
 from trainers.backdoor import probe
