@@ -14,8 +14,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from raylab.report.run_view import Run, Trial, format_value, is_number, is_vector
+from raylab.report.run_view import Run, Trial
 from raylab.report.spec import Table, is_seed_key
+from raylab.report.values import format_value, is_number, is_vector
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 

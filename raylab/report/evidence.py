@@ -29,8 +29,9 @@ import numpy as np
 from raylab.report import estimators
 from raylab.report.aggregate import _hashable, conditions, label_of, resolve_metric, value_at
 from raylab.report.claims import Claim, Contrast, Control, Derived, Improvement, Value, _tuple, metric_words
-from raylab.report.run_view import Run, Trial, format_value, is_number
+from raylab.report.run_view import Run, Trial
 from raylab.report.spec import Report, is_seed_key
+from raylab.report.values import format_value, is_number
 
 
 @dataclass

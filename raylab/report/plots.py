@@ -34,10 +34,11 @@ from raylab.report.aggregate import (
     split_keys,
     value_at,
 )
-from raylab.report.run_view import Run, Trial, format_value, is_number
+from raylab.report.run_view import Run, Trial
 from raylab.report.spec import Bars, Curve, Scatter, Versus
 from raylab.report.style import LEGEND, WATERMARK, FigureStyle, legend_columns, log_spaced, series_colors, spans_decades
 from raylab.report.uncertainty import curve_band, error_bars, point_interval
+from raylab.report.values import format_value, is_number
 
 PANEL_W, PANEL_H, MAX_PANELS = 5.0, 3.4, 36
 LEGEND_CHARS = 48

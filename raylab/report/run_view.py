@@ -15,6 +15,7 @@ from typing import Any
 
 from raylab import yaml_io
 from raylab.errors import UserError
+from raylab.report.values import format_value
 from raylab.run_folder import EXPERIMENT_FILE, PARAMS_FILE, RESULT_FILE, TRAIN_TRIAL, RunFolder, Trial, newest_run
 
 TUNE_COUNTERS = ("training_iteration", "time_total_s")
@@ -149,24 +150,3 @@ def _grid_points_without_trials(search: dict, num_samples: int, trials: list[Tri
 
 def _hashable(value: Any) -> Any:
     return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
-
-
-def format_value(value: Any) -> str:
-    """A config value as a short label."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, (list, tuple)):
-        return "+".join(format_value(v) for v in value) or "[]"
-    return str(value)
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def is_vector(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(is_number(v) for v in value)
-
-
-def finite(value: Any) -> bool:
-    return is_number(value) and math.isfinite(value)

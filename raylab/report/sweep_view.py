@@ -26,8 +26,9 @@ import numpy as np
 
 from raylab.report import estimators
 from raylab.report.aggregate import _hashable, _unhash, conditions, group, label_of, value_at
-from raylab.report.run_view import Run, format_value, is_number
+from raylab.report.run_view import Run
 from raylab.report.spec import Curve, Report, is_seed_key
+from raylab.report.values import format_value, is_number
 
 MIN_TRIALS_IMPORTANCE = 6
 CURVES_SHOWN = 8
