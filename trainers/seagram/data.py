@@ -36,7 +36,7 @@ import numpy as np
 
 from raylab.errors import UserError
 from raylab.files import sha256_file, user_path
-from raylab.workloads import require
+from raylab.workloads import require_modules
 from trainers.seagram.config import Config
 from trainers.seagram.solver import SubgraphSolver, Verdict
 
@@ -428,7 +428,7 @@ def preflight(cfg) -> None:
         check_present(data_dir, cfg.dataset)
     elif not cached:
         if cfg.source == "nci":
-            require("seagram", ["rdkit"], why="for source: nci (the NCI molecules it ships)")
+            require_modules("seagram", ["rdkit"], why="for source: nci (the NCI molecules it ships)")
             if not nci_path().is_file():
                 raise UserError(
                     f"source: nci: RDKit's NCI molecules not found at {nci_path()}; reinstall rdkit (pip install rdkit)"
