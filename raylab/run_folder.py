@@ -17,7 +17,10 @@ A run folder is what ``python -m raylab.tune`` (one folder per Tune trial) or
         checkpoint_*/        its checkpoints (``raylab.checkpoint``'s format)
 
 Every reader and writer of these names goes through ``RunFolder`` and ``TrialFolder``: no other
-module spells them (``tests/raylab/test_run_folder.py`` checks). Local folders and URIs
+module spells them (``tests/raylab/test_run_folder.py`` checks). Readers of a run take its trials
+from ``RunFolder.read_trials`` (``Trial``: config, rows, status, error, checkpoints, and the one
+definition of ``finished``). This module knows files, not the experiment spec: the spec writes
+and reads its ``experiment.yaml`` itself (``raylab.experiment``). Local folders and URIs
 (``s3://``, ``gs://``, ``file://``, with a ``?query`` of pyarrow filesystem options kept last)
 are read and written the same way; the location algebra on them (``join``, ``parent``,
 ``name_of``, ``filesystem``) is at the end of this module.
