@@ -166,7 +166,7 @@ def report_seconds(run) -> float:
 
 def finished_run(trials: int, storage: str):
     """A finished run folder of ``trials`` toy trials written directly, without Ray: the
-    experiment (``RunFolder.begin``), and per trial its params, three rows as the toy reports
+    experiment (``Experiment.write_to``), and per trial its params, three rows as the toy reports
     them, its full config and its ended marker (what the report reads)."""
     import random
     import uuid

@@ -65,7 +65,7 @@ def run(
     """Run the sweep of ``experiment`` in the run folder ``run``, or with ``resume`` continue the
     sweep there (``experiment`` is then the one the run saved: ``raylab.experiment.from_run``).
 
-    A new run writes ``experiment.yaml`` with its provenance first (``RunFolder.begin``); a
+    A new run writes ``experiment.yaml`` with its provenance first (``Experiment.write_to``); a
     resumed one records the resumption. Resuming keeps finished trials, and unfinished and
     errored ones continue from their checkpoints. On a ``joined_cluster`` every trial is queued
     at once (``max_concurrent_trials``). ``verbose`` is Ray Tune's own output; ``progress``
