@@ -413,8 +413,7 @@ def seagram_smoke_cache(folder: Path) -> list[str]:
     cache keys (one per distinct data spec of the smoke sweep)."""
     sys.path.insert(0, str(ROOT))
     from raylab import experiment as experiments
-    from raylab import search_space
-    from raylab.config import from_dict
+    from raylab.config import from_dict, with_variant
     from trainers.seagram import data
     from trainers.seagram.config import Config
 
@@ -422,7 +421,7 @@ def seagram_smoke_cache(folder: Path) -> list[str]:
     listed = {k: v for k, spec in smoke.search.items() for kind, v in spec.items() if kind in ("grid", "choice")}
     keys = []
     for combo in itertools.product(*listed.values()):
-        values = search_space.with_variant({**smoke.config, **dict(zip(listed, combo))})
+        values = with_variant({**smoke.config, **dict(zip(listed, combo))})
         cfg = from_dict(Config, values, "seagram smoke", "config")
         spec = data.spec_from_config(cfg)
         if spec.key() not in keys:

@@ -100,7 +100,7 @@ def distillation(
 
 
 def store_reads(molecules: int, dim: int, root: Path) -> tuple[float, float]:
-    from trainers.boltz_distill.store import EmbeddingStore, StoreWriter
+    from trainers.boltz_distill.embedding_store import EmbeddingStore, StoreWriter
 
     rng = np.random.default_rng(0)
     with StoreWriter(root, dim, {"teacher": "random"}, shard_size=1000) as writer:

@@ -58,8 +58,9 @@ def run_sweep(arm: str, seed: int, trials: int, storage: str) -> list[tuple[floa
     """One sweep; each trial's (started, best metric, ended), in the order trials started, and
     the sweep's start time first."""
     from raylab import experiment as experiments
+    from raylab.experiment import new_run_name
     from raylab.launch import sweep
-    from raylab.run_folder import RunFolder, new_run_name
+    from raylab.run_folder import RunFolder
 
     experiment = experiments.load("fair_adv_digits_tpe", arm_overrides(arm, seed, trials), smoke=True)
     # one objective: the shipped experiment's second one (clean accuracy) is dropped here

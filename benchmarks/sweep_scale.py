@@ -122,8 +122,9 @@ def raylab_experiment(trials: int):
 
 
 def run_raylab(trials: int, storage: str, loggers: bool):
+    from raylab.experiment import new_run_name
     from raylab.launch import sweep
-    from raylab.run_folder import RunFolder, new_run_name
+    from raylab.run_folder import RunFolder
 
     experiment = raylab_experiment(trials)
     run = RunFolder.under(storage, new_run_name(experiment))
@@ -165,17 +166,18 @@ def report_seconds(run) -> float:
 
 def finished_run(trials: int, storage: str):
     """A finished run folder of ``trials`` toy trials written directly, without Ray: the
-    experiment (``RunFolder.begin``), and per trial its params, three rows as the toy reports
+    experiment (``Experiment.write_to``), and per trial its params, three rows as the toy reports
     them, its full config and its ended marker (what the report reads)."""
     import random
     import uuid
 
+    from raylab.experiment import new_run_name
     from raylab.launch.config_writer import resolve
-    from raylab.run_folder import RunFolder, new_run_name
+    from raylab.run_folder import RunFolder
 
     experiment = raylab_experiment(trials)
     run = RunFolder.under(storage, new_run_name(experiment))
-    run.begin(experiment)
+    experiment.write_to(run)
     rng = random.Random(0)
     for index in range(trials):
         trial_id = uuid.uuid4().hex[:8]

@@ -34,8 +34,9 @@ import ray
 from ray import tune
 
 from raylab import experiment as experiments
+from raylab.experiment import new_run_name
 from raylab.launch import sweep
-from raylab.run_folder import RunFolder, new_run_name
+from raylab.run_folder import RunFolder
 
 
 def plain_trial(config):

@@ -8,9 +8,10 @@ driver once Ray is up: Ray start, the checks, the sweep, the Tune and Train path
 
 The workload API is re-exported here::
 
-    from raylab import session, from_dict, require, UserError, rng_state, set_rng_state
+    from raylab import session, from_dict, check, UserError, rng_state, set_rng_state
 
-Each name is imported on first use, so ``import raylab`` stays cheap (no torch, no Ray).
+Its names are ``raylab.workloads.WORKLOAD_API``'s (computed from it, not listed again here); each
+is imported on first use, so ``import raylab`` stays cheap (no torch, no Ray).
 """
 
 from __future__ import annotations
@@ -19,58 +20,32 @@ import importlib
 
 __version__ = "0.1.0"
 
-_MODULES = ("session", "checkpoint", "config", "errors", "accel", "files", "workloads", "data", "models", "experiment")
-"""Modules of the workload API (``from raylab import session``); ``experiment`` for a workload's
-own runner that reads a shipped experiment file (``experiment.load``)."""
 
-_NAMES = {
-    "UserError": "raylab.errors",
-    "ThisMachine": "raylab.errors",
-    "exit_on_user_error": "raylab.errors",
-    "from_dict": "raylab.config",
-    "require": "raylab.config",
-    "require_at_least": "raylab.config",
-    "require_positive": "raylab.config",
-    "rng_state": "raylab.checkpoint",
-    "set_rng_state": "raylab.checkpoint",
-    "LoopState": "raylab.checkpoint",
-    "GlobalRNG": "raylab.checkpoint",
-    "saved_only": "raylab.checkpoint",
-    "load_at": "raylab.checkpoint",
-    "derive_seed": "raylab.seeds",
-    "user_path": "raylab.files",
-    "user_location": "raylab.files",
-    "is_uri": "raylab.files",
-    "UserPath": "raylab.config",
-    "with_variant": "raylab.search_space",
-    "sha256_file": "raylab.files",
-    "write_atomic": "raylab.files",
-    "RunFolder": "raylab.run_folder",
-    "TrialFolder": "raylab.run_folder",
-    "Workload": "raylab.workloads",
-    "to_device": "raylab.accel",
-    "fixed_shapes": "raylab.accel",
-    "compiled": "raylab.accel",
-    "enabled": "raylab.accel",
-    "AUTO": "raylab.accel",
-    "Report": "raylab.report.spec",
-    "Curve": "raylab.report.spec",
-    "Bars": "raylab.report.spec",
-    "Scatter": "raylab.report.spec",
-    "Table": "raylab.report.spec",
-    "Versus": "raylab.report.spec",
-    "Only": "raylab.report.spec",
-    "Aggregates": "raylab.report.spec",
-    "Withheld": "raylab.report.spec",
-    "Claim": "raylab.report.claims",
-    "Contrast": "raylab.report.claims",
-    "Control": "raylab.report.claims",
-    "Derived": "raylab.report.claims",
-    "Improvement": "raylab.report.claims",
-    "Value": "raylab.report.claims",
-    "where": "raylab.report.claims",
-}
-"""Names of the workload API, each with the module that defines it."""
+def _api() -> tuple[tuple[str, ...], dict[str, str]]:
+    """The modules and names re-exported here, computed from ``raylab.workloads.WORKLOAD_API``
+    (the one list): each ``raylab.X`` module of it, and each name it lists with its module.
+    Left out: the names of ``raylab.launch`` (a workload's own Ray driver imports them from
+    there; a trial's code never does) and a name that is also a module of raylab (``report``:
+    ``raylab.report`` is the report package, ``raylab.session.report`` stays in its module)."""
+    import pkgutil
+
+    from raylab.workloads import ALL, WORKLOAD_API
+
+    own = {m.name for m in pkgutil.iter_modules(__path__)}
+    modules = tuple(dict.fromkeys(m.split(".")[1] for m in WORKLOAD_API if m.count(".") == 1))
+    names: dict[str, str] = {}
+    for module, listed in WORKLOAD_API.items():
+        if module.startswith("raylab.launch."):
+            continue
+        for name in listed:
+            if name != ALL and name not in own:
+                names.setdefault(name, module)
+    return modules, names
+
+
+_MODULES, _NAMES = _api()
+"""Modules of the workload API (``from raylab import session``), and its names, each with the
+module that defines it (``from raylab import check``)."""
 
 __all__ = [*_MODULES, *_NAMES]
 

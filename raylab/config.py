@@ -3,7 +3,7 @@
 A workload's ``Config`` is a frozen dataclass with a docstring under each field. YAML keys are
 the field names, one to one. ``from_dict`` refuses unknown keys and ill-typed values with a
 message that names the file, the key and the valid keys; range checks live in the dataclass's
-``__post_init__`` through ``require``. A field declared ``UserPath`` (a path the user gives) is
+``__post_init__`` through ``check``. A field declared ``UserPath`` (a path the user gives) is
 resolved here, once: a loop reads it as a ready absolute path, or a storage URI as given.
 """
 
@@ -56,27 +56,40 @@ class ConfigValueError(ValueError):
         self.message = message
 
 
-def require(condition: bool, key: str, message: str) -> None:
+VARIANT = "variant"
+"""The config key of a search's ``variant`` group: fields set together (``search.variant.grid``)."""
+
+
+def with_variant(config: dict[str, Any]) -> dict[str, Any]:
+    """A trial's config with its ``variant`` group (if any) merged into the fields."""
+    if VARIANT not in config:
+        return config
+    config = dict(config)
+    group = config.pop(VARIANT)
+    return {**config, **group}
+
+
+def check(condition: bool, key: str, message: str) -> None:
     """Raise ``ConfigValueError(key, message)`` unless ``condition`` holds.
 
-    Used in ``__post_init__``: ``require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")``.
+    Used in ``__post_init__``: ``check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")``.
     """
     if not condition:
         raise ConfigValueError(key, message)
 
 
 def require_at_least(config: Any, minimum: float, *keys: str) -> None:
-    """``require(value >= minimum, key, "must be >= minimum, got value")`` for each field."""
+    """``check(value >= minimum, key, "must be >= minimum, got value")`` for each field."""
     for key in keys:
         value = getattr(config, key)
-        require(value >= minimum, key, f"must be >= {minimum}, got {value}")
+        check(value >= minimum, key, f"must be >= {minimum}, got {value}")
 
 
 def require_positive(config: Any, *keys: str) -> None:
-    """``require(value > 0, key, "must be > 0, got value")`` for each field."""
+    """``check(value > 0, key, "must be > 0, got value")`` for each field."""
     for key in keys:
         value = getattr(config, key)
-        require(value > 0, key, f"must be > 0, got {value}")
+        check(value > 0, key, f"must be > 0, got {value}")
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any] | None, source: str, prefix: str = "") -> T:

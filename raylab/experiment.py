@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from raylab import search_space, workloads, yaml_io
-from raylab.config import ConfigValueError, from_dict, require, to_dict
+from raylab import provenance, search_space, workloads, yaml_io
+from raylab.config import ConfigValueError, check, from_dict, to_dict
 from raylab.errors import UserError
+from raylab.run_folder import EXPERIMENT_FILE, SOURCE_DIGEST, TRAIN_RUN, TUNE_RUN, RunFolder, file_digest
 
 CONFIGS_ENV = "RAYLAB_CONFIGS"
 """Extra folders of experiment YAMLs (``os.pathsep``-separated), as ``--configs DIR`` adds."""
@@ -114,17 +115,17 @@ class Resources:
     resource ``spot`` that only the spot node types of ``cluster/gpu.yaml`` declare (``--spot``)."""
 
     def __post_init__(self):
-        require(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
-        require(self.cpus_per_worker >= 0, "cpus_per_worker", f"must be >= 0, got {self.cpus_per_worker}")
-        require(self.gpus_per_worker >= 0, "gpus_per_worker", f"must be >= 0, got {self.gpus_per_worker}")
-        require(
+        check(self.workers >= 1, "workers", f"must be >= 1, got {self.workers}")
+        check(self.cpus_per_worker >= 0, "cpus_per_worker", f"must be >= 0, got {self.cpus_per_worker}")
+        check(self.gpus_per_worker >= 0, "gpus_per_worker", f"must be >= 0, got {self.gpus_per_worker}")
+        check(
             self.gpus_per_worker <= 1 or self.gpus_per_worker == int(self.gpus_per_worker),
             "gpus_per_worker",
             f"above 1 must be a whole number, got {self.gpus_per_worker}",
         )
         # Two workers of one trial on one GPU: NCCL (the backend on CUDA nodes) refuses the
         # process group ("Duplicate GPU detected"), so a fraction is for single-worker trials.
-        require(
+        check(
             self.workers == 1 or self.gpus_per_worker in (0, int(self.gpus_per_worker)),
             "gpus_per_worker",
             f"{self.gpus_per_worker} with workers: {self.workers} would put two workers of a trial "
@@ -177,13 +178,13 @@ class Scheduler:
     """pbt: config fields to mutate, each a search entry (choice list or range)."""
 
     def __post_init__(self):
-        require(self.max_t > 0, "max_t", f"must be > 0, got {self.max_t}")
-        require(self.grace_period > 0, "grace_period", f"must be > 0, got {self.grace_period}")
-        require(self.reduction_factor > 1, "reduction_factor", f"must be > 1, got {self.reduction_factor}")
-        require(self.perturbation_interval > 0, "perturbation_interval", "must be > 0")
-        require(0 < self.quantile_fraction <= 0.5, "quantile_fraction", "must be in (0, 0.5]")
-        require(0 <= self.resample_probability <= 1, "resample_probability", "must be in [0, 1]")
-        require(
+        check(self.max_t > 0, "max_t", f"must be > 0, got {self.max_t}")
+        check(self.grace_period > 0, "grace_period", f"must be > 0, got {self.grace_period}")
+        check(self.reduction_factor > 1, "reduction_factor", f"must be > 1, got {self.reduction_factor}")
+        check(self.perturbation_interval > 0, "perturbation_interval", "must be > 0")
+        check(0 < self.quantile_fraction <= 0.5, "quantile_fraction", "must be in (0, 0.5]")
+        check(0 <= self.resample_probability <= 1, "resample_probability", "must be in [0, 1]")
+        check(
             self.type != "pbt" or bool(self.hyperparam_mutations),
             "hyperparam_mutations",
             "pbt needs at least one field to mutate",
@@ -221,10 +222,10 @@ class SearchAlg:
     multi-objective search of their Pareto front (the report lists the front)."""
 
     def __post_init__(self):
-        require(self.n_startup_trials >= 0, "n_startup_trials", f"must be >= 0, got {self.n_startup_trials}")
-        require(self.max_concurrent >= 0, "max_concurrent", f"must be >= 0, got {self.max_concurrent}")
+        check(self.n_startup_trials >= 0, "n_startup_trials", f"must be >= 0, got {self.n_startup_trials}")
+        check(self.max_concurrent >= 0, "max_concurrent", f"must be >= 0, got {self.max_concurrent}")
         for key in ("max_concurrent", "objectives"):
-            require(
+            check(
                 self.type == "optuna" or not getattr(self, key),
                 key,
                 "needs type: optuna (the random generator has no searcher state to limit or steer)"
@@ -242,8 +243,8 @@ class Checkpointing:
     """Checkpoints kept per trial (the newest); null keeps all."""
 
     def __post_init__(self):
-        require(self.every >= 1, "every", f"must be >= 1, got {self.every}")
-        require(self.keep is None or self.keep >= 1, "keep", f"must be >= 1 or null, got {self.keep}")
+        check(self.every >= 1, "every", f"must be >= 1, got {self.every}")
+        check(self.keep is None or self.keep >= 1, "keep", f"must be >= 1 or null, got {self.keep}")
 
 
 @dataclass(frozen=True)
@@ -254,7 +255,7 @@ class Failure:
     """Restarts of a failed trial from its last checkpoint (-1: without limit)."""
 
     def __post_init__(self):
-        require(self.max_failures >= -1, "max_failures", f"must be >= -1, got {self.max_failures}")
+        check(self.max_failures >= -1, "max_failures", f"must be >= -1, got {self.max_failures}")
 
 
 @dataclass(frozen=True)
@@ -280,10 +281,10 @@ class Estimate:
     """The unit of ``steps_per_s`` and ``trial_steps`` there (``epochs``, ``victim steps``)."""
 
     def __post_init__(self):
-        require(self.steps_per_s >= 0, "steps_per_s", f"must be >= 0, got {self.steps_per_s}")
-        require(self.checkpoint_bytes >= 0, "checkpoint_bytes", f"must be >= 0, got {self.checkpoint_bytes}")
-        require(self.trial_steps >= 0, "trial_steps", f"must be >= 0, got {self.trial_steps}")
-        require(self.memory_bytes >= 0, "memory_bytes", f"must be >= 0, got {self.memory_bytes}")
+        check(self.steps_per_s >= 0, "steps_per_s", f"must be >= 0, got {self.steps_per_s}")
+        check(self.checkpoint_bytes >= 0, "checkpoint_bytes", f"must be >= 0, got {self.checkpoint_bytes}")
+        check(self.trial_steps >= 0, "trial_steps", f"must be >= 0, got {self.trial_steps}")
+        check(self.memory_bytes >= 0, "memory_bytes", f"must be >= 0, got {self.memory_bytes}")
 
 
 @dataclass(frozen=True)
@@ -326,9 +327,9 @@ class Experiment:
     """Whether the file's ``smoke`` overrides were applied."""
 
     def __post_init__(self):
-        require(self.num_samples >= 1, "num_samples", f"must be >= 1, got {self.num_samples}")
-        require(self.max_concurrent_trials >= 0, "max_concurrent_trials", "must be >= 0")
-        require(self.time_budget_s >= 0, "time_budget_s", f"must be >= 0, got {self.time_budget_s}")
+        check(self.num_samples >= 1, "num_samples", f"must be >= 1, got {self.num_samples}")
+        check(self.max_concurrent_trials >= 0, "max_concurrent_trials", "must be >= 0")
+        check(self.time_budget_s >= 0, "time_budget_s", f"must be >= 0, got {self.time_budget_s}")
 
     def trial_length(self) -> tuple[str, float] | None:
         """``(unit, amount)`` one trial runs: its ``stop`` criterion, else the estimate's
@@ -363,6 +364,19 @@ class Experiment:
             else:
                 fields[key] = None
         return list(fields)
+
+    def write_to(self, run: RunFolder, command: str = TUNE_RUN, notes: str = "", tags: tuple[str, ...] = ()) -> None:
+        """Write the run's ``experiment.yaml``: this experiment as it runs now, with its
+        provenance (the code's commit, package versions, host, start time), the ``command`` that
+        ran it, and the user's ``notes`` and ``tags`` (``--notes``, ``--tag``) when given."""
+        record = {**provenance.of_workload(workloads.get(self.workload)), "command": command}
+        if digest := file_digest(self.source):
+            record[SOURCE_DIGEST] = digest
+        if notes:
+            record["notes"] = notes
+        if tags:
+            record["tags"] = list(dict.fromkeys(tags))
+        run.write_text(EXPERIMENT_FILE, yaml_io.dumps({**self.to_yaml_dict(), "provenance": record}))
 
 
 SECTIONS = {f.name for f in dataclasses.fields(Experiment)} - {"name", "source", "smoke"}
@@ -623,6 +637,26 @@ def from_saved(raw: Any, source: str) -> Experiment:
     raw.pop("source", None)
     raw.pop("provenance", None)  # where the run came from (raylab.provenance), not settings
     return validate(raw, name=name, source=source, smoke=smoke)
+
+
+def from_run(run: RunFolder, what: str = "--resume") -> Experiment:
+    """The experiment ``run`` was started with (its ``experiment.yaml``), validated again;
+    a ``UserError`` starting with ``what`` when the folder has none."""
+    source = run.join(EXPERIMENT_FILE)
+    text = run.read_text(EXPERIMENT_FILE)
+    if text is None:
+        raise UserError(f"{what}: {source} is missing; this folder was not started by raylab")
+    return from_saved(yaml_io.loads(text, source), source)
+
+
+def new_run_name(experiment: Experiment, command: str = TUNE_RUN) -> str:
+    """``NAME[-train][-smoke]-YYYYmmdd-HHMMSS``: the folder of a new run, so that new runs never
+    mix with old ones; a ``python -m raylab.train`` run's says ``-train``."""
+    import datetime
+
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    train = "-train" if command == TRAIN_RUN else ""
+    return f"{experiment.name}{train}{'-smoke' if experiment.smoke else ''}-{stamp}"
 
 
 def merge(base: dict[str, Any], update: dict[str, Any], where: str = "") -> dict[str, Any]:

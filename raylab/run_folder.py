@@ -17,7 +17,10 @@ A run folder is what ``python -m raylab.tune`` (one folder per Tune trial) or
         checkpoint_*/        its checkpoints (``raylab.checkpoint``'s format)
 
 Every reader and writer of these names goes through ``RunFolder`` and ``TrialFolder``: no other
-module spells them (``tests/raylab/test_run_folder.py`` checks). Local folders and URIs
+module spells them (``tests/raylab/test_run_folder.py`` checks). Readers of a run take its trials
+from ``RunFolder.read_trials`` (``Trial``: config, rows, status, error, checkpoints, and the one
+definition of ``finished``). This module knows files, not the experiment spec: the spec writes
+and reads its ``experiment.yaml`` itself (``raylab.experiment``). Local folders and URIs
 (``s3://``, ``gs://``, ``file://``, with a ``?query`` of pyarrow filesystem options kept last)
 are read and written the same way; the location algebra on them (``join``, ``parent``,
 ``name_of``, ``filesystem``) is at the end of this module.
@@ -29,15 +32,14 @@ import contextlib
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from raylab import provenance, yaml_io
+from raylab import yaml_io
+from raylab.config import VARIANT
 from raylab.errors import UserError
 from raylab.files import is_uri
-
-if TYPE_CHECKING:
-    from raylab.experiment import Experiment
 
 EXPERIMENT_FILE = "experiment.yaml"
 SUMMARY_FILE = "summary.csv"
@@ -69,6 +71,9 @@ CONFIG_FILE = "config.yaml"
 CHECKPOINT_PREFIX = "checkpoint_"
 """A trial's files (see the module docstring), and the start of its checkpoint folders' names."""
 
+TUNE_STATE_PREFIX = "experiment_state-"
+"""The start of Tune's saved experiment state files' names (``experiment_state-DATE.json``)."""
+
 LIVE_STATUSES = ("RUNNING", "PENDING", "PAUSED")
 """Tune's words for a trial that has not reached its end yet, in a sweep still running."""
 
@@ -89,6 +94,51 @@ def trial_status(reported: bool, done: bool, error: bool, ended: bool = False, t
     if tune_status in LIVE_STATUSES:
         return tune_status
     return "STOPPED" if reported else "NO RESULTS"
+
+
+def _now() -> str:
+    """The current time, UTC, ISO 8601 to the second (``raylab.provenance.now``'s format)."""
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of a run, as its folder (and Tune's saved state) shows it now: what every reader
+    of a run (the report, ``raylab.runs``, a workload's own tables) gets from
+    ``RunFolder.read_trials``."""
+
+    name: str
+    """The trial folder's name."""
+    config: dict[str, Any]
+    """The trial's config as Tune gave it (``params.json``), the fields of its ``variant`` group
+    (a ``search.variant`` grid point) merged in; the ``variant`` key stays, naming the group."""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    """Its reports, oldest first (``result.json``; Tune's ``config`` copy in each row dropped)."""
+    status: str = "NO RESULTS"
+    """``trial_status``: TERMINATED, ERROR, RUNNING, PENDING, PAUSED (a live sweep's, from Tune's
+    state), STOPPED or NO RESULTS."""
+    error: str = ""
+    """The first line of ``error.txt`` (the actual exception after Ray's wrapper lines); empty
+    when there is none."""
+    checkpoints: tuple[str, ...] = ()
+    """The names of its checkpoint folders, oldest first."""
+
+    @property
+    def last(self) -> dict[str, Any]:
+        """Its last reported row; ``{}`` before the first."""
+        return self.rows[-1] if self.rows else {}
+
+    @property
+    def finished(self) -> bool:
+        """Whether its loop returned without an error: status TERMINATED (its last row says
+        ``done``, or its ``_raylab/ended`` marker is there). The one definition of finished."""
+        return self.status == "TERMINATED"
+
+    def reported(self) -> set[str]:
+        """Every metric name this trial reported at least once."""
+        return {key for row in self.rows for key in row}
 
 
 class RunFolder:
@@ -266,7 +316,7 @@ class RunFolder:
         self._claimed = [target, *made]  # what ``release`` removes again
         try:
             with open(target, "x") as f:
-                f.write(f"{provenance.now()} pid {os.getpid()}\n")
+                f.write(f"{_now()} pid {os.getpid()}\n")
         except FileExistsError:
             raise UserError(
                 f"--name {self.name}: another run has just started in {self.location}; choose another name"
@@ -279,23 +329,6 @@ class RunFolder:
             with contextlib.suppress(OSError):
                 path.rmdir() if path.is_dir() else path.unlink()
         self._claimed = []
-
-    def begin(
-        self, experiment: Experiment, command: str = TUNE_RUN, notes: str = "", tags: tuple[str, ...] = ()
-    ) -> None:
-        """Write ``experiment.yaml``: the experiment as it runs now, with its provenance (the
-        code's commit, package versions, host, start time), the ``command`` that ran it, and the
-        user's ``notes`` and ``tags`` (``--notes``, ``--tag``) when given."""
-        from raylab import workloads
-
-        record = {**provenance.of_workload(workloads.get(experiment.workload)), "command": command}
-        if digest := file_digest(experiment.source):
-            record[SOURCE_DIGEST] = digest
-        if notes:
-            record["notes"] = notes
-        if tags:
-            record["tags"] = list(dict.fromkeys(tags))
-        self.write_text(EXPERIMENT_FILE, yaml_io.dumps({**experiment.to_yaml_dict(), "provenance": record}))
 
     def record(self, *, ended: str | None = None, resumed: str | None = None) -> None:
         """Record in ``experiment.yaml``'s provenance when the run ended, or that it resumed."""
@@ -331,22 +364,47 @@ class RunFolder:
             return None
         return saved if isinstance(saved, dict) else None
 
-    def saved_experiment(self, what: str = "--resume") -> Experiment:
-        """The experiment the run was started with (its ``experiment.yaml``), validated again;
-        a ``UserError`` starting with ``what`` when the folder has none."""
-        from raylab.experiment import from_saved
-
-        source = self.join(EXPERIMENT_FILE)
-        text = self.read_text(EXPERIMENT_FILE)
-        if text is None:
-            raise UserError(f"{what}: {source} is missing; this folder was not started by raylab")
-        return from_saved(yaml_io.loads(text, source), source)
-
     # -------------------------------------------------------------------- its trials
 
     def trial(self, name: str) -> TrialFolder:
         """The folder of trial ``name`` (Tune's trial folder name; ``trial`` for ``raylab.train``)."""
         return TrialFolder(self, name)
+
+    def read_trials(self) -> list[Trial]:
+        """Every trial of the run as it stands now (``Trial``): the trial folders by name, then
+        the trials Tune's saved state knows that have no folder yet (PENDING)."""
+        states = self._tune_states()
+        ended = self.ended_trials()
+        trials = [folder.read(states.pop(folder.name, None), ended) for folder in self.trials()]
+        for name, state in sorted(states.items()):  # known to Tune, no folder yet
+            status = trial_status(False, False, False, tune_status=state.get("status") or "PENDING")
+            trials.append(Trial(name=name, config=merged_variant(state.get("params", {})), status=status))
+        return trials
+
+    def tune_state_names(self) -> list[str]:
+        """Tune's saved ``experiment_state-*.json`` files in the folder, oldest first."""
+        return sorted(n for n, k in self.listdir() if k == "file" and n.startswith(TUNE_STATE_PREFIX))
+
+    def _tune_states(self) -> dict[str, dict]:
+        """Trial statuses and configs from Tune's newest ``experiment_state-*.json`` (read as
+        JSON, not pickle), by trial folder name."""
+        names = self.tune_state_names()
+        if not names:
+            return {}
+        try:
+            data = json.loads(self.read_text(names[-1]) or "{}")
+        except (json.JSONDecodeError, OSError):
+            return {}
+        states = {}
+        for entry in data.get("trial_data", []) if isinstance(data, dict) else []:
+            try:
+                info = json.loads(entry[0]) if isinstance(entry[0], str) else entry[0]
+            except (json.JSONDecodeError, IndexError, TypeError):
+                continue
+            if isinstance(info, dict) and info.get("relative_logdir"):
+                config = info.get("config") if isinstance(info.get("config"), dict) else {}
+                states[info["relative_logdir"]] = {"status": info.get("status"), "params": config}
+        return states
 
     def trials(self) -> list[TrialFolder]:
         """The trial folders the run holds now, by name: folders with a config, a result or an
@@ -381,16 +439,6 @@ def is_train_run(saved: dict, folder_name: str) -> bool:
     if command:
         return command == TRAIN_RUN
     return folder_name.startswith(f"{saved.get('name')}-train")
-
-
-def new_run_name(experiment: Experiment, command: str = TUNE_RUN) -> str:
-    """``NAME[-train][-smoke]-YYYYmmdd-HHMMSS``: the folder of a new run, so that new runs never
-    mix with old ones; a ``python -m raylab.train`` run's says ``-train``."""
-    import datetime
-
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    train = "-train" if command == TRAIN_RUN else ""
-    return f"{experiment.name}{train}{'-smoke' if experiment.smoke else ''}-{stamp}"
 
 
 def runs_under(storage_root: str) -> list[tuple[RunFolder, dict, int]]:
@@ -496,6 +544,29 @@ class TrialFolder:
         inside = dict(self.run.listdir(self.name))
         return any(inside.get(name) == "file" for name in (PARAMS_FILE, RESULT_FILE, ERROR_FILE))
 
+    def read(self, tune_state: dict | None = None, ended: frozenset[str] = frozenset()) -> Trial:
+        """The trial as its folder shows it now (``Trial``); ``tune_state`` (``{status, params}``
+        from Tune's saved state) fills a missing ``params.json`` and gives a live sweep's status,
+        ``ended`` the run's ``ended_trials`` (Tune's trial ids; a ``python -m raylab.train`` trial
+        is marked by its folder's name)."""
+        params = self.params()
+        if not params and tune_state:
+            params = tune_state.get("params", {})
+        rows = self.rows()
+        for row in rows:
+            row.pop("config", None)
+        text = self.error()
+        error = "" if text is None else error_line([line.strip() for line in text.splitlines() if line.strip()])
+        last = rows[-1] if rows else {}
+        status = trial_status(
+            bool(rows),
+            bool(last.get("done")),
+            bool(error),
+            last.get("trial_id") in ended or self.name in ended,
+            tune_status=(tune_state or {}).get("status"),
+        )
+        return Trial(self.name, merged_variant(params), rows, status, error, tuple(self.checkpoints()))
+
     # -------------------------------------------------------------------- params.json
 
     def params(self) -> dict[str, Any]:
@@ -594,6 +665,23 @@ class TrialFolder:
             return
         for name in self.checkpoints()[:-keep] if keep else self.checkpoints():
             self.run.remove(self._file(name))
+
+
+def merged_variant(params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's config with the fields of its ``variant`` group merged in, the group kept (a
+    reader groups trials by it; ``raylab.config.with_variant`` drops it for the loop)."""
+    group = params.get(VARIANT)
+    return {**params, **group} if isinstance(group, dict) else params
+
+
+def error_line(lines: list[str]) -> str:
+    """The first line of ``error.txt``; Ray's own wrapper lines skipped for the actual exception."""
+    if not lines:
+        return f"(empty {ERROR_FILE})"
+    for line in lines:
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b", line) and "ray::" not in line:
+            return f"{lines[0]} ... {line}" if line != lines[0] else line
+    return lines[0]
 
 
 def checkpoint_name(number: int) -> str:

@@ -78,9 +78,9 @@ def run_summary(run: RunFolder, saved: dict[str, Any]) -> dict[str, Any]:
     """What the list shows of one run, from its ``experiment.yaml``, markers and ``best.yaml``."""
     record = saved.get("provenance") if isinstance(saved.get("provenance"), dict) else {}
     git = record.get("git") or {}
-    trials = run.trials()
+    trials = run.read_trials()
     finished = run.finished
-    done = len(trials) if finished else min(len(run.ended_trials()), len(trials))  # loops that returned
+    done = len(trials) if finished else sum(t.finished for t in trials)
     best = run.best()
     return {
         "name": run.name,

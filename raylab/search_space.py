@@ -29,23 +29,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from raylab.config import from_dict
+from raylab.config import VARIANT, from_dict
 from raylab.errors import UserError
 
 # Each range kind: its number of arguments (the Ray Tune sampler of the same name takes them);
 # ray.tune is imported only by to_tune, so that loading and validating an experiment does not.
 RANGES = {"uniform": (2,), "loguniform": (2,), "randint": (2,), "quniform": (3,), "qloguniform": (3,), "qrandint": (3,)}
 KINDS = ("grid", "choice", *RANGES)
-VARIANT = "variant"
-
-
-def with_variant(config: dict[str, Any]) -> dict[str, Any]:
-    """A trial's config with its ``variant`` group (if any) merged into the fields."""
-    if VARIANT not in config:
-        return config
-    config = dict(config)
-    group = config.pop(VARIANT)
-    return {**config, **group}
 
 
 def normalize(spec: Any, source: str, key: str) -> dict[str, list]:

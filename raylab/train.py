@@ -20,6 +20,7 @@ from typing import Any
 
 from raylab import experiment as experiments
 from raylab import files, provenance, search_space, session, workloads, yaml_io
+from raylab.config import with_variant
 from raylab.errors import UserError, exit_on_user_error
 from raylab.launch import checks, cli, disk_full, ray_start, summary
 from raylab.run_folder import (
@@ -28,7 +29,6 @@ from raylab.run_folder import (
     TRAIN_TRIAL,
     RunFolder,
     TrialFolder,
-    new_run_name,
     newest_run,
 )
 
@@ -64,7 +64,7 @@ def single_config(experiment: experiments.Experiment, variant: int = 1) -> tuple
         else:
             middle = (args[0] + args[1]) / 2
             picked[key] = int(middle) if "randint" in kind else middle
-    return search_space.with_variant({**experiment.config, **picked}), picked
+    return with_variant({**experiment.config, **picked}), picked
 
 
 def pin_text(key: str, value: Any) -> str:
@@ -95,10 +95,11 @@ def run_local(
     loop = workloads.get(experiment.workload).train_loop()
     try:
         loop(dict(config))
-    except session.StopTrial as reason:
+    except session.StopTrial as reason:  # a stop criterion reached: the trial's end, as in Tune
         cli.stderr(f"stopped: {reason}")
     finally:
         beside.close()
+    trial.run.mark_ended(trial.name)  # its loop returned: the trial is finished (``Trial.finished``)
     return s.history
 
 
@@ -154,12 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--resume continues a trial as it was started; drop the overrides")
     if args.resume:  # the run folder's own experiment (smoke or not), before any check
         run = trial_run_to_resume(args.storage, cli.experiment_name(args.experiment), args.smoke, args.name)
-        experiment = run.saved_experiment()
+        experiment = experiments.from_run(run)
         cli.note_changed_experiment(run, args.experiment, "raylab.train")
     else:
         experiment = experiments.load(args.experiment, cli.overrides_of(args), smoke=args.smoke)
         checks.refuse_credential_values(experiment)
-        run = RunFolder.under(args.storage, args.name or new_run_name(experiment, TRAIN_RUN))
+        run = RunFolder.under(args.storage, args.name or experiments.new_run_name(experiment, TRAIN_RUN))
         if args.name:
             checks.check_run_name(run)
     if run.is_uri:
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.variant is not None and not variants:
         raise UserError(f"--variant {args.variant}: {experiment.source} has no search.variant list")
     if args.resume and variants and args.variant is None:  # the variant the trial started with
-        saved = run.trial(TRAIN_TRIAL).params() or {}
+        saved = next((t.config for t in run.read_trials() if t.name == TRAIN_TRIAL), {})
         args.variant = next(
             (k for k, group in enumerate(variants, 1) if all(saved.get(f) == v for f, v in group.items())), None
         )
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         run.record(resumed=provenance.now())
     else:
         run.claim()
-        run.begin(experiment, TRAIN_RUN)
+        experiment.write_to(run, TRAIN_RUN)
     try:
         history = run_local(experiment, run.trial(TRAIN_TRIAL), config, verbose=not args.quiet)
     except OSError as err:

@@ -28,7 +28,7 @@ from raylab.files import is_uri
 from raylab.launch import checks, cli, disk_full, searcher, storage_secrets, summary, sweep
 from raylab.launch import progress as progress_text
 from raylab.launch.trackers import logger_option
-from raylab.run_folder import BEST_FILE, ERROR_FILE, SUMMARY_FILE, RunFolder, new_run_name
+from raylab.run_folder import BEST_FILE, ERROR_FILE, SUMMARY_FILE, RunFolder
 
 
 def parser() -> cli.ArgumentParser:
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         experiment = experiments.load(args.experiment, overrides_of(args), smoke=args.smoke)
         checks.refuse_credential_values(experiment)
-        run = RunFolder.under(args.storage, args.name or new_run_name(experiment))
+        run = RunFolder.under(args.storage, args.name or experiments.new_run_name(experiment))
 
     if args.dry_run:
         print(dry_run_text(experiment))
@@ -237,7 +237,7 @@ def run_to_resume(args) -> tuple[RunFolder, experiments.Experiment]:
         raise UserError("--resume continues a sweep as it was started; drop the overrides")
     name = cli.experiment_name(args.experiment)
     run = sweep.run_to_resume(args.storage, name, True if args.smoke else None, args.name)
-    experiment = run.saved_experiment()
+    experiment = experiments.from_run(run)
     if experiment.name != name:
         raise UserError(f"--resume --name {args.name}: that run is of experiment '{experiment.name}', not '{name}'")
     if not args.name:

@@ -51,14 +51,14 @@ class Workload:
     """Top-level modules the workload imports on every run beyond raylab's own dependencies
     (e.g. ``("torch_geometric", "networkx")``); one missing is refused before Ray starts,
     naming it and ``extra``. Modules only some configs need are checked by the workload's
-    preflight with ``require``."""
+    preflight with ``require_modules``."""
     extra: str = ""
     """What installs ``requires``, as pip names it: ``raylab[seagram]`` (this repository's
     extras are named after their workload), or a lab package's own ``mylab[gnn]``."""
 
     def check_requires(self, name: str) -> None:
         """Refuse in one line when a module of ``requires`` does not import here."""
-        require(name, self.requires, self.extra)
+        require_modules(name, self.requires, self.extra)
 
     def config_class(self) -> type:
         return resolve(self.config)
@@ -79,7 +79,7 @@ ALL = "*"
 
 WORKLOAD_API: dict[str, tuple[str, ...]] = {
     "raylab.errors": ("UserError", "ThisMachine", "exit_on_user_error"),
-    "raylab.config": ("from_dict", "require", "require_at_least", "require_positive", "UserPath"),
+    "raylab.config": ("from_dict", "check", "require_at_least", "require_positive", "with_variant", "UserPath"),
     "raylab.session": (
         "report",
         "restore",
@@ -99,28 +99,33 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
         "LoopState",
         "GlobalRNG",
         "saved_only",
+        "STATE_FILE",
     ),
     "raylab.seeds": ("derive_seed",),
     "raylab.files": ("user_path", "user_location", "is_uri", "sha256_file", "write_atomic"),
-    "raylab.search_space": ("with_variant",),
     "raylab.run_folder": ("RunFolder", "TrialFolder"),
     "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only", "Aggregates", "Withheld"),
     "raylab.report.claims": ("Claim", "Contrast", "Control", "Derived", "Improvement", "Value", "where"),
     "raylab.experiment": ("load",),
     "raylab.accel": ("to_device", "fixed_shapes", "compiled", "enabled", "AUTO"),
-    "raylab.workloads": ("Workload", "require"),
+    "raylab.workloads": ("Workload", "require_modules"),
     "raylab.launch.ray_start": ("connect",),
     "raylab.data": (ALL,),
     "raylab.models": (ALL,),
 }
 """What a workload (``trainers/``, or a lab's own package) may import from raylab: module to
 names, ``ALL`` for a whole package. The rest of raylab is the framework's inside and may change
-without notice. ``raylab.testing.workload_api_violations`` checks a package's imports against it
+without notice. This is the one list: ``raylab``'s own re-exports are computed from it.
+
+One name of ``raylab.launch`` is in it, the one exception: ``ray_start.connect``, for a
+workload's own Ray driver outside a sweep (boltz_distill's teacher embedding job,
+``trainers/boltz_distill/teacher/ray_job.py``, starts or joins Ray to run its Ray tasks). A
+trial's code never imports ``raylab.launch``; ``raylab`` does not re-export it. ``raylab.testing.workload_api_violations`` checks a package's imports against it
 (``tests/raylab/test_public_ray_api.py`` runs it on ``trainers/``); a module renamed in
 raylab is renamed here, once."""
 
 
-def require(
+def require_modules(
     workload: str, modules: tuple[str, ...] | list[str], extra: str | None = None, why: str = "", otherwise: str = ""
 ) -> None:
     """Raise ``UserError`` naming the first of ``modules`` that does not import here and the

@@ -22,7 +22,7 @@ from pathlib import Path
 from raylab import search_space, workloads
 from raylab.cluster import DRIVER_RESOURCE, prices
 from raylab.cluster.prices import PRICE_PER_HOUR, trial_exposure_hours
-from raylab.config import from_dict
+from raylab.config import from_dict, with_variant
 from raylab.errors import UserError
 from raylab.experiment import SPOT_ASK, SPOT_RESOURCE
 
@@ -215,7 +215,7 @@ def trial_memory(experiment, limit: int = 256) -> float:
     }
     seen, most = set(), 0.0
     for combo in itertools.islice(itertools.product(*listed.values()), limit):
-        values = search_space.with_variant({**experiment.config, **dict(zip(listed, combo))})
+        values = with_variant({**experiment.config, **dict(zip(listed, combo))})
         cfg = from_dict(cls, values, experiment.source, "config")
         if repr(cfg) in seen:
             continue

@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from raylab import search_space, workloads
-from raylab.config import from_dict
+from raylab.config import from_dict, with_variant
 from raylab.errors import ThisMachine, UserError
 from raylab.experiment import SPOT_RESOURCE, Experiment
 from raylab.files import LAUNCH_DIR_ENV, is_uri, refuse_credentials
@@ -116,7 +116,7 @@ def preflight(experiment: Experiment, limit: int = 256, head: bool = False) -> s
     configs = (
         from_dict(
             workload.config_class(),
-            search_space.with_variant({**experiment.config, **dict(zip(listed, c))}),
+            with_variant({**experiment.config, **dict(zip(listed, c))}),
             experiment.source,
             "config",
         )

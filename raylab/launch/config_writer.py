@@ -3,8 +3,8 @@ its trial folder as it starts, so a reader sees every value the trial ran with."
 
 from __future__ import annotations
 
-from raylab import search_space, workloads
-from raylab.config import from_dict, to_dict
+from raylab import workloads
+from raylab.config import from_dict, to_dict, with_variant
 from raylab.experiment import Experiment
 from raylab.run_folder import RunFolder, name_of
 
@@ -14,7 +14,7 @@ def resolve(experiment: Experiment, trial_config: dict) -> dict:
     fields, the trial's searched values and its ``variant`` group's fields
     (``dataclasses.asdict`` of the workload's Config)."""
     config_cls = workloads.get(experiment.workload).config_class()
-    config = search_space.with_variant(trial_config)
+    config = with_variant(trial_config)
     return to_dict(from_dict(config_cls, config, experiment.source, "config"))
 
 

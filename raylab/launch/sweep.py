@@ -2,7 +2,7 @@
 trials that ended, and the end-of-sweep rows; the run ``--resume`` continues.
 
 Ray must be connected first (``raylab.launch.ray_start.connect``). The caller resolves the run
-folder once (``RunFolder.under(storage, new_run_name(...))``, or ``run_to_resume``) and checks it
+folder once (``RunFolder.under(storage, experiment.new_run_name(...))``, or ``run_to_resume``) and checks it
 (``raylab.launch.checks``); ``run`` does the rest.
 """
 
@@ -64,9 +64,9 @@ def run(
     tags: tuple[str, ...] = (),
 ) -> SweepResult:
     """Run the sweep of ``experiment`` in the run folder ``run``, or with ``resume`` continue the
-    sweep there (``experiment`` is then the one the run saved: ``RunFolder.saved_experiment``).
+    sweep there (``experiment`` is then the one the run saved: ``raylab.experiment.from_run``).
 
-    A new run writes ``experiment.yaml`` with its provenance first (``RunFolder.begin``); a
+    A new run writes ``experiment.yaml`` with its provenance first (``Experiment.write_to``); a
     resumed one records the resumption. Resuming keeps finished trials, and unfinished and
     errored ones continue from their checkpoints. On a ``joined_cluster`` every trial is queued
     at once (``max_concurrent_trials``). ``verbose`` is Ray Tune's own output; ``progress``
@@ -121,7 +121,7 @@ def run(
                 verbose=verbose,
             ),
         )
-        run.begin(experiment, TUNE_RUN, notes=notes, tags=tags)
+        experiment.write_to(run, TUNE_RUN, notes=notes, tags=tags)
     try:
         results = tuner.fit()
     except disk_full.DiskFull:

@@ -11,7 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from raylab import search_space, session, workloads
+from raylab import session, workloads
+from raylab.config import with_variant
 from raylab.experiment import Experiment
 from raylab.files import LAUNCH_DIR_ENV
 from raylab.launch.gauges import TrialGauges
@@ -86,7 +87,7 @@ def run_trial(settings: TrialSettings, backend: str, config: dict[str, Any]) -> 
         run=settings.run,
     )
     loop = workloads.resolve(settings.loop)
-    loop(search_space.with_variant(config))
+    loop(with_variant(config))
 
 
 def reset_gpu_peak() -> None:

@@ -2,6 +2,6 @@
 
 import sys
 
-from raylab.report import main
+from raylab.report.writer import main
 
 sys.exit(main())

@@ -14,8 +14,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from raylab.report.data import Run, Trial, format_value, is_number, is_vector
+from raylab.report.run_view import Run, Trial
 from raylab.report.spec import Table, is_seed_key
+from raylab.report.values import format_value, is_number, is_vector
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
@@ -25,10 +26,10 @@ _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 def resolve_metric(pattern: str, trial: Trial) -> str | None:
     """The metric name ``pattern`` means for ``trial`` (``{key}`` filled, ``*`` matched)."""
-    missing = [k for k in _PLACEHOLDER.findall(pattern) if k not in trial.params]
+    missing = [k for k in _PLACEHOLDER.findall(pattern) if k not in trial.config]
     if missing:
         return None
-    name = _PLACEHOLDER.sub(lambda m: str(trial.params[m.group(1)]), pattern)
+    name = _PLACEHOLDER.sub(lambda m: str(trial.config[m.group(1)]), pattern)
     if any(c in name for c in "*?["):
         matches = sorted(m for m in trial.reported() if fnmatch.fnmatchcase(m, name))
         return matches[0] if matches else None
@@ -100,7 +101,7 @@ def split_keys(run: Run, seeds, by, exclude: tuple[str, ...] = ()) -> tuple[list
 
 
 def key_of(trial: Trial, keys: list[str]) -> tuple:
-    return tuple(_hashable(trial.params.get(k)) for k in keys)
+    return tuple(_hashable(trial.config.get(k)) for k in keys)
 
 
 def label_of(keys: list[str], values: tuple, name: Callable[[str], str] = str) -> str:

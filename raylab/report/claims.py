@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Union
 
-from raylab.report.data import format_value
+from raylab.report.values import format_value
 
 Op = Literal["difference", "ratio"]
 Expect = Literal[">", "<", "within"]

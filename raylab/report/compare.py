@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from raylab.report.aggregate import conditions, group, label_of, value_at
-from raylab.report.data import Run, is_number
 from raylab.report.render import CSS, VERDICT_CLASS, fmt_number
+from raylab.report.run_view import Run
 from raylab.report.style import FigureStyle
+from raylab.report.values import is_number
 from raylab.run_folder import RunFolder
 
 CURVES_SHOWN = 8

@@ -29,8 +29,9 @@ import numpy as np
 from raylab.report import estimators
 from raylab.report.aggregate import _hashable, conditions, label_of, resolve_metric, value_at
 from raylab.report.claims import Claim, Contrast, Control, Derived, Improvement, Value, _tuple, metric_words
-from raylab.report.data import Run, Trial, format_value, is_number
+from raylab.report.run_view import Run, Trial
 from raylab.report.spec import Report, is_seed_key
+from raylab.report.values import format_value, is_number
 
 
 @dataclass
@@ -56,7 +57,7 @@ class RunTrials:
     def __init__(self, run: Run, seeds, defaults: dict[str, Any]):
         self.run = run
         self.trials = [t for t in run.trials if t.rows]
-        self.configs = {t.name: {**defaults, **t.params} for t in self.trials}
+        self.configs = {t.name: {**defaults, **t.config} for t in self.trials}
         self.conditions = conditions(run, seeds)
         swept_seeds = [k for k in run.swept if is_seed_key(k, seeds)]
         self.seed_keys = swept_seeds or (["seed"] if any("seed" in c for c in self.configs.values()) else [])

@@ -66,7 +66,7 @@ def front_note(run, out_dir: Path) -> str:
         writer = csv.writer(f)
         writer.writerow(["trial", *metrics, *run.swept])
         for i in front:
-            swept = [trials[i].params.get(key, "") for key in run.swept]
+            swept = [trials[i].config.get(key, "") for key in run.swept]
             writer.writerow([trials[i].name, *(f"{v:.6g}" for v in points[i]), *swept])
             shown.append(f"{trials[i].name} ({', '.join(f'{v:.4g}' for v in points[i])})")
     goal = " and ".join(f"{mode} {metric}" for metric, mode in pairs)

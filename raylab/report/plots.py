@@ -34,10 +34,11 @@ from raylab.report.aggregate import (
     split_keys,
     value_at,
 )
-from raylab.report.data import Run, Trial, format_value, is_number
+from raylab.report.run_view import Run, Trial
 from raylab.report.spec import Bars, Curve, Scatter, Versus
 from raylab.report.style import LEGEND, WATERMARK, FigureStyle, legend_columns, log_spaced, series_colors, spans_decades
 from raylab.report.uncertainty import curve_band, error_bars, point_interval
+from raylab.report.values import format_value, is_number
 
 PANEL_W, PANEL_H, MAX_PANELS = 5.0, 3.4, 36
 LEGEND_CHARS = 48
@@ -285,7 +286,7 @@ def _mean_curve(pairs: list[tuple[np.ndarray, np.ndarray]], uncertainty: str = "
 
 
 def _baseline_trials(item: Versus, members: list[Trial]) -> list[Trial]:
-    return [t for t in members if item.baseline and all(t.params.get(k) == v for k, v in item.baseline.items())]
+    return [t for t in members if item.baseline and all(t.config.get(k) == v for k, v in item.baseline.items())]
 
 
 def _baseline_borrowers(item: Versus, run, members, series_keys) -> dict[tuple, list[Trial]]:
@@ -297,12 +298,12 @@ def _baseline_borrowers(item: Versus, run, members, series_keys) -> dict[tuple, 
     return {
         values: base
         for values, trials in group(run, members, series_keys).items()
-        if not any(t.params.get(item.x) == at for t in trials)
+        if not any(t.config.get(item.x) == at for t in trials)
     }
 
 
 def _versus(ax, item: Versus, run, members, metrics, series_keys, colors, style: FigureStyle, notes=None) -> int:
-    xs_all = [t.params.get(item.x) for t in members]
+    xs_all = [t.config.get(item.x) for t in members]
     numeric = all(is_number(x) for x in xs_all)
     categories = [] if numeric else list(dict.fromkeys(format_value(x) for x in xs_all))
     borrowed = _baseline_borrowers(item, run, members, series_keys)
@@ -368,7 +369,7 @@ def _labels_from(item: Bars, members) -> tuple[str, ...]:
     if item.labels_from is None or not members:
         return ()
     try:
-        return tuple(str(name) for name in item.labels_from(members[0].params))
+        return tuple(str(name) for name in item.labels_from(members[0].config))
     except Exception:  # noqa: BLE001 - a figure still draws, with entry indices
         return ()
 

@@ -17,9 +17,10 @@ import numpy as np
 
 from raylab.report import estimators
 from raylab.report.aggregate import label_of
-from raylab.report.data import Run, format_value
 from raylab.report.evidence import RunTrials, metric_value, selects
+from raylab.report.run_view import Run
 from raylab.report.spec import Aggregates
+from raylab.report.values import format_value
 
 MIN_TASKS, MIN_SEEDS = 2, 3
 """Aggregates are shown for two or more tasks, or three or more seeds."""

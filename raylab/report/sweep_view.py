@@ -26,8 +26,9 @@ import numpy as np
 
 from raylab.report import estimators
 from raylab.report.aggregate import _hashable, _unhash, conditions, group, label_of, value_at
-from raylab.report.data import Run, format_value, is_number
+from raylab.report.run_view import Run
 from raylab.report.spec import Curve, Report, is_seed_key
+from raylab.report.values import format_value, is_number
 
 MIN_TRIALS_IMPORTANCE = 6
 CURVES_SHOWN = 8
@@ -54,7 +55,7 @@ def _groups(run: Run, seeds, defaults: dict[str, Any], metric: str):
     keys = conditions(run, seeds)
     trials = [t for t in run.trials if t.rows and is_number(value_at(t, metric))]
     unswept = {k: v for k, v in defaults.items() if k not in keys}
-    return keys, trials, {t.name: {**unswept, **t.params} for t in trials}
+    return keys, trials, {t.name: {**unswept, **t.config} for t in trials}
 
 
 def _mode_sign(mode: str) -> float:

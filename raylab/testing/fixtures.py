@@ -65,16 +65,16 @@ def smoke_sweep(ray_session, tmp_path):
     """
     from raylab import experiment as experiments
     from raylab.launch import checks, sweep
-    from raylab.run_folder import RunFolder, new_run_name
+    from raylab.run_folder import RunFolder
 
     def run(name: str, *overrides: str, smoke: bool = True, resume: bool = False, run_name=None):
         experiment = experiments.load(name, list(overrides), smoke=smoke)
         storage = str(tmp_path / "results")
         if resume:  # the run --resume would continue, with its saved experiment
             folder = sweep.run_to_resume(storage, experiment.name, experiment.smoke, run_name)
-            experiment = folder.saved_experiment()
+            experiment = experiments.from_run(folder)
         else:
-            folder = RunFolder.under(storage, run_name or new_run_name(experiment))
+            folder = RunFolder.under(storage, run_name or experiments.new_run_name(experiment))
             if run_name:
                 checks.check_run_name(folder)
         done = sweep.run(experiment, folder, resume=resume, verbose=0)

@@ -9,7 +9,7 @@ import pytest
 from ray.tune.search.sample import Categorical, Float, Integer
 
 from raylab import search_space, yaml_io
-from raylab.config import field_docs, from_dict, require, to_dict
+from raylab.config import check, field_docs, from_dict, to_dict, with_variant
 from raylab.errors import UserError
 from raylab.experiment import merge, parse_override
 
@@ -30,7 +30,7 @@ class Example:
     """A flag."""
 
     def __post_init__(self):
-        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
 
 
 def test_from_dict_builds_and_coerces():
@@ -173,8 +173,8 @@ def test_variant_groups_validate_and_merge():
     search = {"variant": spec, "steps": search_space.normalize([1, 2], "s", "search.steps")}
     search_space.validate(Example, {}, search, "s.yaml")
     assert search_space.grid_size(search) == 4
-    assert search_space.with_variant({"steps": 1, "variant": {"lr": 0.1}}) == {"steps": 1, "lr": 0.1}
-    assert search_space.with_variant({"steps": 1}) == {"steps": 1}
+    assert with_variant({"steps": 1, "variant": {"lr": 0.1}}) == {"steps": 1, "lr": 0.1}
+    assert with_variant({"steps": 1}) == {"steps": 1}
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ EXPERIMENTS = sorted(experiments.available())
 def test_saved_experiment_round_trips_through_validation(name, smoke, tmp_path):
     exp = experiments.load(name, smoke=smoke)
     RunFolder(tmp_path).write_text(EXPERIMENT_FILE, yaml_io.dumps(exp.to_yaml_dict()))
-    again = RunFolder(str(tmp_path)).saved_experiment()
+    again = experiments.from_run(RunFolder(str(tmp_path)))
     assert again.name == name and again.smoke == smoke
     assert {**again.to_yaml_dict(), "source": ""} == {**exp.to_yaml_dict(), "source": ""}
 
@@ -199,7 +199,7 @@ def test_through_a_storage_uri_finished_runs_say_so_and_the_saved_experiment_is_
     uri = f"file://{tmp_path}"
     assert raylab_tune.main(["toy", "--resume", "--name", "done", "--storage", uri]) == 0
     assert "done has finished" in capsys.readouterr().out
-    saved = RunFolder(f"{uri}/open").saved_experiment()
+    saved = experiments.from_run(RunFolder(f"{uri}/open"))
     assert saved.smoke and saved.search["variant"]["grid"][1] == {"loss": "soft_linf", "beta": 10.0}
     assert raylab_tune.main(["dqn_softlinf", "--smoke", "--name", "open", "--storage", uri]) == 2
     assert "a run already exists" in capsys.readouterr().err
@@ -250,4 +250,4 @@ def test_provenance_records_a_resumption_and_the_end_and_the_saved_experiment_st
     record = yaml_io.load(tmp_path / EXPERIMENT_FILE)["provenance"]
     assert record["resumed"] == [resumed] and record["ended"] == ended
     assert len(record["git"]["commit"]) == 40 and record["started"] <= record["ended"]
-    assert RunFolder(str(tmp_path)).saved_experiment().name == "toy"  # provenance is not a setting
+    assert experiments.from_run(RunFolder(str(tmp_path))).name == "toy"  # provenance is not a setting

@@ -217,13 +217,13 @@ def test_require_names_a_package_whose_import_fails(tmp_path, monkeypatch):
     (tmp_path / "raylab_broken_pkg.py").write_text("raise ImportError('libfoo.so: cannot open')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UserError) as err:
-        workloads.require("w", ["json", "raylab_broken_pkg"], "raylab[w]", why="for x", otherwise="or set x: 0")
+        workloads.require_modules("w", ["json", "raylab_broken_pkg"], "raylab[w]", why="for x", otherwise="or set x: 0")
     assert str(err.value) == (
         "w needs raylab_broken_pkg for x (its import fails: libfoo.so: cannot open): "
         'pip install "raylab[w]", or set x: 0'
     )
     with pytest.raises(UserError, match=r"^w needs raylab_absent_pkg: pip install raylab_absent_pkg$"):
-        workloads.require("w", ["raylab_absent_pkg"], "")
+        workloads.require_modules("w", ["raylab_absent_pkg"], "")
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,10 @@
   head's setup guard, the nodes' GPU check) reaches nothing in ``raylab.launch`` and no command;
   only the commands and ``raylab.launch`` (the sweep takes its spot failure budget from
   ``raylab.cluster.prices``) reach into it.
-- No import cycle anywhere in raylab/, counting imports inside functions.
+- No import cycle anywhere in raylab/, counting imports inside functions; none in trainers/.
+- ``raylab.run_folder`` (where results live and how they read back) reaches only
+  ``raylab.config``, ``raylab.yaml_io``, ``raylab.errors`` and ``raylab.files``: it knows files,
+  not the experiment spec (the spec writes and reads itself, ``raylab.experiment``).
 - Ray Tune's ``Tuner`` and schedulers and Ray Train's ``TorchTrainer`` are imported only under
   ``launch/``.
 
@@ -32,6 +35,12 @@ COMMANDS = ("raylab.tune", "raylab.train", "raylab.report", "raylab.report.__mai
 LAUNCH = "raylab.launch"
 CLUSTER = "raylab.cluster"
 """The cluster tooling: the commands and the driver may use it; it uses neither."""
+RUN_FOLDER = "raylab.run_folder"
+RUN_FOLDER_REACHES = ("raylab.config", "raylab.yaml_io", "raylab.errors", "raylab.files", "raylab")
+"""All that ``raylab.run_folder`` may import of raylab, directly or not: those three, and
+``raylab.files`` (which imports nothing of raylab) for refusing a storage URI that holds
+credentials; ``raylab``: the package's face."""
+TRAINERS = "trainers"
 DRIVER_ONLY = ("ray.tune.Tuner", "ray.tune.schedulers", "ray.train.torch.TorchTrainer")
 """What only ``raylab.launch`` may import (a name, or everything under it)."""
 
@@ -180,6 +189,11 @@ def layering_violations(root: Path, package: str = PACKAGE) -> list[str]:
             ):  # first step into launch only
                 problems.append(f"{name} reaches {target} in launch/: {' -> '.join(chain)}")
     problems += [f"import cycle: {' <-> '.join(component)}" for component in cycles(graph)]
+    for target, chain in sorted(reachable(graph, RUN_FOLDER).items()):
+        if target not in RUN_FOLDER_REACHES:
+            problems.append(
+                f"{RUN_FOLDER} reaches {target} (only config, yaml_io, errors, files): {' -> '.join(chain)}"
+            )
     for name, tree in sorted(modules.items()):
         if under(name, LAUNCH):
             continue
@@ -189,12 +203,24 @@ def layering_violations(root: Path, package: str = PACKAGE) -> list[str]:
     return sorted(set(problems))
 
 
+def trainers_cycles(root: Path) -> list[str]:
+    """The import cycles among the modules of ``trainers/`` under ``root``, one line each."""
+    graph = module_graph(parse_modules(root, TRAINERS))
+    return [f"import cycle: {' <-> '.join(component)}" for component in cycles(graph)]
+
+
 # ------------------------------------------------------------------------ the rules hold
 
 
 def test_raylab_is_layered_by_where_its_code_runs():
     problems = layering_violations(REPO)
     assert not problems, "\n".join(problems)
+
+
+def test_trainers_have_no_import_cycle():
+    problems = trainers_cycles(REPO)
+    assert not problems, "\n".join(problems)
+    assert "trainers.seagram.data" in module_graph(parse_modules(REPO, TRAINERS))["trainers.seagram.preflight"]
 
 
 def test_the_graph_sees_function_level_imports_and_the_layers_are_there():
@@ -278,5 +304,28 @@ def test_a_planted_import_of_cluster_tooling_by_the_experiment_spec_is_named(cop
         "raylab.experiment reaches raylab.cluster.plan in cluster/: raylab.experiment -> raylab.cluster.plan"
         in problems
     ), problems
-    # and what imports the spec (the run folder, through it the workload API) is named too
-    assert any(p.startswith("raylab.run_folder reaches raylab.cluster.plan") for p in problems), problems
+
+
+def test_a_planted_spec_import_in_run_folder_is_named(copy_of_raylab):
+    plant(copy_of_raylab, "raylab.run_folder", "def _saved(run):\n    from raylab.experiment import from_run\n")
+    problems = layering_violations(copy_of_raylab)
+    assert (
+        "raylab.run_folder reaches raylab.experiment (only config, yaml_io, errors, files): "
+        "raylab.run_folder -> raylab.experiment" in problems
+    ), problems
+
+
+@pytest.fixture
+def copy_of_trainers(tmp_path):
+    shutil.copytree(REPO / TRAINERS, tmp_path / TRAINERS, ignore=shutil.ignore_patterns("__pycache__"))
+    assert trainers_cycles(tmp_path) == []
+    return tmp_path
+
+
+def test_a_planted_cycle_in_trainers_is_named(copy_of_trainers):
+    plant(
+        copy_of_trainers,
+        "trainers.seagram.data",
+        "def _victim(cfg):\n    from trainers.seagram.victims import find_victim\n",
+    )
+    assert trainers_cycles(copy_of_trainers) == ["import cycle: trainers.seagram.data <-> trainers.seagram.victims"]

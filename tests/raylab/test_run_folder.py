@@ -17,7 +17,7 @@ import yaml
 from raylab import experiment as experiments
 from raylab.launch import summary
 from raylab.launch.trial import TrialSettings
-from raylab.report.data import load_run
+from raylab.report.run_view import load_run
 from raylab.run_folder import (
     CHECKPOINT_PREFIX,
     CONFIG_FILE,

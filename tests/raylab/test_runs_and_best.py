@@ -17,6 +17,7 @@ import yaml
 from raylab import report
 from raylab import runs as raylab_runs
 from raylab import tune as raylab_tune
+from raylab.report import writer as report_writer
 from raylab.report.claims import Claim, Control, Value
 from raylab.report.spec import Report
 from raylab.run_folder import BEST_FILE, EXPERIMENT_FILE, RunFolder
@@ -236,7 +237,7 @@ def test_claims_of_two_runs_sit_side_by_side(tmp_path, monkeypatch):
             ),
         )
     )
-    monkeypatch.setattr(report, "declared_report", lambda run: (spec, ""))
+    monkeypatch.setattr(report_writer, "declared_report", lambda run: (spec, ""))
     paths = []
     for name, level in (("a-20260101-000000", 0.9), ("b-20260101-000000", 0.1)):
         trials = [{"params": {"seed": s}, "rows": [{"score": level + 0.01 * s}]} for s in range(5)]

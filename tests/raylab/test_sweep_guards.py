@@ -208,7 +208,7 @@ def test_resume_after_the_experiment_file_changed_says_so_and_resumes_the_saved_
     path = tmp_path / "mine.yaml"
     path.write_text(TOY.read_text())
     run = RunFolder(tmp_path / "runs" / "r1")
-    run.begin(experiments.load(str(path), smoke=True))
+    experiments.load(str(path), smoke=True).write_to(run)
     run.write_text(FINISHED_FILE, "trials: 2\n")
     run.write_text("tuner.pkl", "")  # what Tune's restore looks for (the run has finished: nothing restores)
     run.write_text("experiment_state-2026-01-01_00-00-00.json", "{}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import UserPath, require, require_at_least, require_positive
+from raylab.config import UserPath, check, require_at_least, require_positive
 
 
 @dataclass(frozen=True)
@@ -181,51 +181,49 @@ class Config:
         )
         require_at_least(self, 1, *positive)
         require_positive(self, "lr", "finetune_lr")
-        require(
+        check(
             self.attack in ATTACKS, "attack", f"unknown attack '{self.attack}'; available: {', '.join(sorted(ATTACKS))}"
         )
-        require(
+        check(
             self.poison_mode == "trigger" or self.attack != "wanet",
             "poison_mode",
             "label_flip needs a fixed poisoned set; wanet poisons every batch afresh (use wanet_fixed)",
         )
-        require(0 <= self.poison_ratio < 1, "poison_ratio", f"must be in [0, 1), got {self.poison_ratio}")
-        require(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
-        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
-        require(self.target_class >= 0, "target_class", f"must be >= 0, got {self.target_class}")
-        require(
+        check(0 <= self.poison_ratio < 1, "poison_ratio", f"must be in [0, 1), got {self.poison_ratio}")
+        check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
+        check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        check(self.target_class >= 0, "target_class", f"must be >= 0, got {self.target_class}")
+        check(
             self.target_class < (100 if self.dataset == "cifar100" else 10),
             "target_class",
             f"{self.target_class} is not a class of {self.dataset}",
         )
-        require(0 < self.blend_alpha <= 1, "blend_alpha", f"must be in (0, 1], got {self.blend_alpha}")
-        require(0 <= self.blend_mean <= 255, "blend_mean", f"must be in [0, 255], got {self.blend_mean}")
-        require(self.blend_std >= 0, "blend_std", f"must be >= 0, got {self.blend_std}")
-        require(self.wanet_s > 0, "wanet_s", f"must be > 0, got {self.wanet_s}")
-        require(self.wanet_cross_ratio >= 0, "wanet_cross_ratio", "must be >= 0")
-        require(
+        check(0 < self.blend_alpha <= 1, "blend_alpha", f"must be in (0, 1], got {self.blend_alpha}")
+        check(0 <= self.blend_mean <= 255, "blend_mean", f"must be in [0, 255], got {self.blend_mean}")
+        check(self.blend_std >= 0, "blend_std", f"must be >= 0, got {self.blend_std}")
+        check(self.wanet_s > 0, "wanet_s", f"must be > 0, got {self.wanet_s}")
+        check(self.wanet_cross_ratio >= 0, "wanet_cross_ratio", "must be >= 0")
+        check(
             0 <= self.early_epochs <= self.epochs,
             "early_epochs",
             f"must be in [0, epochs={self.epochs}], got {self.early_epochs}",
         )
-        require(
+        check(
             2 <= self.coherence_size <= self.probe_size,
             "coherence_size",
             f"must be in [2, probe_size={self.probe_size}], got {self.coherence_size}",
         )
-        require(self.train_size >= 0, "train_size", f"must be >= 0, got {self.train_size}")
-        require(self.eval_size >= 0, "eval_size", f"must be >= 0, got {self.eval_size}")
-        require(self.ablate_top_k >= 1, "ablate_top_k", f"must be >= 1, got {self.ablate_top_k}")
-        require(
-            0 < self.finetune_fraction <= 1, "finetune_fraction", f"must be in (0, 1], got {self.finetune_fraction}"
-        )
-        require(self.finetune_epochs >= 0, "finetune_epochs", f"must be >= 0, got {self.finetune_epochs}")
-        require(
+        check(self.train_size >= 0, "train_size", f"must be >= 0, got {self.train_size}")
+        check(self.eval_size >= 0, "eval_size", f"must be >= 0, got {self.eval_size}")
+        check(self.ablate_top_k >= 1, "ablate_top_k", f"must be >= 1, got {self.ablate_top_k}")
+        check(0 < self.finetune_fraction <= 1, "finetune_fraction", f"must be in (0, 1], got {self.finetune_fraction}")
+        check(self.finetune_epochs >= 0, "finetune_epochs", f"must be >= 0, got {self.finetune_epochs}")
+        check(
             self.clean_acc_floor_x_chance >= 0,
             "clean_acc_floor_x_chance",
             f"must be >= 0, got {self.clean_acc_floor_x_chance}",
         )
-        require(self.patch_size <= 32, "patch_size", f"must be <= 32, got {self.patch_size}")
+        check(self.patch_size <= 32, "patch_size", f"must be <= 32, got {self.patch_size}")
 
 
 @dataclass(frozen=True)
@@ -263,7 +261,7 @@ class TheoryConfig:
 
     def __post_init__(self):
         require_at_least(self, 1, "n_train", "dim", "width", "batch_size", "early_steps", "steps", "report_every")
-        require(self.dim >= 2, "dim", f"must be >= 2 (semantic and trigger directions), got {self.dim}")
+        check(self.dim >= 2, "dim", f"must be >= 2 (semantic and trigger directions), got {self.dim}")
         require_positive(self, "semantic_strength", "trigger_strength", "noise", "init_scale", "lr")
-        require(0 < self.poison_ratio < 0.5, "poison_ratio", f"must be in (0, 0.5), got {self.poison_ratio}")
-        require(self.early_steps <= self.steps, "early_steps", f"must be <= steps={self.steps}, got {self.early_steps}")
+        check(0 < self.poison_ratio < 0.5, "poison_ratio", f"must be in (0, 0.5), got {self.poison_ratio}")
+        check(self.early_steps <= self.steps, "early_steps", f"must be <= steps={self.steps}, got {self.early_steps}")

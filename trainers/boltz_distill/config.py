@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import UserPath, require
+from raylab.config import UserPath, check
 
 TEACHER_NAMES = ("boltz2", "conformer", "descriptors")
 BOLTZ2_LAYERS = ("trunk_s", "atom_attention", "s_inputs", "atom_input")
@@ -82,31 +82,31 @@ class Config:
     """Seed of the split, the initialization and the batch order."""
 
     def __post_init__(self):
-        require(self.max_molecules >= 0, "max_molecules", f"must be >= 0, got {self.max_molecules}")
-        require(0 < self.val_fraction < 0.5, "val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
-        require(len(self.teachers) >= 1, "teachers", "name at least one teacher")
+        check(self.max_molecules >= 0, "max_molecules", f"must be >= 0, got {self.max_molecules}")
+        check(0 < self.val_fraction < 0.5, "val_fraction", f"must be in (0, 0.5), got {self.val_fraction}")
+        check(len(self.teachers) >= 1, "teachers", "name at least one teacher")
         for t in self.teachers:
-            require(t in TEACHER_NAMES, "teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
-        require(len(set(self.teachers)) == len(self.teachers), "teachers", "a teacher is named twice")
-        require(
+            check(t in TEACHER_NAMES, "teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
+        check(len(set(self.teachers)) == len(self.teachers), "teachers", "a teacher is named twice")
+        check(
             self.boltz2_layer == "trunk_s" or "boltz2" in self.teachers,
             "boltz2_layer",
             f"{self.boltz2_layer!r} without the boltz2 teacher would repeat a trial; set it "
             f"only with boltz2 (a search 'variant')",
         )
-        require(self.num_conformers >= 1, "num_conformers", f"must be >= 1, got {self.num_conformers}")
-        require(self.width >= 1, "width", f"must be >= 1, got {self.width}")
-        require(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}")
-        require(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
-        require(self.head_layers >= 1, "head_layers", f"must be >= 1, got {self.head_layers}")
-        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
-        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
-        require(self.mse_weight >= 0, "mse_weight", f"must be >= 0, got {self.mse_weight}")
-        require(self.cosine_weight >= 0, "cosine_weight", f"must be >= 0, got {self.cosine_weight}")
-        require(self.mse_weight + self.cosine_weight > 0, "mse_weight", "mse_weight + cosine_weight must be > 0")
-        require(self.report_every >= 1, "report_every", f"must be >= 1, got {self.report_every}")
+        check(self.num_conformers >= 1, "num_conformers", f"must be >= 1, got {self.num_conformers}")
+        check(self.width >= 1, "width", f"must be >= 1, got {self.width}")
+        check(self.depth >= 1, "depth", f"must be >= 1, got {self.depth}")
+        check(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        check(self.head_layers >= 1, "head_layers", f"must be >= 1, got {self.head_layers}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        check(self.epochs >= 1, "epochs", f"must be >= 1, got {self.epochs}")
+        check(self.mse_weight >= 0, "mse_weight", f"must be >= 0, got {self.mse_weight}")
+        check(self.cosine_weight >= 0, "cosine_weight", f"must be >= 0, got {self.cosine_weight}")
+        check(self.mse_weight + self.cosine_weight > 0, "mse_weight", "mse_weight + cosine_weight must be > 0")
+        check(self.report_every >= 1, "report_every", f"must be >= 1, got {self.report_every}")
 
 
 @dataclass(frozen=True)
@@ -218,44 +218,44 @@ class ProbeConfig:
     def __post_init__(self):
         from trainers.boltz_distill import TASK_METRICS
 
-        require(self.task in TASK_METRICS, "task", f"{self.task!r} is not one of {', '.join(TASK_METRICS)}")
+        check(self.task in TASK_METRICS, "task", f"{self.task!r} is not one of {', '.join(TASK_METRICS)}")
         supervised = self.features in ("chemprop", "chemprop_rdkit", "supervised_gine")
-        require(
+        check(
             supervised == (self.probe == "end_to_end"),
             "probe",
             f"features={self.features} needs probe " + ("end_to_end" if supervised else "linear, mlp or gbm"),
         )
         for t in self.student_teachers:
-            require(t in TEACHER_NAMES, "student_teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
-        require(
+            check(t in TEACHER_NAMES, "student_teachers", f"{t!r} is not one of {', '.join(TEACHER_NAMES)}")
+        check(
             not (self.students_from and self.student_checkpoint),
             "students_from",
             "give students_from (with student_trial) or student_checkpoint, not both",
         )
-        require(
+        check(
             bool(self.students_from) == bool(self.student_trial),
             "student_trial",
             "students_from and student_trial go together (python -m trainers.boltz_distill.students RUN)",
         )
-        require(self.student_layer in BOLTZ2_LAYERS, "student_layer", f"one of {', '.join(BOLTZ2_LAYERS)}")
-        require(
+        check(self.student_layer in BOLTZ2_LAYERS, "student_layer", f"one of {', '.join(BOLTZ2_LAYERS)}")
+        check(
             self.teacher in ("", "descriptors", "conformer"),
             "teacher",
             f"{self.teacher!r}: an RDKit teacher (descriptors, conformer), or empty with teacher_store",
         )
-        require(self.num_conformers >= 1, "num_conformers", f"must be >= 1, got {self.num_conformers}")
-        require(self.e2e_epochs >= 1, "e2e_epochs", f"must be >= 1, got {self.e2e_epochs}")
-        require(self.e2e_patience >= 1, "e2e_patience", f"must be >= 1, got {self.e2e_patience}")
-        require(self.random_width >= 1, "random_width", f"must be >= 1, got {self.random_width}")
-        require(self.random_depth >= 1, "random_depth", f"must be >= 1, got {self.random_depth}")
-        require(self.morgan_radius >= 0, "morgan_radius", f"must be >= 0, got {self.morgan_radius}")
-        require(self.morgan_bits >= 8, "morgan_bits", f"must be >= 8, got {self.morgan_bits}")
-        require(self.gbm_max_iter >= 1, "gbm_max_iter", f"must be >= 1, got {self.gbm_max_iter}")
-        require(self.mlp_hidden >= 1, "mlp_hidden", f"must be >= 1, got {self.mlp_hidden}")
-        require(0 <= self.mlp_dropout < 1, "mlp_dropout", f"must be in [0, 1), got {self.mlp_dropout}")
-        require(self.mlp_lr > 0, "mlp_lr", f"must be > 0, got {self.mlp_lr}")
-        require(self.mlp_weight_decay >= 0, "mlp_weight_decay", "must be >= 0")
-        require(self.mlp_epochs >= 1, "mlp_epochs", f"must be >= 1, got {self.mlp_epochs}")
-        require(self.mlp_patience >= 1, "mlp_patience", f"must be >= 1, got {self.mlp_patience}")
-        require(self.mlp_batch_size >= 1, "mlp_batch_size", f"must be >= 1, got {self.mlp_batch_size}")
-        require(self.report_every >= 1, "report_every", f"must be >= 1, got {self.report_every}")
+        check(self.num_conformers >= 1, "num_conformers", f"must be >= 1, got {self.num_conformers}")
+        check(self.e2e_epochs >= 1, "e2e_epochs", f"must be >= 1, got {self.e2e_epochs}")
+        check(self.e2e_patience >= 1, "e2e_patience", f"must be >= 1, got {self.e2e_patience}")
+        check(self.random_width >= 1, "random_width", f"must be >= 1, got {self.random_width}")
+        check(self.random_depth >= 1, "random_depth", f"must be >= 1, got {self.random_depth}")
+        check(self.morgan_radius >= 0, "morgan_radius", f"must be >= 0, got {self.morgan_radius}")
+        check(self.morgan_bits >= 8, "morgan_bits", f"must be >= 8, got {self.morgan_bits}")
+        check(self.gbm_max_iter >= 1, "gbm_max_iter", f"must be >= 1, got {self.gbm_max_iter}")
+        check(self.mlp_hidden >= 1, "mlp_hidden", f"must be >= 1, got {self.mlp_hidden}")
+        check(0 <= self.mlp_dropout < 1, "mlp_dropout", f"must be in [0, 1), got {self.mlp_dropout}")
+        check(self.mlp_lr > 0, "mlp_lr", f"must be > 0, got {self.mlp_lr}")
+        check(self.mlp_weight_decay >= 0, "mlp_weight_decay", "must be >= 0")
+        check(self.mlp_epochs >= 1, "mlp_epochs", f"must be >= 1, got {self.mlp_epochs}")
+        check(self.mlp_patience >= 1, "mlp_patience", f"must be >= 1, got {self.mlp_patience}")
+        check(self.mlp_batch_size >= 1, "mlp_batch_size", f"must be >= 1, got {self.mlp_batch_size}")
+        check(self.report_every >= 1, "report_every", f"must be >= 1, got {self.report_every}")

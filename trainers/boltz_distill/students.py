@@ -17,15 +17,9 @@ import argparse
 import json
 import sys
 
+from raylab.checkpoint import STATE_FILE
 from raylab.errors import UserError, exit_on_user_error
-from raylab.run_folder import RunFolder, TrialFolder
-
-
-def finished(trial: TrialFolder, ended: frozenset[str]) -> bool:
-    """Whether the trial's loop returned without an error (its last row ``done``, or recorded ended)."""
-    rows = trial.rows()
-    last = rows[-1] if rows else {}
-    return bool(rows) and (bool(last.get("done")) or last.get("trial_id") in ended) and trial.error() is None
+from raylab.run_folder import RunFolder
 
 
 def run_students(run_dir: str) -> list[str]:
@@ -36,11 +30,10 @@ def run_students(run_dir: str) -> list[str]:
     run = RunFolder(student_location(run_dir))
     if run.kind() != "dir":
         raise UserError(f"config.students_from: {run.location} is not a folder (a boltz_distill run folder)")
-    ended = run.ended_trials()
     return [
         trial.name
-        for trial in run.trials()
-        if finished(trial, ended) and any(run.kind(f"{trial.name}/{c}/state.pt") == "file" for c in trial.checkpoints())
+        for trial in run.read_trials()
+        if trial.finished and any(run.kind(f"{trial.name}/{c}/{STATE_FILE}") == "file" for c in trial.checkpoints)
     ]
 
 

@@ -51,9 +51,8 @@ def _teachers(teachers, layer: str) -> str:
 
 
 def representation(params: dict) -> str:
-    """The row name of a trial: ``student <- boltz2:trunk_s``, ``teacher descriptors``, ..."""
-    if isinstance(params.get("variant"), dict):
-        params = {**params, **params["variant"]}
+    """The row name of a trial (its config, variant fields merged: ``Trial.config``):
+    ``student <- boltz2:trunk_s``, ``teacher descriptors``, ..."""
     features = params.get("features", "student")
     if features == "student":
         teachers, layer = params.get("student_teachers") or (), params.get("student_layer", "trunk_s")
@@ -87,18 +86,17 @@ def collect(run_dir: Path) -> dict[tuple[str, str], dict[str, list[tuple[float, 
     """``{(representation, probe): {task: [(metric, imputed test molecules) per seed]}}``."""
     cells: dict[tuple[str, str], dict[str, list[tuple[float, int]]]] = defaultdict(lambda: defaultdict(list))
     order: dict[str, int] = {}
-    for trial in RunFolder(run_dir).trials():
-        params, rows = trial.params(), trial.rows()
-        if not params or not rows:
+    for trial in RunFolder(run_dir).read_trials():
+        params, last = trial.config, trial.last
+        if not params or not last:
             continue
-        last = rows[-1]
         task = params.get("task", "solubility")
         value = last.get(metric_name(task))
         if isinstance(value, (int, float)):
             name = representation(params)
-            features = {**params, **(params.get("variant") or {})}.get("features", "student")
+            features = params.get("features", "student")
             order.setdefault(name, ROW_ORDER.index(features) if features in ROW_ORDER else 99)
-            probe = {**params, **(params.get("variant") or {})}.get("probe", "mlp")
+            probe = params.get("probe", "mlp")
             cells[(name, probe)][task].append((float(value), int(last.get("probe/test/imputed", 0))))
     return dict(sorted(cells.items(), key=lambda kv: (order[kv[0][0]], kv[0])))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from raylab.config import require, require_at_least
+from raylab.config import check, require_at_least
 
 RLLIB_USES = {
     "optimizer": "adam",
@@ -278,14 +278,14 @@ class Config:
             "rllib_iterations_per_report",
         )
         require_at_least(self, 1, *positive)
-        require(self.learning_starts >= 0, "learning_starts", f"must be >= 0, got {self.learning_starts}")
-        require(
+        check(self.learning_starts >= 0, "learning_starts", f"must be >= 0, got {self.learning_starts}")
+        check(
             self.learning_starts < self.total_steps,
             "learning_starts",
             f"({self.learning_starts}) is beyond total_steps ({self.total_steps}): nothing would train",
         )
         ignored = rllib_ignored(self) if self.backend == "rllib" else []
-        require(
+        check(
             not ignored,
             ignored[0] if ignored else "",
             f"backend rllib would ignore {', '.join(f'{k}={_show(getattr(self, k))}' for k in ignored)} "
@@ -293,7 +293,7 @@ class Config:
             f"checkpoints hold no replay; the probes and frame marks are the raylab loop's); use "
             f"backend raylab, or set {', '.join(f'{k}: {_show(_rllib_value(k))}' for k in ignored)}",
         )
-        require(
+        check(
             not (self.optimizer == "rmsprop" and self.loss_reduction == "mean" and self.rmsprop_eps == 0.01),
             "rmsprop_eps",
             f"0.01 is Nature's epsilon for the summed batch gradient; with loss_reduction: mean the "
@@ -301,13 +301,13 @@ class Config:
             f"Nature's: set loss_reduction: sum (the Lua DQN's rule) or rmsprop_eps: "
             f"{0.01 / self.batch_size**2:.3g} (0.01 / batch_size^2; Dopamine: 1e-05)",
         )
-        require(self.beta > 0, "beta", f"must be > 0, got {self.beta}")
-        require(self.huber_delta > 0, "huber_delta", f"must be > 0, got {self.huber_delta}")
-        require(0 < self.gamma < 1, "gamma", f"must be in (0, 1), got {self.gamma}")
-        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        require(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
-        require(self.rmsprop_eps > 0, "rmsprop_eps", f"must be > 0, got {self.rmsprop_eps}")
-        require(0 < self.rmsprop_alpha < 1, "rmsprop_alpha", f"must be in (0, 1), got {self.rmsprop_alpha}")
+        check(self.beta > 0, "beta", f"must be > 0, got {self.beta}")
+        check(self.huber_delta > 0, "huber_delta", f"must be > 0, got {self.huber_delta}")
+        check(0 < self.gamma < 1, "gamma", f"must be in (0, 1), got {self.gamma}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.adam_eps > 0, "adam_eps", f"must be > 0, got {self.adam_eps}")
+        check(self.rmsprop_eps > 0, "rmsprop_eps", f"must be > 0, got {self.rmsprop_eps}")
+        check(0 < self.rmsprop_alpha < 1, "rmsprop_alpha", f"must be in (0, 1), got {self.rmsprop_alpha}")
         for key in (
             "probe_size",
             "heldout_size",
@@ -317,40 +317,40 @@ class Config:
             "shared_seed",
             "epsilon_decay_start",
         ):
-            require(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
-        require(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
+            check(getattr(self, key) >= 0, key, f"must be >= 0, got {getattr(self, key)}")
+        check(self.max_grad_norm >= 0, "max_grad_norm", f"must be >= 0, got {self.max_grad_norm}")
         for key in ("epsilon_start", "epsilon_end", "eval_epsilon", "sticky_action_prob"):
             value = getattr(self, key)
-            require(0 <= value <= 1, key, f"must be in [0, 1], got {value}")
-        require(0 < self.epsilon_fraction <= 1, "epsilon_fraction", f"must be in (0, 1], got {self.epsilon_fraction}")
-        require(self.noop_max >= 0, "noop_max", f"must be >= 0, got {self.noop_max}")
-        require(self.env_threads >= 0, "env_threads", f"must be >= 0, got {self.env_threads}")
-        require(self.torch_threads >= 0, "torch_threads", f"must be >= 0, got {self.torch_threads}")
-        require(all(h >= 1 for h in self.mlp_hidden), "mlp_hidden", f"widths must be >= 1, got {self.mlp_hidden}")
-        require(
+            check(0 <= value <= 1, key, f"must be in [0, 1], got {value}")
+        check(0 < self.epsilon_fraction <= 1, "epsilon_fraction", f"must be in (0, 1], got {self.epsilon_fraction}")
+        check(self.noop_max >= 0, "noop_max", f"must be >= 0, got {self.noop_max}")
+        check(self.env_threads >= 0, "env_threads", f"must be >= 0, got {self.env_threads}")
+        check(self.torch_threads >= 0, "torch_threads", f"must be >= 0, got {self.torch_threads}")
+        check(all(h >= 1 for h in self.mlp_hidden), "mlp_hidden", f"widths must be >= 1, got {self.mlp_hidden}")
+        check(
             self.buffer_size >= self.num_envs * (self.frame_stack + 2),
             "buffer_size",
             f"({self.buffer_size}) must hold at least frame_stack + 2 = {self.frame_stack + 2} "
             f"steps of each of the {self.num_envs} envs",
         )
-        require(
+        check(
             self.batch_size <= self.buffer_size,
             "batch_size",
             f"({self.batch_size}) must be <= buffer_size ({self.buffer_size})",
         )
-        require(
+        check(
             not (self.cuda_graph is True and self.replay_on_device is False),
             "cuda_graph",
             "true needs the replay on the device (replay_on_device: false draws each batch on the host)",
         )
         per_mark = frames_per_step(self) * self.report_every
         for mark in self.frame_marks:
-            require(
+            check(
                 mark > 0 and mark % per_mark == 0,
                 "frame_marks",
                 f"{mark:,} frames is not on a report: use multiples of frames per step x report_every = {per_mark:,}",
             )
-            require(
+            check(
                 mark <= frames_per_step(self) * self.total_steps,
                 "frame_marks",
                 f"{mark:,} frames is beyond total_steps x frames per step = "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from raylab.errors import ThisMachine
-from raylab.workloads import require
+from raylab.workloads import require_modules
 from trainers.dqn_softlinf.envs import check_game
 from trainers.dqn_softlinf.replay import bytes_per_transition
 
@@ -69,19 +69,19 @@ def available_memory() -> int:
 def preflight(cfg, available: int | None = None) -> None:
     """Refuse a missing package, an unknown game, a replay that does not fit in memory."""
     if cfg.suite == "atari":
-        require("dqn_softlinf", ["ale_py"], why="for suite atari (the ALE and its ROMs)")
+        require_modules("dqn_softlinf", ["ale_py"], why="for suite atari (the ALE and its ROMs)")
     check_game(cfg.suite, cfg.game)
     if cfg.suite == "atari" and cfg.backend == "raylab" and (cfg.heldout_size or cfg.shared_states):
         # the held-out probe and the shared set resize their frames with OpenCV, as ALE's C++ does
         key = "heldout_size" if cfg.heldout_size else "shared_states"
-        require(
+        require_modules(
             "dqn_softlinf",
             ["cv2"],
             why=f"(OpenCV) for the held-out probe (config.{key})",
             otherwise="or set heldout_size: 0 and shared_states: 0",
         )
     if cfg.suite == "atari" and cfg.backend == "rllib":
-        require("dqn_softlinf", ["cv2"], why="(OpenCV) for RLlib's Atari wrappers (backend: rllib)")
+        require_modules("dqn_softlinf", ["cv2"], why="(OpenCV) for RLlib's Atari wrappers (backend: rllib)")
     total, per = replay_bytes(cfg)
     available = available_memory() if available is None else available
     budget = MEMORY_FRACTION * available

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import UserPath, require, require_at_least
+from raylab.config import UserPath, check, require_at_least
 
 Method = Literal["standard", "pgd_at", "trades", "frl", "tri_regime"]
 DIGITS = ("mnist5k", "digits8x8")
@@ -233,18 +233,18 @@ class Config:
         )
         require_at_least(self, 1, "val_size", "cnn_width")
         if self.dataset in DIGITS:
-            require(
+            check(
                 self.model == "small_cnn",
                 "model",
                 f"the digits are 1-channel {self.dataset} images: use small_cnn, got {self.model}",
             )
-            require(
+            check(
                 not self.augment,
                 "augment",
                 "the crop-and-flip augmentation is CIFAR's (a flipped digit is another "
                 "digit); set augment: false for the digits (the MNIST protocol has none)",
             )
-            require(
+            check(
                 not self.synthetic_data,
                 "synthetic_data",
                 "the digits are real and ship in a package; synthetic_data is CIFAR's",
@@ -261,53 +261,53 @@ class Config:
             "frl_rate_halve_every",
         )
         if self.method == "frl":
-            require(
+            check(
                 1 <= self.frl_finetune_epochs < self.epochs,
                 "frl_finetune_epochs",
                 f"must be in [1, epochs - 1] (FRL fine-tunes a model trained by the first "
                 f"epochs), got {self.frl_finetune_epochs} with epochs {self.epochs}",
             )
-            require(
+            check(
                 not self.frl_remargin or self.base() == "trades",
                 "frl_remargin",
                 "needs base_loss trades (the reference's remargin attack is TRADES's)",
             )
-        require(
+        check(
             self.select_size is None or 1 <= self.select_size <= self.val_size,
             "select_size",
             f"must be null or in [1, val_size {self.val_size}], got {self.select_size}",
         )
         for key in ("eval_size", "final_eval_size"):
             value = getattr(self, key)
-            require(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
-        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        require(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
-        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
-        require(
+            check(value is None or value >= 1, key, f"must be >= 1 or null, got {value}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
+        check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        check(
             list(self.lr_milestones) == sorted(set(self.lr_milestones)) and all(m >= 1 for m in self.lr_milestones),
             "lr_milestones",
             f"must be increasing epochs >= 1, got {list(self.lr_milestones)}",
         )
-        require(0 < self.lr_gamma <= 1, "lr_gamma", f"must be in (0, 1], got {self.lr_gamma}")
-        require(self.trades_beta >= 0, "trades_beta", f"must be >= 0, got {self.trades_beta}")
-        require(0 <= self.eps <= 1, "eps", f"must be in [0, 1], got {self.eps}")
-        require(0 < self.step_size <= 1, "step_size", f"must be in (0, 1], got {self.step_size}")
-        require(
+        check(0 < self.lr_gamma <= 1, "lr_gamma", f"must be in (0, 1], got {self.lr_gamma}")
+        check(self.trades_beta >= 0, "trades_beta", f"must be >= 0, got {self.trades_beta}")
+        check(0 <= self.eps <= 1, "eps", f"must be in [0, 1], got {self.eps}")
+        check(0 < self.step_size <= 1, "step_size", f"must be in (0, 1], got {self.step_size}")
+        check(
             self.method == "standard" or self.train_steps >= 1, "train_steps", f"must be >= 1 for method {self.method}"
         )
-        require(self.cw_kappa > 0, "cw_kappa", f"must be > 0, got {self.cw_kappa}")
-        require(0 <= self.tri_ema_momentum < 1, "tri_ema_momentum", f"must be in [0, 1), got {self.tri_ema_momentum}")
-        require(
+        check(self.cw_kappa > 0, "cw_kappa", f"must be > 0, got {self.cw_kappa}")
+        check(0 <= self.tri_ema_momentum < 1, "tri_ema_momentum", f"must be in [0, 1), got {self.tri_ema_momentum}")
+        check(
             0 <= self.tri_outlier_max_correct <= 1,
             "tri_outlier_max_correct",
             f"must be in [0, 1], got {self.tri_outlier_max_correct}",
         )
-        require(
+        check(
             0 <= self.tri_outlier_loss_quantile <= 1,
             "tri_outlier_loss_quantile",
             f"must be in [0, 1], got {self.tri_outlier_loss_quantile}",
         )
-        require(-1 < self.tri_safe_margin <= 1, "tri_safe_margin", f"must be in (-1, 1], got {self.tri_safe_margin}")
+        check(-1 < self.tri_safe_margin <= 1, "tri_safe_margin", f"must be in (-1, 1], got {self.tri_safe_margin}")
         require_at_least(
             self,
             0,
@@ -320,14 +320,14 @@ class Config:
             "frl_rate_margin",
             "frl_beta",
         )
-        require(
+        check(
             self.frl_rate_bndy is None or self.frl_rate_bndy >= 0,
             "frl_rate_bndy",
             f"must be >= 0 or null, got {self.frl_rate_bndy}",
         )
-        require(self.frl_lr > 0, "frl_lr", f"must be > 0, got {self.frl_lr}")
-        require(self.frl_cap > 0, "frl_cap", f"must be > 0, got {self.frl_cap}")
-        require(
+        check(self.frl_lr > 0, "frl_lr", f"must be > 0, got {self.frl_lr}")
+        check(self.frl_cap > 0, "frl_cap", f"must be > 0, got {self.frl_cap}")
+        check(
             len(set(self.autoattack_attacks)) == len(self.autoattack_attacks),
             "autoattack_attacks",
             f"lists an attack twice: {list(self.autoattack_attacks)}",

@@ -34,7 +34,7 @@ from raylab.data.cifar import ImageData, check_cifar, prepare_cifar
 from raylab.data.digits import find_digits, load_digits
 from raylab.errors import UserError
 from raylab.seeds import derive_seed
-from raylab.workloads import require
+from raylab.workloads import require_modules
 from trainers.fair_adv import attack, metrics, reweight
 from trainers.fair_adv.config import DIGITS, Config
 from trainers.fair_adv.model import build_model
@@ -60,7 +60,7 @@ def preflight(cfg: Config) -> None:
             f"config: val_size: {cfg.val_size} is fewer than one image per class ({classes} classes of {cfg.dataset})"
         )
     if cfg.autoattack == "on":
-        require("fair_adv", ["pyautoattack"], why="for autoattack: 'on'", otherwise="or set autoattack: 'off'")
+        require_modules("fair_adv", ["pyautoattack"], why="for autoattack: 'on'", otherwise="or set autoattack: 'off'")
     return True
 
 

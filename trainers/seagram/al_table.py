@@ -20,7 +20,6 @@ import numpy as np
 
 from raylab.errors import UserError, exit_on_user_error
 from raylab.run_folder import RunFolder
-from raylab.search_space import with_variant
 from trainers.seagram.al_metrics import calls_to_match, paired_interval
 
 ARMS = ("passive", "uncertainty", "mixed")
@@ -69,11 +68,10 @@ def run_records(run: str) -> list[dict]:
     if folder.kind() != "dir":
         raise UserError(f"{run}: not a run folder")
     found = []
-    for trial in folder.trials():
-        rows = trial.rows()
-        if not rows or rows[-1].get("train/phase") != 2:
+    for trial in folder.read_trials():
+        if not trial.finished:
             continue
-        r = record(with_variant(trial.params()), rows[-1])
+        r = record(trial.config, trial.last)
         if r is not None:
             found.append(r)
     return found

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from raylab.config import UserPath, require, require_at_least
+from raylab.config import UserPath, check, require_at_least
 
 
 @dataclass(frozen=True)
@@ -175,16 +175,16 @@ class Config:
 
     def __post_init__(self):
         lo, hi = self.corpus_nodes
-        require(3 <= lo <= hi <= 64, "corpus_nodes", f"need 3 <= min <= max <= 64, got {list(self.corpus_nodes)}")
+        check(3 <= lo <= hi <= 64, "corpus_nodes", f"need 3 <= min <= max <= 64, got {list(self.corpus_nodes)}")
         qlo, qhi = self.query_nodes
-        require(
+        check(
             2 <= qlo <= qhi <= hi,
             "query_nodes",
             f"need 2 <= min <= max <= corpus max {hi}, got {list(self.query_nodes)}",
         )
         plo, phi = self.pos_ratio
-        require(0 <= plo <= phi and phi > 0, "pos_ratio", f"need 0 <= min <= max, max > 0, got {list(self.pos_ratio)}")
-        require(
+        check(0 <= plo <= phi and phi > 0, "pos_ratio", f"need 0 <= min <= max, max > 0, got {list(self.pos_ratio)}")
+        check(
             all(f >= 0 for f in self.split)
             and abs(sum(self.split) - 1) < 1e-6
             and self.split[0] > 0
@@ -228,29 +228,29 @@ class Config:
             "clf_epochs",
             "torch_threads",
         )
-        require(
+        check(
             self.solver_timeout_s >= 0, "solver_timeout_s", f"must be >= 0 (0: no limit), got {self.solver_timeout_s}"
         )
-        require(
+        check(
             not (self.victim_from and self.attack == "none"),
             "victim_from",
             "a victim stage (attack: none) trains its victim; victim_from is for the attack experiments",
         )
-        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        require(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
-        require(self.es_tolerance >= 0, "es_tolerance", f"must be >= 0, got {self.es_tolerance}")
-        require(self.clf_lr > 0, "clf_lr", f"must be > 0, got {self.clf_lr}")
-        require(self.margin > 0, "margin", f"must be > 0, got {self.margin}")
-        require(0 < self.threshold < 1, "threshold", f"must be in (0, 1), got {self.threshold}")
-        require(0 < self.eval_recall <= 1, "eval_recall", f"must be in (0, 1], got {self.eval_recall}")
-        require(0 < self.al_pos_frac < 1, "al_pos_frac", f"must be in (0, 1), got {self.al_pos_frac}")
-        require(0 <= self.al_random_frac <= 1, "al_random_frac", f"must be in [0, 1], got {self.al_random_frac}")
-        require(
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.weight_decay >= 0, "weight_decay", f"must be >= 0, got {self.weight_decay}")
+        check(self.es_tolerance >= 0, "es_tolerance", f"must be >= 0, got {self.es_tolerance}")
+        check(self.clf_lr > 0, "clf_lr", f"must be > 0, got {self.clf_lr}")
+        check(self.margin > 0, "margin", f"must be > 0, got {self.margin}")
+        check(0 < self.threshold < 1, "threshold", f"must be in (0, 1), got {self.threshold}")
+        check(0 < self.eval_recall <= 1, "eval_recall", f"must be in (0, 1], got {self.eval_recall}")
+        check(0 < self.al_pos_frac < 1, "al_pos_frac", f"must be in (0, 1), got {self.al_pos_frac}")
+        check(0 <= self.al_random_frac <= 1, "al_random_frac", f"must be in [0, 1], got {self.al_random_frac}")
+        check(
             1 <= self.al_init <= self.al_budget,
             "al_init",
             f"must be in [1, al_budget={self.al_budget}], got {self.al_init}",
         )
-        require(
+        check(
             self.source == "nci" or self.source.replace("_", "").isalnum(),
             "source",
             f"must be nci or a TU dataset name, got {self.source!r}",

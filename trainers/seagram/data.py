@@ -36,7 +36,7 @@ import numpy as np
 
 from raylab.errors import UserError
 from raylab.files import sha256_file
-from raylab.workloads import require
+from raylab.workloads import require_modules
 from trainers.seagram.config import Config
 from trainers.seagram.solver import SubgraphSolver, Verdict
 
@@ -418,7 +418,8 @@ def data_dirs(cfg) -> tuple[Path, Path]:
 
 
 def preflight(cfg) -> None:
-    """Fail before Ray starts when the data is missing or the attack would not fit in memory."""
+    """Fail before Ray starts when the data is missing or the attack would not fit in memory
+    (the workload's preflight, ``trainers.seagram.preflight``, checks the victim run too)."""
     data_dir, cache_dir = data_dirs(cfg)
     spec = spec_from_config(cfg)
     cached = (cache_dir / f"{spec.key()}.npz").is_file()
@@ -428,7 +429,7 @@ def preflight(cfg) -> None:
         check_present(data_dir, cfg.dataset)
     elif not cached:
         if cfg.source == "nci":
-            require("seagram", ["rdkit"], why="for source: nci (the NCI molecules it ships)")
+            require_modules("seagram", ["rdkit"], why="for source: nci (the NCI molecules it ships)")
             if not nci_path().is_file():
                 raise UserError(
                     f"source: nci: RDKit's NCI molecules not found at {nci_path()}; reinstall rdkit (pip install rdkit)"
@@ -441,10 +442,6 @@ def preflight(cfg) -> None:
                     f"files in {data_dir / cfg.source / 'raw'} or set config.download=true "
                     f"(needs internet)"
                 )
-    if cfg.victim_from:
-        from trainers.seagram.victims import find_victim
-
-        find_victim(cfg)  # the run holds this trial's (dataset, victim, seed), with edge slots enough
     n_test = 75 if cfg.dataset else max(1, round(cfg.split[2] * cfg.n_queries))
     if cfg.attack_queries:
         n_test = min(n_test, cfg.attack_queries)

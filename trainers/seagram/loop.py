@@ -31,9 +31,10 @@ from raylab.seeds import derive_seed
 from trainers.seagram import attack as atk
 from trainers.seagram.batches import TrainPairs
 from trainers.seagram.config import Config
-from trainers.seagram.data import RetrievalData, load_data, preflight
+from trainers.seagram.data import RetrievalData, load_data
 from trainers.seagram.loss import mean_average_precision, ranking_hinge_loss
 from trainers.seagram.model import build_victim, dense_batch
+from trainers.seagram.preflight import preflight
 from trainers.seagram.solver import SolverStats, SubgraphSolver
 
 PHASES = ("victim", "attack_train", "eval", "done")

@@ -31,7 +31,6 @@ from raylab.config import from_dict
 from raylab.errors import UserError, exit_on_user_error
 from raylab.files import user_location
 from raylab.run_folder import RunFolder, TrialFolder
-from raylab.search_space import with_variant
 from trainers.seagram.config import Config
 
 VICTIM_KEYS = ("victim", "hidden", "layers", "seed")
@@ -95,15 +94,14 @@ def run_victims(run: str) -> tuple[VictimTrial, ...]:
         )
     names = {f.name for f in dataclasses.fields(Config)}
     found = []
-    for trial in folder.trials():
-        rows = trial.rows()
-        if not rows or rows[-1].get("train/phase") != FINAL_PHASE or not trial.checkpoints():
+    for trial in folder.read_trials():
+        if not trial.finished or not trial.checkpoints:
             continue
-        params = with_variant(trial.params())
-        cfg = from_dict(Config, {k: v for k, v in params.items() if k in names}, trial.location)
+        where = folder.join(trial.name)
+        cfg = from_dict(Config, {k: v for k, v in trial.config.items() if k in names}, where)
         if cfg.attack != "none":
             continue
-        last = rows[-1]
+        last = trial.last
         found.append(VictimTrial(trial.name, cfg, float(last["victim/map_val"]), float(last["victim/map"])))
     return tuple(found)
 

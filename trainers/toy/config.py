@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raylab.config import require
+from raylab.config import check
 
 
 @dataclass(frozen=True)
@@ -32,12 +32,12 @@ class Config:
     """The file whose existence releases a trial held at ``hold_at_step``."""
 
     def __post_init__(self):
-        require(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
-        require(self.report_every >= 1, "report_every", f"must be >= 1, got {self.report_every}")
-        require(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
-        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.dim >= 1, "dim", f"must be >= 1, got {self.dim}")
-        require(self.noise >= 0, "noise", f"must be >= 0, got {self.noise}")
-        require(self.step_time_s >= 0, "step_time_s", f"must be >= 0, got {self.step_time_s}")
-        require(self.hold_at_step >= 0, "hold_at_step", f"must be >= 0, got {self.hold_at_step}")
-        require(not self.hold_at_step or bool(self.release_file), "release_file", "must be set when hold_at_step is")
+        check(self.steps >= 1, "steps", f"must be >= 1, got {self.steps}")
+        check(self.report_every >= 1, "report_every", f"must be >= 1, got {self.report_every}")
+        check(self.lr > 0, "lr", f"must be > 0, got {self.lr}")
+        check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        check(self.dim >= 1, "dim", f"must be >= 1, got {self.dim}")
+        check(self.noise >= 0, "noise", f"must be >= 0, got {self.noise}")
+        check(self.step_time_s >= 0, "step_time_s", f"must be >= 0, got {self.step_time_s}")
+        check(self.hold_at_step >= 0, "hold_at_step", f"must be >= 0, got {self.hold_at_step}")
+        check(not self.hold_at_step or bool(self.release_file), "release_file", "must be set when hold_at_step is")

@@ -67,7 +67,7 @@ def test_a_failing_trial_is_one_line_with_its_exception_and_error_txt_and_restar
     assert {"raylab", "ray", "torch"} <= set(saved["versions"]) and saved["host"]
     assert saved["started"] <= saved["ended"]
     from raylab import report
-    from raylab.report import data as report_data
+    from raylab.report import run_view as report_data
 
     facts = dict(report._facts(report_data.load_run(str(run))))  # the report's facts box
     assert facts["code"].startswith(saved["git"]["commit"][:12]) and facts["host"] == saved["host"]

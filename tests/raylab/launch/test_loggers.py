@@ -12,8 +12,9 @@ import pytest
 
 from raylab import tune as raylab_tune
 from raylab.errors import UserError
+from raylab.experiment import new_run_name
 from raylab.launch.trackers import logger_option
-from raylab.run_folder import RunFolder, new_run_name
+from raylab.run_folder import RunFolder
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -197,7 +198,7 @@ def test_a_query_string_uri_names_the_logger_runs_and_the_report_folder_by_the_r
     """``--storage s3://b/runs?endpoint_override=http://host:9000&scheme=http``: the MLflow tag,
     the W&B group and the default report folder are the run name, not the query's tail."""
     from raylab import report
-    from raylab.report.data import Run
+    from raylab.report.run_view import Run
 
     run_path = "s3://bucket/runs/toy-smoke-20260101-000000?endpoint_override=http://127.0.0.1:9000&scheme=http"
     assert run_path.rsplit("/", 1)[-1] == "127.0.0.1:9000&scheme=http"  # the trap: a "/" in the query
@@ -278,7 +279,7 @@ def test_a_resumed_sweep_continues_each_trials_mlflow_run(tmp_path):
 
     toy = experiments.load("toy", ["search.seed=[0]"], smoke=True)
     run = RunFolder.under(str(tmp_path / "results"), "toy-resumed")
-    run.begin(toy)
+    toy.write_to(run)
     trial = SimpleNamespace(trial_id="abc_00000", config={**toy.config, "lr": 0.05, "seed": 0})
 
     def session(counter: int):

@@ -13,9 +13,10 @@ import pytest
 
 from raylab import report, workloads
 from raylab.report import estimators
+from raylab.report import writer as report_writer
 from raylab.report.claims import Claim, Contrast, Control, Improvement, Value, readme_lines, where
-from raylab.report.data import load_run
 from raylab.report.evidence import evaluate_claims
+from raylab.report.run_view import load_run
 from raylab.report.spec import Aggregates, Report, Table
 from raylab.run_folder import RunFolder
 from tests.raylab.report.test_report_units import write_run
@@ -215,8 +216,8 @@ def test_probability_of_improvement_claim_moves_with_a_planted_difference(tmp_pa
 
 def test_claims_cli_prints_the_table_and_json(tmp_path, capsys, monkeypatch):
     run = planted_run(tmp_path)
-    monkeypatch.setattr(report, "declared_report", lambda r: (Report(claims=(RESIDUAL,)), ""))
-    monkeypatch.setattr(report, "config_defaults", lambda r: {"beta": 10.0})
+    monkeypatch.setattr(report_writer, "declared_report", lambda r: (Report(claims=(RESIDUAL,)), ""))
+    monkeypatch.setattr(report_writer, "config_defaults", lambda r: {"beta": 10.0})
     assert report.main([str(run), "--claims"]) == 0
     text = capsys.readouterr().out
     assert re.search(r"^1\s+residual\s+\S+\s+supported\s+0\.\d+ \[0\.\d+, 0\.\d+\]\s+5\s+-$", text, re.M), text

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from raylab import workloads
-from raylab.report.data import TUNE_COUNTERS
+from raylab.report.run_view import TUNE_COUNTERS
 from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus
 
 NAMES = sorted(workloads.registry())

@@ -10,7 +10,7 @@ import yaml
 
 from raylab.report import write_report
 from raylab.report.aggregate import label_of
-from raylab.report.data import _swept_keys, find_run
+from raylab.report.run_view import _swept_keys, find_run
 from raylab.run_folder import RunFolder
 
 

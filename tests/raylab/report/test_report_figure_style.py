@@ -18,8 +18,8 @@ from scipy import stats
 
 from raylab import report, workloads
 from raylab.report import plots
-from raylab.report.data import load_run
 from raylab.report.estimators import strata_interval
+from raylab.report.run_view import load_run
 from raylab.report.spec import Bars, Curve, Report, Versus
 from raylab.report.style import FigureStyle, label
 from raylab.report.uncertainty import FIGURE_RESAMPLES, curve_band, point_interval

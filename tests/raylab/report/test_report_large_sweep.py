@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 
 from raylab import report
-from raylab.report.data import load_run
+from raylab.report.run_view import load_run
 from raylab.report.spec import Report
 from raylab.report.sweep_view import PARALLEL_TOP
 from tests.raylab.report.test_report_units import write_run

@@ -16,7 +16,7 @@ from matplotlib.text import Text
 from raylab import report
 from raylab.report import plots
 from raylab.report.claims import Claim, Control, Value
-from raylab.report.data import load_run
+from raylab.report.run_view import load_run
 from raylab.report.spec import Curve, Report, Versus
 from raylab.report.style import log_spaced, series_colors, spans_decades
 from tests.raylab.report.test_report_units import write_run

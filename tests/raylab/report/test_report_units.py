@@ -13,7 +13,7 @@ import yaml
 from raylab import report
 from raylab.errors import UserError
 from raylab.report.aggregate import aggregate, series_xy, table_blocks, value_at
-from raylab.report.data import find_run, load_run
+from raylab.report.run_view import find_run, load_run
 from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus
 from raylab.run_folder import TRAIN_TRIAL, RunFolder
 

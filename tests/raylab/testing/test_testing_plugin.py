@@ -36,7 +36,7 @@ FILES = {
         from dataclasses import dataclass
 
         from raylab import session
-        from raylab.config import from_dict, require
+        from raylab.config import from_dict, check
 
 
         @dataclass(frozen=True)
@@ -49,7 +49,7 @@ FILES = {
             """Where x starts."""
 
             def __post_init__(self):
-                require(self.steps >= 1, "steps", "must be >= 1")
+                check(self.steps >= 1, "steps", "must be >= 1")
 
 
         def train_loop(config):

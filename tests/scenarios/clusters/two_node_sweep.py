@@ -12,8 +12,9 @@ import ray
 from ray.cluster_utils import Cluster
 
 from raylab import experiment as experiments
+from raylab.experiment import new_run_name
 from raylab.launch import sweep
-from raylab.run_folder import RunFolder, new_run_name
+from raylab.run_folder import RunFolder
 
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
 cluster.add_node(num_cpus=1)

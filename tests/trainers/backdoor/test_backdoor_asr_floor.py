@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from raylab import search_space
+from raylab.config import with_variant
 from raylab.report import status_notes
-from raylab.report.data import load_run
 from raylab.report.evidence import evaluate_claims
+from raylab.report.run_view import load_run
 from raylab.run_folder import TrialFolder
 from tests.raylab.report.test_report_units import write_run
 from trainers.backdoor import probe
@@ -107,7 +107,7 @@ def test_digits_smoke_sweep_learns_and_shows_the_backdoor_over_two_seeds(smoke_s
     for result in results:
         assert result.error is None, result.error
         row = TrialFolder.at(result.path).rows()[-1]
-        config = search_space.with_variant(result.config)
+        config = with_variant(result.config)
         last[(config["seed"], config["poison_ratio"])] = row
         print(
             f"seed {config['seed']} poison_ratio {config['poison_ratio']}: clean_acc {row['eval/clean_acc']:.3f} "

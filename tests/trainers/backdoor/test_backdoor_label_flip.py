@@ -6,8 +6,8 @@ import torch
 
 from raylab import experiment as experiments
 from raylab.errors import UserError
-from raylab.report.data import load_run
 from raylab.report.evidence import evaluate_claims
+from raylab.report.run_view import load_run
 from tests.raylab.report.test_report_units import write_run
 from trainers.backdoor.config import Config
 from trainers.backdoor.figures import REPORT

@@ -32,12 +32,13 @@ def test_each_distinct_training_is_swept_once(name):
     import itertools
 
     from raylab import search_space
+    from raylab.config import with_variant
 
     experiment = experiments.load(name)
     keys = list(experiment.search)
     assert all(list(spec) == ["grid"] for spec in experiment.search.values())  # grids only
     trials = [
-        search_space.with_variant({**experiment.config, **dict(zip(keys, values))})
+        with_variant({**experiment.config, **dict(zip(keys, values))})
         for values in itertools.product(*(experiment.search[k]["grid"] for k in keys))
     ]
     assert len(trials) == search_space.grid_size(experiment.search)

@@ -20,7 +20,7 @@ import pytest
 from rdkit import Chem
 
 from trainers.boltz_distill.chem import boltz_atom_names, canonical_smiles
-from trainers.boltz_distill.store import EmbeddingStore
+from trainers.boltz_distill.embedding_store import EmbeddingStore
 
 REPO = Path(__file__).resolve().parents[3]
 BOLTZ_PYTHON = Path(os.environ.get("RAYLAB_BOLTZ_PYTHON", REPO / ".venv-boltz" / "bin" / "python"))

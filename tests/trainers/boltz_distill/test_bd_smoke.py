@@ -122,7 +122,7 @@ def test_distill_trial_resumes_exactly(local_trial, tmp_path):
     # ones imputed and counted; a store with none of the task's molecules is refused
     from trainers.boltz_distill import data
     from trainers.boltz_distill.chem import canonical_smiles
-    from trainers.boltz_distill.store import StoreWriter
+    from trainers.boltz_distill.embedding_store import StoreWriter
 
     partial = tmp_path / "partial"
     task = data.load_task("solubility")

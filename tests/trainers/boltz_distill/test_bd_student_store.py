@@ -13,7 +13,7 @@ from scenarios.clusters.conftest import s3_server  # noqa: F401 - the fixture
 from raylab import session
 from raylab.checkpoint import load_at
 from raylab.run_folder import RESULT_FILE, RunFolder, join
-from trainers.boltz_distill import loop, student_store
+from trainers.boltz_distill import loop, shared_students
 from trainers.boltz_distill.config import ProbeConfig
 from trainers.boltz_distill.probe_loop import distilled_student
 
@@ -63,9 +63,9 @@ def probe_config(tmp_path, node: str) -> ProbeConfig:
 
 def test_the_first_writer_wins_and_a_later_writer_reads_its_copy(tmp_path):
     run = RunFolder(tmp_path / "run")
-    first = student_store.publish(run, "s", tiny_state(0))
-    second = student_store.publish(run, "s", tiny_state(1))  # distilled meanwhile elsewhere
-    assert second == first == student_store.published(run, "s")
+    first = shared_students.publish(run, "s", tiny_state(0))
+    second = shared_students.publish(run, "s", tiny_state(1))  # distilled meanwhile elsewhere
+    assert second == first == shared_students.published(run, "s")
     assert [name for name, kind in run.listdir("_students/s") if kind == "dir"] == [first.rsplit("/", 1)[1]]
     assert load_at(second)[0]["seed"] == 0  # the first copy, whole (its checksum verified)
     assert run.trials() == []  # not mistaken for a trial of the run
@@ -79,7 +79,7 @@ def test_racing_writers_publish_one_whole_copy(tmp_path):
 
     def writer(i):
         barrier.wait()
-        got[i] = student_store.publish(run, "s", tiny_state(i))
+        got[i] = shared_students.publish(run, "s", tiny_state(i))
 
     threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
     for t in threads:
@@ -143,7 +143,7 @@ def test_two_trials_share_one_student_written_to_s3(s3_server, tmp_path, counted
     assert state["config"]["width"] == 16 and not model.training
 
     # a writer that distilled it too, racing the first: its copy is dropped, the first stays
-    late = student_store.publish(RunFolder(run), name, tiny_state(1))
+    late = shared_students.publish(RunFolder(run), name, tiny_state(1))
     assert late == first and files(client) == stored
 
 
@@ -165,7 +165,7 @@ def test_a_sweeps_trials_share_one_student_in_the_runs_storage(smoke_sweep, tmp_
     assert len(results) == 2 and all(r.error is None for r in results), [r.error for r in results]
     (name,) = [n for n, kind in RunFolder(run_path).listdir("_students") if kind == "dir"]
     copies = [n for n, kind in RunFolder(run_path).listdir(f"_students/{name}") if kind == "dir"]
-    assert len(copies) == 1 and student_store.published(RunFolder(run_path), name).endswith(copies[0])
+    assert len(copies) == 1 and shared_students.published(RunFolder(run_path), name).endswith(copies[0])
     assert not list((tmp_path / "students").glob("*/state.pt"))  # only the lock is node-local
     assert not list(Path(run_path).glob("_students/*/*/state.pt.*"))  # no stray parts
 

@@ -7,7 +7,7 @@ import pytest
 from rdkit import Chem
 from rdkit.Chem import Crippen, Descriptors
 
-from trainers.boltz_distill.store import EmbeddingStore
+from trainers.boltz_distill.embedding_store import EmbeddingStore
 from trainers.boltz_distill.teacher import cli, rdkit_teachers
 
 SMILES = ["CC(=O)Oc1ccccc1C(=O)O", "OCC(=O)[O-]", "c1ccncc1", "nonsense", "CCO"]

@@ -16,7 +16,7 @@ from raylab.errors import UserError
 from raylab.run_folder import RunFolder
 from trainers.boltz_distill import chem, data, featurize, loss, probe
 from trainers.boltz_distill.config import Config, ProbeConfig
-from trainers.boltz_distill.store import EmbeddingStore, StoreWriter
+from trainers.boltz_distill.embedding_store import EmbeddingStore, StoreWriter
 
 F = featurize.ATOM_OFFSETS
 

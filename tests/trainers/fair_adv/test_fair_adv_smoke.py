@@ -7,9 +7,8 @@ import pytest
 from conftest import assert_finite_metrics
 
 from raylab import experiment as experiments
-from raylab.config import from_dict
+from raylab.config import from_dict, with_variant
 from raylab.errors import UserError
-from raylab.search_space import with_variant
 from trainers.fair_adv import METRICS
 from trainers.fair_adv import loop as fair_loop
 from trainers.fair_adv.config import Config

@@ -156,7 +156,7 @@ def run_boltz2(args: argparse.Namespace, smiles: list[str]) -> dict[str, int]:
             f"--teacher boltz2 needs the boltz package, which {sys.executable} lacks; "
             f"create its environment with 'make boltz-env' and run .venv-boltz/bin/python"
         )
-    from trainers.boltz_distill.store import StoreWriter
+    from trainers.boltz_distill.embedding_store import StoreWriter
     from trainers.boltz_distill.teacher.boltz2 import Boltz2Teacher
 
     if not args.checkpoint:

@@ -69,7 +69,7 @@ def chunk_command(args: argparse.Namespace, smi: str, out: str) -> list[str]:
 
 def embed_chunk(args: argparse.Namespace, keys: list[str]) -> dict:
     """Run the boltz teacher on ``keys`` in a temporary store; return its meta and contents."""
-    from trainers.boltz_distill.store import EmbeddingStore
+    from trainers.boltz_distill.embedding_store import EmbeddingStore
 
     with tempfile.TemporaryDirectory(prefix="raylab-boltz-") as tmp:
         smi = Path(tmp) / "chunk.smi"
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace, keys: list[str]) -> dict[str, int]:
     from tqdm import tqdm
 
     from raylab.launch.ray_start import connect
-    from trainers.boltz_distill.store import EmbeddingStore, StoreWriter
+    from trainers.boltz_distill.embedding_store import EmbeddingStore, StoreWriter
 
     if not args.checkpoint:
         raise UserError("--teacher boltz2 needs --checkpoint PATH (boltz2_conf.ckpt)")

@@ -31,7 +31,7 @@ from rdkit.Chem import AllChem, Descriptors, rdMolDescriptors
 from rdkit.Chem.EState import EState
 
 from trainers.boltz_distill.chem import parse_smiles
-from trainers.boltz_distill.store import StoreWriter
+from trainers.boltz_distill.embedding_store import StoreWriter
 
 RBF_CENTERS = np.linspace(1.0, 8.0, 8)
 """Centers (angstrom) of the Gaussian radial features of the conformer teacher."""
