@@ -99,6 +99,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
         "LoopState",
         "GlobalRNG",
         "saved_only",
+        "on_device",
     ),
     "raylab.seeds": ("derive_seed",),
     "raylab.files": ("user_path", "user_location", "sha256_file", "write_atomic"),

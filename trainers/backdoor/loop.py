@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from raylab import session
 from raylab.accel import compiled, enabled, fixed_shapes
-from raylab.checkpoint import GlobalRNG, LoopState, saved_only
+from raylab.checkpoint import GlobalRNG, LoopState, on_device, saved_only
 from raylab.config import from_dict
 from raylab.data.augment import random_crop_flip, to_float
 from raylab.data.cifar import MEAN, STD, ImageData, check_cifar, prepare_cifar
@@ -435,7 +435,7 @@ class BackdoorState(LoopState):
     """Each probe group's ReLU gates at the previous early probe."""
     last_probe: int = -1
     """The step of the last early probe (a resumed trial must not repeat it)."""
-    top: torch.Tensor | None = None
+    top: torch.Tensor | None = on_device()
     """The trigger-dominant neurons phase 2 found."""
     sel_before: torch.Tensor | None = None
     """Every neuron's selectivity before fine-tuning."""
@@ -451,9 +451,7 @@ def train_loop(config: dict) -> None:
     st = new_state(t, config)
     saved = session.restore()
     if saved is not None:
-        st.load_state_dict(saved)
-        if st.top is not None:
-            st.top = st.top.to(t.device)
+        st.load_state_dict(saved, device=t.device)
     else:  # before any step: every report then carries eval/* (Tune's metric)
         st.latest |= {f"eval/{k}": v for k, v in evaluate(t.net, t.data, cfg).items()}
         st.latest["eval/clean_acc_floor"] = asr_floor(cfg)

@@ -27,7 +27,7 @@ import torch
 
 from raylab import session
 from raylab.accel import compiled, enabled, fixed_shapes
-from raylab.checkpoint import GlobalRNG, LoopState, saved_only
+from raylab.checkpoint import GlobalRNG, LoopState, on_device, saved_only
 from raylab.config import from_dict
 from raylab.data import augment
 from raylab.data.cifar import ImageData, check_cifar, prepare_cifar
@@ -168,7 +168,7 @@ class FairAdvState(LoopState):
     aug_gen: torch.Generator
     attack_gen: torch.Generator
     history: History
-    frl_lambda: dict
+    frl_lambda: dict = on_device()
     """FRL's multipliers per regime (``nat``, ``bndy``, ``margin``), one per class."""
     rng: GlobalRNG = field(default_factory=GlobalRNG)
     best: dict = field(default_factory=no_best)
@@ -222,8 +222,7 @@ def train_loop(config: dict) -> None:
     )
     saved = session.restore()
     if saved is not None:
-        st.load_state_dict(saved)
-        st.frl_lambda = {k: v.to(device) for k, v in st.frl_lambda.items()}
+        st.load_state_dict(saved, device=device)
 
     def eval_attack(seed: int):
         gen = torch.Generator(device=device).manual_seed(seed)
