@@ -36,6 +36,7 @@ _NAMES = {
     "LoopState": "raylab.checkpoint",
     "GlobalRNG": "raylab.checkpoint",
     "saved_only": "raylab.checkpoint",
+    "on_device": "raylab.checkpoint",
     "load_at": "raylab.checkpoint",
     "derive_seed": "raylab.seeds",
     "user_path": "raylab.files",

@@ -214,15 +214,7 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     if cfg.eval_size:
         test_x, test_y = test_x[: cfg.eval_size], test_y[: cfg.eval_size]
     trig_x, trig_clean_x, trig_y = attack.triggered_test_set(test_x, test_y, trigger, spec, cfg.target_class)
-    bn_gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "probe-bn"))
-    if cfg.attack == "wanet":
-        pick = torch.randperm(n, generator=bn_gen)[: cfg.probe_bn_size]
-        bn_x, bn_y = wanet.poison_batch(
-            train_x[pick], train_y[pick], spec, cfg.poison_ratio, cfg.wanet_cross_ratio, cfg.target_class, bn_gen
-        )[:2]
-    else:
-        pick = bn_sample(poison_idx, n, cfg.probe_bn_size, bn_gen)
-        bn_x, bn_y = to_float(train_x[pick]), train_y[pick]
+    bn_x, bn_y = bn_batch(cfg, spec, train_x, train_y, poison_idx)
     on = lambda t: t.to(device)  # noqa: E731
     return Data(
         train_x=on(train_x),
@@ -241,6 +233,24 @@ def build_data(cfg: Config, device: torch.device) -> Data:
         mean=mean,
         std=std,
     )
+
+
+def bn_batch(
+    cfg: Config, spec: attack.TriggerSpec, train_x: torch.Tensor, train_y: torch.Tensor, poison_idx: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Data.bn_x`` and ``bn_y``: a fixed random sample of the training set (``bn_sample``; for
+    ``wanet``, poisoned as a training batch is), drawn from its own stream."""
+    n = len(train_y)
+    bn_gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "probe-bn"))
+    if cfg.attack == "wanet":
+        pick = torch.randperm(n, generator=bn_gen)[: cfg.probe_bn_size]
+        bn_x, bn_y = wanet.poison_batch(
+            train_x[pick], train_y[pick], spec, cfg.poison_ratio, cfg.wanet_cross_ratio, cfg.target_class, bn_gen
+        )[:2]
+    else:
+        pick = bn_sample(poison_idx, n, cfg.probe_bn_size, bn_gen)
+        bn_x, bn_y = to_float(train_x[pick]), train_y[pick]
+    return bn_x, bn_y
 
 
 def untriggered(x: torch.Tensor, _spec: attack.TriggerSpec) -> torch.Tensor:
