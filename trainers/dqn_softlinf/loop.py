@@ -471,6 +471,11 @@ class DQNState(LoopState):
             config=config,
         )
 
+    def load_state_dict(self, state: dict, device=None) -> None:
+        if "counters" in state:  # a checkpoint from before the counters were fields: one dict
+            state = {k: v for k, v in state.items() if k != "counters"} | state["counters"]
+        super().load_state_dict(state, device)
+
 
 def resume(run: Run, st: DQNState) -> None:
     """After a checkpoint is loaded into ``st``: refill the replay before learning again where
