@@ -364,7 +364,11 @@ class LoopState:
     bit generator's state, both restored in place; a NumPy array as a tensor (restored as an
     array); any other value (a counter, a tensor, a dict of floats, None) as it is, its tensors
     moved to the CPU. ``load_state_dict`` raises ``KeyError`` naming every field the checkpoint
-    lacks, before it changes anything.
+    lacks, before it changes anything; ``load_state_dict(saved, device=...)`` moves the tensors of
+    the fields declared with ``on_device()`` (a tensor, or a dict, list or tuple of them) to that
+    device, so a loop restores them where it keeps them, with no moves of its own::
+
+        top: torch.Tensor | None = on_device()  # restored onto the trial's device
     """
 
     def state_dict(self) -> dict[str, Any]:
@@ -372,9 +376,10 @@ class LoopState:
 
         return {f.name: _saved(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any], device: Any = None) -> None:
         import dataclasses
 
+        to_device = {f.name for f in dataclasses.fields(self) if f.metadata.get("on_device")}
         names = [f.name for f in dataclasses.fields(self) if f.metadata.get("restore", True)]
         missing = [name for name in names if name not in state]
         if missing:
@@ -383,7 +388,8 @@ class LoopState:
                 f"(it holds {', '.join(map(repr, sorted(state)))})"
             )
         for name in names:
-            setattr(self, name, _restored(getattr(self, name), state[name]))
+            value = _restored(getattr(self, name), state[name])
+            setattr(self, name, _moved(value, device) if device is not None and name in to_device else value)
 
 
 class GlobalRNG:
@@ -403,6 +409,16 @@ def saved_only(default: Any = None) -> Any:
     import dataclasses
 
     return dataclasses.field(default=default, metadata={"restore": False})
+
+
+def on_device(default: Any = None, default_factory: Any = None) -> Any:
+    """A ``LoopState`` field whose tensors live on the trial's device: saved on the CPU like any
+    other, and moved back to the device ``load_state_dict(saved, device=...)`` names."""
+    import dataclasses
+
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata={"on_device": True})
+    return dataclasses.field(default=default, metadata={"on_device": True})
 
 
 def _saved(value: Any) -> Any:
@@ -439,14 +455,19 @@ def _restored(current: Any, saved: Any) -> Any:
 
 
 def _on_cpu(value: Any) -> Any:
+    return _moved(value, "cpu")
+
+
+def _moved(value: Any, device: Any) -> Any:
+    """``value`` with its tensors (in dicts, lists and tuples too) on ``device``."""
     import torch
 
     if torch.is_tensor(value):
-        return value.cpu()
+        return value.to(device)
     if isinstance(value, dict):
-        return {k: _on_cpu(v) for k, v in value.items()}
+        return {k: _moved(v, device) for k, v in value.items()}
     if isinstance(value, list):
-        return [_on_cpu(v) for v in value]
+        return [_moved(v, device) for v in value]
     if isinstance(value, tuple):
-        return tuple(_on_cpu(v) for v in value)
+        return tuple(_moved(v, device) for v in value)
     return value

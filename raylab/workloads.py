@@ -100,6 +100,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
         "GlobalRNG",
         "saved_only",
         "STATE_FILE",
+        "on_device",
     ),
     "raylab.seeds": ("derive_seed",),
     "raylab.files": ("user_path", "user_location", "is_uri", "sha256_file", "write_atomic"),

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from raylab import checkpoint as ckpt
-from raylab.checkpoint import GlobalRNG, LoopState, saved_only
+from raylab.checkpoint import GlobalRNG, LoopState, on_device, saved_only
 
 
 @dataclass
@@ -112,3 +112,28 @@ def test_the_toy_loop_keeps_its_state_in_one_list():
     del saved["loss"]
     with pytest.raises(KeyError, match="'loss'"):
         ToyState(model, torch.optim.SGD(model.parameters(), lr=0.1)).load_state_dict(saved)
+
+
+@dataclass
+class Placed(LoopState):
+    top: torch.Tensor | None = on_device()
+    lam: dict = on_device(default_factory=dict)
+    kept: torch.Tensor | None = None
+
+
+def test_load_state_dict_moves_the_on_device_fields_to_the_device_it_is_given():
+    """``device=`` puts the ``on_device()`` fields' tensors (nested ones too) on that device (the
+    meta device stands in for a GPU here) and leaves every other field on the CPU."""
+    saved = Placed(torch.arange(3), {"nat": torch.zeros(2), "pair": [torch.ones(1)]}, torch.ones(2)).state_dict()
+    assert saved["top"].device.type == "cpu" and saved["lam"]["nat"].device.type == "cpu"
+    st = Placed()
+    st.load_state_dict(saved, device=torch.device("meta"))
+    assert st.top.device.type == "meta"
+    assert st.lam["nat"].device.type == "meta" and st.lam["pair"][0].device.type == "meta"
+    assert st.kept.device.type == "cpu"  # not declared on_device: restored as saved
+    st = Placed()
+    st.load_state_dict(saved)  # no device: restored as saved
+    assert st.top.device.type == "cpu" and torch.equal(st.top, torch.arange(3))
+    st = Placed()
+    st.load_state_dict({**saved, "top": None}, device="meta")  # None stays None
+    assert st.top is None

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from raylab import session
 from raylab.accel import compiled, enabled, fixed_shapes
-from raylab.checkpoint import GlobalRNG, LoopState, saved_only
+from raylab.checkpoint import GlobalRNG, LoopState, on_device, saved_only
 from raylab.config import from_dict
 from raylab.data.augment import random_crop_flip, to_float
 from raylab.data.cifar import MEAN, STD, ImageData, check_cifar, prepare_cifar
@@ -214,15 +214,7 @@ def build_data(cfg: Config, device: torch.device) -> Data:
     if cfg.eval_size:
         test_x, test_y = test_x[: cfg.eval_size], test_y[: cfg.eval_size]
     trig_x, trig_clean_x, trig_y = attack.triggered_test_set(test_x, test_y, trigger, spec, cfg.target_class)
-    bn_gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "probe-bn"))
-    if cfg.attack == "wanet":
-        pick = torch.randperm(n, generator=bn_gen)[: cfg.probe_bn_size]
-        bn_x, bn_y = wanet.poison_batch(
-            train_x[pick], train_y[pick], spec, cfg.poison_ratio, cfg.wanet_cross_ratio, cfg.target_class, bn_gen
-        )[:2]
-    else:
-        pick = bn_sample(poison_idx, n, cfg.probe_bn_size, bn_gen)
-        bn_x, bn_y = to_float(train_x[pick]), train_y[pick]
+    bn_x, bn_y = bn_batch(cfg, spec, train_x, train_y, poison_idx)
     on = lambda t: t.to(device)  # noqa: E731
     return Data(
         train_x=on(train_x),
@@ -241,6 +233,24 @@ def build_data(cfg: Config, device: torch.device) -> Data:
         mean=mean,
         std=std,
     )
+
+
+def bn_batch(
+    cfg: Config, spec: attack.TriggerSpec, train_x: torch.Tensor, train_y: torch.Tensor, poison_idx: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Data.bn_x`` and ``bn_y``: a fixed random sample of the training set (``bn_sample``; for
+    ``wanet``, poisoned as a training batch is), drawn from its own stream."""
+    n = len(train_y)
+    bn_gen = torch.Generator().manual_seed(derive_seed(cfg.seed, "probe-bn"))
+    if cfg.attack == "wanet":
+        pick = torch.randperm(n, generator=bn_gen)[: cfg.probe_bn_size]
+        bn_x, bn_y = wanet.poison_batch(
+            train_x[pick], train_y[pick], spec, cfg.poison_ratio, cfg.wanet_cross_ratio, cfg.target_class, bn_gen
+        )[:2]
+    else:
+        pick = bn_sample(poison_idx, n, cfg.probe_bn_size, bn_gen)
+        bn_x, bn_y = to_float(train_x[pick]), train_y[pick]
+    return bn_x, bn_y
 
 
 def untriggered(x: torch.Tensor, _spec: attack.TriggerSpec) -> torch.Tensor:
@@ -435,7 +445,7 @@ class BackdoorState(LoopState):
     """Each probe group's ReLU gates at the previous early probe."""
     last_probe: int = -1
     """The step of the last early probe (a resumed trial must not repeat it)."""
-    top: torch.Tensor | None = None
+    top: torch.Tensor | None = on_device()
     """The trigger-dominant neurons phase 2 found."""
     sel_before: torch.Tensor | None = None
     """Every neuron's selectivity before fine-tuning."""
@@ -451,9 +461,7 @@ def train_loop(config: dict) -> None:
     st = new_state(t, config)
     saved = session.restore()
     if saved is not None:
-        st.load_state_dict(saved)
-        if st.top is not None:
-            st.top = st.top.to(t.device)
+        st.load_state_dict(saved, device=t.device)
     else:  # before any step: every report then carries eval/* (Tune's metric)
         st.latest |= {f"eval/{k}": v for k, v in evaluate(t.net, t.data, cfg).items()}
         st.latest["eval/clean_acc_floor"] = asr_floor(cfg)

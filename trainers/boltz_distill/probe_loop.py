@@ -404,63 +404,88 @@ class ProbeState(LoopState):
     config: dict = saved_only()
 
 
+@dataclasses.dataclass
+class Rows:
+    """What every probe row carries beside its own figures: the task's metric on the test set
+    (signed so that higher is better under ``probe/*/score``) and the mean predictor's."""
+
+    metric: str
+    name: str
+    """The task's metric name (``tasks.metric_name``)."""
+    y_te: np.ndarray
+    baseline: float
+    """The mean predictor's test score."""
+
+    @classmethod
+    def of(cls, cfg: ProbeConfig, split) -> Rows:
+        metric, y_te = split.task.metric, split.test_y
+        baseline = score(metric, y_te, mean_predictor(split.y[split.train], len(y_te), metric))
+        return cls(metric, tasks.metric_name(cfg.task), y_te, baseline)
+
+    def row(self, test_pred, valid_value: float, epoch: int, train_loss: float, imputed: int) -> dict:
+        sign = -1.0 if self.metric == "mae" else 1.0
+        test_value = score(self.metric, self.y_te, test_pred)
+        return {
+            self.name: test_value,
+            "probe/test/score": sign * test_value,
+            "probe/valid/score": sign * valid_value,
+            "probe/test/mean_predictor": self.baseline,
+            "probe/epoch": epoch,
+            "probe/train_loss": train_loss,
+            "probe/test/molecules": len(self.y_te),
+            "probe/test/imputed": imputed,
+        }
+
+
 def train_loop(config: dict) -> None:
     cfg = from_dict(ProbeConfig, config, "trial config")
     preflight(cfg)
     split = load_split(cfg)
-    task, y_te = split.task, split.test_y
-    metric, name = task.metric, tasks.metric_name(cfg.task)
-    sign = -1.0 if metric == "mae" else 1.0
-    baseline = score(metric, y_te, mean_predictor(split.y[split.train], len(y_te), metric))
-
-    def row(test_pred, valid_value, epoch, train_loss, imputed):
-        test_value = score(metric, y_te, test_pred)
-        return {
-            name: test_value,
-            "probe/test/score": sign * test_value,
-            "probe/valid/score": sign * valid_value,
-            "probe/test/mean_predictor": baseline,
-            "probe/epoch": epoch,
-            "probe/train_loss": train_loss,
-            "probe/test/molecules": len(y_te),
-            "probe/test/imputed": imputed,
-        }
-
+    rows = Rows.of(cfg, split)
     if cfg.probe == "end_to_end":
         pred, valid_value = end_to_end(cfg, split)
-        result = row(pred, valid_value, cfg.e2e_epochs, 0.0, int((~split.test_parsed).sum()))
+        result = rows.row(pred, valid_value, cfg.e2e_epochs, 0.0, int((~split.test_parsed).sum()))
         del result["probe/train_loss"]  # Chemprop's loop does not return it; neither do we
         session.report(result, checkpoint=False)
         return
-
-    x_tr, y_tr, x_va, y_va, x_te, imputed = prepare(cfg, split)
+    features = prepare(cfg, split)
     if cfg.probe in ("linear", "gbm"):
-        epoch = 0  # gbm: the boosting iterations chosen on validation
-        if cfg.probe == "linear":
-            pred, valid_value, _ = linear_probe(x_tr, y_tr, x_va, y_va, torch.cat([x_tr, x_te]), metric)
-        else:
-            pred, valid_value, chosen = gbm_probe(
-                x_tr.numpy(),
-                y_tr.numpy(),
-                x_va.numpy(),
-                y_va.numpy(),
-                torch.cat([x_tr, x_te]).numpy(),
-                metric,
-                cfg.gbm_max_iter,
-                cfg.seed,
-            )
-            pred, epoch = (logit(pred) if task.classification else pred), chosen["iterations"]
-        fit = torch.as_tensor(pred[: len(y_tr)])
-        train_loss = (
-            torch.nn.functional.binary_cross_entropy_with_logits(fit, y_tr)
-            if task.classification
-            else torch.nn.functional.mse_loss(fit, y_tr)
-        )
-        session.report(row(pred[len(y_tr) :], valid_value, epoch, train_loss.item(), imputed), checkpoint=False)
-        return
+        fitted_probe(cfg, split.task, rows, *features)
+    else:
+        mlp_probe(cfg, config, split.task, rows, *features)
 
-    # MLP probe: standardized regression targets, mini-batches, early stopping on validation.
-    classify = task.classification
+
+def fitted_probe(cfg: ProbeConfig, task, rows: Rows, x_tr, y_tr, x_va, y_va, x_te, imputed: int) -> None:
+    """The linear or gradient-boosting probe, fitted in one go: one row, no checkpoint."""
+    epoch = 0  # gbm: the boosting iterations chosen on validation
+    if cfg.probe == "linear":
+        pred, valid_value, _ = linear_probe(x_tr, y_tr, x_va, y_va, torch.cat([x_tr, x_te]), rows.metric)
+    else:
+        pred, valid_value, chosen = gbm_probe(
+            x_tr.numpy(),
+            y_tr.numpy(),
+            x_va.numpy(),
+            y_va.numpy(),
+            torch.cat([x_tr, x_te]).numpy(),
+            rows.metric,
+            cfg.gbm_max_iter,
+            cfg.seed,
+        )
+        pred, epoch = (logit(pred) if task.classification else pred), chosen["iterations"]
+    fit = torch.as_tensor(pred[: len(y_tr)])
+    train_loss = (
+        torch.nn.functional.binary_cross_entropy_with_logits(fit, y_tr)
+        if task.classification
+        else torch.nn.functional.mse_loss(fit, y_tr)
+    )
+    session.report(rows.row(pred[len(y_tr) :], valid_value, epoch, train_loss.item(), imputed), checkpoint=False)
+
+
+def mlp_probe(cfg: ProbeConfig, config: dict, task, rows: Rows, x_tr, y_tr, x_va, y_va, x_te, imputed: int) -> None:
+    """The MLP probe: standardized regression targets, mini-batches, early stopping on
+    validation; a row every ``report_every`` epochs (the best model's test score) and a
+    checkpoint at the end."""
+    metric, classify = rows.metric, task.classification
     y_mean, y_std = (0.0, 1.0) if classify else (float(y_tr.mean()), float(y_tr.std().clamp_min(1e-8)))
     y_tr_fit = y_tr if classify else (y_tr - y_mean) / y_std
     torch.manual_seed(cfg.seed)
@@ -500,7 +525,7 @@ def train_loop(config: dict) -> None:
         done = st.epoch >= cfg.mlp_epochs or st.since_best >= cfg.mlp_patience
         if st.epoch % cfg.report_every == 0 or done:
             session.report(
-                row(predict(st.best_model, x_te), st.best_valid, st.epoch, total / len(y_tr), imputed),
+                rows.row(predict(st.best_model, x_te), st.best_valid, st.epoch, total / len(y_tr), imputed),
                 state=st.state_dict,
                 checkpoint=True if done else None,
             )

@@ -131,97 +131,120 @@ def train_loop(config: dict) -> None:
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     run = build_run(cfg, session.device())
-    n = cfg.num_envs
     st = DQNState.of(run, config)
     saved = session.restore()
     if saved is None:
-        run.obs, run.lives = run.envs.reset(env_seed(cfg.seed, TRAIN_STREAM))
-        run.ep_return = np.zeros(n, np.float64)
-        run.final_prev, run.fire_next = np.zeros(n, bool), np.zeros(n, bool)
-        run.replay.add_observation(run.envs.newest_frame(run.obs), first=np.ones(n, bool), final=run.final_prev)
+        first_episodes(run)
     else:
         st.load_state_dict(saved)
         resume(run, st)
-    s = st.counters
-    run.episodes = collections.deque(s["episodes"], maxlen=100)
+    prepare(run, st)
+    clock = (time.perf_counter(), st.env_steps)
+    while st.env_steps < cfg.total_steps:
+        vector_step(run, st)
+        if st.env_steps >= st.next_sync and st.env_steps >= st.updates_from:
+            target_update(run, st)
+            while st.next_sync <= st.env_steps:
+                st.next_sync += cfg.target_period
+        last = st.env_steps >= cfg.total_steps
+        if st.env_steps >= st.next_report or last:
+            report(run, st, clock, last)
+            clock = (time.perf_counter(), st.env_steps)
+    close(run)
+
+
+def first_episodes(run: Run) -> None:
+    """A fresh trial: the envs' first episodes from the training seed block, their first frames
+    in the replay."""
+    n = run.cfg.num_envs
+    run.obs, run.lives = run.envs.reset(env_seed(run.cfg.seed, TRAIN_STREAM))
+    run.ep_return = np.zeros(n, np.float64)
+    run.final_prev, run.fire_next = np.zeros(n, bool), np.zeros(n, bool)
+    run.replay.add_observation(run.envs.newest_frame(run.obs), first=np.ones(n, bool), final=run.final_prev)
+
+
+def prepare(run: Run, st: DQNState) -> None:
+    """What a trial builds after its restore, fresh or resumed: the episode window, the
+    held-out and shared probes (never checkpointed), the running sums on the device and the
+    update's CUDA graph (it holds the tensors it is captured with)."""
+    cfg = run.cfg
+    run.episodes = collections.deque(st.episodes, maxlen=100)
     if cfg.suite == "atari" and cfg.heldout_size:  # not checkpointed: a resumed trial refills it
-        run.heldout = HeldoutProbe(cfg, env_seed(cfg.seed, HELDOUT_STREAM, s["starts"]))
+        run.heldout = HeldoutProbe(cfg, env_seed(cfg.seed, HELDOUT_STREAM, st.starts))
     if cfg.suite == "atari" and cfg.shared_states:  # built the same in every trial: not checkpointed
         run.shared = SharedStates(cfg)
-    if run.probe is not None:
-        run.probe = {k: v.to(run.device) if torch.is_tensor(v) else v for k, v in run.probe.items()}
-    run.sums = {k: torch.zeros((), device=run.device) + s[f"{k}_sum"] for k in ("loss", "q", "ess")}
+    run.sums = {k: torch.zeros((), device=run.device) + getattr(st, f"{k}_sum") for k in ("loss", "q", "ess")}
     if run.capture:
-        run.graph = update_graph(run)  # after the restore: it holds the tensors it is captured with
-    clock, steps_at_clock = time.perf_counter(), s["env_steps"]
+        run.graph = update_graph(run)
 
-    # ---------------------------------------------------------------- the loop
-    envs, replay = run.envs, run.replay
-    while s["env_steps"] < cfg.total_steps:
-        epsilon = epsilon_at(cfg, s["env_steps"])
-        actions, heldout_greedy = choose_actions(run, epsilon)
-        if envs.fire_action is not None:
-            actions = np.where(run.fire_next, envs.fire_action, actions)
-        envs.send(actions)
-        held = None
-        if run.heldout is not None:  # one step of the held-out game while the emulators run
-            held = heldout_step(run, run.heldout.choose(heldout_greedy, epsilon))
-        if not cfg.overlap_env or cfg.suite != "atari":
-            step_result = envs.recv()
-        # one update per train_every agent steps; on Atari they run while the emulators step
-        if s["env_steps"] >= s["updates_from"]:
-            s["credit"] += n
-        n_updates, s["credit"] = divmod(s["credit"], cfg.train_every)
-        if replay.can_sample():
-            for _ in range(n_updates):
-                update(run, s)
-                s["updates"] += 1
-        if cfg.overlap_env and cfg.suite == "atari":
-            step_result = envs.recv()
-        next_obs, reward, terminated, truncated, next_lives = step_result
 
-        ended = terminated | truncated
-        lost = life_lost(run.lives, next_lives) & ~ended & ~run.final_prev
-        done = td_done(cfg, terminated, lost)
-        reward_stored = np.clip(reward, -1, 1) if cfg.reward_clip else reward
-        replay.add_step(actions, reward_stored, done, envs.newest_frame(next_obs), run.final_prev, ended)
-        run.ep_return += np.where(run.final_prev, 0.0, reward)
-        for i in np.flatnonzero(ended):
-            run.episodes.append(float(run.ep_return[i]))
-        run.ep_return[ended] = 0.0
-        run.fire_next = lost
-        run.final_prev, run.lives, run.obs = ended, next_lives, next_obs
-        if held is not None:
-            held.result()  # the held-out game's step, done beside the update (raises its error)
-        s["env_steps"] += n
+def vector_step(run: Run, st: DQNState) -> None:
+    """One step of the N envs: epsilon-greedy actions, the updates it pays for (on Atari while
+    the emulators step), its transitions into the replay, the episodes' bookkeeping."""
+    cfg, envs, replay, n = run.cfg, run.envs, run.replay, run.cfg.num_envs
+    epsilon = epsilon_at(cfg, st.env_steps)
+    actions, heldout_greedy = choose_actions(run, epsilon)
+    if envs.fire_action is not None:
+        actions = np.where(run.fire_next, envs.fire_action, actions)
+    envs.send(actions)
+    held = None
+    if run.heldout is not None:  # one step of the held-out game while the emulators run
+        held = heldout_step(run, run.heldout.choose(heldout_greedy, epsilon))
+    if not cfg.overlap_env or cfg.suite != "atari":
+        step_result = envs.recv()
+    # one update per train_every agent steps; on Atari they run while the emulators step
+    if st.env_steps >= st.updates_from:
+        st.credit += n
+    n_updates, st.credit = divmod(st.credit, cfg.train_every)
+    if replay.can_sample():
+        for _ in range(n_updates):
+            update(run, st)
+            st.updates += 1
+    if cfg.overlap_env and cfg.suite == "atari":
+        step_result = envs.recv()
+    next_obs, reward, terminated, truncated, next_lives = step_result
 
-        if s["env_steps"] >= s["next_sync"] and s["env_steps"] >= s["updates_from"]:
-            target_update(run, s)
-            while s["next_sync"] <= s["env_steps"]:
-                s["next_sync"] += cfg.target_period
+    ended = terminated | truncated
+    lost = life_lost(run.lives, next_lives) & ~ended & ~run.final_prev
+    done = td_done(cfg, terminated, lost)
+    reward_stored = np.clip(reward, -1, 1) if cfg.reward_clip else reward
+    replay.add_step(actions, reward_stored, done, envs.newest_frame(next_obs), run.final_prev, ended)
+    run.ep_return += np.where(run.final_prev, 0.0, reward)
+    for i in np.flatnonzero(ended):
+        run.episodes.append(float(run.ep_return[i]))
+    run.ep_return[ended] = 0.0
+    run.fire_next = lost
+    run.final_prev, run.lives, run.obs = ended, next_lives, next_obs
+    if held is not None:
+        held.result()  # the held-out game's step, done beside the update (raises its error)
+    st.env_steps += n
 
-        last = s["env_steps"] >= cfg.total_steps
-        if s["env_steps"] >= s["next_report"] or last:
-            elapsed = time.perf_counter() - clock
-            metrics = {
-                "env/steps": s["env_steps"],
-                "env/frames": s["env_steps"] * frames_per_step(cfg),
-                "perf/env_steps_per_s": (s["env_steps"] - steps_at_clock) / max(elapsed, 1e-9),
-                "train/epsilon": epsilon_at(cfg, s["env_steps"]),
-                "train/updates": s["updates"],
-            }
-            metrics |= report_metrics(run, s, last)
-            while s["next_report"] <= s["env_steps"]:
-                s["next_report"] += cfg.report_every
-            for total in run.sums.values():
-                total.zero_()
-            s.update(
-                loss_n=0, loss_sum=0.0, q_sum=0.0, ess_sum=0.0, inner=[], inner_exact=[], episodes=list(run.episodes)
-            )
-            session.report(metrics, state=st.state_dict, checkpoint=True if last else None)
-            clock, steps_at_clock = time.perf_counter(), s["env_steps"]
 
-    envs.close()
+def report(run: Run, st: DQNState, clock: tuple[float, int], last: bool) -> None:
+    """A row (``report_metrics``) and, at the last, a checkpoint; the running sums folded in and
+    zeroed first, so a checkpoint holds none. ``clock``: the time and agent step of the
+    previous report."""
+    cfg = run.cfg
+    elapsed = time.perf_counter() - clock[0]
+    metrics = {
+        "env/steps": st.env_steps,
+        "env/frames": st.env_steps * frames_per_step(cfg),
+        "perf/env_steps_per_s": (st.env_steps - clock[1]) / max(elapsed, 1e-9),
+        "train/epsilon": epsilon_at(cfg, st.env_steps),
+        "train/updates": st.updates,
+    }
+    metrics |= report_metrics(run, st, last)
+    while st.next_report <= st.env_steps:
+        st.next_report += cfg.report_every
+    for total in run.sums.values():
+        total.zero_()
+    st.loss_n, st.loss_sum, st.q_sum, st.ess_sum = 0, 0.0, 0.0, 0.0
+    st.inner, st.inner_exact, st.episodes = [], [], list(run.episodes)
+    session.report(metrics, state=st.state_dict, checkpoint=True if last else None)
+
+
+def close(run: Run) -> None:
+    run.envs.close()
     if run.heldout_thread is not None:
         run.heldout_thread.shutdown()
     if run.eval_envs is not None:
@@ -307,32 +330,6 @@ def simulated_gpus() -> bool:
     return os.environ.get("RAYLAB_SIMULATED_GPUS") == "1"
 
 
-def new_counters(cfg: Config) -> dict:
-    """The loop's counters and running sums, as a fresh trial starts them."""
-    return {
-        "env_steps": 0,
-        "updates": 0,
-        "next_sync": cfg.learning_starts,
-        "next_report": cfg.report_every,
-        "next_eval": 0,
-        "evals": 0,
-        "eval_return": math.nan,
-        "updates_from": cfg.learning_starts,
-        "episodes": [],
-        "loss_sum": 0.0,
-        "q_sum": 0.0,
-        "ess_sum": 0.0,
-        "loss_n": 0,
-        "inner": [],
-        "inner_exact": [],
-        "exact_start": None,
-        "credit": 0,
-        "starts": 0,
-        "history": {},
-        "marks": {},  # reported values of TIME_AVERAGED; frame marks reached
-    }
-
-
 class OptimizerOf:
     """The optimizer as a state field, restored keeping its own ``capturable`` flag
     (``load_optimizer``): a checkpoint of an eager trial resumes under a CUDA graph and the other
@@ -350,7 +347,7 @@ class OptimizerOf:
 
 class ProbeOf:
     """The current period's probe transitions and frozen targets (``run.probe``) as a state
-    field: saved on the CPU, restored as saved."""
+    field: saved on the CPU, restored onto the run's device."""
 
     def __init__(self, run: Run):
         self.run = run
@@ -359,7 +356,10 @@ class ProbeOf:
         return {k: v.cpu() if torch.is_tensor(v) else v for k, v in (self.run.probe or {}).items()} or None
 
     def load_state_dict(self, state: dict | None) -> None:
-        self.run.probe = state
+        device = self.run.device
+        self.run.probe = (
+            None if state is None else {k: v.to(device) if torch.is_tensor(v) else v for k, v in state.items()}
+        )
 
 
 class EnvsOf:
@@ -411,18 +411,50 @@ class DQNState(LoopState):
     with the replay on the host or on the device)."""
     act_gen: torch.Generator
     """The replay on the device: epsilon-greedy's draws."""
-    counters: dict
-    """The loop's counters ``s``: saved at a report, its running sums just folded in and zeroed."""
     probe: ProbeOf
     envs: EnvsOf
     replay: FrameReplay | DeviceFrameReplay | None
     """The replay, unless ``checkpoint_replay`` is off (a resumed trial then refills it); both
     replays save the same arrays, so either loads the other's."""
     rng: GlobalRNG = field(default_factory=GlobalRNG)
+    # the loop's counters (saved at a report, the running sums just folded in and zeroed)
+    env_steps: int = 0
+    updates: int = 0
+    next_sync: int = 0
+    """The agent step of the next target update (from ``learning_starts``)."""
+    next_report: int = 0
+    next_eval: int = 0
+    evals: int = 0
+    eval_return: float = math.nan
+    """The last evaluation's mean return."""
+    updates_from: int = 0
+    """The agent step updates start (or start again, after a resume that refills the replay)."""
+    episodes: list = field(default_factory=list)
+    """The last 100 training games' returns."""
+    loss_sum: float = 0.0
+    q_sum: float = 0.0
+    ess_sum: float = 0.0
+    loss_n: int = 0
+    """Updates since the last report."""
+    inner: list = field(default_factory=list)
+    """(regression_linf, progress_ratio) of each inner loop ended since the last report ..."""
+    inner_exact: list = field(default_factory=list)
+    """... and their exact values (a known model)."""
+    exact_start: float | None = None
+    """The current target's exact residual (a known model)."""
+    credit: int = 0
+    """Agent steps not yet paid for with an update (one per ``train_every``)."""
+    starts: int = 0
+    """How many times the envs started new episodes from a seed block (resumes without env state)."""
+    history: dict = field(default_factory=dict)
+    """The reported values of ``TIME_AVERAGED`` ..."""
+    marks: dict = field(default_factory=dict)
+    """... and the frame marks reached."""
     config: dict = saved_only()
 
     @classmethod
     def of(cls, run: Run, config: dict) -> DQNState:
+        cfg = run.cfg
         return cls(
             run.q,
             run.target,
@@ -431,27 +463,34 @@ class DQNState(LoopState):
             run.probe_rng,
             run.sample_gen,
             run.act_gen,
-            new_counters(run.cfg),
             ProbeOf(run),
             EnvsOf(run),
-            run.replay if run.cfg.checkpoint_replay else None,
+            run.replay if cfg.checkpoint_replay else None,
+            next_sync=cfg.learning_starts,
+            next_report=cfg.report_every,
+            updates_from=cfg.learning_starts,
             config=config,
         )
+
+    def load_state_dict(self, state: dict, device=None) -> None:
+        if "counters" in state:  # a checkpoint from before the counters were fields: one dict
+            state = {k: v for k, v in state.items() if k != "counters"} | state["counters"]
+        super().load_state_dict(state, device)
 
 
 def resume(run: Run, st: DQNState) -> None:
     """After a checkpoint is loaded into ``st``: refill the replay before learning again where
     it was not saved; where the envs' state was not saved (ALE), start new episodes from a seed
     block of their own."""
-    cfg, n, s = run.cfg, run.cfg.num_envs, st.counters
+    cfg, n = run.cfg, run.cfg.num_envs
     if st.replay is None:  # refill before learning again
-        s["updates_from"] = s["env_steps"] + cfg.learning_starts
+        st.updates_from = st.env_steps + cfg.learning_starts
         run.probe = None
         if st.envs.restored:
             run.replay.add_observation(run.envs.newest_frame(run.obs), np.ones(n, bool), run.final_prev)
     if not st.envs.restored:  # ALE emulator state cannot be saved through AtariVectorEnv
-        s["starts"] += 1
-        run.obs, run.lives = run.envs.reset(env_seed(cfg.seed, RESUME_STREAM, s["starts"]))
+        st.starts += 1
+        run.obs, run.lives = run.envs.reset(env_seed(cfg.seed, RESUME_STREAM, st.starts))
         run.ep_return = np.zeros(n, np.float64)
         run.final_prev, run.fire_next = np.zeros(n, bool), np.zeros(n, bool)
         run.replay.cut()
@@ -621,13 +660,13 @@ def update_graph(run: Run) -> GraphedStep:
     )
 
 
-def update(run: Run, s: dict) -> None:
+def update(run: Run, s: DQNState) -> None:
     """One gradient step on a uniformly sampled replay batch; the running sums stay on the device."""
     if run.graph is not None:
         run.graph()  # sample_batch and learn, captured as one CUDA graph
     else:
         learn(run, sample_batch(run))
-    s["loss_n"] += 1
+    s.loss_n += 1
 
 
 def learn(run: Run, b: dict) -> None:
@@ -694,35 +733,35 @@ def q_on_all_states(run: Run, net) -> np.ndarray:
     return forward_chunks(net, x).double().cpu().numpy()
 
 
-def target_update(run: Run, s: dict) -> None:
+def target_update(run: Run, s: DQNState) -> None:
     """End the inner loop just run (its probe figures), copy Q into the target, draw the next
     period's probe."""
     cfg, probe = run.cfg, run.probe
     if probe is not None and "start_linf" in probe:  # end of the inner loop just run
         end = (q_taken(run, probe) - probe["y"]).abs().max().item()
-        s["inner"].append((end, end / max(probe["start_linf"], 1e-12)))
+        s.inner.append((end, end / max(probe["start_linf"], 1e-12)))
     if run.exact_model is not None:  # the same, exactly: max |Q - T Q_target| over all (s, a)
         P, R, cont = run.exact_model
-        if s["exact_start"] is not None:
+        if s.exact_start is not None:
             t_target = bellman_operator(q_on_all_states(run, run.target_fwd), P, R, cfg.gamma, cont)
             end = float(np.abs(q_on_all_states(run, run.q_fwd) - t_target).max())
-            s["inner_exact"].append((end, end / max(s["exact_start"], 1e-12)))
+            s.inner_exact.append((end, end / max(s.exact_start, 1e-12)))
         q_now = q_on_all_states(run, run.q_fwd)  # the next target: its own exact residual
-        s["exact_start"] = float(np.abs(q_now - bellman_operator(q_now, P, R, cfg.gamma, cont)).max())
+        s.exact_start = float(np.abs(q_now - bellman_operator(q_now, P, R, cfg.gamma, cont)).max())
     run.target.load_state_dict(run.q.state_dict())
     run.probe = probe = draw_probe(run)
     if probe is not None:  # start of the next inner loop: here Q = Q_target
         probe["start_linf"] = (q_taken(run, probe) - probe["y"]).abs().max().item()
 
 
-def evaluate(run: Run, s: dict) -> float:
+def evaluate(run: Run, s: DQNState) -> float:
     """Mean unclipped return of ``eval_episodes`` episodes, one per env, run in parallel."""
     cfg = run.cfg
     if run.eval_envs is None:
         run.eval_envs = make_envs(cfg, cfg.eval_episodes)
-    gen = np.random.default_rng([cfg.seed, EVAL_STREAM, s["evals"]])
+    gen = np.random.default_rng([cfg.seed, EVAL_STREAM, s.evals])
     choose = eval_chooser(run, gen)
-    returns, _ = play_games(cfg, run.eval_envs, choose, env_seed(cfg.seed, EVAL_STREAM, s["evals"]))
+    returns, _ = play_games(cfg, run.eval_envs, choose, env_seed(cfg.seed, EVAL_STREAM, s.evals))
     return float(returns.mean())
 
 
@@ -738,15 +777,15 @@ def eval_chooser(run: Run, gen: np.random.Generator):
     return lambda o: act(run, o, cfg.eval_epsilon, gen)
 
 
-def report_metrics(run: Run, s: dict, last: bool) -> dict:
+def report_metrics(run: Run, s: DQNState, last: bool) -> dict:
     """A report's training, probe and (when due) evaluation figures: the one place the loop
     reads the device."""
     cfg, sums, metrics = run.cfg, run.sums, {}
-    if s["loss_n"]:
-        metrics["train/loss"] = (sums["loss"] / s["loss_n"]).item()
-        metrics["train/q_mean"] = (sums["q"] / s["loss_n"]).item()
+    if s.loss_n:
+        metrics["train/loss"] = (sums["loss"] / s.loss_n).item()
+        metrics["train/q_mean"] = (sums["q"] / s.loss_n).item()
         if cfg.loss == "soft_linf":
-            metrics["train/soft_linf_ess"] = (sums["ess"] / s["loss_n"]).item()
+            metrics["train/soft_linf_ess"] = (sums["ess"] / s.loss_n).item()
     if run.episodes:
         metrics["episode/return_mean"] = float(np.mean(run.episodes))
         metrics["episode/count_recent"] = len(run.episodes)
@@ -771,26 +810,26 @@ def report_metrics(run: Run, s: dict, last: bool) -> dict:
     metrics["perf/cuda_graph"] = float(run.graph is not None and run.graph.replaying)
     if run.compute_dtype is not None:  # 1 when the update's forward ran in bfloat16 (amp_bf16)
         metrics["perf/autocast_bf16"] = float(run.compute_dtype == torch.bfloat16)
-    if s["inner_exact"]:
-        metrics["inner/regression_linf_exact"] = float(np.mean([e for e, _ in s["inner_exact"]]))
-        metrics["inner/progress_ratio_exact"] = float(np.mean([r for _, r in s["inner_exact"]]))
-    if s["inner"]:
-        metrics["inner/regression_linf"] = float(np.mean([e for e, _ in s["inner"]]))
-        metrics["inner/progress_ratio"] = float(np.mean([r for _, r in s["inner"]]))
-    if s["env_steps"] >= s["next_eval"] or last:
-        s["eval_return"] = evaluate(run, s)
-        s["evals"] += 1
-        s["next_eval"] = s["env_steps"] + cfg.eval_every
-    metrics["eval/return_mean"] = s["eval_return"]
+    if s.inner_exact:
+        metrics["inner/regression_linf_exact"] = float(np.mean([e for e, _ in s.inner_exact]))
+        metrics["inner/progress_ratio_exact"] = float(np.mean([r for _, r in s.inner_exact]))
+    if s.inner:
+        metrics["inner/regression_linf"] = float(np.mean([e for e, _ in s.inner]))
+        metrics["inner/progress_ratio"] = float(np.mean([r for _, r in s.inner]))
+    if s.env_steps >= s.next_eval or last:
+        s.eval_return = evaluate(run, s)
+        s.evals += 1
+        s.next_eval = s.env_steps + cfg.eval_every
+    metrics["eval/return_mean"] = s.eval_return
     for key in TIME_AVERAGED:  # robust to when training stops: the mean over the last half of the reports
         if key in metrics:
-            s["history"].setdefault(key, []).append(float(metrics[key]))
-            metrics[time_averaged_name(key)] = time_average(s["history"][key])
+            s.history.setdefault(key, []).append(float(metrics[key]))
+            metrics[time_averaged_name(key)] = time_average(s.history[key])
     for mark in cfg.frame_marks:  # Machado et al.: the last 100 training games' mean at a frame budget
         name = frame_mark_metric(mark)
-        if name not in s["marks"] and s["env_steps"] * frames_per_step(cfg) >= mark:
-            s["marks"][name] = metrics.get("episode/return_mean", math.nan)
-    return metrics | s["marks"]
+        if name not in s.marks and s.env_steps * frames_per_step(cfg) >= mark:
+            s.marks[name] = metrics.get("episode/return_mean", math.nan)
+    return metrics | s.marks
 
 
 def make_optimizer(cfg: Config, params, capturable: bool = False) -> torch.optim.Optimizer:

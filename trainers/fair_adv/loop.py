@@ -27,7 +27,7 @@ import torch
 
 from raylab import session
 from raylab.accel import compiled, enabled, fixed_shapes
-from raylab.checkpoint import GlobalRNG, LoopState, saved_only
+from raylab.checkpoint import GlobalRNG, LoopState, on_device, saved_only
 from raylab.config import from_dict
 from raylab.data import augment
 from raylab.data.cifar import ImageData, check_cifar, prepare_cifar
@@ -168,7 +168,7 @@ class FairAdvState(LoopState):
     aug_gen: torch.Generator
     attack_gen: torch.Generator
     history: History
-    frl_lambda: dict
+    frl_lambda: dict = on_device()
     """FRL's multipliers per regime (``nat``, ``bndy``, ``margin``), one per class."""
     rng: GlobalRNG = field(default_factory=GlobalRNG)
     best: dict = field(default_factory=no_best)
@@ -180,200 +180,279 @@ class FairAdvState(LoopState):
     config: dict = saved_only()
 
 
+@dataclass
+class Trial:
+    """What a fair_adv trial works with and never checkpoints: its settings, its splits on the
+    device and its network."""
+
+    cfg: Config
+    device: torch.device
+    shard: Shard
+    num_classes: int
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    val_x: torch.Tensor
+    val_y: torch.Tensor
+    test_x: torch.Tensor
+    """The per-epoch test subset (``eval_size``)."""
+    test_y: torch.Tensor
+    final_x: torch.Tensor
+    """The final evaluation's test images (``final_eval_size``)."""
+    final_y: torch.Tensor
+    select_idx: torch.Tensor
+    """The validation images the selection rule reads."""
+    model: torch.nn.Module
+    train_model: torch.nn.Module
+    """The training steps' forward (``torch.compile`` where ``compile`` asks)."""
+    layout: torch.memory_format
+
+    @property
+    def n_train(self) -> int:
+        return len(self.train_y)
+
+    def train_input(self, batch: torch.Tensor) -> torch.Tensor:
+        return augment.to_float(batch).contiguous(memory_format=self.layout)
+
+
 def train_loop(config: dict) -> None:
     cfg = from_dict(Config, config, "trial config")
     preflight(cfg)
+    t = build_trial(cfg)
+    st = new_state(t, config)
+    saved = session.restore()
+    if saved is not None:
+        st.load_state_dict(saved, device=t.device)
+    val_preds = None  # the current model's validation predictions (from the last epoch's end)
+    while st.epoch < cfg.epochs:
+        frl, val_preds = frl_weights(t, st, val_preds)
+        lr, totals, seconds = train_one_epoch(t, st, frl)
+        val_preds = evaluate_val(t, t.model)
+        test_preds = metrics.evaluate(
+            t.model, t.test_x, t.test_y, t.num_classes, eval_attack(t, derive_seed(cfg.seed, "test-attack")),
+            cfg.eval_batch_size, augment.to_float, t.shard,
+        )  # fmt: skip
+        row = epoch_row(t, st.epoch, lr, totals, seconds, frl, test_preds, val_preds)
+        row |= keep_best(t, st, row, val_preds)
+        if st.epoch == cfg.epochs:
+            row |= final_rows(t, st)
+        session.report(row, state=st.state_dict, checkpoint=True if st.epoch == cfg.epochs else None)
+
+
+def build_trial(cfg: Config) -> Trial:
+    """The splits on this worker's device and the network (its seeded initialization)."""
     shard = Shard(session.world_rank(), session.world_size())
     device = session.device()
     data = load_data(cfg)
-    num_classes = data.num_classes
     train_idx, val_idx = split_validation(data.train_y, cfg.val_size, cfg.val_seed)
-    train_x, train_y = data.train_x[train_idx].to(device), data.train_y[train_idx].to(device)
-    val_x, val_y = data.train_x[val_idx].to(device), data.train_y[val_idx].to(device)
     eval_idx = test_subset(data.test_y, cfg.eval_size)
     final_idx = test_subset(data.test_y, cfg.final_eval_size)
-    test_x, test_y = data.test_x[eval_idx].to(device), data.test_y[eval_idx].to(device)
-    final_x, final_y = data.test_x[final_idx].to(device), data.test_y[final_idx].to(device)
-    n_train = len(train_y)
-    select_idx = test_subset(data.train_y[val_idx], cfg.select_size)  # the validation images the selection rule reads
-    finetune_start = cfg.finetune_start()
-
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, num_classes, cfg.dataset, cfg.cnn_width)
+    model = build_model(cfg.model, data.num_classes, cfg.dataset, cfg.cnn_width)
     if shard.world > 1 and device.type == "cuda":
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     layout = torch.channels_last if enabled(cfg.channels_last, device) else torch.contiguous_format
     model = model.to(device, memory_format=layout)
     fixed_shapes(device)  # fixed image shapes: cuDNN picks its kernels once
-    train_model = compiled(model, enabled(cfg.compile, device), "fair_adv network")  # the training steps' forward
+    return Trial(
+        cfg,
+        device,
+        shard,
+        data.num_classes,
+        train_x=data.train_x[train_idx].to(device),
+        train_y=data.train_y[train_idx].to(device),
+        val_x=data.train_x[val_idx].to(device),
+        val_y=data.train_y[val_idx].to(device),
+        test_x=data.test_x[eval_idx].to(device),
+        test_y=data.test_y[eval_idx].to(device),
+        final_x=data.test_x[final_idx].to(device),
+        final_y=data.test_y[final_idx].to(device),
+        select_idx=test_subset(data.train_y[val_idx], cfg.select_size),
+        model=model,
+        train_model=compiled(model, enabled(cfg.compile, device), "fair_adv network"),
+        layout=layout,
+    )
 
-    def train_input(batch: torch.Tensor) -> torch.Tensor:
-        return augment.to_float(batch).contiguous(memory_format=layout)
 
-    st = FairAdvState(
-        model,
-        make_optimizer(model, cfg, cfg.lr),
+def new_state(t: Trial, config: dict) -> FairAdvState:
+    cfg = t.cfg
+    return FairAdvState(
+        t.model,
+        make_optimizer(t.model, cfg, cfg.lr),
         order_gen=torch.Generator().manual_seed(cfg.seed),
-        aug_gen=torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "augment")),
-        attack_gen=torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "attack")),
-        history=History.empty(n_train, device),
-        frl_lambda={k: torch.zeros(num_classes, dtype=torch.float64, device=device) for k in ("nat", "bndy", "margin")},
+        aug_gen=torch.Generator(device=t.device).manual_seed(derive_seed(cfg.seed, "augment")),
+        attack_gen=torch.Generator(device=t.device).manual_seed(derive_seed(cfg.seed, "attack")),
+        history=History.empty(t.n_train, t.device),
+        frl_lambda={
+            k: torch.zeros(t.num_classes, dtype=torch.float64, device=t.device) for k in ("nat", "bndy", "margin")
+        },
         config=config,
     )
-    saved = session.restore()
-    if saved is not None:
-        st.load_state_dict(saved)
-        st.frl_lambda = {k: v.to(device) for k, v in st.frl_lambda.items()}
 
-    def eval_attack(seed: int):
-        gen = torch.Generator(device=device).manual_seed(seed)
 
-        def run(m, x, y, share=None):
-            return attack.pgd(
-                m,
-                x,
-                y,
-                eps=cfg.eps,
-                step_size=cfg.step_size,
-                steps=cfg.eval_steps,
-                bn="eval",
-                generator=gen,
-                share=share,
-            )
+def eval_attack(t: Trial, seed: int):
+    """The per-epoch PGD attack (``eval_steps``), its random starts from a generator of ``seed``."""
+    cfg = t.cfg
+    gen = torch.Generator(device=t.device).manual_seed(seed)
 
-        return run
-
-    def evaluate_val(m):
-        return metrics.evaluate(
-            m,
-            val_x,
-            val_y,
-            num_classes,
-            eval_attack(derive_seed(cfg.seed, "validation-attack")),
-            cfg.eval_batch_size,
-            augment.to_float,
-            shard,
+    def run(m, x, y, share=None):
+        return attack.pgd(
+            m, x, y, eps=cfg.eps, step_size=cfg.step_size, steps=cfg.eval_steps, bn="eval", generator=gen, share=share
         )
 
-    val_preds = None  # the current model's validation predictions (from the last epoch's end)
-    while st.epoch < cfg.epochs:
-        epoch = st.epoch
-        frl = None
-        if epoch >= finetune_start:  # FRL's fine-tuning epoch epoch - finetune_start + 1
-            if epoch == finetune_start:
-                # the fine-tune starts from the first stage's best-validation model, in a new
-                # SGD (the reference loads its pre-trained model into a fresh optimizer)
-                model.load_state_dict(st.best_model)
-                st.optimizer = make_optimizer(model, cfg, cfg.frl_lr)
-                # FRL's reported model is its own fine-tuned one: the best of the fine-tuning
-                # epochs (never the stage-1 model, even when none beats it on validation)
-                st.best, st.best_model = no_best(), None
-                val_preds = None
-            if val_preds is None:  # also after a resume: the same seeded attack, the same preds
-                val_preds = evaluate_val(model)
-            st.frl_lambda = frl_step(st.frl_lambda, val_preds, val_y, num_classes, cfg, epoch - finetune_start + 1)
-            frl = frl_state(st.frl_lambda, cfg)
-        lr = lr_at(cfg, epoch) if epoch < finetune_start else cfg.frl_lr
-        for group in st.optimizer.param_groups:
-            group["lr"] = lr
-        started = time.time()
-        totals = train_epoch(
-            train_model,
-            st.optimizer,
-            train_x,
-            train_y,
-            cfg,
-            epoch=epoch,
-            history=st.history,
-            frl=frl,
-            order_gen=st.order_gen,
-            aug_gen=st.aug_gen,
-            attack_gen=st.attack_gen,
-            num_classes=num_classes,
-            to_input=train_input,
-            shard=shard,
-        )
-        seconds = time.time() - started
-        st.epoch = epoch = epoch + 1
+    return run
 
-        val_preds = evaluate_val(model)
-        test_preds = metrics.evaluate(
-            model,
-            test_x,
-            test_y,
-            num_classes,
-            eval_attack(derive_seed(cfg.seed, "test-attack")),
-            cfg.eval_batch_size,
-            augment.to_float,
-            shard,
-        )
-        regimes = totals["regimes"].double()
-        per_class_visits = regimes.sum(1).clamp(min=1)
-        class_weights = frl or FrlWeights(
-            torch.full((num_classes,), 1 / num_classes), torch.full((num_classes,), 1 / num_classes)
-        )
-        row = {
-            "train/loss": float(totals["loss_sum"]) / max(totals["batches"], 1),
-            "train/robust_acc": int(totals["robust_correct"]) / n_train,
-            "train/epoch": epoch,
-            "train/lr": lr,
-            "train/images_per_s": n_train / max(seconds, 1e-9),
-            **{
-                f"regime/{name}_frac": float(regimes[:, r].sum() / regimes.sum().clamp(min=1))
-                for r, name in enumerate(reweight.REGIMES)
+
+def evaluate_val(t: Trial, model: torch.nn.Module) -> dict:
+    """Clean and PGD predictions of ``model`` on the validation split (the same seeded attack
+    every time)."""
+    return metrics.evaluate(
+        model, t.val_x, t.val_y, t.num_classes, eval_attack(t, derive_seed(t.cfg.seed, "validation-attack")),
+        t.cfg.eval_batch_size, augment.to_float, t.shard,
+    )  # fmt: skip
+
+
+def frl_weights(t: Trial, st: FairAdvState, val_preds: dict | None) -> tuple[FrlWeights | None, dict | None]:
+    """FRL's class weights for the coming epoch (None before its fine-tuning) from the multipliers
+    updated on the current model's validation predictions; the predictions, made if missing."""
+    cfg, epoch = t.cfg, st.epoch
+    finetune_start = cfg.finetune_start()
+    if epoch < finetune_start:
+        return None, val_preds
+    # FRL's fine-tuning epoch epoch - finetune_start + 1
+    if epoch == finetune_start:
+        # the fine-tune starts from the first stage's best-validation model, in a new
+        # SGD (the reference loads its pre-trained model into a fresh optimizer)
+        t.model.load_state_dict(st.best_model)
+        st.optimizer = make_optimizer(t.model, cfg, cfg.frl_lr)
+        # FRL's reported model is its own fine-tuned one: the best of the fine-tuning
+        # epochs (never the stage-1 model, even when none beats it on validation)
+        st.best, st.best_model = no_best(), None
+        val_preds = None
+    if val_preds is None:  # also after a resume: the same seeded attack, the same preds
+        val_preds = evaluate_val(t, t.model)
+    st.frl_lambda = frl_step(st.frl_lambda, val_preds, t.val_y, t.num_classes, cfg, epoch - finetune_start + 1)
+    return frl_state(st.frl_lambda, cfg), val_preds
+
+
+def train_one_epoch(t: Trial, st: FairAdvState, frl: FrlWeights | None) -> tuple[float, dict, float]:
+    """One pass over the training split at this epoch's learning rate; returns the rate, the
+    epoch's totals and its seconds. ``st.epoch`` counts it."""
+    cfg, epoch = t.cfg, st.epoch
+    lr = lr_at(cfg, epoch) if epoch < cfg.finetune_start() else cfg.frl_lr
+    for group in st.optimizer.param_groups:
+        group["lr"] = lr
+    started = time.time()
+    totals = train_epoch(
+        t.train_model,
+        st.optimizer,
+        t.train_x,
+        t.train_y,
+        cfg,
+        epoch=epoch,
+        history=st.history,
+        frl=frl,
+        order_gen=st.order_gen,
+        aug_gen=st.aug_gen,
+        attack_gen=st.attack_gen,
+        num_classes=t.num_classes,
+        to_input=t.train_input,
+        shard=t.shard,
+    )
+    seconds = time.time() - started
+    st.epoch = epoch + 1
+    return lr, totals, seconds
+
+
+def epoch_row(
+    t: Trial,
+    epoch: int,
+    lr: float,
+    totals: dict,
+    seconds: float,
+    frl: FrlWeights | None,
+    test_preds: dict,
+    val_preds: dict,
+) -> dict:
+    """The epoch's row: training loss and robust accuracy, regimes, class weights, test and
+    validation accuracies per class."""
+    num_classes = t.num_classes
+    regimes = totals["regimes"].double()
+    per_class_visits = regimes.sum(1).clamp(min=1)
+    class_weights = frl or FrlWeights(
+        torch.full((num_classes,), 1 / num_classes), torch.full((num_classes,), 1 / num_classes)
+    )
+    return {
+        "train/loss": float(totals["loss_sum"]) / max(totals["batches"], 1),
+        "train/robust_acc": int(totals["robust_correct"]) / t.n_train,
+        "train/epoch": epoch,
+        "train/lr": lr,
+        "train/images_per_s": t.n_train / max(seconds, 1e-9),
+        **{
+            f"regime/{name}_frac": float(regimes[:, r].sum() / regimes.sum().clamp(min=1))
+            for r, name in enumerate(reweight.REGIMES)
+        },
+        **{
+            f"regime/{name}_frac_per_class": (regimes[:, r] / per_class_visits).tolist()
+            for r, name in enumerate(reweight.REGIMES)
+        },
+        "frl/clean_weight_per_class": class_weights.nat.tolist(),
+        "frl/bndy_weight_per_class": class_weights.bndy.tolist(),
+        **metrics.summarize(test_preds, t.test_y, num_classes, "eval"),
+        **metrics.summarize(val_preds, t.val_y, num_classes, "val"),
+    }
+
+
+def keep_best(t: Trial, st: FairAdvState, row: dict, val_preds: dict) -> dict:
+    """Keep the epoch's model as the best if the selection rule ranks it above the best so far;
+    returns the best model's ``best/*`` metrics and its gaps to this epoch's."""
+    cfg, num_classes, select_idx = t.cfg, t.num_classes, t.select_idx
+    # the selection rule's key (worst_class: ties of the worst class, all at 0 under a strong
+    # attack say, go to the better average; average: Rice et al.'s rule)
+    key = list(
+        metrics.selection_key(val_preds["adv_pred"][select_idx], t.val_y[select_idx], num_classes, cfg.select_by)
+    )
+    # (a checkpoint from before select_by kept the worst-class key as val, val_average)
+    if key > list(st.best.get("key", [st.best["val"], st.best.get("val_average", float("-inf"))])):
+        st.best = {
+            "epoch": st.epoch,
+            "key": key,
+            "val": row["val/robust_acc_worst_class"],
+            "val_average": row["val/robust_acc"],
+            "metrics": {
+                k.replace("eval/", "best/"): row[k]
+                for k in (
+                    "eval/clean_acc",
+                    "eval/clean_acc_worst_class",
+                    "eval/robust_acc",
+                    "eval/robust_acc_worst_class",
+                )
             },
-            **{
-                f"regime/{name}_frac_per_class": (regimes[:, r] / per_class_visits).tolist()
-                for r, name in enumerate(reweight.REGIMES)
-            },
-            "frl/clean_weight_per_class": class_weights.nat.tolist(),
-            "frl/bndy_weight_per_class": class_weights.bndy.tolist(),
-            **metrics.summarize(test_preds, test_y, num_classes, "eval"),
-            **metrics.summarize(val_preds, val_y, num_classes, "val"),
         }
-        # the selection rule's key (worst_class: ties of the worst class, all at 0 under a strong
-        # attack say, go to the better average; average: Rice et al.'s rule)
-        key = list(
-            metrics.selection_key(val_preds["adv_pred"][select_idx], val_y[select_idx], num_classes, cfg.select_by)
-        )
-        # (a checkpoint from before select_by kept the worst-class key as val, val_average)
-        if key > list(st.best.get("key", [st.best["val"], st.best.get("val_average", float("-inf"))])):
-            st.best = {
-                "epoch": epoch,
-                "key": key,
-                "val": row["val/robust_acc_worst_class"],
-                "val_average": row["val/robust_acc"],
-                "metrics": {
-                    k.replace("eval/", "best/"): row[k]
-                    for k in (
-                        "eval/clean_acc",
-                        "eval/clean_acc_worst_class",
-                        "eval/robust_acc",
-                        "eval/robust_acc_worst_class",
-                    )
-                },
-            }
-            st.best_model = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        best = st.best
-        row |= {
-            "best/epoch": best["epoch"],
-            "best/val_robust_acc_worst_class": best["val"],
-            "best/val_robust_acc": best["val_average"],
-            "best/val_score": best.get("key", [best["val"]])[0],
-            **best["metrics"],
-            "best/robust_acc_worst_class_gap": best["metrics"]["best/robust_acc_worst_class"]
-            - row["eval/robust_acc_worst_class"],
-            "best/robust_acc_gap": best["metrics"]["best/robust_acc"] - row["eval/robust_acc"],
-        }
-        if epoch == cfg.epochs:
-            best_model = copy.deepcopy(model)
-            best_model.load_state_dict(st.best_model)
-            row |= final_evaluation(best_model, final_x, final_y, num_classes, cfg, shard)
-            if cfg.final_eval_last:
-                last = final_evaluation(model, final_x, final_y, num_classes, cfg, shard, prefix="final_last")
-                row |= last | final_gaps(row, last)
+        st.best_model = {k: v.detach().cpu().clone() for k, v in t.model.state_dict().items()}
+    best = st.best
+    return {
+        "best/epoch": best["epoch"],
+        "best/val_robust_acc_worst_class": best["val"],
+        "best/val_robust_acc": best["val_average"],
+        "best/val_score": best.get("key", [best["val"]])[0],
+        **best["metrics"],
+        "best/robust_acc_worst_class_gap": best["metrics"]["best/robust_acc_worst_class"]
+        - row["eval/robust_acc_worst_class"],
+        "best/robust_acc_gap": best["metrics"]["best/robust_acc"] - row["eval/robust_acc"],
+    }
 
-        session.report(row, state=st.state_dict, checkpoint=True if epoch == cfg.epochs else None)
+
+def final_rows(t: Trial, st: FairAdvState) -> dict:
+    """After the last epoch: the final evaluation of the best model (``final/*``) and, with
+    ``final_eval_last``, of the last one (``final_last/*``) and the gaps between them."""
+    cfg = t.cfg
+    best_model = copy.deepcopy(t.model)
+    best_model.load_state_dict(st.best_model)
+    row = final_evaluation(best_model, t.final_x, t.final_y, t.num_classes, cfg, t.shard)
+    if cfg.final_eval_last:
+        last = final_evaluation(t.model, t.final_x, t.final_y, t.num_classes, cfg, t.shard, prefix="final_last")
+        row |= last | final_gaps(row, last)
+    return row
 
 
 def final_evaluation(

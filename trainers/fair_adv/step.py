@@ -172,58 +172,15 @@ def train_step(
         with torch.no_grad(), attack.bn_mode(model, cfg.attack_bn_mode):
             clean_seen = model(x)
     model.train()
-    ones = torch.ones(len(y), device=y.device)
-    if base == "trades":
-        logits_clean, logits_adv = model(x), model(x_adv)
-        clean_seen = logits_clean.detach()
-        ce, kl = loss.trades_terms(logits_clean, logits_adv, y)
-        if frl is not None:
-            terms = [(ce, frl.nat[y].to(ce.dtype), 1.0), (kl, frl.bndy[y].to(kl.dtype), cfg.frl_beta)]
-        else:
-            terms = [(ce + cfg.trades_beta * kl, ones, 1.0)]
-    else:
-        logits_adv = model(x if x_adv is None else x_adv)
-        per_sample = loss.cross_entropy(logits_adv, y)
-        if clean_seen is None:  # standard training: the clean input is the trained one
-            clean_seen = logits_adv.detach()
-        weights = ones if frl is None else ((frl.nat + frl.bndy) / 2)[y].to(per_sample.dtype)
-        terms = [(per_sample, weights, 1.0)]
+    terms, logits_adv, clean_seen = loss_terms(model, x, x_adv, y, cfg, frl, clean_seen)
 
-    with torch.no_grad():
-        margin = attack.prob_margin(logits_adv.detach(), y)
-        clean_correct = clean_seen.argmax(1) == y
-        clean_ce = loss.cross_entropy(clean_seen, y)
-        regimes = reweight.assign_regimes(
-            margin,
-            clean_correct,
-            history.ema_correct[index],
-            history.ema_loss[index],
-            history.visits[index],
-            loss_threshold=loss_threshold,
-            outlier_max_correct=cfg.tri_outlier_max_correct,
-            min_history=cfg.tri_min_history,
-            safe_margin=cfg.tri_safe_margin,
-        )
+    margin, clean_correct, clean_ce, regimes = regimes_of(
+        logits_adv, clean_seen, y, index, history, cfg, loss_threshold
+    )
     if cfg.method == "tri_regime":
-        weights = reweight.tri_regime_weights(
-            margin,
-            regimes,
-            epoch=epoch,
-            warmup_epochs=cfg.tri_warmup_epochs,
-            outlier_weight=cfg.tri_outlier_weight,
-            safe_weight=cfg.tri_safe_weight,
-            boundary_gain=cfg.tri_boundary_gain,
-            ramp_epochs=cfg.tri_boundary_ramp_epochs,
-            safe_margin=cfg.tri_safe_margin,
-        )
+        weights = tri_regime_weights(margin, regimes, cfg, epoch)
         terms = [(values, weights, coef) for values, _, coef in terms]
-    # sum_i w_i over the whole batch (one all-reduce), or the batch size (tri_normalize off)
-    if cfg.method == "tri_regime" and not cfg.tri_normalize:
-        totals = torch.full((len(terms),), float(rows), device=y.device)
-    else:
-        totals = shard.all_reduce(torch.stack([w.detach().sum() for _, w, _ in terms]).float())
-    totals = totals.clamp(min=torch.finfo(torch.float32).tiny)
-    batch_loss = sum(coef * (w * values).sum() / total for (values, w, coef), total in zip(terms, totals))
+    batch_loss = weighted_sum(terms, cfg, rows, shard)
 
     optimizer.zero_grad(set_to_none=True)
     batch_loss.backward()
@@ -241,6 +198,94 @@ def train_step(
         "robust_correct": correct.sum(),
         "regimes": reweight.regime_counts_per_class(regimes, y, classes),
     }
+
+
+@torch.no_grad()
+def regimes_of(
+    logits_adv: torch.Tensor,
+    clean_seen: torch.Tensor,
+    y: torch.Tensor,
+    index: torch.Tensor,
+    history: History,
+    cfg: Config,
+    loss_threshold: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each sample's probability margin under attack, clean correctness and clean loss, and its
+    regime (``reweight.assign_regimes`` on its history)."""
+    margin = attack.prob_margin(logits_adv.detach(), y)
+    clean_correct = clean_seen.argmax(1) == y
+    clean_ce = loss.cross_entropy(clean_seen, y)
+    regimes = reweight.assign_regimes(
+        margin,
+        clean_correct,
+        history.ema_correct[index],
+        history.ema_loss[index],
+        history.visits[index],
+        loss_threshold=loss_threshold,
+        outlier_max_correct=cfg.tri_outlier_max_correct,
+        min_history=cfg.tri_min_history,
+        safe_margin=cfg.tri_safe_margin,
+    )
+    return margin, clean_correct, clean_ce, regimes
+
+
+def tri_regime_weights(margin: torch.Tensor, regimes: torch.Tensor, cfg: Config, epoch: int) -> torch.Tensor:
+    """tri_regime's per-sample weights at ``epoch`` (``reweight.tri_regime_weights`` with the
+    config's settings)."""
+    return reweight.tri_regime_weights(
+        margin,
+        regimes,
+        epoch=epoch,
+        warmup_epochs=cfg.tri_warmup_epochs,
+        outlier_weight=cfg.tri_outlier_weight,
+        safe_weight=cfg.tri_safe_weight,
+        boundary_gain=cfg.tri_boundary_gain,
+        ramp_epochs=cfg.tri_boundary_ramp_epochs,
+        safe_margin=cfg.tri_safe_margin,
+    )
+
+
+def loss_terms(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    x_adv: torch.Tensor | None,
+    y: torch.Tensor,
+    cfg: Config,
+    frl: FrlWeights | None,
+    clean_seen: torch.Tensor | None,
+) -> tuple[list, torch.Tensor, torch.Tensor]:
+    """The batch loss's terms ``(per-sample values, weights w_i, coefficient c)`` (``train_step``),
+    the adversarial logits, and the clean logits the regimes read (``clean_seen``, or those of
+    this forward where TRADES or standard training has them)."""
+    ones = torch.ones(len(y), device=y.device)
+    if cfg.base() == "trades":
+        logits_clean, logits_adv = model(x), model(x_adv)
+        clean_seen = logits_clean.detach()
+        ce, kl = loss.trades_terms(logits_clean, logits_adv, y)
+        if frl is not None:
+            terms = [(ce, frl.nat[y].to(ce.dtype), 1.0), (kl, frl.bndy[y].to(kl.dtype), cfg.frl_beta)]
+        else:
+            terms = [(ce + cfg.trades_beta * kl, ones, 1.0)]
+    else:
+        logits_adv = model(x if x_adv is None else x_adv)
+        per_sample = loss.cross_entropy(logits_adv, y)
+        if clean_seen is None:  # standard training: the clean input is the trained one
+            clean_seen = logits_adv.detach()
+        weights = ones if frl is None else ((frl.nat + frl.bndy) / 2)[y].to(per_sample.dtype)
+        terms = [(per_sample, weights, 1.0)]
+    return terms, logits_adv, clean_seen
+
+
+def weighted_sum(terms: list, cfg: Config, rows: int, shard: Shard) -> torch.Tensor:
+    """``sum_terms c * sum_i w_i l_i / sum_i w_i``, ``sum_i w_i`` over the whole batch of ``rows``
+    rows (one all-reduce), or the batch size (tri_regime with ``tri_normalize`` off)."""
+    device = terms[0][0].device
+    if cfg.method == "tri_regime" and not cfg.tri_normalize:
+        totals = torch.full((len(terms),), float(rows), device=device)
+    else:
+        totals = shard.all_reduce(torch.stack([w.detach().sum() for _, w, _ in terms]).float())
+    totals = totals.clamp(min=torch.finfo(torch.float32).tiny)
+    return sum(coef * (w * values).sum() / total for (values, w, coef), total in zip(terms, totals))
 
 
 def merge_history(history: History, visited: torch.Tensor, shard: Shard) -> None:

@@ -76,23 +76,65 @@ class SeagramState(LoopState):
     config: dict = saved_only()
 
 
+@dataclass
+class Trial:
+    """What a seagram trial works with and never checkpoints: its settings, data, solver and the
+    victim stage's state it was served (``victim_from``)."""
+
+    cfg: Config
+    device: torch.device
+    data: RetrievalData
+    data_metrics: dict
+    """The data set's statistics, in every row."""
+    test_queries: np.ndarray
+    """The test queries the attack runs on (``attacked_queries``)."""
+    solver: SubgraphSolver
+    """The solver labelling the classifier's training set (its counters are ``State.solver``)."""
+    served: tuple | None
+    """With ``victim_from``: the victim stage's checkpointed state and trial."""
+
+    @property
+    def sizes(self) -> tuple[int, int]:
+        return self.cfg.query_nodes[1], self.cfg.corpus_nodes[1]
+
+
 def train_loop(config: dict) -> None:
     cfg = from_dict(Config, config, "trial config")
     preflight(cfg)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
+    t, st = build_trial(cfg, config)
+    saved = session.restore()
+    if saved is not None:
+        st.load_state_dict(saved)
+    if st.phase == "done":
+        return
+    served_victim(t, st)
+    victim_training(t, st)
+    if cfg.attack == "none":  # the victim stage: its checkpoint is the product
+        victim_stage_row(t, st)
+        return
+    st.victim.eval()
+    for p in st.victim.parameters():
+        p.requires_grad_(False)
+    active_learning(t, st)
+    st.clf.eval()
+    attack_and_measure(t, st)
+
+
+def build_trial(cfg: Config, config: dict) -> tuple[Trial, SeagramState]:
+    """The data, the victim (the victim stage's architecture when served one) and the classifier
+    (each from its seeded initialization, in this order), generators and solver."""
     data = load_data(cfg)
     device = session.device()
-    n_query, n_corpus = cfg.query_nodes[1], cfg.corpus_nodes[1]
     data_metrics = {
         "data/pos_rate": data.stats["pos_rate"],
         "data/pos_rate_test": data.stats["pos_rate_test"],
         "data/solver_calls": data.stats["solver"]["calls"],
         "data/queries_dropped_unknown": data.stats["queries_dropped_unknown"],
     }
-
     torch.manual_seed(cfg.seed)
-    served = None  # with victim_from: the victim stage's checkpointed state and trial
+    served = None
     if cfg.victim_from:
         from trainers.seagram.victims import load_victim_state
 
@@ -113,156 +155,168 @@ def train_loop(config: dict) -> None:
     st = SeagramState(
         victim, optimizer, clf, clf_optimizer, victim_rng, al_rng, clf_gen, solver.stats, stopping, config=config
     )
-    saved = session.restore()
-    if saved is not None:
-        st.load_state_dict(saved)
-    if st.phase == "done":
+    return Trial(cfg, device, data, data_metrics, attacked_queries(cfg, data), solver, served), st
+
+
+def served_victim(t: Trial, st: SeagramState) -> None:
+    """Phase 1 with ``victim_from``: the victim stage's trained victim, loaded (no step taken),
+    its clean test MAP measured; one row and a checkpoint."""
+    if st.phase != "victim" or t.served is None:
         return
+    state, found = t.served
+    st.victim.load_state_dict(state["victim"])
+    st.victim.eval()
+    st.clean_map = split_map(st.victim, t.data, t.test_queries, *t.sizes)
+    st.step, st.pairs_per_s = int(state["step"]), float(state["pairs_per_s"])
+    st.victim_seconds = float(state["victim_seconds"])
+    st.phase = next_phase(t.cfg)
+    session.report(
+        {
+            "victim/step": st.step,
+            "victim/map_val": found.map_val,
+            "victim/best_step": int(state["early_stopping"]["best_step"]),
+            "victim/pairs_per_s": st.pairs_per_s,
+            "victim/margin": found.config.margin,
+            "victim/map": st.clean_map,
+            **NOT_YET,
+            "train/phase": 0,
+            **t.data_metrics,
+        },
+        state=st.state_dict,
+        checkpoint=True,
+    )
 
-    test_queries = data.splits["test"]
-    if cfg.attack_queries:
-        test_queries = test_queries[: cfg.attack_queries]
 
-    # ------------------------------------------------------------ phase 1: the victim
-    if st.phase == "victim" and served is not None:  # loaded from the victim stage: no step taken
-        state, found = served
-        victim.load_state_dict(state["victim"])
-        victim.eval()
-        st.clean_map = split_map(victim, data, test_queries, n_query, n_corpus)
-        st.step, st.pairs_per_s = int(state["step"]), float(state["pairs_per_s"])
-        st.victim_seconds = float(state["victim_seconds"])
-        st.phase = next_phase(cfg)
-        session.report(
-            {
-                "victim/step": st.step,
-                "victim/map_val": found.map_val,
-                "victim/best_step": int(state["early_stopping"]["best_step"]),
-                "victim/pairs_per_s": st.pairs_per_s,
-                "victim/margin": found.config.margin,
-                "victim/map": st.clean_map,
-                **NOT_YET,
-                "train/phase": 0,
-                **data_metrics,
-            },
-            state=st.state_dict,
-            checkpoint=True,
-        )
-    if st.phase == "victim":
-        feed = TrainPairs.of(data, cfg, device)  # padded once on the device: no collation per step
-        losses, pairs, started = [], 0, time.perf_counter()
-        victim.train()
-        while st.step < cfg.victim_steps:
-            loss, n_pairs = victim_step(victim, optimizer, feed, cfg, victim_rng)
-            losses.append(loss)
-            pairs += n_pairs
-            st.step += 1
-            if st.step % cfg.report_every == 0 or st.step == cfg.victim_steps:
-                st.victim_seconds += time.perf_counter() - started
-                st.pairs_per_s = pairs / max(time.perf_counter() - started, 1e-9)
-                victim.eval()
-                map_val = split_map(victim, data, val_queries(data), n_query, n_corpus)
-                stopping.check(map_val, st.step, victim)
-                last = st.step == cfg.victim_steps or stopping.stop
-                if last:
-                    stopping.restore(victim)
-                    st.clean_map = split_map(victim, data, test_queries, n_query, n_corpus)
-                    st.phase = next_phase(cfg)
-                victim.train()
-                session.report(
-                    {
-                        "victim/loss": torch.stack(losses).double().mean().item(),
-                        "victim/step": st.step,
-                        "victim/map_val": map_val,
-                        "victim/best_step": stopping.best_step,
-                        "victim/pairs_per_s": st.pairs_per_s,
-                        "victim/margin": cfg.margin,
-                        **NOT_YET,
-                        "train/phase": 0,
-                        **data_metrics,
-                        **({"victim/map": st.clean_map} if last else {}),
-                    },
-                    state=st.state_dict,
-                    # the victim stage checkpoints with its final row, below
-                    checkpoint=(cfg.attack != "none") if last else None,
-                )
-                losses, pairs, started = [], 0, time.perf_counter()
-                if last:
-                    break
-        st.phase = next_phase(cfg)
-    if cfg.attack == "none":  # the victim stage: its checkpoint is the product
-        if st.phase == "done":
+def victim_training(t: Trial, st: SeagramState) -> None:
+    """Phase 1: the victim's ranking-loss steps; every ``report_every`` steps the validation
+    MAP (early stopping on it) and a row; at the end the best model and its clean test MAP."""
+    if st.phase != "victim":
+        return
+    cfg, victim, stopping = t.cfg, st.victim, st.early_stopping
+    feed = TrainPairs.of(t.data, cfg, t.device)  # padded once on the device: no collation per step
+    losses, pairs, started = [], 0, time.perf_counter()
+    victim.train()
+    while st.step < cfg.victim_steps:
+        loss, n_pairs = victim_step(victim, st.optimizer, feed, cfg, st.victim_rng)
+        losses.append(loss)
+        pairs += n_pairs
+        st.step += 1
+        if st.step % cfg.report_every == 0 or st.step == cfg.victim_steps:
+            st.victim_seconds += time.perf_counter() - started
+            st.pairs_per_s = pairs / max(time.perf_counter() - started, 1e-9)
+            victim.eval()
+            map_val = split_map(victim, t.data, val_queries(t.data), *t.sizes)
+            stopping.check(map_val, st.step, victim)
+            last = st.step == cfg.victim_steps or stopping.stop
+            if last:
+                stopping.restore(victim)
+                st.clean_map = split_map(victim, t.data, t.test_queries, *t.sizes)
+                st.phase = next_phase(cfg)
+            victim.train()
             session.report(
                 {
-                    "victim/map": st.clean_map,
-                    "victim/map_val": stopping.best,
-                    "victim/best_step": stopping.best_step,
+                    "victim/loss": torch.stack(losses).double().mean().item(),
                     "victim/step": st.step,
+                    "victim/map_val": map_val,
+                    "victim/best_step": stopping.best_step,
                     "victim/pairs_per_s": st.pairs_per_s,
                     "victim/margin": cfg.margin,
                     **NOT_YET,
-                    "train/phase": 2,
-                    **data_metrics,
+                    "train/phase": 0,
+                    **t.data_metrics,
+                    **({"victim/map": st.clean_map} if last else {}),
                 },
                 state=st.state_dict,
-                checkpoint=True,
+                # the victim stage checkpoints with its final row (victim_stage_row)
+                checkpoint=(cfg.attack != "none") if last else None,
             )
-        return
-    victim.eval()
-    for p in victim.parameters():
-        p.requires_grad_(False)
-
-    # ------------------------------------------------------------ phase 2: the SEAGRAM classifier
-    if st.phase == "attack_train":
-        pool = flip_pool(data, cfg)
-        while st.round <= cfg.al_rounds:
-            started = time.perf_counter()
-            st.rows, st.targets, loss = al_round(
-                st.round, cfg, pool, clf, clf_optimizer, solver, al_rng, clf_gen, victim, st.rows, st.targets
-            )
-            st.clf_loss = loss if loss is not None else st.clf_loss
-            known = st.targets >= 0
-            st.al_seconds += time.perf_counter() - started
-            st.round += 1
-            last = st.round > cfg.al_rounds
+            losses, pairs, started = [], 0, time.perf_counter()
             if last:
-                st.phase = "eval"
-            session.report(
-                {
-                    "seagram/al_round": st.round - 1,
-                    "seagram/labeled": int(known.sum()),
-                    "seagram/noncritical_rate": float(st.targets[known].mean()) if known.any() else 0.0,
-                    "seagram/clf_loss": st.clf_loss,
-                    "attack/solver_calls_train": solver.stats.calls,
-                    "attack/solver_unknown_train": solver.stats.unknown,
-                    "attack/train_s": st.al_seconds,
-                    **NOT_YET,
-                    "train/phase": 1,
-                    **data_metrics,
-                },
-                state=st.state_dict,
-                checkpoint=True if last else None,
-            )
-        st.phase = "eval"
-    clf.eval()
+                break
+    st.phase = next_phase(cfg)
 
-    # ------------------------------------------------------------ phase 3: attack and measure
-    metrics, checker = run_attack(cfg, data, victim, clf, test_queries)
+
+def victim_stage_row(t: Trial, st: SeagramState) -> None:
+    """The victim stage (``attack: none``): its final row and the checkpoint other trials load."""
+    if st.phase != "done":
+        return
+    session.report(
+        {
+            "victim/map": st.clean_map,
+            "victim/map_val": st.early_stopping.best,
+            "victim/best_step": st.early_stopping.best_step,
+            "victim/step": st.step,
+            "victim/pairs_per_s": st.pairs_per_s,
+            "victim/margin": t.cfg.margin,
+            **NOT_YET,
+            "train/phase": 2,
+            **t.data_metrics,
+        },
+        state=st.state_dict,
+        checkpoint=True,
+    )
+
+
+def active_learning(t: Trial, st: SeagramState) -> None:
+    """Phase 2 (SEAGRAM only): the criticality classifier's active-learning rounds, a row and
+    (after the last) a checkpoint each."""
+    if st.phase != "attack_train":
+        return
+    cfg = t.cfg
+    pool = flip_pool(t.data, cfg)
+    while st.round <= cfg.al_rounds:
+        started = time.perf_counter()
+        st.rows, st.targets, loss = al_round(
+            st.round, cfg, pool, st.clf, st.clf_optimizer, t.solver, st.al_rng, st.clf_gen, st.victim, st.rows,
+            st.targets,
+        )  # fmt: skip
+        st.clf_loss = loss if loss is not None else st.clf_loss
+        known = st.targets >= 0
+        st.al_seconds += time.perf_counter() - started
+        st.round += 1
+        last = st.round > cfg.al_rounds
+        if last:
+            st.phase = "eval"
+        session.report(
+            {
+                "seagram/al_round": st.round - 1,
+                "seagram/labeled": int(known.sum()),
+                "seagram/noncritical_rate": float(st.targets[known].mean()) if known.any() else 0.0,
+                "seagram/clf_loss": st.clf_loss,
+                "attack/solver_calls_train": t.solver.stats.calls,
+                "attack/solver_unknown_train": t.solver.stats.unknown,
+                "attack/train_s": st.al_seconds,
+                **NOT_YET,
+                "train/phase": 1,
+                **t.data_metrics,
+            },
+            state=st.state_dict,
+            checkpoint=True if last else None,
+        )
+    st.phase = "eval"
+
+
+def attack_and_measure(t: Trial, st: SeagramState) -> None:
+    """Phase 3: the attack on every (test query, corpus graph) pair, the held-out judgement of
+    SEAGRAM's classifier; one final row with every metric and the checkpoint marking it done."""
+    cfg = t.cfg
+    metrics, checker = run_attack(cfg, t.data, st.victim, st.clf, t.test_queries)
     metrics["clf/auroc"] = float("nan")  # measured for SEAGRAM's classifier only
     if cfg.attack == "seagram" and cfg.eval_candidates:
-        metrics.update(heldout_metrics(cfg, clf, *heldout_set(cfg, data, victim)))
+        metrics.update(heldout_metrics(cfg, st.clf, *heldout_set(cfg, t.data, st.victim)))
     st.phase = "done"
     session.report(
         {
             **metrics,
             "victim/map": st.clean_map,
             "victim/pairs_per_s": st.pairs_per_s,
-            "attack/solver_calls_train": solver.stats.calls,
-            "attack/solver_s_train": solver.stats.seconds,
+            "attack/solver_calls_train": t.solver.stats.calls,
+            "attack/solver_s_train": t.solver.stats.seconds,
             "attack/train_s": st.al_seconds,
             "attack/label_check_calls": checker.stats.calls,
             "seagram/labeled": int((st.targets >= 0).sum()),
             "train/phase": 2,
-            **data_metrics,
+            **t.data_metrics,
         },
         state=st.state_dict,
         checkpoint=True,

@@ -3,6 +3,8 @@ the games the host path plays: the same actions at every step, the same returns,
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -54,7 +56,7 @@ def test_device_evaluation_plays_the_host_paths_games_bit_for_bit(suite, one_thr
         chosen = np.concatenate(a_host)
         assert len(np.unique(chosen)) > 1  # not one action throughout: the draws and the network both count
     # and through the loop's evaluate, the reported figure
-    s = {"evals": 2}
+    s = types.SimpleNamespace(evals=2)  # the loop state's evaluation counter
     assert loop.evaluate(host, s) == loop.evaluate(device, s)
     for run in (host, device):
         run.eval_envs.close()
