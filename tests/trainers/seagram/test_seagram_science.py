@@ -14,6 +14,14 @@ mixed - passive +0.021 [-0.038, +0.080] 7/12, pure uncertainty - passive -0.019 
 5/12, mixed - pure uncertainty +0.040 [-0.012, +0.091] 8/12; labels kept mixed - passive +0.047
 [+0.009, +0.085] 11/12 (a finding, not asserted).
 
+Seeds 24-35, the confirmation (2026-12-05, 24 min; `RAYLAB_LONG_TESTS=1
+RAYLAB_SCIENCE_SEEDS=24,...,35`): 5 passed. SEAGRAM's share of greedy's drop 0.981 (95% t lower
+end 0.959); held-out AUROC mixed 0.772 / pure uncertainty 0.756 / passive 0.764; mixed - passive
++0.008 [-0.024, +0.041] 5/12, pure uncertainty - passive -0.008 [-0.050, +0.035] 4/12 (both upper
+ends below 0.10: the claim holds); labels kept mixed - passive +0.043 [+0.010, +0.076] 9/12 (the
+same finding as on 12-23); the claim check's control (passive - untrained +0.272, upper end
++0.403) is reported, as it must be.
+
 Measured with this fixture on 2026-12-03 (seeds 0-5; clean MAP 0.521 / 0.531 / 0.517 / 0.530 /
 0.531 / 0.539): random flips keep 0.753-0.803; greedy drops MAP 0.402-0.421 at 2107-2691 solver
 calls; unconstrained greedy keeps 0.663-0.695; SEAGRAM (mixed) keeps 0.790-0.932 (mean 0.865) at
