@@ -19,7 +19,7 @@ import dataclasses
 import importlib
 import typing
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 """The repository root (this file is ``docs/_hooks/references.py``)."""
@@ -195,31 +195,6 @@ def experiments_page() -> str:
 # ----------------------------------------------------------------------------- command line
 
 
-class _Parsed(Exception):
-    def __init__(self, parser: argparse.ArgumentParser):
-        self.parser = parser
-
-
-def parser_of(main: Callable[..., Any]) -> argparse.ArgumentParser:
-    """The argparse parser a ``main(argv)`` builds: caught when it starts parsing (nothing runs)."""
-
-    def grab(self, *args, **kwargs):
-        raise _Parsed(self)
-
-    names = ("parse_args", "parse_known_args", "parse_intermixed_args", "parse_known_intermixed_args")
-    saved = {n: getattr(argparse.ArgumentParser, n) for n in names}
-    try:
-        for n in names:
-            setattr(argparse.ArgumentParser, n, grab)
-        main([])
-    except _Parsed as caught:
-        return caught.parser
-    finally:
-        for n, f in saved.items():
-            setattr(argparse.ArgumentParser, n, f)
-    raise RuntimeError(f"{main.__module__}.main built no argparse parser")
-
-
 def entry_points() -> list[tuple[str, str]]:
     """``(python -m name, module defining main)`` for every ``python -m`` command of ``raylab`` and
     ``trainers``: modules run as ``__main__`` and packages with a ``__main__.py``."""
@@ -264,7 +239,9 @@ def cli_page() -> str:
     for command, module_name in entry_points():
         module = importlib.import_module(module_name)
         made = getattr(module, "parser", None)
-        parser = made() if callable(made) else parser_of(module.main)
+        if not callable(made):  # never call main() here: it would run the command
+            raise RuntimeError(f"python -m {command}: {module_name} has no parser() for the CLI reference to read")
+        parser = made()
         parser.prog = f"python -m {command}"
         doc = _first_paragraph(module.__doc__).replace("``", "`")
         out += [f"## `python -m {command}`", "", doc, ""]

@@ -160,14 +160,19 @@ def check_once(logs: Path, config_path: Path, max_failures: int, stopped: set[st
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser (the CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(prog="python -m raylab.cluster.setup_guard", description=__doc__.split("\n")[0])
     parser.add_argument("--max-failures", type=int, default=2, help="failed nodes of one type before it stops")
     parser.add_argument("--config", type=Path, default=Path("~/ray_bootstrap_config.yaml").expanduser())
     parser.add_argument("--logs", type=Path, default=Path("/tmp/ray/session_latest/logs"))
     parser.add_argument("--out", type=Path, default=Path("~/raylab-setup-failed.txt").expanduser())
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between reads of the logs")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.max_failures < 1:
         print(f"error: --max-failures must be at least 1, got {args.max_failures}", file=sys.stderr)
         return 2

@@ -56,3 +56,14 @@ def test_a_config_field_added_shows_in_the_built_reference(tmp_path, monkeypatch
     assert "--smoke" in cli and "python -m raylab.report" in cli
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
     assert 'id="raylab.session.report"' in api and "checkpoint" in api
+
+
+def test_every_command_is_documented_from_its_parser_and_one_without_is_refused(monkeypatch):
+    hook = hook_module()
+    page = hook.cli_page()
+    for command, _ in hook.entry_points():
+        assert f"## `python -m {command}`" in page
+    # a command whose module has main() but no parser(): the build stops rather than run main()
+    monkeypatch.setattr(hook, "entry_points", lambda: [("raylab.errors", "raylab.errors")])
+    with pytest.raises(RuntimeError, match="has no parser"):
+        hook.cli_page()

@@ -38,10 +38,15 @@ def run_students(run_dir: str) -> list[str]:
 
 
 @exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser (the CLI reference is generated from it)."""
     p = argparse.ArgumentParser(prog="python -m trainers.boltz_distill.students", description=__doc__.split("\n")[0])
     p.add_argument("run_dir", help="a finished boltz_distill run folder")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     from trainers.boltz_distill.loop import load_student, student_location
 
     names = run_students(args.run_dir)

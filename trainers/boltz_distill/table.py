@@ -132,11 +132,16 @@ def format_table(cells, markdown: bool = False) -> str:
 
 
 @exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser (the CLI reference is generated from it)."""
     p = argparse.ArgumentParser(prog="python -m trainers.boltz_distill.table", description=__doc__.split("\n")[0])
     p.add_argument("run_dir", help="an admet_probe run folder (results/admet_probe-...)")
     p.add_argument("--markdown", action="store_true")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     run_dir = Path(args.run_dir)
     cells = collect(run_dir)
     if not cells:

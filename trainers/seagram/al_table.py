@@ -148,10 +148,15 @@ def summary(records: list[dict]) -> str:
 
 
 @exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser (the CLI reference is generated from it)."""
     p = argparse.ArgumentParser(prog="python -m trainers.seagram.al_table", description=__doc__.split("\n")[0])
     p.add_argument("run", help="a finished seagram run folder (a path or a URI)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     records = run_records(args.run)
     if not records:
         raise UserError(f"{args.run}: no finished active-learning trial (passive, uncertainty or mixed)")

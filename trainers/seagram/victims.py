@@ -188,10 +188,15 @@ def victims_table(run: str) -> list[dict]:
 
 
 @exit_on_user_error
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser (the CLI reference is generated from it)."""
     p = argparse.ArgumentParser(prog="python -m trainers.seagram.victims", description=__doc__.split("\n")[0])
     p.add_argument("run", help="a seagram_victims run folder (a path or a URI)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     rows = victims_table(args.run)
     if not rows:
         raise UserError(f"{args.run}: no finished victim trial (attack: none, final row written)")
