@@ -58,6 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -348,7 +349,7 @@ def count_update_ops(args, device, name: str, updates: int = 4) -> dict:
         run.sums = {k: torch.zeros((), device=device) for k in ("loss", "q", "ess")}
         if run.capture:
             run.graph = loop.update_graph(run)
-        s = {"loss_n": 0}
+        s = types.SimpleNamespace(loss_n=0)  # the loop state's update counter
         for _ in range(5):  # warm-up; the graph is captured at the 4th
             loop.update(run, s)
         if device.type == "cuda":

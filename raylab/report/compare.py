@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from raylab.report.aggregate import conditions, group, label_of, value_at
-from raylab.report.render import CSS, VERDICT_CLASS, fmt_number
+from raylab.report.render import PAGE_END, VERDICT_CLASS, figure_html, fmt_number, page_start
 from raylab.report.run_view import Run
 from raylab.report.style import FigureStyle
 from raylab.report.values import is_number
@@ -162,14 +162,9 @@ def _best_words(best: dict[str, Any] | None) -> str:
 
 
 def to_html(content: dict[str, Any], out_dir: Path) -> str:
-    from raylab.report.render import _img
-
     e = html.escape
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{e(content['title'])}</title><style>{CSS}</style></head><body>",
-        f"<h1>{e(content['title'])}</h1>",
+        *page_start(content["title"]),
         *(f'<div class="note">{e(n)}</div>' for n in content["notes"]),
         '<div class="scroll"><table><thead><tr><th></th><th>A</th><th>B</th></tr></thead><tbody>',
         *(f"<tr><th>{e(k)}</th><td>{e(a)}</td><td>{e(b)}</td></tr>" for k, a, b in content["facts"]),
@@ -179,7 +174,7 @@ def to_html(content: dict[str, Any], out_dir: Path) -> str:
     ]
     curves = content["curves"]
     if curves.get("file"):
-        parts.append(_img(out_dir, curves["file"], "curves of both runs"))
+        parts.append(figure_html(out_dir, curves["file"], "curves of both runs"))
     else:
         parts.append(f'<div class="note">{e(curves.get("note", ""))}</div>')
     parts.append("<h2>Claims</h2>")
@@ -218,7 +213,7 @@ def to_html(content: dict[str, Any], out_dir: Path) -> str:
             f'<div class="scroll"><table class="claims"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table></div>"
         )
-    parts.append("</body></html>")
+    parts.append(PAGE_END)
     return "\n".join(parts)
 
 

@@ -67,13 +67,25 @@ def fmt_cell(cell: dict | None) -> tuple[str, str]:
 # ------------------------------------------------------------------------ HTML
 
 
+def page_start(title: str) -> list[str]:
+    """The opening lines of a self-contained report page (its style inlined) up to its heading;
+    ``PAGE_END`` closes it."""
+    e = html.escape
+    return [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{e(title)}</h1>",
+    ]
+
+
+PAGE_END = "</body></html>"
+
+
 def to_html(report: dict[str, Any], out_dir: Path) -> str:
     e = html.escape
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{e(report['title'])}</title><style>{CSS}</style></head><body>",
-        f"<h1>{e(report['title'])}</h1>",
+        *page_start(report["title"]),
         '<table class="facts">'
         + "".join(f"<tr><th>{e(k)}</th><td>{e(str(v))}</td></tr>" for k, v in report["facts"])
         + "</table>",
@@ -140,7 +152,8 @@ def _html_block(block: dict[str, Any]) -> str:
     )
 
 
-def _img(out_dir: Path, file: str, alt: str, caption: str = "") -> str:
+def figure_html(out_dir: Path, file: str, alt: str, caption: str = "") -> str:
+    """A PNG of ``out_dir`` as an inline ``<figure>`` (base64, so the page is one file)."""
     e = html.escape
     data = base64.b64encode((out_dir / file).read_bytes()).decode("ascii")
     return (
@@ -230,7 +243,7 @@ def _html_aggregates(agg: dict[str, Any], out_dir: Path) -> list[str]:
     parts += [f'<div class="note">{e(n)}</div>' for n in agg["notes"]]
     if not agg["shown"]:
         return parts + [f'<div class="note">not shown: {e(agg.get("note", ""))}</div>']
-    parts.append(_img(out_dir, agg["file"], agg["title"], agg.get("note", "")))
+    parts.append(figure_html(out_dir, agg["file"], agg["title"], agg.get("note", "")))
     columns = [fn for fn in ("median", "iqm", "mean", "optimality_gap") if fn in agg["arms"][0]]
     head = "".join(
         f"<th>{e(h)}</th>" for h in ("arm", "seeds", *(NAMES[c] for c in columns), f"P(arm > {agg['reference']})")
@@ -270,7 +283,7 @@ def _html_sweep(sweep: dict[str, Any], out_dir: Path) -> list[str]:
     for key in ("parallel", "curves"):
         view = sweep[key]
         if view.get("file"):
-            parts.append(_img(out_dir, view["file"], f"sweep {key}", view.get("note", "")))
+            parts.append(figure_html(out_dir, view["file"], f"sweep {key}", view.get("note", "")))
         else:
             parts.append(f'<div class="note">{e(view.get("note", ""))}</div>')
         if key == "parallel":
