@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from raylab import provenance, search_space, workloads, yaml_io
+from raylab import files, provenance, search_space, workloads, yaml_io
 from raylab.config import ConfigValueError, check, from_dict, to_dict
 from raylab.errors import UserError
 from raylab.run_folder import EXPERIMENT_FILE, SOURCE_DIGEST, TRAIN_RUN, TUNE_RUN, RunFolder, file_digest
@@ -52,7 +52,7 @@ def packaged_config_dirs() -> list[tuple[Path, str]]:
     An installation of raylab whose metadata predates the group (an editable install not
     reinstalled since) registers none: its ``tune_configs`` package is searched first then."""
     from importlib.metadata import PackageNotFoundError, distribution, entry_points
-    from importlib.resources import files
+    from importlib.resources import files as package_files
 
     registered = [(entry.name, entry.value) for entry in entry_points(group=EXPERIMENTS_GROUP)]
     try:
@@ -62,7 +62,7 @@ def packaged_config_dirs() -> list[tuple[Path, str]]:
     dirs: dict[Path, str] = {}
     for name, package in [("", "tune_configs")] * stale + registered:
         try:
-            dirs.setdefault(Path(str(files(package))), package)
+            dirs.setdefault(Path(str(package_files(package))), package)
         except ModuleNotFoundError:
             if name:
                 raise UserError(
@@ -448,7 +448,7 @@ def load(name_or_path: str, overrides: list[str] = (), smoke: bool = False) -> E
         raw = merge(raw, smoke_section)
     merged = raw
     for text in overrides:
-        merged = merge(merged, parse_override(text), f"command line: override '{text}'")
+        merged = merge(merged, parse_override(text), f"command line: override '{files.redacted(text)}'")
     try:
         return validate(merged, name=path.stem, source=source, smoke=smoke)
     except UserError:
@@ -458,7 +458,7 @@ def load(name_or_path: str, overrides: list[str] = (), smoke: bool = False) -> E
         text, message = blamed
         if message.startswith(source):
             message = message[len(source) :].lstrip(": ")
-        raise UserError(f"command line: override '{text}': {message} (experiment {source})") from None
+        raise UserError(f"command line: override '{files.redacted(text)}': {message} (experiment {source})") from None
 
 
 def _blame_override(

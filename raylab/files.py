@@ -20,6 +20,17 @@ _USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://(?:[^/?#]*@|[^@?#]*:[^@?#]*@
 (an AWS secret key may hold ``/``, which would otherwise end the authority early)."""
 
 
+_USERINFO_ANYWHERE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^@?#\s]*@")
+_CREDENTIAL_VALUE = re.compile(r"((?:%s)=)[^&\s]*" % "|".join(CREDENTIAL_QUERY_KEYS), re.IGNORECASE)
+
+
+def redacted(text: str) -> str:
+    """``text`` with every URI's ``user:password@`` and credential query values replaced by
+    ``***`` (``config.data_dir=s3://KEY:SECRET@bucket`` -> ``config.data_dir=s3://***@bucket``):
+    for echoing what a user typed in an error without the keys it held."""
+    return _CREDENTIAL_VALUE.sub(r"\1***", _USERINFO_ANYWHERE.sub(r"\1***@", text))
+
+
 def refuse_credentials(location: str, what: str = "--storage") -> None:
     """Refuse a URI that holds credentials: userinfo (``s3://KEY:SECRET@bucket/runs``), keys in
     its query (``?access_key=...&secret_key=...``), or userinfo in its ``endpoint_override``.

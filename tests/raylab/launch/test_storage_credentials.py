@@ -109,3 +109,13 @@ def test_planted_secret_is_refused_and_appears_in_no_output_and_no_file(command,
             if SECRET.encode() in data or KEY_ID.encode() in data:
                 holders.append(str(path))
     assert holders == []
+
+
+def test_redacted_hides_userinfo_and_credential_query_values_and_keeps_the_rest():
+    from raylab.files import redacted
+
+    assert redacted(f"config.data_dir=s3://KEYID0000:{SECRET}@bucket/runs") == "config.data_dir=s3://***@bucket/runs"
+    assert (
+        redacted("s3://b/r?access_key=AK&Secret_Key=SK&region=x") == "s3://b/r?access_key=***&Secret_Key=***&region=x"
+    )
+    assert redacted("config.data_dir=/tmp/a:b@c") == "config.data_dir=/tmp/a:b@c"  # a path, not a URI
