@@ -168,7 +168,6 @@ def test_dqn_replay_batches_go_pinned_and_non_blocking_when_the_device_is_cuda(c
 # fails the test until it is reviewed here (or goes through to_device).
 REVIEWED = {
     "trainers/backdoor/loop.py::build_data": (1, "the whole dataset, once"),
-    "trainers/backdoor/loop.py::train_loop": (1, "restored ablation indices, once"),
     "trainers/backdoor/loop.py::neuron_report": (1, "random neurons' indices, at a report"),
     "trainers/backdoor/loop.py::poisoned_training": (1, "an epoch's order"),
     "trainers/backdoor/loop.py::clean_finetuning": (2, "the fine-tuning subset's indices and an epoch's order"),
@@ -193,17 +192,21 @@ REVIEWED = {
     "trainers/boltz_distill/loop.py::train_loop": (2, "target statistics, once"),
     "trainers/dqn_softlinf/heldout.py::q_values": (1, "the held-out probe, at a report"),
     "trainers/dqn_softlinf/heldout.py::residuals": (6, "the held-out probe, at a report"),
-    "trainers/dqn_softlinf/loop.py::train_loop": (1, "the restored probe, once"),
+    "trainers/dqn_softlinf/loop.py::load_state_dict": (1, "the restored probe, once"),
     "trainers/dqn_softlinf/loop.py::build_run": (1, "the Q-network, once"),
     "trainers/dqn_softlinf/loop.py::q_on_all_states": (1, "exact model probe, at a report"),
-    "trainers/fair_adv/loop.py::train_loop": (10, "the whole dataset and model, once; a restore"),
+    "trainers/fair_adv/loop.py::build_trial": (9, "the whole dataset and model, once"),
     "trainers/fair_adv/step.py::train_epoch": (1, "an epoch's order"),
     "trainers/seagram/attack.py::_to": (1, "a classifier's labelled set, once per round"),
     "trainers/seagram/attack.py::first_order_gain": (1, "an attack's candidate graphs"),
     "trainers/seagram/attack.py::noncritical_prob": (1, "an active-learning round"),
     "trainers/seagram/attack.py::train_classifier": (2, "once per round; an epoch's order"),
-    "trainers/seagram/loop.py::train_loop": (2, "the models, once"),
+    "trainers/seagram/loop.py::build_trial": (2, "the models, once"),
     "raylab/session.py::prepare_model": (1, "the model, once"),
+    "raylab/checkpoint.py::_moved": (
+        1,
+        "fields declared on_device, once at a restore (backdoor's ablated neurons, fair_adv's FRL multipliers)",
+    ),
     "trainers/boltz_distill/batches.py::__init__": (1, "the graph bank, once, without pinning"),
     "trainers/seagram/batches.py::__init__": (1, "the training pairs' bank, once, without pinning"),
 }
