@@ -315,7 +315,6 @@ def corpus_exists(corpus: str) -> Path:
     return path
 
 
-@exit_on_user_error
 def parser() -> argparse.ArgumentParser:
     """The command's argument parser (the CLI reference is generated from it)."""
     p = argparse.ArgumentParser(prog="python -m trainers.boltz_distill.corpus", description=__doc__.split("\n")[0])
@@ -337,6 +336,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     sets: list[str] = []

@@ -37,7 +37,6 @@ def run_students(run_dir: str) -> list[str]:
     ]
 
 
-@exit_on_user_error
 def parser() -> argparse.ArgumentParser:
     """The command's argument parser (the CLI reference is generated from it)."""
     p = argparse.ArgumentParser(prog="python -m trainers.boltz_distill.students", description=__doc__.split("\n")[0])
@@ -45,6 +44,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     from trainers.boltz_distill.loop import load_student, student_location

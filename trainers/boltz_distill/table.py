@@ -131,7 +131,6 @@ def format_table(cells, markdown: bool = False) -> str:
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body] + [note])
 
 
-@exit_on_user_error
 def parser() -> argparse.ArgumentParser:
     """The command's argument parser (the CLI reference is generated from it)."""
     p = argparse.ArgumentParser(prog="python -m trainers.boltz_distill.table", description=__doc__.split("\n")[0])
@@ -140,6 +139,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     run_dir = Path(args.run_dir)

@@ -147,7 +147,6 @@ def summary(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-@exit_on_user_error
 def parser() -> argparse.ArgumentParser:
     """The command's argument parser (the CLI reference is generated from it)."""
     p = argparse.ArgumentParser(prog="python -m trainers.seagram.al_table", description=__doc__.split("\n")[0])
@@ -155,6 +154,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     records = run_records(args.run)

@@ -187,7 +187,6 @@ def victims_table(run: str) -> list[dict]:
     return rows
 
 
-@exit_on_user_error
 def parser() -> argparse.ArgumentParser:
     """The command's argument parser (the CLI reference is generated from it)."""
     p = argparse.ArgumentParser(prog="python -m trainers.seagram.victims", description=__doc__.split("\n")[0])
@@ -195,6 +194,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     rows = victims_table(args.run)

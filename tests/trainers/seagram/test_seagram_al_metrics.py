@@ -3,6 +3,7 @@ calls-to-match-passive and the paired table, against hand-computed values; and t
 dry run listing its three arms and its label-budget axis."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,5 +75,8 @@ def test_dry_run_lists_the_three_arms_and_the_budget_axis(capsys):
         assert arm in search, search
     assert "al_budget:\n    grid: [500, 1000, 2000, 4000]" in search
     assert "seed:\n    grid: [0, 1, 2, 3, 4, 5]" in search
-    assert "victim_from: results/seagram_victims" in text and "metric: clf/auroc" in text
+    # victim_from is a UserPath: shown resolved, from where the command ran
+    victim_from = next(line for line in text.splitlines() if line.strip().startswith("victim_from:"))
+    assert victim_from.split(": ", 1)[1] == str(Path.cwd() / "results" / "seagram_victims"), victim_from
+    assert "metric: clf/auroc" in text
     assert "# trials: 648;" in text  # 3 arms x 4 label budgets x 3 victims x 3 flip budgets x 6 seeds
