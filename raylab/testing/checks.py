@@ -99,19 +99,24 @@ SCIENCE_SEEDS_ENV = "RAYLAB_SCIENCE_SEEDS"
 
 
 def science_seeds(default: Iterable[int]) -> list[int]:
-    """The seeds a science test runs on: ``RAYLAB_SCIENCE_SEEDS`` (comma-separated integers,
-    ``"50,51,52"``) where it is set and not empty, else ``default``. A science test asserts its
-    claim over whatever seeds it is given, so the same test can be run on seeds nobody tuned on.
-    A value that is not a list of distinct integers raises ``ValueError`` naming it."""
+    """The seeds a science test runs on: ``RAYLAB_SCIENCE_SEEDS`` (comma-separated integers or
+    inclusive ranges, ``"50,51,52"`` or ``"50-52"``) where it is set and not empty, else
+    ``default``. A science test asserts its claim over whatever seeds it is given, so the same
+    test can be run on seeds nobody tuned on. A value that is not a list of distinct integers
+    raises ``ValueError`` naming it."""
     raw = os.environ.get(SCIENCE_SEEDS_ENV, "").strip()
     if not raw:
         return list(default)
+    hint = "expected distinct comma-separated integers or ranges such as 50,51,52 or 50-52"
+    seeds: list[int] = []
     try:
-        seeds = [int(part) for part in raw.split(",") if part.strip()]
+        for part in filter(None, (p.strip() for p in raw.split(","))):
+            first, _, last = part.partition("-")
+            seeds += range(int(first), int(last or first) + 1)
     except ValueError:
-        raise ValueError(f"{SCIENCE_SEEDS_ENV}={raw!r}: expected comma-separated integers such as 50,51,52") from None
+        raise ValueError(f"{SCIENCE_SEEDS_ENV}={raw!r}: {hint}") from None
     if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"{SCIENCE_SEEDS_ENV}={raw!r}: expected distinct comma-separated integers such as 50,51,52")
+        raise ValueError(f"{SCIENCE_SEEDS_ENV}={raw!r}: {hint}")
     return seeds
 
 

@@ -17,7 +17,12 @@ def test_the_environment_names_the_seeds(monkeypatch):
     assert science_seeds(range(5)) == [60, 61, 62]
 
 
-@pytest.mark.parametrize("value", ["5,x", "1,1", ","])
+def test_ranges_are_inclusive_and_mix_with_single_seeds(monkeypatch):
+    monkeypatch.setenv("RAYLAB_SCIENCE_SEEDS", "20-23, 7")
+    assert science_seeds(range(5)) == [20, 21, 22, 23, 7]
+
+
+@pytest.mark.parametrize("value", ["5,x", "1,1", ",", "3-1", "1-3,2", "1-x"])
 def test_a_bad_value_is_named(monkeypatch, value):
     monkeypatch.setenv("RAYLAB_SCIENCE_SEEDS", value)
     with pytest.raises(ValueError, match="RAYLAB_SCIENCE_SEEDS"):
