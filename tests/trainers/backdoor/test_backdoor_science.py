@@ -52,15 +52,18 @@ import multiprocessing
 import os
 import statistics
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from raylab import session
 from raylab.report.estimators import t_interval
 from raylab.testing import science_seeds
+from raylab.testing.science_cache import per_seed
 from trainers.backdoor import attack
 from trainers.backdoor.loop import train_loop
 
+REPO = Path(__file__).resolve().parents[3]
 SEEDS = science_seeds(range(80, 85))
 WORKERS = int(os.environ.get("RAYLAB_SCIENCE_WORKERS", "1"))
 ARMS = {
@@ -211,12 +214,19 @@ def show(name: str, values: list[float]) -> str:
     return f"{name} | {cells} | {mean:+.3f} [{low:+.3f}, {high:+.3f}] | {sum(v > 0 for v in values)}/{len(values)}"
 
 
+SOURCES = [REPO / "trainers" / "backdoor", REPO / "raylab"]
+"""What a cached trial's result depends on besides its settings (``RAYLAB_SCIENCE_CACHE``)."""
+
+
 def run_job(job: tuple[int, str]) -> dict:
-    """One (seed, arm) trial in a spawned worker, torch on one thread."""
+    """One (seed, arm) trial, torch on one thread; read back from ``RAYLAB_SCIENCE_CACHE`` when a
+    run of the same settings and source wrote it."""
     import torch
 
+    seed, arm = job
     torch.set_num_threads(1)
-    return run_arm(*job)
+    settings = (CONFIG, ARMS["trigger" if arm == MUTANT else arm], arm == MUTANT)
+    return per_seed(f"backdoor/{arm}", seed, settings, SOURCES, lambda: run_arm(seed, arm))
 
 
 @pytest.fixture(scope="module")
@@ -228,9 +238,8 @@ def results():
         with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
             return dict(zip(jobs, pool.map(run_job, jobs)))
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     try:
-        return {job: run_arm(*job) for job in jobs}
+        return {job: run_job(job) for job in jobs}
     finally:
         torch.set_num_threads(threads)
 

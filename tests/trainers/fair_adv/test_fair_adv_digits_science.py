@@ -62,7 +62,11 @@ from raylab import train as raylab_train
 from raylab.report.estimators import t_interval
 from raylab.run_folder import TrialFolder
 from raylab.testing import science_seeds
+from raylab.testing.science_cache import per_seed
 
+REPO = Path(__file__).resolve().parents[3]
+SOURCES = [REPO / "trainers" / "fair_adv", REPO / "raylab"]
+"""What a cached trial's result depends on besides its settings (``RAYLAB_SCIENCE_CACHE``)."""
 SEEDS = science_seeds(range(10, 20))
 TUNING_SEEDS = [100, 101, 102]  # chose eps 0.15 on validation; never used for the finding
 WORKERS = int(os.environ.get("RAYLAB_SCIENCE_WORKERS", "2"))
@@ -128,8 +132,27 @@ def shuffled(weights_fn):
 
 
 def run_arm(job) -> dict:
-    """One trial (``arm``, ``seed``) in this process, in ``folder``; its last report."""
+    """One trial (``arm``, ``seed``) in this process, in ``folder``; its last report, read back from
+    ``RAYLAB_SCIENCE_CACHE`` when a run of the same config and source wrote it."""
     arm, seed, folder = job
+    config = arm_config(arm, seed)
+    return per_seed(
+        f"fair_adv_digits/{arm}",
+        seed,
+        (config, arm),
+        SOURCES,
+        lambda: train_arm(arm, config, Path(folder) / f"{arm}-{seed}"),
+    )
+
+
+def arm_config(arm: str, seed: int) -> dict:
+    """The trial's whole config: ``fair_adv_digits.yaml`` resolved, then the scale and the arm."""
+    config = {**SCALE, **ARMS["tri_regime" if arm == MUTANT else arm], "seed": seed}
+    experiment = experiments.load("fair_adv_digits", [f"stop.train/epoch={config['epochs']}"])
+    return {**experiment.resolved_config(), **config}
+
+
+def train_arm(arm: str, config: dict, folder: Path) -> dict:
     import torch
 
     from trainers.fair_adv import reweight
@@ -138,17 +161,11 @@ def run_arm(job) -> dict:
     if arm == MUTANT:  # a spawned worker: the patch lives and dies with its trial's process state
         real, reweight.tri_regime_weights = reweight.tri_regime_weights, shuffled(reweight.tri_regime_weights)
     try:
-        return run_config(arm, seed, folder)
+        experiment = experiments.load("fair_adv_digits", [f"stop.train/epoch={config['epochs']}"])
+        rows = raylab_train.run_local(experiment, TrialFolder.at(folder), config, verbose=False)
     finally:
         if arm == MUTANT:
             reweight.tri_regime_weights = real
-
-
-def run_config(arm: str, seed: int, folder: str) -> dict:
-    config = {**SCALE, **ARMS["tri_regime" if arm == MUTANT else arm], "seed": seed}
-    experiment = experiments.load("fair_adv_digits", [f"stop.train/epoch={config['epochs']}"])
-    config = {**experiment.resolved_config(), **config}
-    rows = raylab_train.run_local(experiment, TrialFolder.at(Path(folder) / f"{arm}-{seed}"), config, verbose=False)
     assert rows[-1]["train/epoch"] == config["epochs"]
     return rows[-1]
 
