@@ -55,6 +55,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
+from science_findings import Line, record
 
 from raylab import session
 from raylab.report.estimators import t_interval
@@ -229,6 +230,61 @@ def run_job(job: tuple[int, str]) -> dict:
     return per_seed(f"backdoor/{arm}", seed, settings, SOURCES, lambda: run_arm(seed, arm))
 
 
+def arms(results: dict, *names: str) -> dict:
+    return {k: v for k, v in results.items() if k[1] in names}
+
+
+def difference(name: str, values: list[float], bound: str = "", holds: bool | None = None) -> Line:
+    mean, low, high = summary(values)
+    return Line(name, tuple(values), mean, low, high, bound, holds)
+
+
+def findings(results: dict) -> list[Line]:
+    """What the tests assert and print, as the lines of the workload pages' findings table."""
+    trigger = [results[s, "trigger"]["eval/asr"] for s in SEEDS]
+    others = [max(results[s, a]["eval/asr"] for a in ("clean", "label_flip")) for s in SEEDS]
+    neurons = [
+        results[s, "trigger"]["neurons/trigger_dominant_count"]
+        - results[s, "label_flip"]["neurons/trigger_dominant_count"]
+        for s in SEEDS
+    ]
+    mutated = arms(results, MUTANT, "label_flip")
+    steps = [presaturation_step(results[s, "trigger"]) or float("nan") for s in SEEDS]
+    return [
+        Line(
+            "trigger arm: ASR at the end (positive control)",
+            tuple(trigger),
+            statistics.fmean(trigger),
+            bound=f"{SATURATED} or more every seed, {LEARNED} on the mean",
+            holds=not positive_control_failures(arms(results, "trigger")),
+        ),
+        Line(
+            "clean and label-flip arms: the higher ASR (control)",
+            tuple(others),
+            statistics.fmean(others),
+            bound="0.2 or less, every seed",
+            holds=not positive_control_failures(arms(results, "clean", "label_flip")),
+        ),
+        difference(
+            "trigger - label-flip: poison-only loss drop, pre-saturation probe",
+            contrast(results, CLAIM),
+            "95% t lower end above 0",
+            not claim_failures(results),
+        ),
+        Line("trigger arm: the pre-saturation probe's step", tuple(steps), statistics.fmean(steps), level=True),
+        difference("trigger - label-flip: poison-only loss drop, last probe", contrast(results, CLAIM, when="last")),
+        difference("trigger - label-flip: vs-relabel gap, pre-saturation probe", contrast(results, GAP)),
+        difference("trigger - label-flip: vs-relabel gap, last probe", contrast(results, GAP, when="last")),
+        difference("trigger - label-flip: trigger-dominant neurons", neurons),
+        difference(
+            "mutation, trigger not relabelled: poison-only loss drop, pre-saturation probe",
+            contrast(results, CLAIM, MUTANT),
+            "the claim check and the positive control fail on it",
+            bool(claim_failures(mutated, MUTANT)) and bool(positive_control_failures(mutated)),
+        ),
+    ]
+
+
 @pytest.fixture(scope="module")
 def results():
     import torch
@@ -236,12 +292,15 @@ def results():
     jobs = [(seed, arm) for seed in SEEDS for arm in (*ARMS, MUTANT)]
     if WORKERS > 1:  # each trial in its own process: the mutant's patch lives and dies with it
         with ProcessPoolExecutor(WORKERS, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return dict(zip(jobs, pool.map(run_job, jobs)))
-    threads = torch.get_num_threads()
-    try:
-        return {job: run_job(job) for job in jobs}
-    finally:
-        torch.set_num_threads(threads)
+            results = dict(zip(jobs, pool.map(run_job, jobs)))
+    else:
+        threads = torch.get_num_threads()
+        try:
+            results = {job: run_job(job) for job in jobs}
+        finally:
+            torch.set_num_threads(threads)
+    record("backdoor_digits", SEEDS, findings(results))
+    return results
 
 
 def print_findings(results: dict) -> None:

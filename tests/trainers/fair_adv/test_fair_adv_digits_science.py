@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from science_findings import Line, record
 
 from raylab import experiment as experiments
 from raylab import train as raylab_train
@@ -249,33 +250,51 @@ def print_findings(found: dict) -> dict:
     return results
 
 
-def control_failures(found: dict) -> list[str]:
-    """The positive control and FRL's instrument; a list of what failed."""
+def clean_control_failures(found: dict) -> list[str]:
+    """Clean training's worst digit under 0.1 and average robust accuracy under 0.3, every seed."""
+    return [
+        f"seed {seed}: clean training worst {std[STATISTIC]:.3f}, robust {std['final_last/robust_acc']:.3f}"
+        for seed, std in zip(SEEDS, found["standard"])
+        if not (std[STATISTIC] < 0.1 and std["final_last/robust_acc"] < 0.3)
+    ]
+
+
+def adversarial_control_failures(found: dict) -> list[str]:
+    """Every adversarially trained arm's worst digit above 0.1 and average robust accuracy 0.3
+    above clean training's, every seed."""
     failures = []
     for i, seed in enumerate(SEEDS):
         std = found["standard"][i]
-        if not (std[STATISTIC] < 0.1 and std["final_last/robust_acc"] < 0.3):
-            failures.append(
-                f"seed {seed}: clean training worst {std[STATISTIC]:.3f}, robust {std['final_last/robust_acc']:.3f}"
-            )
         for arm in ("trades", "tri_regime", "frl", "control"):
             row = found[arm][i]
             if not (row[STATISTIC] > 0.1 and row["final_last/robust_acc"] > std["final_last/robust_acc"] + 0.3):
                 failures.append(
                     f"seed {seed}, {arm}: worst {row[STATISTIC]:.3f}, robust {row['final_last/robust_acc']:.3f}"
                 )
-    frl, control = ([weight_movement(r) for r in found[a]] for a in ("frl", "control"))
-    if not (statistics.mean(frl) >= 0.05 and max(control) < 1e-6):  # the control: 1/10 up to float32
-        failures.append(f"FRL's class weights: distance from uniform {frl}, control {control}")
     return failures
 
 
-def claim_failures(found: dict, tri: str = "tri_regime") -> list[str]:
+def frl_instrument_failures(found: dict) -> list[str]:
+    """FRL's class weights move (0.05 from 1/10 on the mean); the uniform control's do not."""
+    frl, control = ([weight_movement(r) for r in found[a]] for a in ("frl", "control"))
+    if not (statistics.mean(frl) >= 0.05 and max(control) < 1e-6):  # the control: 1/10 up to float32
+        return [f"FRL's class weights: distance from uniform {frl}, control {control}"]
+    return []
+
+
+def control_failures(found: dict) -> list[str]:
+    """The positive control and FRL's instrument; a list of what failed."""
+    return clean_control_failures(found) + adversarial_control_failures(found) + frl_instrument_failures(found)
+
+
+def claim_failures(found: dict, tri: str = "tri_regime", only: str | None = None) -> list[str]:
     """Each claim's 95% t interval over seeds above 0 on the pre-registered statistic, with the
     evaluation noise of the arms it compares below its mean (``tri``: the arm that stands for
-    tri-regime)."""
+    tri-regime; ``only``: that claim alone)."""
     failures = []
     for name, (arm, against) in CLAIMS.items():
+        if only not in (None, name):
+            continue
         arm = tri if arm == "tri_regime" else arm
         p = paired(found, STATISTIC, arm, against)
         if not p["low"] > 0:
@@ -286,9 +305,77 @@ def claim_failures(found: dict, tri: str = "tri_regime") -> list[str]:
     return failures
 
 
+def line(name: str, p: dict, bound: str = "", holds: bool | None = None) -> Line:
+    return Line(name, tuple(p["diffs"]), p["mean"], p["low"], p["high"], bound, holds)
+
+
+def findings(found: dict) -> list[Line]:
+    """What the tests assert and print, as the lines of the workload pages' findings table."""
+    std = [r[STATISTIC] for r in found["standard"]]
+    adversarial = [
+        min(found[a][i][STATISTIC] for a in ("trades", "tri_regime", "frl", "control")) for i in range(len(SEEDS))
+    ]
+    moves = [weight_movement(r) for r in found["frl"]]
+    out = [
+        Line(
+            "clean training: worst digit (control)",
+            tuple(std),
+            statistics.fmean(std),
+            bound="below 0.1 (robust below 0.3), every seed",
+            holds=not clean_control_failures(found),
+        ),
+        Line(
+            "adversarial arms: lowest worst digit of the four (control)",
+            tuple(adversarial),
+            statistics.fmean(adversarial),
+            bound="above 0.1 (robust +0.3 over clean), every arm and seed",
+            holds=not adversarial_control_failures(found),
+        ),
+        Line(
+            "FRL: largest class weight's move from 1/10 (instrument)",
+            tuple(moves),
+            statistics.fmean(moves),
+            bound="mean 0.05 or more, the uniform control's 0",
+            holds=not frl_instrument_failures(found),
+        ),
+    ]
+    for name, (arm, against) in CLAIMS.items():
+        holds = not claim_failures(found, only=name)
+        out.append(
+            line(
+                f"{name}: worst digit, last model",
+                paired(found, STATISTIC, arm, against),
+                "95% t lower end above 0, evaluation noise below the mean",
+                holds,
+            )
+        )
+    noise = [statistics.fmean(abs(found[a][i][NOISE]) for a in ARMS) for i in range(len(SEEDS))]
+    out.append(
+        Line("evaluation noise: \|5-restart half gap\| of the worst digit", tuple(noise), statistics.fmean(noise))
+    )
+    for name, (arm, against) in FINDINGS.items():
+        out.append(line(f"{name}: worst digit, last model", paired(found, STATISTIC, arm, against)))
+    for name, (arm, against) in CLAIMS.items():
+        out.append(line(f"{name}: worst digit, best-validation model", paired(found, SECONDARY, arm, against)))
+        out.append(line(f"{name}: clean accuracy, last model", paired(found, "final_last/clean_acc", arm, against)))
+    mutant_fails = bool(claim_failures(found, tri=MUTANT))
+    for name, (arm, against) in CLAIMS.items():
+        out.append(
+            line(
+                f"mutation, weights shuffled: {name}",
+                paired(found, STATISTIC, MUTANT, against),
+                "the claim check fails on it",
+                mutant_fails,
+            )
+        )
+    return out
+
+
 @pytest.fixture(scope="module")
 def found(tmp_path_factory):
-    return run_arms(tmp_path_factory.mktemp("digits"), SEEDS)
+    found = run_arms(tmp_path_factory.mktemp("digits"), SEEDS)
+    record("fair_adv_digits", SEEDS, findings(found))
+    return found
 
 
 @pytest.mark.slow
