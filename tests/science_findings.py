@@ -113,7 +113,8 @@ def render(name: str, folder: Path = RECORDS) -> str:
         for lines in sets.values():
             found = [line for line in lines if (line.statistic, line.bound) == (statistic, bound)]
             cells.append(cell(found[0]) if found else "not recorded")
-        rows.append(f"| {statistic} | {bound or 'no (printed)'} | " + " | ".join(cells) + " |")
+        words = [text.replace("|", "\\|") for text in (statistic, bound or "no (printed)")]
+        rows.append(f"| {words[0]} | {words[1]} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 

@@ -261,6 +261,7 @@ def findings(results: dict) -> list[Line]:
             statistics.fmean(trigger),
             bound=f"{SATURATED} or more every seed, {LEARNED} on the mean",
             holds=not positive_control_failures(arms(results, "trigger")),
+            level=True,
         ),
         Line(
             "clean and label-flip arms: the higher ASR (control)",
@@ -268,6 +269,7 @@ def findings(results: dict) -> list[Line]:
             statistics.fmean(others),
             bound="0.2 or less, every seed",
             holds=not positive_control_failures(arms(results, "clean", "label_flip")),
+            level=True,
         ),
         difference(
             "trigger - label-flip: poison-only loss drop, pre-saturation probe",

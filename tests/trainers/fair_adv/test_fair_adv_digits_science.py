@@ -323,6 +323,7 @@ def findings(found: dict) -> list[Line]:
             statistics.fmean(std),
             bound="below 0.1 (robust below 0.3), every seed",
             holds=not clean_control_failures(found),
+            level=True,
         ),
         Line(
             "adversarial arms: lowest worst digit of the four (control)",
@@ -330,6 +331,7 @@ def findings(found: dict) -> list[Line]:
             statistics.fmean(adversarial),
             bound="above 0.1 (robust +0.3 over clean), every arm and seed",
             holds=not adversarial_control_failures(found),
+            level=True,
         ),
         Line(
             "FRL: largest class weight's move from 1/10 (instrument)",
@@ -337,6 +339,7 @@ def findings(found: dict) -> list[Line]:
             statistics.fmean(moves),
             bound="mean 0.05 or more, the uniform control's 0",
             holds=not frl_instrument_failures(found),
+            level=True,
         ),
     ]
     for name, (arm, against) in CLAIMS.items():
@@ -351,7 +354,12 @@ def findings(found: dict) -> list[Line]:
         )
     noise = [statistics.fmean(abs(found[a][i][NOISE]) for a in ARMS) for i in range(len(SEEDS))]
     out.append(
-        Line("evaluation noise: \|5-restart half gap\| of the worst digit", tuple(noise), statistics.fmean(noise))
+        Line(
+            "evaluation noise: |5-restart half gap| of the worst digit",
+            tuple(noise),
+            statistics.fmean(noise),
+            level=True,
+        )
     )
     for name, (arm, against) in FINDINGS.items():
         out.append(line(f"{name}: worst digit, last model", paired(found, STATISTIC, arm, against)))
