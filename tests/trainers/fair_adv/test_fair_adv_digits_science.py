@@ -68,6 +68,9 @@ from raylab.testing.science_cache import per_seed
 REPO = Path(__file__).resolve().parents[3]
 SOURCES = [REPO / "trainers" / "fair_adv", REPO / "raylab"]
 """What a cached trial's result depends on besides its settings (``RAYLAB_SCIENCE_CACHE``)."""
+EXPERIMENT = REPO / "tune_configs" / "fair_adv_digits.yaml"
+"""The experiment every trial resolves: its text is part of a cached trial's key (the resolved
+config is not, since its data paths are absolute and would tie the key to one checkout)."""
 SEEDS = science_seeds(range(10, 20))
 TUNING_SEEDS = [100, 101, 102]  # chose eps 0.15 on validation; never used for the finding
 WORKERS = int(os.environ.get("RAYLAB_SCIENCE_WORKERS", "2"))
@@ -134,13 +137,14 @@ def shuffled(weights_fn):
 
 def run_arm(job) -> dict:
     """One trial (``arm``, ``seed``) in this process, in ``folder``; its last report, read back from
-    ``RAYLAB_SCIENCE_CACHE`` when a run of the same config and source wrote it."""
+    ``RAYLAB_SCIENCE_CACHE`` when a run of the same settings, experiment and source wrote it."""
     arm, seed, folder = job
     config = arm_config(arm, seed)
+    settings = ({**SCALE, **ARMS["tri_regime" if arm == MUTANT else arm]}, arm, EXPERIMENT.read_text())
     return per_seed(
         f"fair_adv_digits/{arm}",
         seed,
-        (config, arm),
+        settings,
         SOURCES,
         lambda: train_arm(arm, config, Path(folder) / f"{arm}-{seed}"),
     )
