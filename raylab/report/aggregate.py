@@ -41,6 +41,33 @@ def values_of(trial: Trial, metric: str) -> list[Any]:
     return [row[metric] for row in trial.rows if metric in row and (is_number(row[metric]) or is_vector(row[metric]))]
 
 
+def step_before(trial: Trial, metric: str, reaches: float, step: str = "train/step") -> float | None:
+    """The ``step`` of the trial's last report before ``metric`` first reaches ``reaches`` (a
+    missing or NaN value counts as below); its last report's when it never does; None when its
+    first report already has."""
+    last = None
+    for row in trial.rows:
+        value = row.get(metric)
+        if is_number(value) and value >= reaches:
+            return last
+        if is_number(row.get(step)):
+            last = row[step]
+    return last
+
+
+def value_at_step(trial: Trial, pattern: str, at_step: float, step: str = "train/step") -> Any:
+    """The trial's value of a metric at its last report with ``step`` at most ``at_step``; None
+    when it has none."""
+    metric = resolve_metric(pattern, trial)
+    found = None
+    for row in trial.rows:
+        if is_number(row.get(step)) and row[step] > at_step:
+            break
+        if metric and metric in row and is_number(row.get(step)) and (is_number(row[metric]) or is_vector(row[metric])):
+            found = row[metric]
+    return found
+
+
 def value_at(trial: Trial, pattern: str, at: str = "last") -> Any:
     """The trial's value of a metric: its last or first report, the max/min over reports, or
     ``last_half``: the mean of the last ``ceil(n/2)`` of its ``n`` reports (a time average that

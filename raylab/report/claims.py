@@ -16,7 +16,10 @@ The statistics:
 - ``Contrast(metric, arm, against)``: each trial of the arm against the ``against`` trial of the
   same seed (and the same ``pair_on`` values): ``arm - against`` or ``arm / against``. With
   ``against=None`` the contrast is inside each trial: ``metric`` against ``against_metric``
-  (or against the same metric at ``against_at``: the last report over the first).
+  (or against the same metric at ``against_at``: the last report over the first). With
+  ``before=Before(metric, reaches)`` both are read at the arm trial's last report before
+  ``metric`` first reaches ``reaches``, the partner at the same step: an effect read before
+  another one saturates (a backdoor's early fit, before its attack success reaches 0.5).
 - ``Improvement(metric, arm, against)``: the probability that a seed of the arm beats a seed of
   the other arm, averaged over strata (rliable's probability of improvement).
 
@@ -129,6 +132,20 @@ class Value:
 
 
 @dataclass(frozen=True)
+class Before:
+    """Where a paired ``Contrast`` is read: at the arm trial's last report before ``metric`` first
+    reaches ``reaches`` (a missing or NaN value counts as below; a trial that never reaches it is
+    read at its last report), and its partner at the same ``step``."""
+
+    metric: str
+    reaches: float
+    step: str = "train/step"
+
+    def words(self) -> str:
+        return f"at the arm's last report before {self.metric} reaches {format_value(self.reaches)}, the partner at the same {self.step}"
+
+
+@dataclass(frozen=True)
 class Contrast:
     """``arm`` against ``against`` (paired by seed), or one metric against another inside each trial."""
 
@@ -149,9 +166,13 @@ class Contrast:
     baseline: Mapping[str, Any] | None = None
     """Where a stratum has no ``against`` trial of its own: the ``against`` trials that also
     match this (a clean arm trained once for several attacks) stand in, same seed."""
+    before: Before | None = None
+    """Read both trials at the arm trial's step ``before`` picks instead of ``at`` (paired only)."""
 
     def __post_init__(self):
         _check_at(self, self.at)
+        if self.before is not None and (self.against is None or self.against_at is not None or self.at != "last"):
+            raise ValueError("Contrast: before= reads a paired contrast at one step, without at= or against_at=")
         if self.against_at is not None:
             _check_at(self, self.against_at)
         if self.op not in _OPS:
@@ -182,13 +203,15 @@ class Contrast:
             )
         other_metric = "" if self.against_metric is None else f" ({metric_words(self.against_metric)})"
         pairing = " and ".join(("seed", *self.pairing_keys()))
+        at = self.before.words() if self.before else at
         return (
             f"{kind} [{arm_words(self.arm)}] {sign} [{arm_words(self.against)}]{other_metric} of "
             f"{metric_words(self.metric)} ({at}), paired by {pairing}{_strata_words(self.strata)}"
         )
 
     def inputs(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*metric_inputs(self.metric), *metric_inputs(self.against_metric))))
+        before = (self.before.metric,) if self.before else ()
+        return tuple(dict.fromkeys((*metric_inputs(self.metric), *metric_inputs(self.against_metric), *before)))
 
 
 @dataclass(frozen=True)

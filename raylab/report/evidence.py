@@ -27,7 +27,15 @@ from typing import Any
 import numpy as np
 
 from raylab.report import estimators
-from raylab.report.aggregate import _hashable, conditions, label_of, resolve_metric, value_at
+from raylab.report.aggregate import (
+    _hashable,
+    conditions,
+    label_of,
+    resolve_metric,
+    step_before,
+    value_at,
+    value_at_step,
+)
 from raylab.report.claims import Claim, Contrast, Control, Derived, Improvement, Value, _tuple, metric_words
 from raylab.report.run_view import Run, Trial
 from raylab.report.spec import Report, is_seed_key
@@ -103,11 +111,18 @@ def selects(selection, config: dict[str, Any]) -> bool:
     return True
 
 
-def metric_value(trial: Trial, metric, at: str, used: set[str] | None = None) -> float | None:
+def metric_value(
+    trial: Trial, metric, at: str, used: set[str] | None = None, step: tuple[str, float] | None = None
+) -> float | None:
     """A trial's value of a statistic's metric: the first of a tuple that the trial reports, or a
-    ``Derived`` quantity; None when it is missing or not a finite number."""
+    ``Derived`` quantity; None when it is missing or not a finite number. ``step``: (key, value)
+    reads it at the trial's last report at or before that step instead of ``at``."""
+
+    def read(name):
+        return value_at(trial, name, at) if step is None else value_at_step(trial, name, step[1], step[0])
+
     if isinstance(metric, Derived):
-        inputs = [value_at(trial, m, at) for m in metric.metrics]
+        inputs = [read(m) for m in metric.metrics]
         if not all(is_number(v) for v in inputs):
             return None
         try:
@@ -120,7 +135,7 @@ def metric_value(trial: Trial, metric, at: str, used: set[str] | None = None) ->
     for name in _tuple(metric):
         resolved = resolve_metric(name, trial)
         if resolved and resolved in trial.reported():
-            value = value_at(trial, name, at)
+            value = read(name)
             if used is not None:
                 used.add(resolved)
             return float(value) if is_number(value) and math.isfinite(value) else None
@@ -213,9 +228,18 @@ def _contrast_rows(ctx: RunTrials, stat: Contrast, arm: list[Trial]) -> tuple[li
                 if not partners:
                     row.missing.append(f"{trial.name} ({ctx.seed(trial)}): no {_arm(stat.against)} trial to pair with")
                     continue
-                mine = metric_value(trial, stat.metric, stat.at, row.used)
+                step = None
+                if stat.before is not None:
+                    b = stat.before
+                    step = (b.step, step_before(trial, b.metric, b.reaches, b.step))
+                    if step[1] is None:
+                        row.missing.append(
+                            f"{trial.name} ({ctx.seed(trial)}): no report before {b.metric} reaches {b.reaches}"
+                        )
+                        continue
+                mine = metric_value(trial, stat.metric, stat.at, row.used, step)
                 theirs = [
-                    metric_value(p, stat.against_metric or stat.metric, stat.against_at or stat.at, row.used)
+                    metric_value(p, stat.against_metric or stat.metric, stat.against_at or stat.at, row.used, step)
                     for p in partners
                 ]
                 theirs = [v for v in theirs if v is not None]

@@ -37,6 +37,7 @@ METRICS = (
     *(f"early/loss_drop_prior_corrected_{group}" for group in GROUPS),
     "early/clean_acc",
     "early/asr",
+    "early/probe_step",
     "early/loss_drop_prior_corrected_gap_vs_clean",
     "early/loss_drop_gap_vs_clean",
     "neurons/trigger_dominant_count",

@@ -3,7 +3,7 @@ same-label controls, attack success and clean accuracy against the poisoning rat
 after clean fine-tuning (``REPORT``); frozen-gate predictions against measured early loss
 decrease (``THEORY_REPORT``)."""
 
-from raylab.report.claims import Claim, Contrast, Control, Value, where
+from raylab.report.claims import Before, Claim, Contrast, Control, Value, where
 from raylab.report.spec import Bars, Curve, Report, Scatter, Table, Versus, Withheld
 from trainers.backdoor.labels import LABELS, THEORY_LABELS
 
@@ -38,14 +38,18 @@ ASR_WITHHELD = Withheld(
     ),
 )
 
+SATURATED = 0.5
+"""The attack success from which the backdoor counts as learned: the early claim is read before it."""
+
 # The positive control of every claim (tests/trainers/backdoor/test_backdoor_science.py): the trigger is
 # learned where it was planted and only there. The clean-arm half applies to the claims that
 # compare with the clean arm.
 LEARNED = Control(
-    "the backdoor is learned: attack success of at least 0.9 in every poisoned trial",
+    "the backdoor is learned: attack success of at least 0.5 (where the early claim counts it learned) in every "
+    "poisoned trial",
     Value("eval/asr", arm=POISONED),
     expect=">",
-    threshold=0.9,
+    threshold=SATURATED,
 )
 ABSENT = Control(
     "no backdoor without poison: attack success of at most 0.2 in every clean-arm trial",
@@ -97,14 +101,31 @@ CLAIMS = (
         name="early_drop_vs_clean",
     ),
     Claim(
-        "The poisoned images' early fit against their own untriggered copies comes from the trigger, not the "
-        "label: their loss drop minus that of the same images untriggered (both labelled target) is larger in "
-        "the trigger arm than in the label-flip arm (the same images relabelled, never triggered).",
-        _against_label_flip("early/loss_drop_gap_vs_relabel"),
+        "Poisoned images are fitted faster early because of the trigger, not the label: before the backdoor is "
+        "learned, the triggered, target-labelled probe images' loss has dropped more in the trigger arm than in "
+        "the label-flip arm (the same images relabelled, never triggered).",
+        Contrast(
+            "early/loss_drop_poison",
+            arm=POISONED,
+            against=LABEL_FLIP,
+            strata=BY_ATTACK,
+            pair_on=BY_ATTACK,
+            before=Before("early/asr", SATURATED, step="early/probe_step"),
+        ),
         expect=">",
         threshold=0.0,
         controls=(TASK_LEARNED, LEARNED),
         name="early_drop_trigger_not_label",
+    ),
+    Claim(
+        "Secondary, at the end of the early window: the poisoned images' loss drop minus that of their own "
+        "untriggered copies (both labelled target) is larger in the trigger arm than in the label-flip arm. Part of "
+        "it is the untriggered copies' own term (unseen in the trigger arm, training members in the label-flip arm).",
+        _against_label_flip("early/loss_drop_gap_vs_relabel"),
+        expect=">",
+        threshold=0.0,
+        controls=(TASK_LEARNED, LEARNED),
+        name="early_gap_vs_relabel",
     ),
     Claim(
         "Trigger-dominant neurons come from the trigger, not the label: the trigger arm has more of them than "

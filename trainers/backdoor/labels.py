@@ -28,6 +28,7 @@ LABELS = {
     "poison_mode": "Poisoning mode (trigger, or label flip only)",
     "early/clean_acc": "Clean accuracy at the early probe",
     "early/asr": "Attack success rate at the early probe",
+    "early/probe_step": "Step of the early probe these values come from",
     "poison_ratio": "Poisoning ratio",
     "train/step": "SGD step",
     "train/epoch": "Epoch",

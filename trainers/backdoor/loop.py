@@ -589,7 +589,9 @@ def train_step(t: Trial, st: BackdoorState, order: torch.Tensor, running: dict[s
 def early_probe(t: Trial, st: BackdoorState) -> None:
     """Probe every group; the first probe is the baseline, each later one reports the early
     signatures against it (``probe.early_signature``) with the clean accuracy and ASR at that
-    step (``early/clean_acc``, ``early/asr``: withheld, NaN, below the floor as ``eval/asr`` is)."""
+    step (``early/clean_acc``, ``early/asr``: withheld, NaN, below the floor as ``eval/asr`` is)
+    and the step itself (``early/probe_step``: later rows carry these values, and this names the
+    probe they come from)."""
     st.last_probe = st.step
     groups = probe_groups(t.net, t.data, t.cfg)
     gates = {g: v.pop("gates") for g, v in groups.items()}
@@ -599,6 +601,7 @@ def early_probe(t: Trial, st: BackdoorState) -> None:
     row = {
         "train/step": st.step,
         "train/epoch": st.epoch + st.batch / t.batches_per_epoch,
+        "early/probe_step": st.step,
         **probe.early_signature(st.baseline, groups, st.previous_gates, gates),
         **{f"early/{k}": v for k, v in evaluate(t.net, t.data, t.cfg).items() if k in ("clean_acc", "asr")},
     }

@@ -338,3 +338,33 @@ def test_a_clean_arm_swept_once_is_the_baseline_point_of_every_series_without_it
     assert points["attack=blended"] == [0.1, 0.805] and note == ""
     with pytest.raises(ValueError, match="baseline must be a dict of swept values that holds x"):
         Versus("poison_ratio", "eval/asr", baseline={"attack": "badnets"})
+
+
+def test_step_before_and_value_at_step_read_the_probe_a_carried_row_comes_from():
+    from raylab.report.aggregate import step_before, value_at_step
+    from raylab.run_folder import Trial
+
+    nan = float("nan")
+    rows = [{"train/step": 1, "loss": 9.0}]  # before the first probe: no probe step yet
+    for step, asr, drop in ((12, nan, 0.1), (24, 0.3, 1.0), (36, 0.8, 3.0)):
+        rows.append({"train/step": step, "probe": step, "asr": asr, "drop": drop})
+        rows.append({**rows[-1], "train/step": step + 5})  # a later report carrying the probe's values
+    trial = Trial("t", {}, rows)
+    assert step_before(trial, "asr", 0.5, "probe") == 24  # NaN counts as below; 0.8 at probe 36
+    assert value_at_step(trial, "drop", 24, "probe") == 1.0
+    assert value_at_step(trial, "drop", 11, "probe") is None
+    assert step_before(trial, "asr", 0.9, "probe") == 36  # never reached: the last report's probe
+    first = Trial("f", {}, [{"probe": 12, "asr": 0.7}])
+    assert step_before(first, "asr", 0.5, "probe") is None  # reached at the first report
+
+
+def test_before_reads_a_paired_contrast_only():
+    from raylab.report.claims import Before, Contrast
+
+    before = Before("early/asr", 0.5, step="early/probe_step")
+    words = Contrast("early/drop", arm={"mode": "a"}, against={"mode": "b"}, before=before).words()
+    assert "last report before early/asr reaches 0.5, the partner at the same early/probe_step" in words
+    with pytest.raises(ValueError, match="before="):
+        Contrast("early/drop", arm={"mode": "a"}, against_metric="x", before=before)
+    with pytest.raises(ValueError, match="before="):
+        Contrast("early/drop", arm={"mode": "a"}, against={"mode": "b"}, at="max", before=before)

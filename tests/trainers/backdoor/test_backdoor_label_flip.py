@@ -55,37 +55,46 @@ def test_digits_experiment_sweeps_the_label_flip_arm_and_probes_until_asr_rises(
     assert 2 <= experiment.config["early_epochs"] <= experiment.config["epochs"]
 
 
-def test_the_report_contrasts_the_trigger_arm_with_the_label_flip_arm(tmp_path):
-    """Trigger arm minus label-flip arm, paired by seed: the vs-relabel loss drop and the
-    trigger-dominant neurons; the label-flip arm's low ASR does not fail the "backdoor is learned"
-    control, which reads the trigger arm only."""
-    values = {  # (mode, seed): (vs-relabel gap, neurons, asr)
-        ("trigger", 0): (1.5, 6, 0.99),
-        ("trigger", 1): (0.9, 5, 0.98),
-        ("label_flip", 0): (-0.5, 0, 0.1),
-        ("label_flip", 1): (-0.2, 1, 0.12),
-    }
-    trials = [
-        {
-            "params": {"attack": "badnets", "poison_ratio": 0.1, "poison_mode": mode, "seed": seed},
-            "rows": [
-                {
-                    "eval/clean_acc": 0.85,
-                    "eval/clean_acc_floor": 0.2,
-                    "eval/asr": asr,
-                    "early/loss_drop_gap_vs_relabel": gap,
-                    "neurons/trigger_dominant_count": neurons,
-                }
-            ],
-        }
-        for (mode, seed), (gap, neurons, asr) in values.items()
+def probe_rows(asr: list[float], drop: list[float], **last) -> list[dict]:
+    """A trial's reports: one per early probe (steps 12, 24, ...), each carrying the probe's
+    values, then an epoch row that repeats them at a later step, then ``last``."""
+    rows = [
+        {"train/step": 12 * (i + 1), "early/probe_step": 12 * (i + 1), "early/asr": a, "early/loss_drop_poison": d}
+        for i, (a, d) in enumerate(zip(asr, drop))
     ]
+    rows.append({**rows[-1], "train/step": rows[-1]["train/step"] + 5})
+    rows.append({**rows[-1], "eval/clean_acc": 0.85, "eval/clean_acc_floor": 0.2, **last})
+    return rows
+
+
+def test_the_report_contrasts_the_trigger_arm_with_the_label_flip_arm(tmp_path):
+    """Trigger arm minus label-flip arm, paired by seed: the poison-only loss drop at the trigger
+    arm's last probe before its ASR reaches 0.5 (the label-flip arm read at the same probe), the
+    vs-relabel gap at the end and the trigger-dominant neurons; the label-flip arm's low ASR does
+    not fail the "backdoor is learned" control, which reads the trigger arm only."""
+    nan = float("nan")
+    trials = {  # (mode, seed): rows
+        ("trigger", 0): probe_rows([nan, 0.2, 0.9, 1.0], [0.1, 1.0, 3.0, 4.0], **{"eval/asr": 0.99}),
+        ("trigger", 1): probe_rows([0.1, 0.3, 0.4, 0.45], [0.2, 0.5, 0.8, 2.0], **{"eval/asr": 0.6}),
+        ("label_flip", 0): probe_rows([0.1, 0.1, 0.2, 0.1], [0.3, 0.4, 0.5, 0.6], **{"eval/asr": 0.1}),
+        ("label_flip", 1): probe_rows([0.1, 0.1, 0.1, 0.1], [0.1, 0.1, 0.3, 0.4], **{"eval/asr": 0.12}),
+    }
+    gaps = {("trigger", 0): 1.5, ("trigger", 1): 0.9, ("label_flip", 0): -0.5, ("label_flip", 1): -0.2}
+    neurons = {("trigger", 0): 6, ("trigger", 1): 5, ("label_flip", 0): 0, ("label_flip", 1): 1}
+    for key, rows in trials.items():
+        rows[-1].update({"early/loss_drop_gap_vs_relabel": gaps[key], "neurons/trigger_dominant_count": neurons[key]})
     run = load_run(
         str(
             write_run(
                 tmp_path,
                 {"poison_mode": ["trigger", "label_flip"], "seed": [0, 1]},
-                trials,
+                [
+                    {
+                        "params": {"attack": "badnets", "poison_ratio": 0.1, "poison_mode": mode, "seed": seed},
+                        "rows": rows,
+                    }
+                    for (mode, seed), rows in trials.items()
+                ],
                 workload="backdoor",
                 metric="eval/asr",
             )
@@ -94,6 +103,9 @@ def test_the_report_contrasts_the_trigger_arm_with_the_label_flip_arm(tmp_path):
     claims = {c["name"]: c for c in evaluate_claims(run, REPORT, {})}
     drop = claims["early_drop_trigger_not_label"]
     assert all(c["state"] == "passed" for c in drop["controls"]), drop["controls"]
-    assert drop["rows"][0]["estimate"] == pytest.approx((2.0 + 1.1) / 2) and drop["rows"][0]["agree"] == 2
-    neurons = claims["trigger_neurons_not_label"]
-    assert neurons["rows"][0]["estimate"] == pytest.approx(5.0) and neurons["rows"][0]["n_seeds"] == 2
+    # seed 0: ASR reaches 0.5 at step 36, so step 24: 1.0 - 0.4; seed 1 never does: step 48, 2.0 - 0.4
+    assert drop["rows"][0]["estimate"] == pytest.approx((0.6 + 1.6) / 2) and drop["rows"][0]["agree"] == 2
+    gap = claims["early_gap_vs_relabel"]
+    assert gap["rows"][0]["estimate"] == pytest.approx((2.0 + 1.1) / 2) and gap["rows"][0]["agree"] == 2
+    count = claims["trigger_neurons_not_label"]
+    assert count["rows"][0]["estimate"] == pytest.approx(5.0) and count["rows"][0]["n_seeds"] == 2
