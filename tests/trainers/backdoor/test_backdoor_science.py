@@ -21,7 +21,9 @@ it, two fresh sets of five: 80-84 passed (+0.720 [+0.406, +1.033], 5/5) and 90-9
 its pre-saturation probe is step 24, +0.013). Five seeds resolve the effect on some sets and not
 others, so the test now runs ten a set, decided before the sets 100-109 and 110-119 were run
 (nobody had run them): over the fifteen seeds above the per-seed effect has mean +0.58 and sd
-0.31, so a ten-seed t interval's lower end is expected near +0.36.
+0.31, so a ten-seed t interval's lower end is expected near +0.36. Both sets passed: +0.508
+[+0.076, +0.941], 8/10 (100-109) and +0.394 [+0.200, +0.587], 10/10 (110-119); everything else is
+in the workload page's findings table (``docs/science/``).
 
 Positive control first: the trigger arm learns the backdoor on every seed (``eval/asr`` at least
 0.5, where the claim counts it learned, five times chance) and to 0.9 on the mean over seeds, and
