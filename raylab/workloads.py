@@ -106,7 +106,7 @@ WORKLOAD_API: dict[str, tuple[str, ...]] = {
     "raylab.files": ("user_path", "user_location", "is_uri", "sha256_file", "write_atomic"),
     "raylab.run_folder": ("RunFolder", "TrialFolder"),
     "raylab.report.spec": ("Report", "Curve", "Bars", "Scatter", "Table", "Versus", "Only", "Aggregates", "Withheld"),
-    "raylab.report.claims": ("Claim", "Contrast", "Control", "Derived", "Improvement", "Value", "where"),
+    "raylab.report.claims": ("Before", "Claim", "Contrast", "Control", "Derived", "Improvement", "Value", "where"),
     "raylab.experiment": ("load",),
     "raylab.accel": ("to_device", "fixed_shapes", "compiled", "enabled", "AUTO"),
     "raylab.workloads": ("Workload", "require_modules"),
