@@ -141,34 +141,29 @@ def run_arm(job) -> dict:
     """One trial (``arm``, ``seed``) in this process, in ``folder``; its last report, read back from
     ``RAYLAB_SCIENCE_CACHE`` when a run of the same settings, experiment and source wrote it."""
     arm, seed, folder = job
-    config = arm_config(arm, seed)
-    settings = ({**SCALE, **ARMS["tri_regime" if arm == MUTANT else arm]}, arm, EXPERIMENT.read_text())
+    settings = (arm_fields(arm), arm, EXPERIMENT.read_text())
     return per_seed(
-        f"fair_adv_digits/{arm}",
-        seed,
-        settings,
-        SOURCES,
-        lambda: train_arm(arm, config, Path(folder) / f"{arm}-{seed}"),
+        f"fair_adv_digits/{arm}", seed, settings, SOURCES, lambda: train_arm(arm, seed, Path(folder) / f"{arm}-{seed}")
     )
 
 
-def arm_config(arm: str, seed: int) -> dict:
-    """The trial's whole config: ``fair_adv_digits.yaml`` resolved, then the scale and the arm."""
-    config = {**SCALE, **ARMS["tri_regime" if arm == MUTANT else arm], "seed": seed}
-    experiment = experiments.load("fair_adv_digits", [f"stop.train/epoch={config['epochs']}"])
-    return {**experiment.resolved_config(), **config}
+def arm_fields(arm: str) -> dict:
+    """The scale and the arm's fields, over ``fair_adv_digits.yaml``'s config."""
+    return {**SCALE, **ARMS["tri_regime" if arm == MUTANT else arm]}
 
 
-def train_arm(arm: str, config: dict, folder: Path) -> dict:
+def train_arm(arm: str, seed: int, folder: Path) -> dict:
     import torch
 
     from trainers.fair_adv import reweight
 
+    fields = {**arm_fields(arm), "seed": seed}
+    experiment = experiments.load("fair_adv_digits", [f"stop.train/epoch={fields['epochs']}"])
+    config = {**experiment.resolved_config(), **fields}
     torch.set_num_threads(1)
     if arm == MUTANT:  # a spawned worker: the patch lives and dies with its trial's process state
         real, reweight.tri_regime_weights = reweight.tri_regime_weights, shuffled(reweight.tri_regime_weights)
     try:
-        experiment = experiments.load("fair_adv_digits", [f"stop.train/epoch={config['epochs']}"])
         rows = raylab_train.run_local(experiment, TrialFolder.at(folder), config, verbose=False)
     finally:
         if arm == MUTANT:
